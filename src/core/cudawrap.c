@@ -1,0 +1,54 @@
+#include "cudawrap.h"
+
+#include "check.h"
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* The ABI version of the driver entry points we ask for: the CUDA 12.0 signatures of the functions above. */
+#define FCCL_DRIVER_ABI_VERSION 12000
+
+#define FCCL_CU_DEFINE(name, ret, params) ret(CUDAAPI* pfn_##name) params;
+FCCL_CU_FUNCTIONS(FCCL_CU_DEFINE)
+#undef FCCL_CU_DEFINE
+
+static pthread_once_t driverOnce = PTHREAD_ONCE_INIT;
+static fcclResult_t driverLoadResult = fcclInternalError;
+static char driverLoadMessage[256];
+
+static int loadSymbol(const char* symbol, void** target) {
+  enum cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, target, FCCL_DRIVER_ABI_VERSION, cudaEnableDefault,
+                                                     &status);
+  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || *target == NULL) {
+    (void)cudaGetLastError();
+    snprintf(driverLoadMessage, sizeof(driverLoadMessage), "CUDA driver entry point %s unavailable: %s", symbol,
+             err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found in this driver");
+    return 0;
+  }
+  return 1;
+}
+
+static void loadDriver(void) {
+#define FCCL_CU_LOAD(name, ret, params) \
+  if (!loadSymbol(#name, (void**)&pfn_##name)) return;
+  FCCL_CU_FUNCTIONS(FCCL_CU_LOAD)
+#undef FCCL_CU_LOAD
+  driverLoadResult = fcclSuccess;
+}
+
+fcclResult_t fcclCudaDriverLoad(void) {
+  pthread_once(&driverOnce, loadDriver);
+  if (driverLoadResult != fcclSuccess)
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "%s", driverLoadMessage);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclCuError(CUresult error, const char* call, const char* file, int line) {
+  const char* name = "unknown";
+  const char* text = "";
+  if (pfn_cuGetErrorName) pfn_cuGetErrorName(error, &name);
+  if (pfn_cuGetErrorString) pfn_cuGetErrorString(error, &text);
+  return fcclSetError(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, file, line, "%s failed: %s (%s)", call, name, text);
+}

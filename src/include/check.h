@@ -1,0 +1,89 @@
+/*
+ * Error propagation. A failure is described once, where it is first known (fcclSetError: logged at WARN with
+ * file:line and kept as the thread's last error); callers above only pass the code on.
+ */
+#ifndef FCCL_CHECK_H_
+#define FCCL_CHECK_H_
+
+#include "debug.h"
+#include "fccl.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Records the cause of a failure for fcclGetLastError and logs it at WARN; returns result for convenience. */
+fcclResult_t fcclSetError(fcclResult_t result, fcclSubsys_t subsys, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Clears the thread's last error; public entry points call it first so a stale message never outlives a success. */
+void fcclClearError(void);
+
+/* The thread's last error text ("" when none). */
+const char* fcclThreadLastError(void);
+
+#define FCCL_ERROR(result, subsys, ...) fcclSetError((result), (subsys), __FILE__, __LINE__, __VA_ARGS__)
+
+#define FCCLCHECK(call)                                 \
+  do {                                                  \
+    fcclResult_t fcclCheckRes_ = (call);                \
+    if (fcclCheckRes_ != fcclSuccess) return fcclCheckRes_; \
+  } while (0)
+
+#define FCCLCHECKGOTO(call, res, label) \
+  do {                                  \
+    (res) = (call);                     \
+    if ((res) != fcclSuccess) goto label; \
+  } while (0)
+
+/* Argument validation at public entry points. */
+#define FCCL_REQUIRE(cond, ...)                                                              \
+  do {                                                                                       \
+    if (!(cond)) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, __VA_ARGS__);      \
+  } while (0)
+
+/*
+ * CUDA runtime calls. cudaGetLastError() clears the error so it is not reported again by an unrelated later call
+ * (sticky errors, which poison the context, stay: the runtime keeps returning them).
+ */
+#define CUDACHECK(call)                                                                                  \
+  do {                                                                                                   \
+    cudaError_t fcclCudaErr_ = (call);                                                                   \
+    if (fcclCudaErr_ != cudaSuccess) {                                                                   \
+      (void)cudaGetLastError();                                                                          \
+      return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "%s failed: %s (%s)", #call,           \
+                        cudaGetErrorName(fcclCudaErr_), cudaGetErrorString(fcclCudaErr_));              \
+    }                                                                                                    \
+  } while (0)
+
+#define CUDACHECKGOTO(call, res, label)                                                                  \
+  do {                                                                                                   \
+    cudaError_t fcclCudaErr_ = (call);                                                                   \
+    if (fcclCudaErr_ != cudaSuccess) {                                                                   \
+      (void)cudaGetLastError();                                                                          \
+      (res) = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "%s failed: %s (%s)", #call,          \
+                         cudaGetErrorName(fcclCudaErr_), cudaGetErrorString(fcclCudaErr_));             \
+      goto label;                                                                                        \
+    }                                                                                                    \
+  } while (0)
+
+/*
+ * System calls returning -1 and setting errno. EINTR is retried (a signal the application handles must not turn
+ * into a failed init); the result is stored in retval for calls whose value matters (read, write, accept).
+ */
+#define SYSCHECKVAL(call, name, retval)                                                                   \
+  do {                                                                                                    \
+    do {                                                                                                  \
+      (retval) = (call);                                                                                  \
+    } while ((retval) == -1 && errno == EINTR);                                                           \
+    if ((retval) == -1)                                                                                   \
+      return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "%s failed: %s", (name), strerror(errno));     \
+  } while (0)
+
+#define SYSCHECK(call, name)                 \
+  do {                                       \
+    long fcclSysRet_;                        \
+    SYSCHECKVAL((call), (name), fcclSysRet_); \
+    (void)fcclSysRet_;                       \
+  } while (0)
+
+#endif /* FCCL_CHECK_H_ */

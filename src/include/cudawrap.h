@@ -1,0 +1,71 @@
+/*
+ * The CUDA driver API, reached through cudaGetDriverEntryPointByVersion so that libfccl links only cudart and
+ * loads on machines without libcuda. Call fcclCudaDriverLoad() once (it is idempotent and thread-safe) before
+ * using any pfn_* pointer.
+ */
+#ifndef FCCL_CUDAWRAP_H_
+#define FCCL_CUDAWRAP_H_
+
+#include "fccl.h"
+
+#include <cuda.h>
+
+/* Every driver function fccl uses: FCCL_CU_FN(name, return-type, parameter list). */
+#define FCCL_CU_FUNCTIONS(X)                                                                                    \
+  X(cuGetErrorString, CUresult, (CUresult error, const char** text))                                            \
+  X(cuGetErrorName, CUresult, (CUresult error, const char** text))                                              \
+  X(cuDriverGetVersion, CUresult, (int* version))                                                               \
+  X(cuDeviceGet, CUresult, (CUdevice* device, int ordinal))                                                     \
+  X(cuDeviceGetAttribute, CUresult, (int* value, CUdevice_attribute attribute, CUdevice device))                \
+  X(cuMemCreate, CUresult,                                                                                      \
+    (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp* prop, unsigned long long flags)) \
+  X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle handle))                                              \
+  X(cuMemMap, CUresult,                                                                                         \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)) \
+  X(cuMemUnmap, CUresult, (CUdeviceptr ptr, size_t size))                                                       \
+  X(cuMemSetAccess, CUresult, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count))        \
+  X(cuMemAddressReserve, CUresult,                                                                              \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags))             \
+  X(cuMemAddressFree, CUresult, (CUdeviceptr ptr, size_t size))                                                 \
+  X(cuMemGetAllocationGranularity, CUresult,                                                                    \
+    (size_t * granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option))           \
+  X(cuMemExportToShareableHandle, CUresult,                                                                     \
+    (void* shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType,          \
+     unsigned long long flags))                                                                                 \
+  X(cuMemImportFromShareableHandle, CUresult,                                                                   \
+    (CUmemGenericAllocationHandle * handle, void* osHandle, CUmemAllocationHandleType shHandleType))            \
+  X(cuMemRetainAllocationHandle, CUresult, (CUmemGenericAllocationHandle * handle, void* addr))                 \
+  X(cuMemGetAllocationPropertiesFromHandle, CUresult,                                                           \
+    (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))                                          \
+  X(cuPointerGetAttribute, CUresult, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr))              \
+  X(cuMemGetAddressRange, CUresult, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr))
+
+#define FCCL_CU_DECLARE(name, ret, params) extern ret(CUDAAPI* pfn_##name) params;
+FCCL_CU_FUNCTIONS(FCCL_CU_DECLARE)
+#undef FCCL_CU_DECLARE
+
+/* Resolves every driver entry point once. fcclUnhandledCudaError (with the missing symbol named) when the driver
+ * is absent or too old. */
+fcclResult_t fcclCudaDriverLoad(void);
+
+/*
+ * Driver calls. Like CUDACHECK: a failure is described once with the call and the driver's error name.
+ */
+#define CUCHECK(call)                                                                                           \
+  do {                                                                                                          \
+    CUresult fcclCuErr_ = pfn_##call;                                                                           \
+    if (fcclCuErr_ != CUDA_SUCCESS) return fcclCuError(fcclCuErr_, #call, __FILE__, __LINE__);                \
+  } while (0)
+
+#define CUCHECKGOTO(call, res, label)                                                                           \
+  do {                                                                                                          \
+    CUresult fcclCuErr_ = pfn_##call;                                                                           \
+    if (fcclCuErr_ != CUDA_SUCCESS) {                                                                           \
+      (res) = fcclCuError(fcclCuErr_, #call, __FILE__, __LINE__);                                               \
+      goto label;                                                                                               \
+    }                                                                                                           \
+  } while (0)
+
+fcclResult_t fcclCuError(CUresult error, const char* call, const char* file, int line);
+
+#endif /* FCCL_CUDAWRAP_H_ */
