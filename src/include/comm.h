@@ -14,12 +14,28 @@
 #define FCCL_COMM_NAME_MAX 64
 #define FCCL_LAST_ERROR_MAX 1024
 
+struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owned by the bootstrap layer) */
+struct fcclPeerInfo;      /* src/include/bootstrap.h: what each rank told the others at init */
+struct fcclTransport;     /* src/include/transport.h: peer mappings of this communicator (transport layer) */
+struct fcclDeviceState;   /* src/include/device_host.h / collectives: device-side state (device layer) */
+
 struct fcclComm {
   uint64_t magic;
   int rank;
   int nranks;
   int cudaDev;
   char name[FCCL_COMM_NAME_MAX];
+  int timeoutMs;          /* bound on every host-side wait for peers */
+  int allowSharedDevice;  /* config: ranks may share a GPU (tests) */
+
+  /* Set by fcclCommAbort from any thread; every bounded wait polls it (host) and kernels read it (mapped). */
+  volatile int* abortFlag;
+  fcclResult_t asyncError; /* read/written with __atomic builtins */
+
+  struct fcclBootstrap* bootstrap;
+  struct fcclPeerInfo* peerInfo; /* nranks entries, indexed by rank */
+  struct fcclTransport* transport;
+  struct fcclDeviceState* device;
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */

@@ -9,3 +9,9 @@ FCCL_PARAM(DEBUG_SUBSYS, FCCL_PARAM_STRING, "INIT,BOOT,IPC,COLL,ENV,TOPO",
 FCCL_PARAM(DEBUG_FILE, FCCL_PARAM_STRING, "",
            "Write logs to this file instead of stderr; %h expands to the host name, %p to the process id.")
 
+
+/* ---- bootstrap ---- */
+
+/* ---- transport ---- */
+
+/* ---- collectives ---- */
