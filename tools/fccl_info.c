@@ -31,6 +31,8 @@ static void printBuild(void) {
 static void printCudaVersion(const char* label, cudaError_t status, int version) {
   if (status != cudaSuccess)
     printf("%-18s: unavailable (%s)\n", label, cudaGetErrorString(status));
+  else if (version == 0)
+    printf("%-18s: none (no CUDA driver installed)\n", label);
   else
     printf("%-18s: %d.%d\n", label, version / 1000, (version % 1000) / 10);
 }
@@ -38,8 +40,11 @@ static void printCudaVersion(const char* label, cudaError_t status, int version)
 /* Returns the number of GPUs listed. */
 static int printDevices(void) {
   int driverVersion = 0, runtimeVersion = 0;
-  printCudaVersion("CUDA driver", cudaDriverGetVersion(&driverVersion), driverVersion);
-  printCudaVersion("CUDA runtime", cudaRuntimeGetVersion(&runtimeVersion), runtimeVersion);
+  /* Separate statements: the version must be read after the call fills it. */
+  cudaError_t driverStatus = cudaDriverGetVersion(&driverVersion);
+  cudaError_t runtimeStatus = cudaRuntimeGetVersion(&runtimeVersion);
+  printCudaVersion("CUDA driver", driverStatus, driverVersion);
+  printCudaVersion("CUDA runtime", runtimeStatus, runtimeVersion);
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess || count == 0) {
