@@ -98,6 +98,304 @@ typedef void (*fcclLogCallback_t)(void* userData, fcclLogLevel_t level, const ch
  */
 FCCL_API fcclResult_t fcclSetLogCallback(fcclLogCallback_t callback, void* userData);
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------------------------------------------- */
+
+#define FCCL_UNIQUE_ID_BYTES 128
+/** Opaque rendezvous token from fcclGetUniqueId: root address, a random 64-bit secret, protocol version. */
+typedef struct {
+  char internal[FCCL_UNIQUE_ID_BYTES];
+} fcclUniqueId;
+
+#define FCCL_CONFIG_MAGIC 0xfcc1c0f1u
+/** Communicator options. Always start from FCCL_CONFIG_INITIALIZER; size/magic/version let the struct grow. */
+typedef struct {
+  size_t size;          /**< sizeof(fcclConfig_t) as compiled by the caller. */
+  unsigned int magic;   /**< FCCL_CONFIG_MAGIC. */
+  unsigned int version; /**< FCCL_VERSION_CODE as compiled by the caller. */
+  int blocking;         /**< 1 (default): init returns when done. 0: init may return fcclInProgress; poll
+                             fcclCommGetAsyncError until it is no longer fcclInProgress. */
+  int timeoutMs;        /**< Bound on every wait for peers during init and teardown; -1 (default) uses
+                             FCCL_BOOTSTRAP_TIMEOUT. */
+  const char* commName; /**< Shown in log lines; may be NULL. Copied. */
+  int allowSharedDevice; /**< 1 lets two ranks use one GPU (tests); 0 (default) makes that an error. */
+} fcclConfig_t;
+
+#define FCCL_CONFIG_UNDEF_INT (-1)
+#define FCCL_CONFIG_INITIALIZER \
+  { sizeof(fcclConfig_t), FCCL_CONFIG_MAGIC, FCCL_VERSION_CODE, 1, FCCL_CONFIG_UNDEF_INT, NULL, 0 }
+
+/** Callbacks through which an application that already owns a process group bootstraps fccl. */
+typedef struct {
+  void* userContext;
+  /** Gathers bytesPerRank bytes from every rank into recvbuf (rank order); sendbuf never overlaps recvbuf.
+   *  Must return fcclSuccess or an error code; fccl cannot bound its wait, so it must return on its own. */
+  fcclResult_t (*allgather)(void* userContext, const void* sendbuf, void* recvbuf, size_t bytesPerRank);
+  /** Waits until every rank has reached it. May be NULL: a one-byte allgather is used instead. */
+  fcclResult_t (*barrier)(void* userContext);
+} fcclBootstrapCallbacks_t;
+
+/**
+ * Creates a rendezvous id. Call on one process (the root) and pass the bytes to every rank out of band.
+ * A root thread starts listening (127.0.0.1 by default; FCCL_SOCKET_IFNAME or FCCL_COMM_ID choose the address)
+ * and keeps listening until every rank of the communicator that uses the id has arrived, or until the timeout
+ * (FCCL_BOOTSTRAP_TIMEOUT for the first rank, then the arrived ranks' own timeouts) expires.
+ * @param[out] uniqueId  receives the id (random secret included: only holders of the id can join).
+ * @return fcclSuccess, fcclInvalidArgument (NULL id, unparsable FCCL_COMM_ID or FCCL_SOCKET_IFNAME),
+ *         fcclSystemError (no socket or thread could be made), fcclInvalidUsage (1024 ids already waiting).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclGetUniqueId(fcclUniqueId* uniqueId);
+
+/**
+ * Creates a communicator of nranks ranks on the current CUDA device; every rank calls it with the same id.
+ * @param[out] comm  receives the handle on success.
+ * @param nranks     number of ranks, 1..4096.
+ * @param commId     the id from fcclGetUniqueId.
+ * @param rank       this caller's rank, 0..nranks-1, distinct on every caller.
+ * @return fcclSuccess; fcclInvalidArgument (NULL comm, bad rank/nranks, corrupt id);
+ *         fcclTimeout (a rank never arrived or stopped answering: the message names it);
+ *         fcclRemoteError (a peer disconnected, or disagreed on nranks, rank or fccl version: the message names
+ *         the ranks); fcclInvalidUsage (two ranks on one GPU); fcclUnhandledCudaError; fcclSystemError.
+ * Thread safety: any thread, distinct output handles. Blocks: yes, bounded by the timeout.
+ * Collective: yes. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommInitRank(fcclComm_t* comm, int nranks, fcclUniqueId commId, int rank);
+
+/**
+ * fcclCommInitRank with options; config may be NULL for the defaults. With config->blocking = 0 the init runs on
+ * a thread of its own: the call returns fcclInProgress with *comm already valid; poll fcclCommGetAsyncError until
+ * it is no longer fcclInProgress, or end the init at once with fcclCommAbort.
+ * @return as fcclCommInitRank, plus fcclInProgress (non-blocking), and fcclInvalidArgument for a config not made
+ *         from FCCL_CONFIG_INITIALIZER or with a field out of range.
+ * Thread safety: any thread, distinct output handles. Blocks: when blocking (bounded). Collective: yes.
+ */
+FCCL_API fcclResult_t fcclCommInitRankConfig(fcclComm_t* comm, int nranks, fcclUniqueId commId, int rank,
+                                             const fcclConfig_t* config);
+
+/**
+ * Creates ndev communicators in this process, one per device (devlist, or devices 0..ndev-1 when NULL), as
+ * ranks 0..ndev-1 in that order. The caller's current device is not changed.
+ * @return as fcclCommInitRank (the error of the rank that failed first); fcclInvalidArgument for a device
+ *         listed twice or not visible. On failure no communicator is left.
+ * Thread safety: any thread. Blocks: yes (bounded). Collective: no (it is the whole group). Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* devlist);
+
+/**
+ * Creates a communicator from launcher variables: RANK/WORLD_SIZE/LOCAL_RANK (torchrun), else
+ * OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), else PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (PMI). Rank 0 listens at
+ * FCCL_COMM_ID (host:port), or for torchrun without it at MASTER_ADDR and port MASTER_PORT + 1 (MASTER_PORT itself
+ * is torch's store); the others connect there with a secret derived from that address and the world size.
+ * The device: the current one when the calling thread already has a CUDA context (after cudaSetDevice), else
+ * LOCAL_RANK modulo the visible device count, which is then made current. config may be NULL.
+ * @return as fcclCommInitRankConfig, plus fcclInvalidUsage when the variables are missing or inconsistent.
+ * Thread safety: any thread. Blocks: yes (bounded). Collective: yes. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* config);
+
+/**
+ * Creates a communicator using the application's own all-gather and barrier (an inference server's process
+ * group), on the current device. The callbacks are copied; they (and userContext) are used inside this call
+ * (on the init thread when config->blocking is 0) and may be used inside fcclCommDestroy, so userContext must
+ * stay valid until then. fccl cannot bound a callback's wait.
+ * @return as fcclCommInitRankConfig; fcclInvalidArgument for NULL callbacks or allgather;
+ *         fcclInvalidUsage when allgather does not gather in rank order; a callback's own error code.
+ * Thread safety: any thread. Blocks: as long as the callbacks do. Collective: yes. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommInitExternal(fcclComm_t* comm, int nranks, int rank,
+                                           const fcclBootstrapCallbacks_t* callbacks, const fcclConfig_t* config);
+
+/**
+ * Creates a communicator over the same ranks as an existing NCCL communicator (ncclComm is an ncclComm_t), with
+ * the same rank numbers, using ncclAllGather for the exchange. The NCCL communicator's device must be current.
+ * NCCL is found at run time (the libnccl.so.2 already loaded); libfccl does not link it.
+ * @return as fcclCommInitRankConfig; fcclInvalidArgument (NULL, or another device is current);
+ *         fcclInvalidUsage when this build has no NCCL support or libnccl.so.2 cannot be loaded.
+ * Thread safety: any thread, not concurrently with other NCCL calls on ncclComm. Blocks: yes (bounded).
+ * Collective: yes (over the NCCL communicator). Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, const fcclConfig_t* config);
+
+/**
+ * Releases every resource of the communicator (peer mappings, synchronising with the other ranks, bounded by the
+ * timeout) and frees it. Waits for a non-blocking init that is still running. After a failed init or an abort it
+ * frees everything local without talking to peers. The handle is invalid afterwards.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle), or the error of a teardown step with peers (the
+ *         communicator is freed all the same).
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes.
+ * Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm);
+
+/**
+ * Marks the communicator aborted: every wait of a non-blocking init still running returns promptly with an error
+ * (and running kernels stop), then frees everything local without talking to peers. The handle is invalid
+ * afterwards; no other call may be using it, except the non-blocking init's own thread.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle).
+ * Thread safety: may be called from another thread than the init's. Blocks: briefly. Collective: no.
+ * Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
+
+/**
+ * fcclSuccess, fcclInProgress (non-blocking init not finished), or the error the init thread or a kernel recorded
+ * (fcclGetLastError(comm) has the words).
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle or NULL asyncError).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* asyncError);
+
+/** Number of ranks. fcclInvalidArgument for an invalid handle or NULL count. Any thread; never blocks. */
+FCCL_API fcclResult_t fcclCommCount(const fcclComm_t comm, int* count);
+/** CUDA device the communicator uses. fcclInvalidArgument for an invalid handle or NULL device. Any thread. */
+FCCL_API fcclResult_t fcclCommCuDevice(const fcclComm_t comm, int* device);
+/** This process's rank in the communicator. fcclInvalidArgument for an invalid handle or NULL rank. Any thread. */
+FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Collectives
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/** Data types; values match NCCL's. */
+typedef enum {
+  fcclInt8 = 0,
+  fcclUint8 = 1,
+  fcclInt32 = 2,
+  fcclUint32 = 3,
+  fcclInt64 = 4,
+  fcclUint64 = 5,
+  fcclFloat16 = 6,
+  fcclFloat32 = 7,
+  fcclFloat64 = 8,
+  fcclBfloat16 = 9,
+  fcclNumTypes = 10
+} fcclDataType_t;
+
+/** Reduction operations; values match NCCL's. fcclAvg is the sum divided by the number of ranks (integers:
+ *  the wrapped sum, truncated toward zero). */
+typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4, fcclNumOps = 5 } fcclRedOp_t;
+
+/**
+ * Reduces count elements across all ranks (sum, product, max, min or average) into recvbuf on every rank;
+ * sendbuf == recvbuf is in place. The result is bitwise identical on every rank: every rank reduces in rank order
+ * 0..n-1, 16-bit floats accumulate in fp32, integers wrap around, float max/min propagate NaN, avg is the sum
+ * divided once by the number of ranks. Any count and any element-aligned pointers.
+ * Buffers inside a range registered with fcclCommRegister (on every rank, at the same offset) are read and written
+ * in place; others go through the communicator's staging buffers (FCCL_STAGING_BYTES) in rounds, so any count
+ * works. The algorithm follows the size (FCCL_ALGO overrides); docs/collectives.md has the table.
+ * @param sendbuf   input, count elements of device memory of the communicator's device (NULL only with count 0).
+ * @param recvbuf   output, likewise; may equal sendbuf.
+ * @param count     elements (0 does nothing).
+ * @param datatype  element type.
+ * @param op        reduction.
+ * @param comm      communicator.
+ * @param stream    cudaStream_t of the communicator's device (NULL: the default stream).
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL buffer with count > 0, unknown type or op, a
+ *         pointer not aligned to its elements, a buffer or stream of another device or a host buffer, a count too
+ *         large for the staging rounds); fcclInvalidUsage (the communicator's init did not finish);
+ *         fcclUnhandledCudaError (the launch failed); an error an earlier kernel recorded (fcclTimeout), in which
+ *         case nothing is launched.
+ * Thread safety: not concurrently with other calls on the same communicator; the calls of one communicator must
+ * be ordered (one stream, or streams the application orders). Blocks: no (enqueued on stream); the kernel waits
+ * for the peers' kernels, at most FCCL_TIMEOUT, and stops at once on fcclCommAbort. Collective: yes, the same
+ * count, type and op on every rank, in the same order. Graph capture: yes; replays are correct any number of times.
+ */
+FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                    fcclRedOp_t op, fcclComm_t comm, void* stream);
+
+/**
+ * Device-side barrier across all ranks, ordered on stream: work enqueued after it on any rank's stream starts
+ * only after every rank's stream reached it. A floor of about one NVLink flag hop (1.5 us in a CUDA graph).
+ * @param comm    communicator.
+ * @param stream  cudaStream_t of the communicator's device (NULL: the default stream).
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, stream of another device); fcclInvalidUsage (init not
+ *         finished); fcclUnhandledCudaError; an error an earlier kernel recorded.
+ * Thread safety: as fcclAllReduce. Blocks: no. Collective: yes. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream);
+
+/* end of collectives */
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Peer memory: user buffer registration and statistics
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/** Opaque registration handle. */
+typedef struct fcclRegistration* fcclRegHandle_t;
+
+/**
+ * Registers [buf, buf + size) of device memory on the communicator's device so that collectives on buffers inside
+ * it read the peers' copies in place. Works for cudaMalloc memory (shared with legacy CUDA IPC: the handle of the
+ * allocation's base plus an offset) and for cuMem memory created with POSIX file-descriptor export (fcclMemAlloc,
+ * PyTorch expandable segments; a buffer may span several such allocations mapped back to back). Registering the
+ * same or an overlapping range of the same allocation again takes another reference on the same peer mappings
+ * instead of mapping it again; each handle must be deregistered once.
+ * In-place use needs every rank to pass the same offset from its own registered buffer (as NCCL's symmetric
+ * registration does).
+ * @param comm    the communicator.
+ * @param buf     device memory of comm's device.
+ * @param size    bytes, > 0.
+ * @param[out] handle  receives the registration.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL handle/buf, size 0, not device memory of comm's
+ *         device, memory that cannot be shared); fcclRemoteError (another rank's registration failed: every rank
+ *         returns an error and nothing stays registered); fcclTimeout; fcclUnhandledCudaError.
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded by the comm's timeout).
+ * Collective: yes, every rank registers its own buffer, in the same order. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle);
+
+/**
+ * Releases a registration: once it returns on every rank, no peer maps the buffer any more and it may be freed.
+ * The communicator's collectives using the buffer must have completed. Registrations still alive at
+ * fcclCommDestroy are released there.
+ * @return fcclSuccess; fcclInvalidArgument for an unknown or already released handle (every rank then returns an
+ *         error and no registration is released); fcclTimeout.
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes, in
+ * the order of registration or any order agreed by all ranks. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle);
+
+/**
+ * Allocates size bytes of device memory on the current device, rounded up to the allocation granularity (2 MiB
+ * on current GPUs), that can be registered and shared across processes: cuMem with POSIX file-descriptor export,
+ * accessible from every GPU of this process that can reach it (cudaMalloc where the GPU cannot export cuMem
+ * memory, or with FCCL_CUMEM_ENABLE=0). Not zeroed. Free it with fcclMemFree.
+ * @return fcclSuccess; fcclInvalidArgument (NULL ptr, size 0); fcclUnhandledCudaError (out of memory, no device).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclMemAlloc(void** ptr, size_t size);
+
+/**
+ * Frees memory from fcclMemAlloc; NULL is accepted and does nothing. Deregister it first.
+ * @return fcclSuccess; fcclInvalidArgument for a pointer fcclMemAlloc did not return (or freed already).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclMemFree(void* ptr);
+
+/** What the process's peer-mapping registry holds (all communicators together) and what one comm holds. */
+typedef struct {
+  size_t size;                 /**< sizeof(fcclMemStats_t) as compiled by the caller. */
+  uint64_t openMappings;       /**< peer allocations mapped in this process right now */
+  uint64_t mappingReferences;  /**< sum of their reference counts */
+  uint64_t bytesMapped;        /**< bytes of peer memory mapped */
+  uint64_t totalOpens;         /**< mappings opened since the process started */
+  uint64_t totalCloses;        /**< mappings closed since the process started */
+  uint64_t commRegistrations;  /**< live user registrations of this communicator (0 when comm is NULL) */
+  uint64_t commDeviceBytes;    /**< device memory of this communicator's own shared-buffer slot, its share of the
+                                    device's arena (0 when comm is NULL) */
+} fcclMemStats_t;
+
+/**
+ * Fills stats with the numbers above; comm may be NULL for the process-wide numbers only. Set stats->size first
+ * (fields beyond it are not written, so an older caller's smaller struct stays valid).
+ * @return fcclSuccess; fcclInvalidArgument (NULL stats, stats->size too small, invalid comm).
+ * Thread safety: any thread (the numbers are a consistent snapshot). Blocks: no. Collective: no.
+ * Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -37,12 +37,24 @@ struct fcclComm {
   struct fcclTransport* transport;
   struct fcclDeviceState* device;
 
+  /* ---- communicators (core/init.c) ---- */
+  struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
+  pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
+  int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
+
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
 };
 
 /* Whether comm looks like a live communicator handle (non-NULL, magic intact). */
 int fcclCommIsValid(const struct fcclComm* comm);
+
+/*
+ * For entry points that use a communicator after init: fcclInvalidArgument for a bad handle (NULL, freed),
+ * fcclInvalidUsage while a non-blocking init is still running, and the init's error when it failed. Reports the
+ * failure with caller's name.
+ */
+fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
 
 /* Copies the calling thread's last error into the communicator, so any thread can read it later. */
 void fcclCommRecordThreadError(struct fcclComm* comm);

@@ -15,6 +15,7 @@
   X(cuGetErrorString, CUresult, (CUresult error, const char** text))                                            \
   X(cuGetErrorName, CUresult, (CUresult error, const char** text))                                              \
   X(cuDriverGetVersion, CUresult, (int* version))                                                               \
+  X(cuCtxGetCurrent, CUresult, (CUcontext * context))                                                           \
   X(cuDeviceGet, CUresult, (CUdevice* device, int ordinal))                                                     \
   X(cuDeviceGetAttribute, CUresult, (int* value, CUdevice_attribute attribute, CUdevice device))                \
   X(cuMemCreate, CUresult,                                                                                      \

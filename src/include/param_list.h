@@ -11,7 +11,28 @@ FCCL_PARAM(DEBUG_FILE, FCCL_PARAM_STRING, "",
 
 
 /* ---- bootstrap ---- */
+FCCL_PARAM(BOOTSTRAP_TIMEOUT, FCCL_PARAM_INT, "60000",
+           "Milliseconds any wait for peers during communicator creation and destruction may last (config.timeoutMs "
+           "overrides).")
+FCCL_PARAM(SOCKET_IFNAME, FCCL_PARAM_STRING, "",
+           "Network interface (name or prefix) whose address the bootstrap root listens on; empty: loopback.")
+FCCL_PARAM(COMM_ID, FCCL_PARAM_STRING, "",
+           "host:port where the bootstrap root listens (fcclGetUniqueId, and rank 0 of fcclCommInitFromEnv).")
 
 /* ---- transport ---- */
+FCCL_PARAM(CUMEM_ENABLE, FCCL_PARAM_INT, "1",
+           "1: fccl's shared buffers and fcclMemAlloc use cuMem with POSIX fd export where the GPU supports it; "
+           "0: cudaMalloc and legacy CUDA IPC.")
+FCCL_PARAM(FD_PASSING, FCCL_PARAM_STRING, "auto",
+           "How cuMem file descriptors reach peer processes: auto (pidfd_getfd, else a Unix socket), pidfd, socket.")
+FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "4",
+           "Communicator slots per shared-buffer chunk of the per-device arena (1..32); equal on every rank.")
 
 /* ---- collectives ---- */
+FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
+           "All-reduce algorithm: empty or auto (by size), ll, oneshot, twoshot, or an exact variant "
+           "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg); one that cannot run a call falls back to auto.")
+FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
+           "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
+FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "16777216",
+           "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")

@@ -1,0 +1,159 @@
+/*
+ * Launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI
+ * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) and PMI (PMI_RANK/PMI_SIZE, MPI_LOCALRANKID), with FCCL_COMM_ID=host:port.
+ * Rank 0 starts the TCP root at that address; the others connect to it with a secret that every rank derives from
+ * the same launch (the address and the world size), so no id has to be passed around. The derived secret only
+ * keeps apart jobs that reuse a port; it is not a defence against a process that can read the environment.
+ */
+#include "bootstrap.h"
+
+#include "check.h"
+#include "param.h"
+#include "socket.h"
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses a whole decimal integer; 0 when the text is not one. */
+static int parseInt(const char* text, long* value) {
+  if (text == NULL || text[0] == '\0') return 0;
+  char* end = NULL;
+  errno = 0;
+  long parsed = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0') return 0;
+  *value = parsed;
+  return 1;
+}
+
+static fcclResult_t readInt(const char* name, int required, long* value, int* present) {
+  const char* text = getenv(name);
+  *present = text != NULL && text[0] != '\0';
+  if (!*present) {
+    if (required) return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "launcher variable %s is not set", name);
+    return fcclSuccess;
+  }
+  if (!parseInt(text, value))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "launcher variable %s=%s is not an integer", name, text);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch) {
+  static const struct {
+    const char* source;
+    const char* rank;
+    const char* size;
+    const char* localRank;
+  } launchers[] = {
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+  };
+  memset(launch, 0, sizeof(*launch));
+  int which = -1;
+  for (int i = 0; i < 3 && which < 0; i++)
+    if (getenv(launchers[i].rank) && getenv(launchers[i].size)) which = i;
+  if (which < 0)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "no launcher variables: set RANK and WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK and "
+                      "OMPI_COMM_WORLD_SIZE (mpirun), or PMI_RANK and PMI_SIZE");
+  long rank = 0, size = 0, localRank = -1;
+  int present;
+  FCCLCHECK(readInt(launchers[which].rank, 1, &rank, &present));
+  FCCLCHECK(readInt(launchers[which].size, 1, &size, &present));
+  FCCLCHECK(readInt(launchers[which].localRank, 0, &localRank, &present));
+  if (!present) localRank = -1;
+  if (size < 1 || size > FCCL_BOOTSTRAP_MAX_RANKS)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "%s=%ld: the world size must be in 1..%d",
+                      launchers[which].size, size, FCCL_BOOTSTRAP_MAX_RANKS);
+  if (rank < 0 || rank >= size)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "%s=%ld is not below %s=%ld", launchers[which].rank, rank,
+                      launchers[which].size, size);
+  if (present && (localRank < 0 || localRank >= size))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "%s=%ld is not in 0..%ld", launchers[which].localRank,
+                      localRank, size - 1);
+  launch->rank = (int)rank;
+  launch->nranks = (int)size;
+  launch->localRank = (int)localRank;
+  launch->source = launchers[which].source;
+
+  const char* commId = fcclParamString(FCCL_PARAM_COMM_ID);
+  if (commId[0] != '\0') {
+    if (strlen(commId) >= sizeof(launch->addr))
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "FCCL_COMM_ID is longer than %zu characters",
+                        sizeof(launch->addr) - 1);
+    snprintf(launch->addr, sizeof(launch->addr), "%s", commId);
+    return fcclSuccess;
+  }
+  const char* masterAddr = getenv("MASTER_ADDR");
+  const char* masterPort = getenv("MASTER_PORT");
+  if (which != 0 || masterAddr == NULL || masterPort == NULL || masterAddr[0] == '\0')
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "%s variables found but no rendezvous address: set FCCL_COMM_ID=host:port (reachable from "
+                      "every rank; rank 0 listens there)%s",
+                      launchers[which].source, which == 0 ? ", or MASTER_ADDR and MASTER_PORT" : "");
+  long port;
+  if (!parseInt(masterPort, &port) || port < 1 || port >= 65535)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "MASTER_PORT=%s is not a port in 1..65534", masterPort);
+  /* MASTER_PORT itself belongs to torch's TCPStore (the elastic agent's or init_process_group's): use the next. */
+  int isV6 = strchr(masterAddr, ':') != NULL && masterAddr[0] != '[';
+  int n = snprintf(launch->addr, sizeof(launch->addr), isV6 ? "[%s]:%ld" : "%s:%ld", masterAddr, port + 1);
+  if (n < 0 || (size_t)n >= sizeof(launch->addr))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "MASTER_ADDR is too long");
+  return fcclSuccess;
+}
+
+uint64_t fcclBootstrapEnvSecret(const struct fcclEnvLaunch* launch) {
+  char text[320];
+  snprintf(text, sizeof(text), "fccl-env-v%u|%s|%d", FCCL_BOOTSTRAP_PROTOCOL_VERSION, launch->addr, launch->nranks);
+  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a, then the splitmix64 finaliser to spread the bits */
+  for (const char* p = text; *p; p++) {
+    hash ^= (unsigned char)*p;
+    hash *= 0x100000001b3ull;
+  }
+  hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
+  hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
+  return hash ^ (hash >> 31);
+}
+
+static int isLoopback(const union fcclSocketAddress* addr) {
+  if (addr->sa.sa_family == AF_INET) return (ntohl(addr->sin.sin_addr.s_addr) >> 24) == 127;
+  return addr->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&addr->sin6.sin6_addr);
+}
+
+fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
+                                  struct fcclBootstrap** bootstrap) {
+  union fcclSocketAddress addr;
+  FCCLCHECK(fcclSocketParseHostPort(launch->addr, &addr));
+  uint64_t secret = fcclBootstrapEnvSecret(launch);
+  fcclUniqueId id;
+  if (launch->rank == 0) {
+    /* Listen on every interface of the family (the name may resolve to an address this host does not own, as
+     * behind NAT), except for a loopback address, which stays private to the host. */
+    union fcclSocketAddress listenAt = addr;
+    if (!isLoopback(&addr)) {
+      if (addr.sa.sa_family == AF_INET)
+        listenAt.sin.sin_addr.s_addr = htonl(INADDR_ANY);
+      else
+        listenAt.sin6.sin6_addr = in6addr_any;
+    }
+    FCCLCHECK(fcclBootstrapStartRoot(&listenAt, secret, timeoutMs, &id));
+    /* Connect to the address the others use when the root listens on all interfaces. */
+    if (!isLoopback(&addr)) {
+      struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = secret, .rootAddr = addr};
+      fcclWireEncodeId((uint8_t*)id.internal, &wid);
+    }
+  } else {
+    struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = secret, .rootAddr = addr};
+    fcclWireEncodeId((uint8_t*)id.internal, &wid);
+  }
+  FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d from %s variables, rendezvous at %s", launch->rank, launch->nranks,
+            launch->source, launch->addr);
+  fcclResult_t res = fcclBootstrapTcpInit(&id, launch->rank, launch->nranks, timeoutMs, abortFlag, bootstrap);
+  /* The root belongs to this init: it must not keep the fixed port bound after a failure (a retry needs it). */
+  if (res != fcclSuccess && launch->rank == 0) fcclBootstrapStopRoot(&id);
+  return res;
+}

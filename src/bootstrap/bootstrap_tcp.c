@@ -1,0 +1,1196 @@
+/*
+ * TCP bootstrap. A root thread (started by fcclGetUniqueId) collects one hello per rank, checks the secret,
+ * protocol version, rank and nranks of each, and answers every rank with all ranks' listen addresses; the ranks
+ * then connect a ring (each to the next) that carries all-gathers and barriers. Every wait is a poll() of at most
+ * FCCL_SOCKET_POLL_SLICE_MS that watches the abort flag and a deadline. Failures travel along the ring in both
+ * directions as error frames, so every rank learns which rank is missing or gone. docs/bootstrap.md has the
+ * protocol and the failure behaviour.
+ */
+#include "bootstrap.h"
+
+#include "check.h"
+#include "debug.h"
+#include "param.h"
+#include "socket.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Unauthenticated connections the root keeps at once; the oldest is dropped beyond that. */
+#define ROOT_MAX_PENDING 64
+/* Unauthenticated connections a rank keeps while it waits for its ring predecessor. */
+#define RING_MAX_PENDING 8
+/* Roots this process may have running at once (unused unique ids keep theirs until the timeout). */
+#define MAX_LIVE_ROOTS 1024
+/* How long the root waits for ranks to close after the welcome, to leave no socket in TIME_WAIT. */
+#define ROOT_LINGER_MS 1000
+
+/* A rank waits for the root's verdict a little longer than the root waits for the ranks, so that the root (which
+ * knows who is missing) reports first. */
+static int verdictGraceMs(int timeoutMs) {
+  int grace = timeoutMs / 4 + 100;
+  return grace > 2000 ? 2000 : grace;
+}
+
+static void localHostName(char* out, size_t size) {
+  if (gethostname(out, size) != 0) snprintf(out, size, "unknown");
+  out[size - 1] = '\0';
+  for (char* p = out; *p; p++)
+    if (*p < 0x20 || *p > 0x7e) *p = '?';
+}
+
+/* Sends a whole small frame if the socket takes it now; used for error notices, which must never block. */
+static void sendNotice(int fd, const uint8_t* frame, size_t size) {
+  if (fd < 0) return;
+  size_t done = 0;
+  int64_t deadline = fcclTimeMs() + 100;
+  while (done < size && fcclTimeMs() < deadline) {
+    long rc = fcclSocketTrySend(fd, frame + done, size - done);
+    if (rc < 0) return;
+    done += (size_t)rc;
+    if (rc == 0) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT, .revents = 0};
+      (void)poll(&p, 1, 5);
+    }
+  }
+}
+
+/* Reads what is already queued (so that close sends FIN, not a reset that could destroy our reply), then closes. */
+static void drainAndClose(int* fd) {
+  uint8_t sink[4096];
+  for (int i = 0; i < 16; i++)
+    if (fcclSocketTryRecv(*fd, sink, sizeof(sink)) <= 0) break;
+  shutdown(*fd, SHUT_WR);
+  fcclSocketClose(fd);
+}
+
+static size_t encodeErrorFrame(uint8_t* out, fcclResult_t result, int culprit, int reporter, const char* text) {
+  struct fcclWireError error;
+  memset(&error, 0, sizeof(error));
+  error.result = result;
+  error.culprit = culprit;
+  error.reporter = reporter;
+  snprintf(error.text, sizeof(error.text), "%s", text);
+  return fcclWireEncodeError(out, &error);
+}
+
+/* ================================================================================================================
+ * Root
+ * ============================================================================================================== */
+
+struct tcpRoot {
+  int listenFd;
+  union fcclSocketAddress addr;
+  uint64_t secret;
+  int timeoutMs; /* wait for the first rank */
+  pid_t pid;     /* the process that started it: a forked child must not join its parent's thread */
+  pthread_t thread;
+  int done; /* atomic: the thread finished and can be joined at once */
+  int stop; /* atomic: fcclBootstrapStopRoot asks it to close now */
+  struct tcpRoot* next;
+};
+
+static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct tcpRoot* roots; /* guarded by rootsLock */
+static int rootsStop;         /* atomic: set at process exit, every root returns within a slice */
+
+struct rootPending {
+  int fd;
+  union fcclSocketAddress peer;
+  struct fcclWireReader reader;
+};
+
+struct rootRank {
+  int fd; /* -1 until the rank arrived */
+  struct fcclWireHello hello;
+};
+
+struct rootState {
+  struct tcpRoot* root;
+  struct rootPending pending[ROOT_MAX_PENDING];
+  int npending;
+  struct rootRank* ranks; /* nranks entries once the first rank arrived */
+  int nranks;
+  int arrived;
+  int64_t deadline;
+  /* After a fatal error every authenticated rank, arrived or arriving, is told about it. */
+  fcclResult_t fatal;
+  int fatalCulprit;
+  char fatalText[FCCL_WIRE_ERROR_TEXT_MAX];
+  int answered;
+};
+
+static void rootDropPending(struct rootState* st, int index) {
+  fcclSocketClose(&st->pending[index].fd);
+  st->pending[index] = st->pending[st->npending - 1];
+  st->npending--;
+}
+
+static void rootReplyError(int* fd, fcclResult_t result, int culprit, const char* text) {
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
+  size_t size = encodeErrorFrame(frame, result, culprit, -1, text);
+  sendNotice(*fd, frame, size);
+  drainAndClose(fd);
+}
+
+static void rootFail(struct rootState* st, fcclResult_t result, int culprit, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void rootFail(struct rootState* st, fcclResult_t result, int culprit, const char* fmt, ...) {
+  if (st->fatal != fcclSuccess) return;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(st->fatalText, sizeof(st->fatalText), fmt, args);
+  va_end(args);
+  st->fatal = result;
+  st->fatalCulprit = culprit;
+  char addr[FCCL_SOCKET_ADDR_STR];
+  FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root %s: %s", fcclSocketAddrToString(&st->root->addr, addr, sizeof(addr)),
+            st->fatalText);
+  for (int r = 0; r < st->nranks; r++) {
+    if (st->ranks[r].fd < 0) continue;
+    rootReplyError(&st->ranks[r].fd, result, culprit, st->fatalText);
+    st->answered++;
+  }
+}
+
+/* A hello passed the parser; check it against what other ranks said and take the connection. */
+static void rootAdmit(struct rootState* st, int fd, const struct fcclWireHello* hello) {
+  if (st->fatal != fcclSuccess) {
+    rootReplyError(&fd, st->fatal, st->fatalCulprit, st->fatalText);
+    st->answered++;
+    return;
+  }
+  if (st->ranks == NULL) {
+    st->ranks = calloc((size_t)hello->nranks, sizeof(*st->ranks));
+    if (st->ranks == NULL) {
+      rootReplyError(&fd, fcclSystemError, -1, "bootstrap root: out of memory");
+      st->fatal = fcclSystemError;
+      return;
+    }
+    for (int r = 0; r < hello->nranks; r++) st->ranks[r].fd = -1;
+    st->nranks = hello->nranks;
+    st->deadline = fcclTimeMs() + hello->timeoutMs; /* from now on, bounded by the arrived ranks' timeouts */
+  }
+  if (hello->nranks != st->nranks) {
+    int first = 0;
+    while (first < st->nranks && st->ranks[first].fd < 0) first++;
+    rootFail(st, fcclRemoteError, hello->rank,
+             "nranks mismatch: rank %d (host %s, pid %d) says nranks=%d, rank %d said nranks=%d", (int)hello->rank,
+             hello->host, (int)hello->pid, (int)hello->nranks, first, st->nranks);
+    rootReplyError(&fd, st->fatal, st->fatalCulprit, st->fatalText);
+    st->answered++;
+    return;
+  }
+  struct rootRank* slot = &st->ranks[hello->rank];
+  if (slot->fd >= 0) {
+    rootFail(st, fcclRemoteError, hello->rank, "rank %d was claimed twice: by host %s pid %d and by host %s pid %d",
+             (int)hello->rank, slot->hello.host, (int)slot->hello.pid, hello->host, (int)hello->pid);
+    rootReplyError(&fd, st->fatal, st->fatalCulprit, st->fatalText);
+    st->answered++;
+    return;
+  }
+  slot->fd = fd;
+  slot->hello = *hello;
+  st->arrived++;
+  int64_t rankDeadline = fcclTimeMs() + hello->timeoutMs;
+  if (rankDeadline < st->deadline) st->deadline = rankDeadline;
+  FCCL_TRACE(FCCL_SUBSYS_BOOT, "bootstrap root: rank %d of %d arrived (host %s, pid %d), %d of %d here",
+             (int)hello->rank, st->nranks, hello->host, (int)hello->pid, st->arrived, st->nranks);
+}
+
+/* A complete frame from an unauthenticated connection: a hello with the right secret, or refused. */
+static void rootHandleFrame(struct rootState* st, int index) {
+  struct rootPending* conn = &st->pending[index];
+  char peer[FCCL_SOCKET_ADDR_STR], why[256];
+  fcclSocketAddrToString(&conn->peer, peer, sizeof(peer));
+  struct fcclWireHello hello;
+  if (conn->reader.header.type != FCCL_WIRE_HELLO) {
+    FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: message type %u where a hello belongs",
+              peer, (unsigned)conn->reader.header.type);
+    rootDropPending(st, index);
+    return;
+  }
+  fcclWireStatus_t status = fcclWireParseHello(conn->reader.buf + FCCL_WIRE_HEADER_BYTES, conn->reader.header.length,
+                                               &hello, why, sizeof(why));
+  if (status != FCCL_WIRE_OK) {
+    FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: invalid hello: %s", peer, why);
+    rootReplyError(&conn->fd, fcclRemoteError, -1, "bootstrap root refused the hello: invalid fields");
+    rootDropPending(st, index);
+    return;
+  }
+  if (hello.secret != st->root->secret) {
+    FCCL_WARN(FCCL_SUBSYS_BOOT,
+              "bootstrap root: refused a connection from %s (claims rank %d, host %s, pid %d): wrong secret "
+              "(a unique id of another communicator, or a stray process)",
+              peer, (int)hello.rank, hello.host, (int)hello.pid);
+    rootReplyError(&conn->fd, fcclRemoteError, -1,
+                   "bootstrap root refused the connection: wrong secret (unique id of another communicator?)");
+    rootDropPending(st, index);
+    return;
+  }
+  int fd = conn->fd;
+  conn->fd = -1;
+  rootDropPending(st, index);
+  rootAdmit(st, fd, &hello);
+}
+
+static void rootHandlePending(struct rootState* st, int index) {
+  struct rootPending* conn = &st->pending[index];
+  char peer[FCCL_SOCKET_ADDR_STR], why[256] = "";
+  int err = 0;
+  fcclWireStatus_t status = FCCL_WIRE_OK;
+  fcclWireReadResult_t rr = fcclWireReaderProgress(&conn->reader, conn->fd, &err, &status, why, sizeof(why));
+  switch (rr) {
+    case FCCL_READ_MORE: return;
+    case FCCL_READ_FRAME: rootHandleFrame(st, index); return;
+    case FCCL_READ_CLOSED:
+    case FCCL_READ_ERROR:
+      FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root: connection from %s closed before a hello (%s)",
+                fcclSocketAddrToString(&conn->peer, peer, sizeof(peer)), rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
+      rootDropPending(st, index);
+      return;
+    case FCCL_READ_MALFORMED:
+      FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: %s",
+                fcclSocketAddrToString(&conn->peer, peer, sizeof(peer)), why);
+      if (status == FCCL_WIRE_BAD_VERSION) {
+        /* An fccl of another version: tell it why, so its user sees the cause instead of a timeout. */
+        char text[320];
+        snprintf(text, sizeof(text), "bootstrap root refused the connection: %s", why);
+        rootReplyError(&conn->fd, fcclRemoteError, -1, text);
+      }
+      rootDropPending(st, index);
+      return;
+  }
+}
+
+static void rootAccept(struct rootState* st) {
+  for (;;) {
+    int fd;
+    union fcclSocketAddress peer;
+    if (fcclSocketAcceptPending(st->root->listenFd, &fd, &peer) != fcclSuccess || fd < 0) return;
+    if (st->npending == ROOT_MAX_PENDING) {
+      char text[FCCL_SOCKET_ADDR_STR];
+      FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: %d connections without a hello; dropping the oldest (from %s)",
+                ROOT_MAX_PENDING, fcclSocketAddrToString(&st->pending[0].peer, text, sizeof(text)));
+      fcclSocketClose(&st->pending[0].fd);
+      memmove(&st->pending[0], &st->pending[1], sizeof(st->pending[0]) * (ROOT_MAX_PENDING - 1));
+      st->npending--;
+    }
+    struct rootPending* conn = &st->pending[st->npending++];
+    conn->fd = fd;
+    conn->peer = peer;
+    fcclWireReaderInit(&conn->reader);
+  }
+}
+
+/* An arrived rank's connection became readable: ranks send nothing after the hello, so it closed or misbehaves. */
+static void rootCheckRank(struct rootState* st, int rank) {
+  uint8_t byte;
+  long rc = fcclSocketTryRecv(st->ranks[rank].fd, &byte, 1);
+  if (rc < 0 && errno == EAGAIN) return;
+  const struct fcclWireHello* hello = &st->ranks[rank].hello;
+  fcclSocketClose(&st->ranks[rank].fd);
+  st->arrived--;
+  rootFail(st, fcclRemoteError, rank,
+           "rank %d (host %s, pid %d) %s before every rank arrived (%d of %d had arrived)", rank, hello->host,
+           (int)hello->pid, rc == 0 ? "disconnected" : rc > 0 ? "sent unexpected data" : "lost its connection",
+           st->arrived + 1, st->nranks);
+}
+
+static void rootTimeout(struct rootState* st) {
+  char missing[256] = "";
+  size_t used = 0;
+  int nmissing = 0, firstMissing = -1;
+  for (int r = 0; r < st->nranks; r++) {
+    if (st->ranks[r].fd >= 0) continue;
+    if (firstMissing < 0) firstMissing = r;
+    if (nmissing < 16 && used < sizeof(missing)) {
+      int n = snprintf(missing + used, sizeof(missing) - used, "%s%d", nmissing ? ", " : "", r);
+      if (n > 0) used += (size_t)n;
+    } else if (nmissing == 16 && used + 5 < sizeof(missing)) {
+      snprintf(missing + used, sizeof(missing) - used, ", ...");
+      used += 5;
+    }
+    nmissing++;
+  }
+  rootFail(st, fcclTimeout, nmissing == 1 ? firstMissing : -1,
+           "rank%s %s did not arrive in time (%d of %d ranks arrived; timeout of the earliest arrived rank)",
+           nmissing == 1 ? "" : "s", missing, st->arrived, st->nranks);
+}
+
+/* Everyone arrived: send each rank every listen address, then wait for the ranks to hang up first. */
+static void rootWelcome(struct rootState* st) {
+  size_t size = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)st->nranks * FCCL_WIRE_ADDR_BYTES;
+  uint8_t* frame = malloc(size);
+  union fcclSocketAddress* addrs = calloc((size_t)st->nranks, sizeof(*addrs));
+  if (!frame || !addrs) {
+    free(frame);
+    free(addrs);
+    rootFail(st, fcclSystemError, -1, "bootstrap root: out of memory for the welcome of %d ranks", st->nranks);
+    return;
+  }
+  for (int r = 0; r < st->nranks; r++) addrs[r] = st->ranks[r].hello.listenAddr;
+  fcclWireEncodeWelcome(frame, addrs, st->nranks);
+  free(addrs);
+  int64_t sendDeadline = fcclTimeMs() + 5000 < st->deadline ? fcclTimeMs() + 5000 : st->deadline;
+  for (int r = 0; r < st->nranks; r++) {
+    char what[32];
+    snprintf(what, sizeof(what), "rank %d", r);
+    if (fcclSocketSendAll(st->ranks[r].fd, frame, size, sendDeadline, &rootsStop, what) != fcclSuccess)
+      fcclSocketClose(&st->ranks[r].fd); /* that rank is gone; its ring neighbours will report it */
+  }
+  free(frame);
+  FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root: all %d ranks arrived", st->nranks);
+  int64_t lingerEnd = fcclTimeMs() + ROOT_LINGER_MS;
+  int open = 0;
+  for (int r = 0; r < st->nranks; r++) open += st->ranks[r].fd >= 0;
+  while (open > 0 && fcclTimeMs() < lingerEnd && !__atomic_load_n(&rootsStop, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&st->root->stop, __ATOMIC_ACQUIRE)) {
+    for (int r = 0; r < st->nranks; r++) {
+      if (st->ranks[r].fd < 0) continue;
+      uint8_t byte;
+      long rc = fcclSocketTryRecv(st->ranks[r].fd, &byte, 1);
+      if (rc == 0) {
+        fcclSocketCloseAfterPeer(&st->ranks[r].fd);
+        open--;
+      } else if (rc > 0 || errno != EAGAIN) {
+        fcclSocketClose(&st->ranks[r].fd);
+        open--;
+      }
+    }
+    if (open > 0) {
+      struct pollfd fds[64];
+      int nfds = 0;
+      for (int r = 0; r < st->nranks && nfds < 64; r++)
+        if (st->ranks[r].fd >= 0) fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN};
+      (void)poll(fds, (nfds_t)nfds, FCCL_SOCKET_POLL_SLICE_MS);
+    }
+  }
+}
+
+static void* rootMain(void* arg) {
+  struct tcpRoot* root = arg;
+  struct rootState* st = calloc(1, sizeof(*st));
+  if (st == NULL) {
+    FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: out of memory");
+    fcclSocketClose(&root->listenFd);
+    __atomic_store_n(&root->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+  }
+  st->root = root;
+  st->deadline = fcclTimeMs() + root->timeoutMs;
+  int welcomed = 0;
+  struct pollfd* fds = NULL;
+  size_t fdsCap = 0;
+
+  while (!__atomic_load_n(&rootsStop, __ATOMIC_ACQUIRE) && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) {
+    if (st->fatal == fcclSuccess && st->nranks > 0 && st->arrived == st->nranks) {
+      rootWelcome(st);
+      welcomed = 1;
+      break;
+    }
+    if (st->fatal != fcclSuccess && st->answered >= st->nranks) break;
+    int64_t now = fcclTimeMs();
+    if (now >= st->deadline) {
+      if (st->nranks == 0)
+        FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root: no rank arrived within %d ms; closing", root->timeoutMs);
+      else if (st->fatal == fcclSuccess)
+        rootTimeout(st);
+      break;
+    }
+    size_t need = 1 + (size_t)st->npending + (size_t)st->nranks;
+    if (need > fdsCap) {
+      struct pollfd* grown = realloc(fds, need * sizeof(*fds));
+      if (!grown) {
+        rootFail(st, fcclSystemError, -1, "bootstrap root: out of memory");
+        break;
+      }
+      fds = grown;
+      fdsCap = need;
+    }
+    nfds_t nfds = 0;
+    fds[nfds++] = (struct pollfd){.fd = root->listenFd, .events = POLLIN};
+    for (int i = 0; i < st->npending; i++) fds[nfds++] = (struct pollfd){.fd = st->pending[i].fd, .events = POLLIN};
+    for (int r = 0; r < st->nranks; r++)
+      fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN}; /* fd -1 is ignored by poll */
+    int64_t left = st->deadline - now;
+    int rc = poll(fds, nfds, left < 50 ? (int)left : 50);
+    if (rc <= 0) continue;
+    /* Arrived ranks first (indices are stable), then pending connections from the back, then new ones. */
+    for (int r = 0; r < st->nranks; r++) {
+      struct pollfd* p = &fds[1 + st->npending + r];
+      if (p->fd >= 0 && st->ranks[r].fd == p->fd && p->revents) rootCheckRank(st, r);
+    }
+    for (int i = st->npending - 1; i >= 0; i--)
+      if (fds[1 + i].revents) rootHandlePending(st, i);
+    if (fds[0].revents) rootAccept(st);
+  }
+
+  for (int i = 0; i < st->npending; i++) fcclSocketClose(&st->pending[i].fd);
+  for (int r = 0; r < st->nranks; r++) fcclSocketClose(&st->ranks[r].fd);
+  fcclSocketClose(&root->listenFd);
+  (void)welcomed;
+  free(fds);
+  free(st->ranks);
+  free(st);
+  __atomic_store_n(&root->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Joins and frees finished roots of this process (all of them when wait is set and they finished). */
+static void rootsReap(void) {
+  pid_t self = getpid();
+  pthread_mutex_lock(&rootsLock);
+  struct tcpRoot** link = &roots;
+  while (*link) {
+    struct tcpRoot* root = *link;
+    if (root->pid == self && __atomic_load_n(&root->done, __ATOMIC_ACQUIRE)) {
+      *link = root->next;
+      pthread_join(root->thread, NULL);
+      free(root);
+    } else {
+      link = &root->next;
+    }
+  }
+  pthread_mutex_unlock(&rootsLock);
+}
+
+/* The root of this process serving secret, if any: unlinked and joined (it finishes right after the welcome). */
+static void rootClaim(uint64_t secret) {
+  pid_t self = getpid();
+  struct tcpRoot* found = NULL;
+  pthread_mutex_lock(&rootsLock);
+  for (struct tcpRoot** link = &roots; *link; link = &(*link)->next) {
+    if ((*link)->pid == self && (*link)->secret == secret) {
+      found = *link;
+      *link = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&rootsLock);
+  if (found) {
+    pthread_join(found->thread, NULL);
+    free(found);
+  }
+}
+
+void fcclBootstrapStopRoot(const fcclUniqueId* id) {
+  struct fcclWireId wid;
+  if (fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, NULL, 0) != FCCL_WIRE_OK) return;
+  pid_t self = getpid();
+  pthread_mutex_lock(&rootsLock);
+  for (struct tcpRoot* root = roots; root; root = root->next)
+    if (root->pid == self && root->secret == wid.secret) __atomic_store_n(&root->stop, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rootsLock);
+  rootClaim(wid.secret); /* returns within one poll slice */
+}
+
+int fcclBootstrapRootsWait(int timeoutMs) {
+  int64_t deadline = fcclTimeMs() + timeoutMs;
+  pid_t self = getpid();
+  for (;;) {
+    rootsReap();
+    int running = 0;
+    pthread_mutex_lock(&rootsLock);
+    for (struct tcpRoot* root = roots; root; root = root->next) running += root->pid == self;
+    pthread_mutex_unlock(&rootsLock);
+    if (running == 0 || fcclTimeMs() >= deadline) return running;
+    usleep(1000);
+  }
+}
+
+__attribute__((destructor)) static void rootsShutdown(void) {
+  __atomic_store_n(&rootsStop, 1, __ATOMIC_RELEASE);
+  pid_t self = getpid();
+  pthread_mutex_lock(&rootsLock);
+  struct tcpRoot** link = &roots;
+  while (*link) {
+    struct tcpRoot* root = *link;
+    if (root->pid == self) {
+      *link = root->next;
+      pthread_join(root->thread, NULL); /* returns within one poll slice: rootsStop is set */
+      free(root);
+    } else {
+      link = &root->next;
+    }
+  }
+  pthread_mutex_unlock(&rootsLock);
+}
+
+static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t secret, int timeoutMs,
+                              fcclUniqueId* id) {
+  rootsReap();
+  pid_t self = getpid();
+  int live = 0;
+  pthread_mutex_lock(&rootsLock);
+  for (struct tcpRoot* root = roots; root; root = root->next) live += root->pid == self;
+  pthread_mutex_unlock(&rootsLock);
+  if (live >= MAX_LIVE_ROOTS)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
+                      "%d unique ids are waiting for their ranks; use them or let them time out first", live);
+
+  struct tcpRoot* root = calloc(1, sizeof(*root));
+  if (root == NULL) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a bootstrap root");
+  root->listenFd = -1;
+  fcclResult_t res = fcclSocketListen(listenAt, &root->listenFd, &root->addr);
+  if (res != fcclSuccess) {
+    free(root);
+    return res;
+  }
+  root->secret = secret;
+  root->timeoutMs = timeoutMs;
+  root->pid = self;
+  int err = pthread_create(&root->thread, NULL, rootMain, root);
+  if (err != 0) {
+    fcclSocketClose(&root->listenFd);
+    free(root);
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot start the bootstrap root thread: %s", strerror(err));
+  }
+  pthread_mutex_lock(&rootsLock);
+  root->next = roots;
+  roots = root;
+  pthread_mutex_unlock(&rootsLock);
+
+  struct fcclWireId wid;
+  memset(&wid, 0, sizeof(wid));
+  wid.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION;
+  wid.secret = secret;
+  wid.rootAddr = root->addr;
+  fcclWireEncodeId((uint8_t*)id->internal, &wid);
+  char text[FCCL_SOCKET_ADDR_STR];
+  FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root listening at %s", fcclSocketAddrToString(&root->addr, text, sizeof(text)));
+  return fcclSuccess;
+}
+
+fcclResult_t fcclBootstrapStartRoot(const void* listenAddr, uint64_t secret, int timeoutMs, fcclUniqueId* id) {
+  return rootStart((const union fcclSocketAddress*)listenAddr, secret, timeoutMs, id);
+}
+
+fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs) {
+  union fcclSocketAddress listenAt;
+  const char* commId = fcclParamString(FCCL_PARAM_COMM_ID);
+  const char* ifname = fcclParamString(FCCL_PARAM_SOCKET_IFNAME);
+  if (commId[0] != '\0') {
+    FCCLCHECK(fcclSocketParseHostPort(commId, &listenAt));
+  } else if (ifname[0] != '\0') {
+    FCCLCHECK(fcclSocketInterfaceAddress(ifname, &listenAt));
+    listenAt.sin.sin_port = 0; /* same offset for sin6_port */
+  } else {
+    fcclSocketLoopback(&listenAt, 0);
+  }
+  uint64_t secret = 0;
+  ssize_t got;
+  do {
+    got = getrandom(&secret, sizeof(secret), 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != (ssize_t)sizeof(secret))
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getrandom for the unique id's secret failed: %s",
+                      got < 0 ? strerror(errno) : "short read");
+  return rootStart(&listenAt, secret, timeoutMs, id);
+}
+
+/* ================================================================================================================
+ * Ranks
+ * ============================================================================================================== */
+
+struct tcpState {
+  int fdNext; /* to (rank + 1) % nranks: we send */
+  int fdPrev; /* from (rank - 1) % nranks: we receive */
+  uint64_t secret;
+  uint32_t seq;
+  fcclResult_t broken; /* an earlier operation failed: the ring is out of step */
+};
+
+static const char* opName(uint16_t type) {
+  switch (type) {
+    case FCCL_WIRE_ALLGATHER: return "all-gather";
+    case FCCL_WIRE_BARRIER: return "barrier";
+    case FCCL_WIRE_ERROR: return "error notice";
+    case FCCL_WIRE_HELLO: return "hello";
+    case FCCL_WIRE_WELCOME: return "welcome";
+    case FCCL_WIRE_RING_HELLO: return "ring hello";
+  }
+  return "unknown message";
+}
+
+/*
+ * Reports a failure once (FCCL_ERROR), and tells the ring neighbours so they stop waiting and name the same
+ * culprit. toNext: whether the stream to next is at a frame boundary (a notice mid-frame would be read as data).
+ */
+static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
+                             const char* fmt, ...) __attribute__((format(printf, 6, 7)));
+static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
+                             const char* fmt, ...) {
+  char text[FCCL_WIRE_ERROR_TEXT_MAX];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  /* An abort (fcclInvalidUsage naming ourselves) is this rank's own doing; to the others it is a peer gone. */
+  fcclResult_t notice = result == fcclInvalidUsage && culprit == rank ? fcclRemoteError : result;
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
+  size_t size = encodeErrorFrame(frame, notice, culprit, rank, text);
+  if (toNext) sendNotice(t->fdNext, frame, size);
+  sendNotice(t->fdPrev, frame, size);
+  t->broken = result;
+  return FCCL_ERROR(result, FCCL_SUBSYS_BOOT, "%s", text);
+}
+
+/* An error frame arrived (payload in buf); pass it on and report it. */
+static fcclResult_t ringRelay(struct tcpState* t, int rank, int toNext, const uint8_t* payload, size_t size,
+                              int from, const char* op) {
+  struct fcclWireError error;
+  char why[256];
+  if (fcclWireParseError(payload, size, &error, why, sizeof(why)) != FCCL_WIRE_OK)
+    return ringFail(t, rank, fcclRemoteError, from, toNext, "rank %d sent a malformed error notice during %s: %s",
+                    from, op, why);
+  if (error.reporter == rank) { /* our own notice came around the ring */
+    t->broken = (fcclResult_t)error.result;
+    return FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "%s", error.text);
+  }
+  /* Relay as is: the text already names the culprit and the reporter. */
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
+  size_t frameSize = fcclWireEncodeError(frame, &error);
+  if (toNext) sendNotice(t->fdNext, frame, frameSize);
+  sendNotice(t->fdPrev, frame, frameSize);
+  t->broken = (fcclResult_t)error.result;
+  return FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "%s (reported by rank %d)", error.text,
+                    (int)error.reporter);
+}
+
+static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data, size_t bytes) {
+  struct tcpState* t = b->impl;
+  const int n = b->nranks, rank = b->rank;
+  const int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
+  const char* op = opName(type);
+  if (t->broken != fcclSuccess)
+    return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                      "bootstrap %s after an earlier bootstrap failure: the communicator cannot be used", op);
+  if (bytes > FCCL_WIRE_MAX_DATA_BYTES)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap all-gather of %zu bytes per rank (limit %u)",
+                      bytes, FCCL_WIRE_MAX_DATA_BYTES);
+  const uint32_t seq = ++t->seq;
+  const int steps = n - 1;
+  const int64_t deadline = fcclTimeMs() + b->timeoutMs;
+
+  uint8_t sendHeader[FCCL_WIRE_HEADER_BYTES];
+  fcclWireEncodeHeader(sendHeader, type, (uint32_t)bytes, seq);
+  int sendStep = 0;
+  size_t sendOff = 0; /* within the current frame: header, then chunk */
+  int recvStep = 0;
+  size_t recvOff = 0;
+  uint8_t recvHeader[FCCL_WIRE_HEADER_BYTES];
+  int recvIsError = 0;
+  uint8_t errorPayload[FCCL_WIRE_SMALL_MAX];
+  struct fcclWireReader backward; /* error notices from next */
+  fcclWireReaderInit(&backward);
+  const size_t frameSize = FCCL_WIRE_HEADER_BYTES + bytes;
+
+  while (sendStep < steps || recvStep < steps) {
+    int progressed = 0;
+    /* Send: step s forwards the chunk received at step s - 1 (step 0: our own). */
+    while (sendStep < steps && sendStep <= recvStep) {
+      int chunk = (rank - sendStep + n) % n;
+      struct iovec iov[2];
+      int iovcnt = 0;
+      if (sendOff < FCCL_WIRE_HEADER_BYTES)
+        iov[iovcnt++] = (struct iovec){.iov_base = sendHeader + sendOff, .iov_len = FCCL_WIRE_HEADER_BYTES - sendOff};
+      size_t dataOff = sendOff > FCCL_WIRE_HEADER_BYTES ? sendOff - FCCL_WIRE_HEADER_BYTES : 0;
+      if (bytes > dataOff)
+        iov[iovcnt++] = (struct iovec){.iov_base = data + (size_t)chunk * bytes + dataOff, .iov_len = bytes - dataOff};
+      struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+      ssize_t rc;
+      do {
+        rc = sendmsg(t->fdNext, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      } while (rc < 0 && errno == EINTR);
+      if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (rc < 0)
+        return ringFail(t, rank, fcclRemoteError, next, 0,
+                        "rank %d is gone: sending to it failed during bootstrap %s #%u (%s); it exited or failed",
+                        next, op, seq, strerror(errno));
+      sendOff += (size_t)rc;
+      progressed = 1;
+      if (sendOff == frameSize) {
+        sendStep++;
+        sendOff = 0;
+      }
+    }
+    /* Receive: header, then the chunk straight into place (or an error notice). */
+    while (recvStep < steps) {
+      uint8_t* dst;
+      size_t want;
+      if (recvOff < FCCL_WIRE_HEADER_BYTES) {
+        dst = recvHeader + recvOff;
+        want = FCCL_WIRE_HEADER_BYTES - recvOff;
+      } else if (recvIsError) {
+        struct fcclWireHeader h;
+        (void)fcclWireParseHeader(recvHeader, FCCL_WIRE_HEADER_BYTES, &h, NULL, 0);
+        size_t off = recvOff - FCCL_WIRE_HEADER_BYTES;
+        if (off == h.length)
+          return ringRelay(t, rank, sendOff == 0, errorPayload, h.length, prev, op);
+        dst = errorPayload + off;
+        want = h.length - off;
+      } else {
+        size_t off = recvOff - FCCL_WIRE_HEADER_BYTES;
+        want = bytes - off;
+        if (want == 0) {
+          recvStep++;
+          recvOff = 0;
+          progressed = 1;
+          continue;
+        }
+        int chunk = (rank - recvStep - 1 + 2 * n) % n;
+        dst = data + (size_t)chunk * bytes + off;
+      }
+      long rc = fcclSocketTryRecv(t->fdPrev, dst, want);
+      if (rc == 0)
+        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
+                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", prev, op, seq);
+      if (rc < 0 && errno == EAGAIN) break;
+      if (rc < 0)
+        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
+                        "receiving from rank %d failed during bootstrap %s #%u: %s; it exited or failed", prev, op,
+                        seq, strerror(errno));
+      progressed = 1;
+      recvOff += (size_t)rc;
+      if (recvOff == FCCL_WIRE_HEADER_BYTES) {
+        struct fcclWireHeader h;
+        char why[256];
+        fcclWireStatus_t status = fcclWireParseHeader(recvHeader, FCCL_WIRE_HEADER_BYTES, &h, why, sizeof(why));
+        if (status != FCCL_WIRE_OK)
+          return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
+                          "rank %d sent a malformed frame during bootstrap %s #%u: %s", prev, op, seq, why);
+        if (h.type == FCCL_WIRE_ERROR) {
+          if (h.length > FCCL_WIRE_SMALL_MAX)
+            return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0, "rank %d sent an oversized error notice",
+                            prev);
+          recvIsError = 1;
+          continue;
+        }
+        if (h.type != type || h.seq != seq || h.length != bytes)
+          return ringFail(t, rank, fcclInvalidUsage, prev, sendOff == 0,
+                          "rank %d sent %s #%u of %u bytes while this rank is in %s #%u of %zu bytes: the ranks "
+                          "called different bootstrap operations",
+                          prev, opName(h.type), h.seq, h.length, op, seq, bytes);
+      }
+    }
+    if (sendStep == steps && recvStep == steps) break;
+
+    /* Backward notices: next only ever sends us an error; its closing matters only while we still owe it data. */
+    if (sendStep < steps) {
+      int err = 0;
+      fcclWireStatus_t status;
+      char why[256];
+      fcclWireReadResult_t rr = fcclWireReaderProgress(&backward, t->fdNext, &err, &status, why, sizeof(why));
+      if (rr == FCCL_READ_FRAME) {
+        if (backward.header.type == FCCL_WIRE_ERROR)
+          return ringRelay(t, rank, 0, backward.buf + FCCL_WIRE_HEADER_BYTES, backward.header.length, next, op);
+        return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent an unexpected %s backwards during %s", next,
+                        opName(backward.header.type), op);
+      }
+      if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR)
+        return ringFail(t, rank, fcclRemoteError, next, 0,
+                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", next, op, seq);
+      if (rr == FCCL_READ_MALFORMED)
+        return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next, why);
+    }
+    if (progressed) continue;
+
+    if (fcclAborted(b->abortFlag))
+      return ringFail(t, rank, fcclInvalidUsage, rank, sendOff == 0, "rank %d aborted (fcclCommAbort) during %s", rank,
+                      op);
+    int64_t now = fcclTimeMs();
+    if (now >= deadline) {
+      if (recvStep < steps) {
+        /* Step s brings the data of rank - s - 1. The data of ranks rank-1 .. rank-s came, so those ranks entered
+         * this operation and pass on what they get: the nearest rank not heard from is the one that is stuck. */
+        int missing = (rank - recvStep - 1 + 2 * n) % n;
+        if (recvStep == 0)
+          return ringFail(t, rank, fcclTimeout, missing, sendOff == 0,
+                          "rank %d did not reach bootstrap %s #%u within %d ms (it is stuck, or has not called it)",
+                          missing, op, seq, b->timeoutMs);
+        return ringFail(t, rank, fcclTimeout, missing, sendOff == 0,
+                        "rank %d did not reach bootstrap %s #%u within %d ms (it is stuck, or has not called it; "
+                        "ranks %d..%d before this rank in the ring did)",
+                        missing, op, seq, b->timeoutMs, (rank - recvStep + n) % n, prev);
+      }
+      return ringFail(t, rank, fcclTimeout, next, 0,
+                      "timed out after %d ms in bootstrap %s #%u sending to rank %d, which does not read", b->timeoutMs,
+                      op, seq, next);
+    }
+    struct pollfd fds[2];
+    fds[0] = (struct pollfd){.fd = t->fdNext,
+                             .events = (short)((sendStep < steps ? POLLIN : 0) |
+                                               (sendStep < steps && sendStep <= recvStep ? POLLOUT : 0))};
+    fds[1] = (struct pollfd){.fd = t->fdPrev, .events = recvStep < steps ? POLLIN : 0};
+    int64_t left = deadline - now;
+    (void)poll(fds, 2, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
+  }
+  return fcclSuccess;
+}
+
+static fcclResult_t tcpAllGather(struct fcclBootstrap* b, void* allData, size_t bytesPerRank) {
+  return ringOp(b, FCCL_WIRE_ALLGATHER, allData, bytesPerRank);
+}
+
+static fcclResult_t tcpBarrier(struct fcclBootstrap* b) { return ringOp(b, FCCL_WIRE_BARRIER, NULL, 0); }
+
+static void tcpDestroy(struct fcclBootstrap* b) {
+  struct tcpState* t = b->impl;
+  if (t) {
+    fcclSocketClose(&t->fdNext);
+    fcclSocketClose(&t->fdPrev);
+    free(t);
+  }
+  free(b);
+}
+
+static const struct fcclBootstrapOps tcpOps = {
+    .name = "tcp", .allGather = tcpAllGather, .barrier = tcpBarrier, .destroy = tcpDestroy};
+
+/* Receives one frame from the root: the welcome (payload malloc'ed) or an error, whose text is reported. */
+static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline, volatile int* abortFlag, int rank,
+                                 struct fcclWireHeader* header, uint8_t** payload) {
+  uint8_t buf[FCCL_WIRE_HEADER_BYTES];
+  size_t got = 0;
+  uint8_t* body = NULL;
+  size_t bodyGot = 0;
+  *payload = NULL;
+  for (;;) {
+    size_t want;
+    uint8_t* dst;
+    if (got < FCCL_WIRE_HEADER_BYTES) {
+      dst = buf + got;
+      want = FCCL_WIRE_HEADER_BYTES - got;
+    } else {
+      if (bodyGot == header->length) break;
+      dst = body + bodyGot;
+      want = header->length - bodyGot;
+    }
+    long rc = fcclSocketTryRecv(fd, dst, want);
+    if (rc == 0) {
+      free(body);
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (did the "
+                        "process that called fcclGetUniqueId exit?)",
+                        rank, rootText);
+    }
+    if (rc < 0 && errno != EAGAIN) {
+      free(body);
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: receiving from the bootstrap root at %s failed: %s",
+                        rank, rootText, strerror(errno));
+    }
+    if (rc > 0) {
+      if (got < FCCL_WIRE_HEADER_BYTES) {
+        got += (size_t)rc;
+        if (got == FCCL_WIRE_HEADER_BYTES) {
+          char why[256];
+          if (fcclWireParseHeader(buf, got, header, why, sizeof(why)) != FCCL_WIRE_OK)
+            return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                              "rank %d: the bootstrap root at %s sent a malformed reply: %s", rank, rootText, why);
+          if (header->type != FCCL_WIRE_WELCOME && header->type != FCCL_WIRE_ERROR)
+            return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                              "rank %d: the bootstrap root at %s replied with a %s instead of a welcome", rank,
+                              rootText, opName(header->type));
+          body = malloc(header->length ? header->length : 1);
+          if (!body) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the bootstrap welcome");
+        }
+      } else {
+        bodyGot += (size_t)rc;
+      }
+      continue;
+    }
+    if (fcclAborted(abortFlag)) {
+      free(body);
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
+                        "rank %d: aborted (fcclCommAbort) while waiting for the other ranks to arrive", rank);
+    }
+    if (fcclTimeMs() >= deadline) {
+      free(body);
+      return FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_BOOT,
+                        "rank %d: timed out waiting for the bootstrap root at %s to hear from every rank (the root "
+                        "did not answer: is it stuck?)",
+                        rank, rootText);
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+    (void)poll(&p, 1, FCCL_SOCKET_POLL_SLICE_MS);
+  }
+  *payload = body;
+  return fcclSuccess;
+}
+
+/*
+ * Accepts connections until one is a valid ring hello from prev. Strangers are refused and logged; the
+ * connection to next is watched for an error notice (or its closing) meanwhile.
+ */
+static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int listenFd, int64_t deadline) {
+  const int n = b->nranks, rank = b->rank, prev = (rank - 1 + n) % n, next = (rank + 1) % n;
+  struct {
+    int fd;
+    union fcclSocketAddress peer;
+    struct fcclWireReader reader;
+  } pending[RING_MAX_PENDING];
+  int npending = 0;
+  fcclResult_t res = fcclSuccess;
+  struct fcclWireReader backward;
+  fcclWireReaderInit(&backward);
+
+  while (t->fdPrev < 0) {
+    for (;;) {
+      int fd;
+      union fcclSocketAddress peer;
+      res = fcclSocketAcceptPending(listenFd, &fd, &peer);
+      if (res != fcclSuccess) goto out;
+      if (fd < 0) break;
+      if (npending == RING_MAX_PENDING) {
+        fcclSocketClose(&pending[0].fd);
+        memmove(&pending[0], &pending[1], sizeof(pending[0]) * (RING_MAX_PENDING - 1));
+        npending--;
+      }
+      pending[npending].fd = fd;
+      pending[npending].peer = peer;
+      fcclWireReaderInit(&pending[npending].reader);
+      npending++;
+    }
+    for (int i = npending - 1; i >= 0 && t->fdPrev < 0; i--) {
+      char why[256] = "", peerText[FCCL_SOCKET_ADDR_STR];
+      int err = 0;
+      fcclWireStatus_t status;
+      fcclWireReadResult_t rr = fcclWireReaderProgress(&pending[i].reader, pending[i].fd, &err, &status, why,
+                                                       sizeof(why));
+      if (rr == FCCL_READ_MORE) continue;
+      fcclSocketAddrToString(&pending[i].peer, peerText, sizeof(peerText));
+      if (rr == FCCL_READ_FRAME) {
+        struct fcclWireRingHello hello;
+        if (pending[i].reader.header.type != FCCL_WIRE_RING_HELLO) {
+          snprintf(why, sizeof(why), "%s where a ring hello belongs", opName(pending[i].reader.header.type));
+        } else if (fcclWireParseRingHello(pending[i].reader.buf + FCCL_WIRE_HEADER_BYTES,
+                                          pending[i].reader.header.length, &hello, why, sizeof(why)) != FCCL_WIRE_OK) {
+        } else if (hello.secret != t->secret) {
+          snprintf(why, sizeof(why), "wrong secret (claims rank %d)", (int)hello.rank);
+        } else if (hello.nranks != n || hello.rank != prev) {
+          snprintf(why, sizeof(why), "rank %d of %d connected where rank %d of %d belongs", (int)hello.rank,
+                   (int)hello.nranks, prev, n);
+        } else {
+          t->fdPrev = pending[i].fd;
+          pending[i] = pending[--npending];
+          break;
+        }
+      } else if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
+        snprintf(why, sizeof(why), "closed before its hello");
+      }
+      FCCL_WARN(FCCL_SUBSYS_BOOT, "rank %d: refused a connection from %s: %s", rank, peerText, why);
+      fcclSocketClose(&pending[i].fd);
+      pending[i] = pending[--npending];
+    }
+    if (t->fdPrev >= 0) break;
+
+    int err = 0;
+    fcclWireStatus_t status;
+    char why[256];
+    fcclWireReadResult_t rr = fcclWireReaderProgress(&backward, t->fdNext, &err, &status, why, sizeof(why));
+    if (rr == FCCL_READ_FRAME && backward.header.type == FCCL_WIRE_ERROR) {
+      res = ringRelay(t, rank, 0, backward.buf + FCCL_WIRE_HEADER_BYTES, backward.header.length, next, "ring setup");
+      goto out;
+    }
+    if (rr != FCCL_READ_MORE) {
+      res = ringFail(t, rank, fcclRemoteError, next, 0,
+                     "rank %d closed its connection during ring setup: it exited or failed", next);
+      goto out;
+    }
+    if (fcclAborted(b->abortFlag)) {
+      res = ringFail(t, rank, fcclInvalidUsage, rank, 1, "rank %d aborted (fcclCommAbort) during ring setup", rank);
+      goto out;
+    }
+    int64_t now = fcclTimeMs();
+    if (now >= deadline) {
+      res = ringFail(t, rank, fcclTimeout, prev, 1,
+                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms (it exited or is "
+                     "stuck after the rendezvous)",
+                     prev, rank, b->timeoutMs);
+      goto out;
+    }
+    struct pollfd fds[2 + RING_MAX_PENDING];
+    nfds_t nfds = 0;
+    fds[nfds++] = (struct pollfd){.fd = listenFd, .events = POLLIN};
+    fds[nfds++] = (struct pollfd){.fd = t->fdNext, .events = POLLIN};
+    for (int i = 0; i < npending; i++) fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+    int64_t left = deadline - now;
+    (void)poll(fds, nfds, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
+  }
+out:
+  for (int i = 0; i < npending; i++) fcclSocketClose(&pending[i].fd);
+  return res;
+}
+
+/* On a failure during ring setup, tells whoever already connected to us (our prev, queued) so it stops waiting. */
+static void notifyQueued(int listenFd, int rank, int culprit, fcclResult_t result) {
+  const char* text = fcclThreadLastError();
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
+  size_t size = encodeErrorFrame(frame, result, culprit, rank, text);
+  for (int i = 0; i < RING_MAX_PENDING; i++) {
+    int fd;
+    union fcclSocketAddress peer;
+    if (fcclSocketAcceptPending(listenFd, &fd, &peer) != fcclSuccess || fd < 0) return;
+    sendNotice(fd, frame, size);
+    drainAndClose(&fd);
+  }
+}
+
+fcclResult_t fcclBootstrapCheckUniqueId(const fcclUniqueId* id) {
+  struct fcclWireId wid;
+  char why[256];
+  if (id == NULL) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "NULL unique id");
+  if (fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, why, sizeof(why)) != FCCL_WIRE_OK)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, int timeoutMs,
+                                  volatile int* abortFlag, struct fcclBootstrap** out) {
+  if (id == NULL || out == NULL)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap: NULL unique id or output");
+  if (nranks < 1 || nranks > FCCL_BOOTSTRAP_MAX_RANKS)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "nranks %d outside 1..%d", nranks,
+                      FCCL_BOOTSTRAP_MAX_RANKS);
+  if (rank < 0 || rank >= nranks)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "rank %d outside 0..%d", rank, nranks - 1);
+  if (timeoutMs <= 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap timeout %d ms is not positive", timeoutMs);
+  struct fcclWireId wid;
+  char why[256];
+  fcclWireStatus_t status = fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, why, sizeof(why));
+  if (status != FCCL_WIRE_OK)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
+
+  fcclResult_t res = fcclSuccess;
+  const int64_t start = fcclTimeMs();
+  const int64_t deadline = start + timeoutMs;
+  int rootFd = -1, listenFd = -1;
+  uint8_t* welcome = NULL;
+  union fcclSocketAddress* addrs = NULL;
+  struct fcclBootstrap* b = calloc(1, sizeof(*b));
+  struct tcpState* t = calloc(1, sizeof(*t));
+  char rootText[FCCL_SOCKET_ADDR_STR];
+  fcclSocketAddrToString(&wid.rootAddr, rootText, sizeof(rootText));
+  if (!b || !t) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the bootstrap");
+    goto fail;
+  }
+  t->fdNext = t->fdPrev = -1;
+  t->secret = wid.secret;
+  b->ops = &tcpOps;
+  b->rank = rank;
+  b->nranks = nranks;
+  b->timeoutMs = timeoutMs;
+  b->abortFlag = abortFlag;
+  b->impl = t;
+
+  /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */
+  FCCLCHECKGOTO(fcclSocketConnect(&wid.rootAddr, deadline, abortFlag, 1, "the bootstrap root", &rootFd), res, fail);
+  struct fcclWireHello hello;
+  memset(&hello, 0, sizeof(hello));
+  if (nranks > 1) {
+    union fcclSocketAddress local, bound;
+    socklen_t length = sizeof(local);
+    if (getsockname(rootFd, &local.sa, &length) != 0) {
+      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getsockname failed: %s", strerror(errno));
+      goto fail;
+    }
+    local.sin.sin_port = 0; /* same offset as sin6_port */
+    FCCLCHECKGOTO(fcclSocketListen(&local, &listenFd, &bound), res, fail);
+    hello.listenAddr = bound;
+  }
+  hello.secret = wid.secret;
+  hello.rank = rank;
+  hello.nranks = nranks;
+  hello.timeoutMs = timeoutMs;
+  hello.pid = (int32_t)getpid();
+  localHostName(hello.host, sizeof(hello.host));
+  uint8_t helloFrame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES];
+  size_t helloSize = fcclWireEncodeHello(helloFrame, &hello);
+  FCCLCHECKGOTO(fcclSocketSendAll(rootFd, helloFrame, helloSize, deadline, abortFlag, "the bootstrap root"), res, fail);
+
+  /* 2. Every rank's address, or the root's verdict. */
+  struct fcclWireHeader header;
+  FCCLCHECKGOTO(recvFromRoot(rootFd, rootText, deadline + verdictGraceMs(timeoutMs), abortFlag, rank, &header, &welcome),
+                res, fail);
+  if (header.type == FCCL_WIRE_ERROR) {
+    struct fcclWireError error;
+    if (fcclWireParseError(welcome, header.length, &error, why, sizeof(why)) != FCCL_WIRE_OK)
+      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the bootstrap root sent a malformed error: %s",
+                       rank, why);
+    else
+      res = FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "rank %d: %s", rank, error.text);
+    goto fail;
+  }
+  addrs = calloc((size_t)nranks, sizeof(*addrs));
+  if (!addrs) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for %d addresses", nranks);
+    goto fail;
+  }
+  int count = 0;
+  if (fcclWireParseWelcome(welcome, header.length, addrs, nranks, &count, why, sizeof(why)) != FCCL_WIRE_OK ||
+      count != nranks) {
+    res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: invalid welcome from the bootstrap root: %s", rank,
+                     count != nranks ? "wrong number of ranks" : why);
+    goto fail;
+  }
+  fcclSocketClose(&rootFd); /* we close first; the root resets its end, so no TIME_WAIT is left behind */
+
+  /* 3. The ring: connect to next (its listener exists since before its hello), then accept prev. */
+  if (nranks > 1) {
+    const int next = (rank + 1) % nranks;
+    char what[32];
+    snprintf(what, sizeof(what), "rank %d", next);
+    res = fcclSocketConnect(&addrs[next], deadline, abortFlag, 0, what, &t->fdNext);
+    if (res != fcclSuccess) {
+      notifyQueued(listenFd, rank, next, res);
+      goto fail;
+    }
+    struct fcclWireRingHello ringHello = {.secret = wid.secret, .rank = rank, .nranks = nranks};
+    uint8_t ringFrame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES];
+    size_t ringSize = fcclWireEncodeRingHello(ringFrame, &ringHello);
+    res = fcclSocketSendAll(t->fdNext, ringFrame, ringSize, deadline, abortFlag, what);
+    if (res != fcclSuccess) {
+      notifyQueued(listenFd, rank, next, res);
+      goto fail;
+    }
+    res = acceptPrev(b, t, listenFd, deadline);
+    if (res != fcclSuccess) {
+      notifyQueued(listenFd, rank, (rank - 1 + nranks) % nranks, res);
+      goto fail;
+    }
+    fcclSocketClose(&listenFd);
+  }
+  /* The root (when it runs in this process) has finished or is about to: every rank had its welcome. */
+  rootClaim(wid.secret);
+  free(welcome);
+  free(addrs);
+  FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d: tcp bootstrap through %s ready in %lld ms", rank, nranks, rootText,
+            (long long)(fcclTimeMs() - start));
+  *out = b;
+  return fcclSuccess;
+
+fail:
+  fcclSocketClose(&listenFd);
+  fcclSocketClose(&rootFd);
+  free(welcome);
+  free(addrs);
+  if (t) {
+    fcclSocketClose(&t->fdNext);
+    fcclSocketClose(&t->fdPrev);
+  }
+  free(t);
+  free(b);
+  return res;
+}

@@ -1,0 +1,179 @@
+/*
+ * Which all-reduce algorithm runs a call, and on how many blocks. Pure functions of the call's size, the rank
+ * count and whether the buffers are registered, so every rank makes the same choice. The thresholds are one table,
+ * to be tuned from the benchmark (docs/perf/); docs/collectives.md explains each algorithm.
+ */
+#include "check.h"
+#include "debug.h"
+#include "device.h"
+
+#include <string.h>
+
+/*
+ * Up to llMax bytes: LL (one hop, data carries its flags, 2x the bytes on the wire). Up to oneshotMax: one-shot
+ * (push through staging, or pull from registered buffers; one flag hop, (n - 1) x the bytes). Beyond: two-shot
+ * (2 (n - 1) / n x the bytes, two flag hops). One-shot moves fewer bytes than two-shot only for n = 2, hence the
+ * smaller limits for more ranks.
+ */
+static const struct {
+  int maxRanks;
+  uint64_t llMax;
+  uint64_t oneshotMax;
+} algoTable[] = {
+    {2, 64u << 10, 1u << 20},
+    {4, 32u << 10, 256u << 10},
+    {8, 16u << 10, 128u << 10},
+};
+
+/* LL blocks are capped lower than the data kernels': small messages gain nothing from a full-device grid. */
+#define FCCL_LL_MAX_BLOCKS 64
+
+const char* fcclAlgoName(int algo) {
+  switch (algo) {
+    case FCCL_ALGO_LL: return "ll";
+    case FCCL_ALGO_ONESHOT_PUSH: return "oneshot_push";
+    case FCCL_ALGO_ONESHOT_PULL: return "oneshot_pull";
+    case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
+    case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
+    case FCCL_KERNEL_BARRIER: return "barrier";
+    default: return "unknown";
+  }
+}
+
+int fcclAlgoParseRequest(const char* name) {
+  if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_ALGO_REQUEST_AUTO;
+  if (strcmp(name, "oneshot") == 0) return FCCL_ALGO_REQUEST_ONESHOT;
+  if (strcmp(name, "twoshot") == 0) return FCCL_ALGO_REQUEST_TWOSHOT;
+  for (int algo = 0; algo < FCCL_ALGO_COUNT; algo++)
+    if (strcmp(name, fcclAlgoName(algo)) == 0) return algo;
+  return -1;
+}
+
+int fcclAlgoResolveRequest(int request, int registered) {
+  switch (request) {
+    case FCCL_ALGO_REQUEST_ONESHOT: return registered ? FCCL_ALGO_ONESHOT_PULL : FCCL_ALGO_ONESHOT_PUSH;
+    case FCCL_ALGO_REQUEST_TWOSHOT: return registered ? FCCL_ALGO_TWOSHOT_REG : FCCL_ALGO_TWOSHOT_STAGED;
+    default: return request >= 0 && request < FCCL_ALGO_COUNT ? request : -1;
+  }
+}
+
+static uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+static int clampInt(uint64_t value, int lo, int hi) {
+  if (value < (uint64_t)lo) return lo;
+  if (value > (uint64_t)hi) return hi;
+  return (int)value;
+}
+
+/* Blocks of the data kernels: one thread per 16-byte unit of the largest per-block share, up to one per SM. */
+static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
+  int maxBlocks = q->smCount < FCCL_DEVICE_MAX_BLOCKS ? q->smCount : FCCL_DEVICE_MAX_BLOCKS;
+  if (maxBlocks < 1) maxBlocks = 1;
+  return clampInt(divUp(unitsPerGrid, FCCL_DEVICE_THREADS), 1, maxBlocks);
+}
+
+static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
+  const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
+  c->algo = algo;
+  c->threads = FCCL_DEVICE_THREADS;
+  c->roundUnits = q->chunkBytes / FCCL_UNIT_BYTES;
+  switch (algo) {
+    case FCCL_ALGO_LL: {
+      const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
+      int maxBlocks = q->smCount < FCCL_LL_MAX_BLOCKS ? q->smCount : FCCL_LL_MAX_BLOCKS;
+      c->blocks = clampInt(divUp(packets, FCCL_DEVICE_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
+      if (packets < FCCL_DEVICE_THREADS) c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_DEVICE_THREADS);
+      break;
+    }
+    case FCCL_ALGO_ONESHOT_PUSH:
+    case FCCL_ALGO_ONESHOT_PULL: c->blocks = dataBlocks(q, units); break;
+    case FCCL_ALGO_TWOSHOT_STAGED: {
+      uint64_t perOwner = divUp(units, (uint64_t)q->nranks);
+      if (c->roundUnits > 0 && perOwner > c->roundUnits) perOwner = c->roundUnits;
+      c->blocks = dataBlocks(q, perOwner);
+      break;
+    }
+    case FCCL_ALGO_TWOSHOT_REG:
+    default: c->blocks = dataBlocks(q, divUp(units, (uint64_t)q->nranks)); break;
+  }
+}
+
+int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char** why) {
+  const char* reason = NULL;
+  const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
+  switch (algo) {
+    case FCCL_ALGO_LL:
+      if (q->bytes > q->llBytes) reason = "the message is larger than the LL area";
+      break;
+    case FCCL_ALGO_ONESHOT_PUSH:
+      if (q->bytes > q->chunkBytes) reason = "the message is larger than one staging chunk (FCCL_STAGING_BYTES)";
+      break;
+    case FCCL_ALGO_ONESHOT_PULL:
+      if (!q->registered) {
+        reason = "the buffers are not registered";
+      } else if (q->inPlace) {
+        fcclAlgoChoice c;
+        grid(algo, q, &c);
+        if (divUp(units, (uint64_t)c.blocks * (uint64_t)c.threads) > FCCL_MAX_STEPS)
+          reason = "the message needs too many in-place passes";
+      }
+      break;
+    case FCCL_ALGO_TWOSHOT_STAGED: {
+      const uint64_t roundUnits = q->chunkBytes / FCCL_UNIT_BYTES;
+      if (roundUnits == 0)
+        reason = "there is no staging (FCCL_STAGING_BYTES too small)";
+      else if (divUp(units, roundUnits * (uint64_t)q->nranks) > FCCL_MAX_STEPS)
+        reason = "the message needs too many staging rounds (count too large for FCCL_STAGING_BYTES)";
+      break;
+    }
+    case FCCL_ALGO_TWOSHOT_REG:
+      if (!q->registered) reason = "the buffers are not registered";
+      break;
+    default: reason = "unknown algorithm"; break;
+  }
+  if (why) *why = reason;
+  return reason == NULL;
+}
+
+static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
+  size_t row = 0;
+  while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
+  if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
+  if (q->registered) {
+    if (q->bytes <= algoTable[row].oneshotMax && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
+      return FCCL_ALGO_ONESHOT_PULL;
+    return FCCL_ALGO_TWOSHOT_REG;
+  }
+  if (q->bytes <= algoTable[row].oneshotMax && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PUSH, q, NULL))
+    return FCCL_ALGO_ONESHOT_PUSH;
+  return FCCL_ALGO_TWOSHOT_STAGED;
+}
+
+fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
+  if (q == NULL || choice == NULL || q->nranks < 1 || q->nranks > FCCL_DEVICE_MAX_RANKS || q->bytes == 0)
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "algorithm selection called with an invalid query");
+  fcclDevKernel_t algo;
+  if (q->forced >= 0) {
+    const char* why = NULL;
+    if (q->forced >= FCCL_ALGO_COUNT)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "unknown all-reduce algorithm %d", q->forced);
+    if (fcclAlgoApplicable((fcclDevKernel_t)q->forced, q, &why)) {
+      algo = (fcclDevKernel_t)q->forced;
+    } else if (q->strict) {
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "all-reduce algorithm %s cannot run %llu bytes: %s",
+                        fcclAlgoName(q->forced), (unsigned long long)q->bytes, why);
+    } else {
+      algo = tableChoice(q);
+      FCCL_TRACE(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s cannot run %llu bytes (%s); using %s", fcclAlgoName(q->forced),
+                 (unsigned long long)q->bytes, why, fcclAlgoName(algo));
+    }
+  } else {
+    algo = tableChoice(q);
+  }
+  const char* why = NULL;
+  if (!fcclAlgoApplicable(algo, q, &why))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "all-reduce of %llu bytes cannot run: %s",
+                      (unsigned long long)q->bytes, why);
+  grid(algo, q, choice);
+  return fcclSuccess;
+}

@@ -1,0 +1,511 @@
+/*
+ * Communicator lifecycle: the public init calls, destroy, abort and the accessors.
+ *
+ * Every init builds a communicator the same way (commInitTask): bootstrap up, peer information gathered and
+ * checked, the layers set up, a closing barrier. A failure anywhere leaves what was made attached to the comm,
+ * and commFree releases all of it; so does destroy, and so does abort (with the abort flag set, which tells every
+ * layer's teardown not to wait for peers). A non-blocking init (config.blocking = 0) runs commInitTask on a
+ * thread of its own; the handle is valid at once, fcclCommGetAsyncError says when the thread is done, and
+ * destroy/abort join it.
+ */
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "cudawrap.h"
+#include "debug.h"
+#include "device.h"
+#include "param.h"
+#include "transport.h"
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { INIT_TCP, INIT_ENV, INIT_PREMADE } fcclInitKind_t;
+
+/* What commInitTask needs beyond the comm: how to bring the bootstrap up. */
+struct fcclInitJob {
+  fcclInitKind_t kind;
+  fcclUniqueId id;             /* INIT_TCP */
+  struct fcclEnvLaunch launch; /* INIT_ENV */
+                               /* INIT_PREMADE: comm->bootstrap was made by the caller (external, NCCL) */
+};
+
+struct commSettings {
+  int blocking;
+  int timeoutMs;
+  int allowSharedDevice;
+  char name[FCCL_COMM_NAME_MAX];
+};
+
+static fcclResult_t resolveConfig(const fcclConfig_t* config, const char* caller, struct commSettings* out) {
+  memset(out, 0, sizeof(*out));
+  out->blocking = 1;
+  out->timeoutMs = fcclBootstrapTimeoutMs(-1);
+  if (config == NULL) return fcclSuccess;
+  if (config->magic != FCCL_CONFIG_MAGIC)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config does not start from FCCL_CONFIG_INITIALIZER (magic 0x%08x)", caller, config->magic);
+  if (config->size < sizeof(fcclConfig_t))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config.size is %zu, smaller than any fcclConfig_t (%zu): not from FCCL_CONFIG_INITIALIZER",
+                      caller, config->size, sizeof(fcclConfig_t));
+  /* A larger size is a newer header: the fields this library knows come first and are read; the rest is theirs. */
+  if (config->blocking != 0 && config->blocking != 1)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.blocking is %d, not 0 or 1", caller,
+                      config->blocking);
+  if (config->timeoutMs != FCCL_CONFIG_UNDEF_INT && config->timeoutMs <= 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config.timeoutMs is %d: give a positive number of milliseconds or -1 for the default",
+                      caller, config->timeoutMs);
+  if (config->allowSharedDevice != 0 && config->allowSharedDevice != 1)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.allowSharedDevice is %d, not 0 or 1",
+                      caller, config->allowSharedDevice);
+  out->blocking = config->blocking;
+  if (config->timeoutMs > 0) out->timeoutMs = config->timeoutMs;
+  out->allowSharedDevice = config->allowSharedDevice;
+  if (config->commName) snprintf(out->name, sizeof(out->name), "%s", config->commName);
+  return fcclSuccess;
+}
+
+static fcclResult_t checkRanks(const char* caller, int nranks, int rank) {
+  if (nranks < 1 || nranks > FCCL_BOOTSTRAP_MAX_RANKS)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: nranks %d outside 1..%d", caller, nranks,
+                      FCCL_BOOTSTRAP_MAX_RANKS);
+  if (rank < 0 || rank >= nranks)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: rank %d outside 0..%d", caller, rank, nranks - 1);
+  return fcclSuccess;
+}
+
+/* ---- teardown ---- */
+
+/* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
+static fcclResult_t commFree(struct fcclComm* comm) {
+  fcclResult_t res = fcclSuccess;
+  /* LAYER TEARDOWN: device and transport teardown go here, in reverse order of their setup, each one a no-op for
+   * a layer that was not set up, and none of them waiting for peers when *comm->abortFlag is set. Keep the
+   * first error in res. */
+
+  /* collectives: wait for this device's work (our kernels end on their own or on the abort flag), free the state */
+  fcclResult_t deviceRes = fcclDeviceFini(comm);
+  if (res == fcclSuccess) res = deviceRes;
+
+  /* peer memory: barrier, release mappings, barrier, give the slot back (no peer traffic once aborted) */
+  fcclResult_t transportRes = fcclTransportFini(comm);
+  if (res == fcclSuccess) res = transportRes;
+
+  fcclBootstrapDestroy(comm->bootstrap);
+  comm->bootstrap = NULL;
+  free(comm->peerInfo);
+  free(comm->initJob);
+  free((void*)comm->abortFlag);
+  pthread_mutex_destroy(&comm->errorLock);
+  comm->magic = 0; /* a stale handle is refused rather than used */
+  free(comm);
+  return res;
+}
+
+/* ---- setup ---- */
+
+static fcclResult_t commNew(const struct commSettings* settings, int rank, int nranks, int cudaDev,
+                            struct fcclInitJob* job, struct fcclComm** out) {
+  struct fcclComm* comm = calloc(1, sizeof(*comm));
+  /* A page of its own, so the device layer may map it for kernels (cudaHostRegister) without touching neighbours. */
+  void* abortPage = aligned_alloc(4096, 4096);
+  if (!comm || !abortPage) {
+    free(comm);
+    free(abortPage);
+    free(job);
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory for a communicator");
+  }
+  memset(abortPage, 0, 4096);
+  comm->magic = FCCL_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cudaDev = cudaDev;
+  snprintf(comm->name, sizeof(comm->name), "%s", settings->name);
+  comm->timeoutMs = settings->timeoutMs;
+  comm->allowSharedDevice = settings->allowSharedDevice;
+  comm->abortFlag = abortPage;
+  comm->asyncError = fcclInProgress;
+  comm->initJob = job;
+  pthread_mutex_init(&comm->errorLock, NULL);
+  *out = comm;
+  return fcclSuccess;
+}
+
+static fcclResult_t fillGpuInfo(struct fcclPeerInfo* info, int cudaDev) {
+  struct cudaDeviceProp prop;
+  CUDACHECK(cudaGetDeviceProperties(&prop, cudaDev));
+  memcpy(info->gpuUuid, prop.uuid.bytes, sizeof(info->gpuUuid));
+  info->computeCapability = prop.major * 10 + prop.minor;
+  CUDACHECK(cudaDeviceGetPCIBusId(info->busId, sizeof(info->busId), cudaDev));
+  int driverVersion = 0;
+  CUDACHECK(cudaDriverGetVersion(&driverVersion));
+  info->cudaDriverVersion = driverVersion;
+  info->cudaDev = cudaDev;
+  return fcclSuccess;
+}
+
+/* Tells every rank about every other, and checks that they agree. */
+static fcclResult_t exchangePeerInfo(struct fcclComm* comm) {
+  comm->peerInfo = calloc((size_t)comm->nranks, sizeof(struct fcclPeerInfo));
+  if (!comm->peerInfo)
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory for the peer info of %d ranks", comm->nranks);
+  struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
+  FCCLCHECK(fcclPeerInfoFillHost(mine, comm->rank, comm->nranks));
+  FCCLCHECK(fillGpuInfo(mine, comm->cudaDev));
+  FCCLCHECK(fcclBootstrapAllGather(comm->bootstrap, comm->peerInfo, sizeof(struct fcclPeerInfo)));
+  FCCLCHECK(fcclPeerInfoValidate(comm->peerInfo, comm->nranks, comm->allowSharedDevice));
+  return fcclSuccess;
+}
+
+/* The whole init after the comm exists. Whatever it made stays on comm for commFree. */
+static fcclResult_t commInitTask(struct fcclComm* comm) {
+  int64_t startNs = 0;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  startNs = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+  CUDACHECK(cudaSetDevice(comm->cudaDev));
+  fcclLogSetContext(comm->rank, comm->cudaDev);
+  struct fcclInitJob* job = comm->initJob;
+  if (job->kind == INIT_TCP)
+    FCCLCHECK(fcclBootstrapTcpInit(&job->id, comm->rank, comm->nranks, comm->timeoutMs, comm->abortFlag,
+                                   &comm->bootstrap));
+  else if (job->kind == INIT_ENV)
+    FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
+  FCCLCHECK(exchangePeerInfo(comm));
+
+  /* LAYER SETUP: transport and device init go here. Each sets its own comm field only when it succeeded (or
+   * leaves enough there for its teardown in commFree to undo a partial setup); a failure returns, and commFree
+   * runs every teardown. */
+
+  /* peer memory: this comm's slot in every rank's arena, mapped and P2P-checked (sets comm->transport) */
+  FCCLCHECK(fcclTransportInit(comm, fcclDeviceSlotBytes(comm->nranks)));
+
+  /* collectives: epochs past every flag left in a reused slot, error words, abort page mapped (sets comm->device) */
+  FCCLCHECK(fcclDeviceInit(comm));
+
+  /* Nobody leaves init before everyone has set up: a rank that failed above makes this barrier fail everywhere. */
+  FCCLCHECK(fcclBootstrapBarrier(comm->bootstrap));
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
+  FCCL_INFO(FCCL_SUBSYS_INIT, "comm %p%s%s rank %d of %d on device %d (bus %s) ready in %.2f ms (%s bootstrap)",
+            (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nranks, comm->cudaDev, mine->busId,
+            (double)((int64_t)now.tv_sec * 1000000000 + now.tv_nsec - startNs) / 1e6, comm->bootstrap->ops->name);
+  return fcclSuccess;
+}
+
+static void* initThreadMain(void* arg) {
+  struct fcclComm* comm = arg;
+  fcclClearError();
+  fcclResult_t res = commInitTask(comm);
+  if (res != fcclSuccess) {
+    fcclCommRecordThreadError(comm);
+    /* Anything that still waits (a peer's half of a barrier, say) gives up: this comm can only be freed now. */
+    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Runs the init (here, or on a thread for a non-blocking one). On failure of a blocking init the comm is freed. */
+static fcclResult_t commStart(struct fcclComm* comm, int blocking, fcclComm_t* out) {
+  if (blocking) {
+    fcclResult_t res = commInitTask(comm);
+    if (res != fcclSuccess) {
+      __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+      (void)commFree(comm);
+      return res;
+    }
+    __atomic_store_n(&comm->asyncError, fcclSuccess, __ATOMIC_RELEASE);
+    *out = comm;
+    return fcclSuccess;
+  }
+  int err = pthread_create(&comm->initThread, NULL, initThreadMain, comm);
+  if (err != 0) {
+    (void)commFree(comm);
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "cannot start the init thread: %s", strerror(err));
+  }
+  comm->initThreadActive = 1;
+  *out = comm;
+  return fcclInProgress;
+}
+
+static fcclResult_t currentDevice(int* dev) {
+  CUDACHECK(cudaGetDevice(dev));
+  return fcclSuccess;
+}
+
+/* ---- public API ---- */
+
+FCCL_API fcclResult_t fcclGetUniqueId(fcclUniqueId* uniqueId) {
+  fcclClearError();
+  FCCL_REQUIRE(uniqueId != NULL, "fcclGetUniqueId: uniqueId is NULL");
+  fcclParamWarnUnknown();
+  return fcclBootstrapGetUniqueId(uniqueId, fcclBootstrapTimeoutMs(-1));
+}
+
+FCCL_API fcclResult_t fcclCommInitRankConfig(fcclComm_t* comm, int nranks, fcclUniqueId commId, int rank,
+                                             const fcclConfig_t* config) {
+  fcclClearError();
+  FCCL_REQUIRE(comm != NULL, "fcclCommInitRank: comm is NULL");
+  FCCLCHECK(checkRanks("fcclCommInitRank", nranks, rank));
+  FCCLCHECK(fcclBootstrapCheckUniqueId(&commId));
+  struct commSettings settings;
+  FCCLCHECK(resolveConfig(config, "fcclCommInitRank", &settings));
+  fcclParamWarnUnknown();
+  int dev;
+  FCCLCHECK(currentDevice(&dev));
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  job->kind = INIT_TCP;
+  job->id = commId;
+  struct fcclComm* created;
+  FCCLCHECK(commNew(&settings, rank, nranks, dev, job, &created));
+  return commStart(created, settings.blocking, comm);
+}
+
+FCCL_API fcclResult_t fcclCommInitRank(fcclComm_t* comm, int nranks, fcclUniqueId commId, int rank) {
+  return fcclCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+struct initAllRank {
+  int dev;
+  int rank;
+  int ndev;
+  fcclUniqueId id;
+  fcclComm_t comm;
+  fcclResult_t result;
+  char error[FCCL_LAST_ERROR_MAX];
+};
+
+static void* initAllThread(void* arg) {
+  struct initAllRank* r = arg;
+  cudaError_t err = cudaSetDevice(r->dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    r->result = fcclUnhandledCudaError;
+    snprintf(r->error, sizeof(r->error), "cudaSetDevice(%d) failed: %s", r->dev, cudaGetErrorString(err));
+    return NULL;
+  }
+  r->result = fcclCommInitRankConfig(&r->comm, r->ndev, r->id, r->rank, NULL);
+  if (r->result != fcclSuccess) snprintf(r->error, sizeof(r->error), "%s", fcclThreadLastError());
+  return NULL;
+}
+
+FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* devlist) {
+  fcclClearError();
+  FCCL_REQUIRE(comms != NULL, "fcclCommInitAll: comms is NULL");
+  FCCL_REQUIRE(ndev >= 1 && ndev <= FCCL_BOOTSTRAP_MAX_RANKS, "fcclCommInitAll: ndev %d outside 1..%d", ndev,
+               FCCL_BOOTSTRAP_MAX_RANKS);
+  int count = 0;
+  CUDACHECK(cudaGetDeviceCount(&count));
+  for (int i = 0; i < ndev; i++) {
+    int dev = devlist ? devlist[i] : i;
+    FCCL_REQUIRE(dev >= 0 && dev < count, "fcclCommInitAll: device %d (entry %d) is not one of the %d visible", dev,
+                 i, count);
+    for (int j = 0; j < i && devlist; j++)
+      FCCL_REQUIRE(devlist[j] != dev, "fcclCommInitAll: device %d is listed twice (entries %d and %d)", dev, j, i);
+  }
+  struct initAllRank* ranks = calloc((size_t)ndev, sizeof(*ranks));
+  pthread_t* threads = calloc((size_t)ndev, sizeof(*threads));
+  if (!ranks || !threads) {
+    free(ranks);
+    free(threads);
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  }
+  fcclUniqueId id;
+  fcclResult_t res = fcclBootstrapGetUniqueId(&id, fcclBootstrapTimeoutMs(-1));
+  int started = 0;
+  for (int i = 0; i < ndev && res == fcclSuccess; i++) {
+    ranks[i] = (struct initAllRank){.dev = devlist ? devlist[i] : i, .rank = i, .ndev = ndev, .id = id};
+    int err = pthread_create(&threads[i], NULL, initAllThread, &ranks[i]);
+    if (err != 0)
+      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "fcclCommInitAll: cannot start thread %d: %s", i,
+                       strerror(err));
+    else
+      started++;
+  }
+  /* Threads that started wait at most the bootstrap timeout for the ones that did not. */
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  int failed = -1;
+  for (int i = 0; i < started; i++) {
+    if (ranks[i].result == fcclSuccess) continue;
+    /* The root cause, rather than the peers that saw it go: the first error that is not a remote one. */
+    if (failed < 0 || (ranks[failed].result == fcclRemoteError && ranks[i].result != fcclRemoteError)) failed = i;
+  }
+  if (res == fcclSuccess && failed >= 0)
+    res = FCCL_ERROR(ranks[failed].result, FCCL_SUBSYS_INIT, "fcclCommInitAll: rank %d (device %d): %s", failed,
+                     ranks[failed].dev, ranks[failed].error);
+  if (res == fcclSuccess) {
+    for (int i = 0; i < ndev; i++) comms[i] = ranks[i].comm;
+  } else {
+    for (int i = 0; i < started; i++)
+      if (ranks[i].result == fcclSuccess) (void)fcclCommAbort(ranks[i].comm);
+  }
+  free(ranks);
+  free(threads);
+  return res;
+}
+
+FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* config) {
+  fcclClearError();
+  FCCL_REQUIRE(comm != NULL, "fcclCommInitFromEnv: comm is NULL");
+  struct commSettings settings;
+  FCCLCHECK(resolveConfig(config, "fcclCommInitFromEnv", &settings));
+  fcclParamWarnUnknown();
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  job->kind = INIT_ENV;
+  fcclResult_t res = fcclBootstrapEnvResolve(&job->launch);
+  if (res != fcclSuccess) {
+    free(job);
+    return res;
+  }
+  /* The device: the caller's, when this thread already has a CUDA context (cudaSetDevice, torch.cuda.set_device);
+   * otherwise LOCAL_RANK modulo the visible devices, made current for the caller too. */
+  int dev = -1;
+  CUcontext context = NULL;
+  if (fcclCudaDriverLoad() == fcclSuccess && pfn_cuCtxGetCurrent(&context) == CUDA_SUCCESS && context != NULL) {
+    res = currentDevice(&dev);
+  } else if (job->launch.localRank >= 0) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count < 1) {
+      (void)cudaGetLastError();
+      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "fcclCommInitFromEnv: no CUDA device (%s)",
+                       err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
+    } else {
+      dev = job->launch.localRank % count;
+      err = cudaSetDevice(dev);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "cudaSetDevice(%d) failed: %s", dev,
+                         cudaGetErrorString(err));
+      }
+    }
+  } else {
+    res = currentDevice(&dev);
+  }
+  if (res != fcclSuccess) {
+    free(job);
+    return res;
+  }
+  struct fcclComm* created;
+  FCCLCHECK(commNew(&settings, job->launch.rank, job->launch.nranks, dev, job, &created));
+  return commStart(created, settings.blocking, comm);
+}
+
+FCCL_API fcclResult_t fcclCommInitExternal(fcclComm_t* comm, int nranks, int rank,
+                                           const fcclBootstrapCallbacks_t* callbacks, const fcclConfig_t* config) {
+  fcclClearError();
+  FCCL_REQUIRE(comm != NULL, "fcclCommInitExternal: comm is NULL");
+  FCCL_REQUIRE(callbacks != NULL && callbacks->allgather != NULL,
+               "fcclCommInitExternal: callbacks or callbacks->allgather is NULL");
+  FCCLCHECK(checkRanks("fcclCommInitExternal", nranks, rank));
+  struct commSettings settings;
+  FCCLCHECK(resolveConfig(config, "fcclCommInitExternal", &settings));
+  fcclParamWarnUnknown();
+  int dev;
+  FCCLCHECK(currentDevice(&dev));
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  job->kind = INIT_PREMADE;
+  struct fcclComm* created;
+  FCCLCHECK(commNew(&settings, rank, nranks, dev, job, &created));
+  fcclResult_t res = fcclBootstrapExternalInit(callbacks, rank, nranks, created->abortFlag, &created->bootstrap);
+  if (res != fcclSuccess) {
+    (void)commFree(created);
+    return res;
+  }
+  return commStart(created, settings.blocking, comm);
+}
+
+FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, const fcclConfig_t* config) {
+  fcclClearError();
+  FCCL_REQUIRE(comm != NULL, "fcclCommInitFromNccl: comm is NULL");
+  FCCL_REQUIRE(ncclComm != NULL, "fcclCommInitFromNccl: ncclComm is NULL");
+  struct commSettings settings;
+  FCCLCHECK(resolveConfig(config, "fcclCommInitFromNccl", &settings));
+  fcclParamWarnUnknown();
+  int dev;
+  FCCLCHECK(currentDevice(&dev));
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  job->kind = INIT_PREMADE;
+  struct fcclComm* created;
+  FCCLCHECK(commNew(&settings, -1, 0, dev, job, &created));
+  fcclResult_t res = fcclBootstrapNcclInit(ncclComm, settings.timeoutMs, created->abortFlag, &created->bootstrap);
+  if (res != fcclSuccess) {
+    (void)commFree(created);
+    return res;
+  }
+  created->rank = created->bootstrap->rank;
+  created->nranks = created->bootstrap->nranks;
+  return commStart(created, settings.blocking, comm);
+}
+
+FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommDestroy: invalid communicator handle %p", (void*)comm);
+  fcclLogSetContext(comm->rank, comm->cudaDev);
+  if (comm->initThreadActive) {
+    pthread_join(comm->initThread, NULL); /* the init is bounded by its timeout */
+    comm->initThreadActive = 0;
+  }
+  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != fcclSuccess)
+    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE); /* a failed comm only frees what it has */
+  return commFree(comm);
+}
+
+FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommAbort: invalid communicator handle %p", (void*)comm);
+  __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  if (comm->initThreadActive) {
+    pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
+    comm->initThreadActive = 0;
+  }
+  (void)commFree(comm);
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* asyncError) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommGetAsyncError: invalid communicator handle %p", (void*)comm);
+  FCCL_REQUIRE(asyncError != NULL, "fcclCommGetAsyncError: asyncError is NULL");
+  fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  /* collectives: an error a kernel recorded (spin timeout), described once */
+  if (state == fcclSuccess) state = fcclDeviceAsyncError(comm);
+  *asyncError = state;
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommCount(const fcclComm_t comm, int* count) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommCount: invalid communicator handle %p", (void*)comm);
+  FCCL_REQUIRE(count != NULL, "fcclCommCount: count is NULL");
+  *count = comm->nranks;
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommCuDevice(const fcclComm_t comm, int* device) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommCuDevice: invalid communicator handle %p", (void*)comm);
+  FCCL_REQUIRE(device != NULL, "fcclCommCuDevice: device is NULL");
+  *device = comm->cudaDev;
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommUserRank: invalid communicator handle %p", (void*)comm);
+  FCCL_REQUIRE(rank != NULL, "fcclCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return fcclSuccess;
+}

@@ -1,0 +1,182 @@
+/*
+ * What every collective kernel shares: epochs, signal pads, unit loads and stores that handle any alignment and
+ * the tail, and the reduction of one unit across ranks.
+ *
+ * Epochs. fcclDevState.epochs holds one counter per block index, all equal between kernels: the epoch of the next
+ * call. Block b reads counter b when it starts, and at its end writes the next epoch into every counter j with
+ * j % gridDim == b, so whatever the grid size, each counter advances exactly once per call and they stay equal.
+ * Kernels advance them, the host never passes an epoch: a call captured in a CUDA graph is right on every replay.
+ *
+ * Signals. Each slot has two pad arrays, u64 [block][writer]. Writer w's block b posts into the reader's slot,
+ * the reader's block b spins on its own memory (local polls, remote stores), waiting for >= the expected value.
+ * Each (block, writer) pad is written by one thread of one block, in program order, so its values only grow.
+ */
+#ifndef FCCL_DEVICE_COMMON_CUH_
+#define FCCL_DEVICE_COMMON_CUH_
+
+#include "device_host.h"
+#include "primitives.cuh"
+#include "reduce.cuh"
+
+namespace fccl {
+
+__device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_t offset) {
+  return ptr<char>(c.slots[rank] + offset);
+}
+
+/* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header. */
+__device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c) {
+  __shared__ uint64_t blockEpoch;
+  if (threadIdx.x == 0) {
+    uint64_t epoch = devState(c)->epochs[blockIdx.x];
+    blockEpoch = epoch;
+    if (blockIdx.x == 0) ptr<fcclSlotHeader>(c.slots[c.rank])->lastEpoch = epoch;
+  }
+  __syncthreads();
+  return blockEpoch;
+}
+
+/*
+ * Clears our LL area of one parity. Run when the low 32 bits of the epoch (the LL flag) are about to wrap, by
+ * the kernels of the two calls before the wrap: flags left by calls 2^32 epochs ago can then never equal a new
+ * one (epochs skip low word 0, the cleared value). Safe: nobody writes this parity until every rank has passed
+ * the next call, which needs us. Thread g clears the packets with index == g modulo the grid, the same ones
+ * the LL kernel had it consume.
+ */
+static __device__ __noinline__ void llClean(uint64_t llBase, uint64_t llBytes, int nranks, uint64_t parity) {
+  const uint64_t perWriter = llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
+  const uint64_t packets = llBytes / FCCL_LL_DATA_BYTES;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (int w = 0; w < nranks; w++) {
+    char* region = ptr<char>(llBase + (parity * nranks + w) * perWriter);
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < packets; i += stride)
+      st_ll_packet(region + i * FCCL_LL_PACKET_BYTES, 0, 0);
+  }
+}
+
+/* Advances the counters this block owns (see the file comment); the LL area is cleaned before a flag wrap. */
+__device__ __forceinline__ void epochEnd(const fcclDevComm& c, uint64_t epoch) {
+  const uint64_t next = fcclEpochNext(epoch);
+  uint64_t* epochs = devState(c)->epochs;
+  for (uint32_t j = blockIdx.x + threadIdx.x * gridDim.x; j < FCCL_DEVICE_MAX_BLOCKS; j += blockDim.x * gridDim.x)
+    epochs[j] = next;
+  if ((uint32_t)epoch >= 0xfffffffeu)
+    llClean(c.slots[c.rank] + c.layout.llOffset, c.layout.llBytes, c.nranks, epoch & 1);
+}
+
+__device__ __forceinline__ uint64_t* signalPad(const fcclDevComm& c, int slotRank, uint64_t areaOffset, int writer) {
+  return ptr<uint64_t>(c.slots[slotRank] + areaOffset) + (uint64_t)blockIdx.x * FCCL_DEVICE_MAX_RANKS + writer;
+}
+
+/*
+ * Posts value to every peer's pad [this block][our rank]: thread p signals peer p. With release, call it after a
+ * __syncthreads so that everything the block stored (and loaded) before is ordered before the flag.
+ */
+__device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release) {
+  const int p = threadIdx.x;
+  if (p < c.nranks && p != c.rank) {
+    uint64_t* pad = signalPad(c, p, areaOffset, c.rank);
+    if (release)
+      st_release_sys(pad, value);
+    else
+      st_relaxed_sys(pad, value);
+  }
+}
+
+/*
+ * Waits until every peer posted >= value to our pad [this block][peer]: thread p waits for peer p (relaxed
+ * polls; with acquire, one acquire load once seen). All threads of the block must call it. Returns true, on every
+ * thread, when the block has to give up (timeout, abort or an earlier failure); the cause is already recorded.
+ */
+__device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
+                                          int kernel, int phase, uint64_t epoch) {
+  bool failed = false;
+  const int p = threadIdx.x;
+  if (p < c.nranks && p != c.rank) {
+    const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
+    Spin spin(c, kernel, phase, p, epoch);
+    while (ld_relaxed_sys(pad) < value) {
+      if (spin.spin()) {
+        failed = true;
+        break;
+      }
+    }
+    if (!failed && acquire) (void)ld_acquire_sys(pad);
+  }
+  return __syncthreads_or(failed) != 0;
+}
+
+/* ---- units: 16 bytes (vector paths) and 8 bytes (LL), any alignment, any tail ------------------------------- */
+
+/*
+ * Unit u of a buffer is bytes [u * B, u * B + B) of it, clipped to `bytes`. A full unit at an aligned address is
+ * one vector access; anything else goes element by element (the buffer is element-aligned), never touching bytes
+ * past the end. Missing elements read as zero bits and are never stored.
+ */
+template <class TT, int B>
+struct UnitIO {
+  using Bits = typename TT::Bits;
+  static constexpr int kElems = B / (int)sizeof(Bits);
+  using Unit = UnitBits<Bits, B>;
+
+  __device__ __forceinline__ static void load(uint64_t base, uint64_t u, uint64_t bytes, Unit& x) {
+    const uint64_t offset = u * B;
+    if ((base & (B - 1)) == 0 && offset + B <= bytes) {
+      if constexpr (B == 16)
+        ld_data16(ptr<const void>(base + offset), x.words[0], x.words[1]);
+      else
+        x.words[0] = ld_data8(ptr<const void>(base + offset));
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < B / 8; i++) x.words[i] = 0;
+#pragma unroll
+    for (int i = 0; i < kElems; i++) {
+      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
+      if (at < bytes) x.e[i] = *ptr<const Bits>(base + at);
+    }
+  }
+
+  __device__ __forceinline__ static void store(uint64_t base, uint64_t u, uint64_t bytes, const Unit& x) {
+    const uint64_t offset = u * B;
+    if ((base & (B - 1)) == 0 && offset + B <= bytes) {
+      if constexpr (B == 16)
+        st_data16(ptr<void>(base + offset), x.words[0], x.words[1]);
+      else
+        st_data8(ptr<void>(base + offset), x.words[0]);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kElems; i++) {
+      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
+      if (at < bytes) *ptr<Bits>(base + at) = x.e[i];
+    }
+  }
+};
+
+template <class TT>
+using Unit16 = typename UnitIO<TT, 16>::Unit;
+
+/* Reduces unit u of every rank's buffer (bases[r], r < nranks) in rank order into out. The loads of all ranks are
+ * issued before the first add, so up to 8 remote loads are in flight per thread. */
+template <class TT, class OT>
+__device__ __forceinline__ void reduceRanks16(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int nranks,
+                                              uint64_t u, uint64_t bytes, Unit16<TT>& out) {
+  using IO = UnitIO<TT, 16>;
+  Unit16<TT> v[FCCL_DEVICE_MAX_RANKS];
+#pragma unroll
+  for (int r = 0; r < FCCL_DEVICE_MAX_RANKS; r++)
+    if (r < nranks) IO::load(bases[r], u, bytes, v[r]);
+  UnitReducer<TT, OT, 16> acc;
+  acc.first(v[0]);
+#pragma unroll
+  for (int r = 1; r < FCCL_DEVICE_MAX_RANKS; r++)
+    if (r < nranks) acc.add(v[r]);
+  acc.result(out, nranks);
+}
+
+__device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace fccl
+
+#endif /* FCCL_DEVICE_COMMON_CUH_ */

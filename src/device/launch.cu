@@ -1,0 +1,72 @@
+/*
+ * The barrier kernel and the extern "C" launchers. Kernels take the device communicator and the call's arguments
+ * by value: a CUDA graph captures them as they were, and everything that changes from call to call (epochs)
+ * lives in device memory.
+ */
+#include "common.cuh"
+#include "kernels.cuh"
+
+extern "C" {
+#include "check.h"
+}
+
+namespace fccl {
+
+/* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
+ * no data written in this kernel; work before it on each stream completed before the kernel started. */
+__global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c) {
+  const uint64_t epoch = epochBegin(c);
+  postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
+  (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
+                  epoch);
+  epochEnd(c, epoch);
+}
+
+static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op) {
+  switch (algo) {
+    case FCCL_ALGO_LL: return llKernel(type, op);
+    case FCCL_ALGO_ONESHOT_PUSH: return oneshotPushKernel(type, op);
+    case FCCL_ALGO_ONESHOT_PULL: return oneshotPullKernel(type, op);
+    case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op);
+    case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op);
+    default: return nullptr;
+  }
+}
+
+static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** args, cudaStream_t stream,
+                           const char* what) {
+  cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, 0, stream);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "launching the %s kernel (%u x %u) failed: %s (%s)",
+                      what, grid.x, block.x, cudaGetErrorName(err), cudaGetErrorString(err));
+  }
+  return fcclSuccess;
+}
+
+}  // namespace fccl
+
+extern "C" fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
+                                                  const fcclDevComm* comm, const fcclDevArgs* args, int blocks,
+                                                  int threads, cudaStream_t stream) {
+  const void* kernel = fccl::allReduceKernel(algo, type, op);
+  if (kernel == nullptr || comm == nullptr || args == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no all-reduce kernel for algorithm %d, type %d, op %d",
+                      (int)algo, (int)type, (int)op);
+  if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS || threads < 32 || threads > FCCL_DEVICE_THREADS ||
+      threads % 32 != 0 || threads < comm->nranks)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "all-reduce grid %d x %d outside [1, %d] x [32, %d]",
+                      blocks, threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
+  fcclDevComm c = *comm;
+  fcclDevArgs a = *args;
+  void* params[] = {&c, &a};
+  return fccl::launch(kernel, dim3(blocks), dim3(threads), params, stream, "all-reduce");
+}
+
+extern "C" fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, cudaStream_t stream) {
+  if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier launch without comm");
+  fcclDevComm c = *comm;
+  void* params[] = {&c};
+  return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
+                      dim3(FCCL_DEVICE_BARRIER_THREADS), params, stream, "barrier");
+}

@@ -1,0 +1,85 @@
+/*
+ * One-shot all-reduce with LL packets: every rank pushes its whole input, as 16-byte packets of {4 data bytes,
+ * 4-byte flag} x 2, into its region of every peer's LL area, then reads the packets the peers pushed into its own
+ * slot and reduces in rank order. The flag is the low word of the epoch: a packet is there exactly when its flags
+ * say so, so there is no barrier and no fence, one NVLink hop in all.
+ *
+ * Double buffering: call e uses parity e & 1. A rank writes parity p again at call e + 2 only after finishing
+ * call e + 1, which needed every peer's packets of e + 1, which each peer sent after it had read all of call e.
+ */
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace fccl {
+
+template <int DT, int OP>
+__global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevComm c, fcclDevArgs a) {
+  using TT = TypeTraits<DT>;
+  using OT = OpTraits<OP>;
+  using IO = UnitIO<TT, 8>;
+  using Unit = typename IO::Unit;
+  const uint64_t epoch = epochBegin(c);
+  const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
+  const uint64_t parity = epoch & 1;
+  const int n = c.nranks;
+  const int me = c.rank;
+  const uint64_t packets = divUp(a.bytes, FCCL_LL_DATA_BYTES);
+  const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+  /* Push: our region in each peer's slot is [parity][me]. */
+  const uint64_t pushOffset = c.layout.llOffset + (parity * n + me) * perWriter;
+  for (uint64_t i = first; i < packets; i += stride) {
+    Unit d;
+    IO::load(a.sendbuf, i, a.bytes, d);
+    const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
+    const uint64_t hi = (d.words[0] >> 32) | flag;
+#pragma unroll
+    for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
+      if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
+  }
+
+  /* Receive and reduce in rank order; our own contribution is read again from sendbuf (same thread, same bytes,
+   * not yet overwritten in place). */
+  const char* inbox = slotPtr(c, me, c.layout.llOffset + parity * n * perWriter);
+  bool failed = false;
+  for (uint64_t i = first; i < packets && !failed; i += stride) {
+    UnitReducer<TT, OT, 8> acc;
+    for (int w = 0; w < n; w++) {
+      Unit d;
+      if (w == me) {
+        IO::load(a.sendbuf, i, a.bytes, d);
+      } else {
+        const char* packet = inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES;
+        uint64_t lo, hi;
+        Spin spin(c, FCCL_ALGO_LL, FCCL_PHASE_LL, w, epoch);
+        for (;;) {
+          ld_ll_packet(packet, lo, hi);
+          if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
+          if (spin.spin()) {
+            failed = true;
+            break;
+          }
+        }
+        if (failed) break;
+        d.words[0] = (lo & 0xffffffffull) | (hi << 32);
+      }
+      if (w == 0)
+        acc.first(d);
+      else
+        acc.add(d);
+    }
+    if (failed) break;
+    Unit out;
+    acc.result(out, n);
+    IO::store(a.recvbuf, i, a.bytes, out);
+  }
+  epochEnd(c, epoch);
+}
+
+#define FCCL_TABLE_KERNEL allReduceLL
+FCCL_KERNEL_TABLE(llKernel)
+#undef FCCL_TABLE_KERNEL
+
+}  // namespace fccl

@@ -1,0 +1,59 @@
+/*
+ * One-shot all-reduce through staging, for buffers that are not registered: every rank pushes its whole input
+ * (16-byte stores over NVLink) into its region of every peer's inbox, posts one release flag per (block, peer),
+ * waits for the peers' flags (acquire) and reduces its own input with the inbox regions, in rank order.
+ * One flag hop plus the data; no unit is moved twice.
+ *
+ * Double buffering by epoch parity, as for LL: inbox [e & 1] at call e. Two-shot rounds use parity (e + round) & 1
+ * and take care of their own reuse (twoshot_staged.cu).
+ */
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace fccl {
+
+template <int DT, int OP>
+__global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(fcclDevComm c, fcclDevArgs a) {
+  using TT = TypeTraits<DT>;
+  using IO = UnitIO<TT, 16>;
+  using Unit = typename IO::Unit;
+  const uint64_t epoch = epochBegin(c);
+  const uint64_t parity = epoch & 1;
+  const int n = c.nranks;
+  const int me = c.rank;
+  const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
+  const uint64_t chunk = c.layout.chunkBytes;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+  const uint64_t pushOffset = c.layout.inboxOffset + (parity * n + me) * chunk;
+  for (uint64_t u = first; u < units; u += stride) {
+    Unit v;
+    IO::load(a.sendbuf, u, a.bytes, v);
+#pragma unroll
+    for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
+      if (p < n && p != me) st_data16(slotPtr(c, p, pushOffset) + u * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
+  }
+  __syncthreads();
+  postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true);
+  if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PUSH, FCCL_PHASE_INBOX,
+                 epoch)) {
+    /* Rank w's data: our own input for w == me, else inbox [parity][w] of our slot. */
+    uint64_t bases[FCCL_DEVICE_MAX_RANKS];
+#pragma unroll
+    for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
+      bases[w] = w == me ? a.sendbuf : c.slots[me] + c.layout.inboxOffset + (parity * n + w) * chunk;
+    for (uint64_t u = first; u < units; u += stride) {
+      Unit out;
+      reduceRanks16<TT, OpTraits<OP>>(bases, n, u, a.bytes, out);
+      IO::store(a.recvbuf, u, a.bytes, out);
+    }
+  }
+  epochEnd(c, epoch);
+}
+
+#define FCCL_TABLE_KERNEL allReduceOneshotPush
+FCCL_KERNEL_TABLE(oneshotPushKernel)
+#undef FCCL_TABLE_KERNEL
+
+}  // namespace fccl

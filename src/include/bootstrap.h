@@ -1,0 +1,171 @@
+/*
+ * The bootstrap layer: out-of-band exchange among the ranks of a communicator while it is created and destroyed.
+ * One ops table (struct fcclBootstrapOps), one file per method: TCP rendezvous through a unique id
+ * (bootstrap_tcp.c, with the launcher-variable form in bootstrap_env.c), the application's callbacks
+ * (bootstrap_external.c), an existing NCCL communicator (bootstrap_nccl.c).
+ *
+ * What other layers use: fcclBootstrapAllGather, fcclBootstrapBarrier, and struct fcclPeerInfo (comm->peerInfo[r]
+ * holds what rank r said about itself at init: same host and process are hostHash/pidNs/pid equality).
+ * Every operation is collective over the communicator, bounded by the bootstrap's timeout and abort flag, and
+ * must be called by all ranks in the same order. No CUDA in this layer except the NCCL method: the sockets, the TCP
+ * method and the peer-info checks are plain host code, testable without a GPU.
+ */
+#ifndef FCCL_BOOTSTRAP_H_
+#define FCCL_BOOTSTRAP_H_
+
+#include "fccl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bumped whenever a frame's layout or meaning changes; ranks and roots of different versions refuse each other. */
+#define FCCL_BOOTSTRAP_PROTOCOL_VERSION 1u
+/* Upper bound on nranks accepted by the bootstrap (and so by fcclCommInitRank). */
+#define FCCL_BOOTSTRAP_MAX_RANKS 4096
+
+struct fcclBootstrap;
+
+struct fcclBootstrapOps {
+  const char* name; /* "tcp", "external", "nccl": shown in logs */
+  fcclResult_t (*allGather)(struct fcclBootstrap* bootstrap, void* allData, size_t bytesPerRank);
+  fcclResult_t (*barrier)(struct fcclBootstrap* bootstrap);
+  /* Frees the method's state; local only (never talks to peers), safe after any failure or abort. */
+  void (*destroy)(struct fcclBootstrap* bootstrap);
+};
+
+struct fcclBootstrap {
+  const struct fcclBootstrapOps* ops;
+  int rank;
+  int nranks;
+  int timeoutMs;          /* bound on each operation */
+  volatile int* abortFlag; /* may be NULL; when it becomes non-zero every wait returns promptly */
+  void* impl;             /* the method's state */
+};
+
+/*
+ * All-gather in place: this rank's bytesPerRank bytes are at allData + rank * bytesPerRank; on success allData
+ * holds every rank's bytes in rank order. bytesPerRank may be 0 (then it is a barrier). After a failure the
+ * bootstrap is broken: later operations fail at once with fcclRemoteError.
+ * @return fcclSuccess; fcclTimeout or fcclRemoteError naming the rank that is missing, died or disagreed;
+ *         fcclInvalidUsage when aborted; fcclInvalidArgument for a NULL buffer.
+ */
+fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allData, size_t bytesPerRank);
+
+/* Returns once every rank has entered it. Same codes as fcclBootstrapAllGather. */
+fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap);
+
+/* Frees the bootstrap (NULL is fine). Local: no message is sent; peers see the connections close. */
+void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap);
+
+/* The timeout to use: configMs when > 0, else FCCL_BOOTSTRAP_TIMEOUT. */
+int fcclBootstrapTimeoutMs(int configMs);
+
+/* ---- TCP rendezvous (bootstrap_tcp.c) ------------------------------------------------------------------------ */
+
+/*
+ * Fills a unique id and starts a root thread serving it: listening at FCCL_COMM_ID, else at FCCL_SOCKET_IFNAME's
+ * address, else at 127.0.0.1, on a free port. The root waits up to timeoutMs for the first rank, and then until
+ * every rank arrived or the first arrived rank's timeout expires; it exits by itself and is joined by the rank of
+ * this process that uses the id, by a later fcclBootstrapGetUniqueId, or at process exit.
+ */
+fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
+
+/*
+ * Same with a fixed listen address and secret (fcclCommInitFromEnv's rank 0). The id is written to id.
+ */
+fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, uint64_t secret,
+                                    int timeoutMs, fcclUniqueId* id);
+
+/* Whether id looks like one from fcclGetUniqueId of this protocol version (fcclInvalidArgument saying why). */
+fcclResult_t fcclBootstrapCheckUniqueId(const fcclUniqueId* id);
+
+/*
+ * Joins the communicator described by id as rank of nranks over TCP. Validates the id (fcclInvalidArgument),
+ * connects to the root, sends this rank's hello, receives every rank's listen address, and connects the ring.
+ */
+fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, int timeoutMs,
+                                  volatile int* abortFlag, struct fcclBootstrap** bootstrap);
+
+/* Stops and joins this process's root serving id, if any (its waiting ranks see the connection close). */
+void fcclBootstrapStopRoot(const fcclUniqueId* id);
+
+/*
+ * Waits up to timeoutMs for every root thread this process started to finish, and joins them; returns how many
+ * are still running. For tests that count threads and file descriptors.
+ */
+int fcclBootstrapRootsWait(int timeoutMs);
+
+/* ---- launcher variables (bootstrap_env.c) -------------------------------------------------------------------- */
+
+struct fcclEnvLaunch {
+  int rank;
+  int nranks;
+  int localRank;   /* -1 when the launcher did not say */
+  char addr[256];  /* host:port where rank 0 listens */
+  const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
+};
+
+/*
+ * Reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, else OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, and
+ * FCCL_COMM_ID. fcclInvalidUsage naming the variable when they are missing, unparsable or inconsistent.
+ */
+fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch);
+
+/* The secret every rank derives from the same launch: a hash of the address and the world size. */
+uint64_t fcclBootstrapEnvSecret(const struct fcclEnvLaunch* launch);
+
+/* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr; every rank then joins it. */
+fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
+                                  struct fcclBootstrap** bootstrap);
+
+/* ---- application callbacks (bootstrap_external.c) ------------------------------------------------------------ */
+
+/* The callbacks are copied; their userContext must stay valid until fcclBootstrapDestroy. */
+fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks, int rank, int nranks,
+                                       volatile int* abortFlag, struct fcclBootstrap** bootstrap);
+
+/* ---- NCCL (bootstrap_nccl.c) --------------------------------------------------------------------------------- */
+
+/*
+ * Uses an existing ncclComm_t (NCCL reached with dlopen; the communicator's device must be current). The
+ * bootstrap's rank and nranks are the NCCL communicator's. Builds without NCCL return fcclInvalidUsage.
+ */
+fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* abortFlag,
+                                   struct fcclBootstrap** bootstrap);
+
+/* ---- peer information (peer_info.c) -------------------------------------------------------------------------- */
+
+#define FCCL_PEER_BUSID_BYTES 32
+#define FCCL_PEER_HOST_BYTES 64
+
+/* What each rank tells the others at init. Plain data with fixed-width fields: it travels as bytes. */
+struct fcclPeerInfo {
+  uint64_t hostHash;        /* hash of hostname and boot id: equal exactly when two ranks share a kernel */
+  uint64_t pidNs;           /* inode of /proc/self/ns/pid: with hostHash and pid, identifies a process */
+  int32_t pid;
+  int32_t rank;
+  int32_t nranks;
+  int32_t cudaDev;          /* ordinal in the rank's process (after CUDA_VISIBLE_DEVICES) */
+  int32_t cudaDriverVersion;
+  int32_t fcclVersion;      /* FCCL_VERSION_CODE of the library */
+  int32_t computeCapability; /* major * 10 + minor; 0 when unknown */
+  int32_t reserved;
+  uint8_t gpuUuid[16];      /* all zero when unknown */
+  char busId[FCCL_PEER_BUSID_BYTES]; /* "0000:1b:00.0", NUL-terminated */
+  char hostname[FCCL_PEER_HOST_BYTES]; /* NUL-terminated, for messages */
+};
+
+/* Fills the host part (hostHash, pidNs, pid, hostname, fcclVersion) and rank/nranks; GPU fields are zeroed. */
+fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nranks);
+
+/*
+ * Checks what every rank said: slot r holds rank r, the same nranks and fccl version everywhere, and no two ranks
+ * on one GPU (same UUID) unless allowSharedDevice. fcclRemoteError (or fcclInvalidUsage for a shared GPU) with a
+ * message naming the ranks involved. Different driver versions are only warned about.
+ */
+fcclResult_t fcclPeerInfoValidate(const struct fcclPeerInfo* infos, int nranks, int allowSharedDevice);
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; buf needs 41 bytes. */
+const char* fcclPeerUuidString(const uint8_t uuid[16], char* buf, size_t size);
+
+#endif /* FCCL_BOOTSTRAP_H_ */

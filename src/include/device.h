@@ -1,0 +1,150 @@
+/*
+ * The device layer as the rest of the library sees it: the collectives' per-communicator device state
+ * (fcclDeviceInit/Fini, called by comm init/destroy after the transport), the slot size the transport reserves,
+ * the host side of abort and kernel errors, and the extern "C" kernel launchers of src/device/.
+ * docs/collectives.md describes the algorithms, the slot layout, epochs and memory ordering.
+ */
+#ifndef FCCL_DEVICE_H_
+#define FCCL_DEVICE_H_
+
+#include "device_host.h"
+#include "fccl.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct fcclComm;
+
+/*
+ * Every (data type, reduction op) the kernels are instantiated for: the one list. X(type, op) is expanded once per
+ * pair; the table functions of src/device and the tests iterate it.
+ */
+#define FCCL_DEVICE_FOR_TYPES_(X, op) \
+  X(fcclInt8, op)                     \
+  X(fcclUint8, op)                    \
+  X(fcclInt32, op)                    \
+  X(fcclUint32, op)                   \
+  X(fcclInt64, op)                    \
+  X(fcclUint64, op)                   \
+  X(fcclFloat16, op)                  \
+  X(fcclFloat32, op)                  \
+  X(fcclFloat64, op)                  \
+  X(fcclBfloat16, op)
+#define FCCL_DEVICE_TYPE_OP_LIST(X) \
+  FCCL_DEVICE_FOR_TYPES_(X, fcclSum)  \
+  FCCL_DEVICE_FOR_TYPES_(X, fcclProd) \
+  FCCL_DEVICE_FOR_TYPES_(X, fcclMax)  \
+  FCCL_DEVICE_FOR_TYPES_(X, fcclMin)  \
+  FCCL_DEVICE_FOR_TYPES_(X, fcclAvg)
+
+/* Bytes of one element of type (0 for a value outside fcclDataType_t). */
+size_t fcclTypeSize(fcclDataType_t type);
+
+/* ---- per-communicator state (src/core/collectives.c) -------------------------------------------------------- */
+
+/*
+ * Bytes of the slot each communicator needs in every rank's arena for nranks ranks: header, signal pads, LL area
+ * (2 MiB) and FCCL_STAGING_BYTES of staging. The same on every rank as long as FCCL_STAGING_BYTES is.
+ */
+size_t fcclDeviceSlotBytes(int nranks);
+
+/*
+ * Creates comm->device once comm->transport is up: the device communicator (slot pointers of every rank), epoch
+ * counters in device memory, host-mapped abort and error words. Cleans this rank's slot (signal pads, LL area),
+ * then all-gathers the last epoch each rank's slot recorded and the layout: every rank starts past the largest,
+ * so flags an earlier communicator left in a reused slot never satisfy a wait. Collective (one bootstrap
+ * all-gather). fcclInvalidUsage when ranks disagree on FCCL_STAGING_BYTES or nranks is out of range.
+ */
+fcclResult_t fcclDeviceInit(struct fcclComm* comm);
+
+/* Frees comm->device (NULL is fine). Waits for the device first: kernels of this communicator stop on their own
+ * (every wait is bounded by FCCL_TIMEOUT), and within about 100 us once *comm->abortFlag is set, which the
+ * kernels poll through a mapping of its page (cudaHostRegister at init). Local: no peer traffic. */
+fcclResult_t fcclDeviceFini(struct fcclComm* comm);
+
+/*
+ * fcclSuccess, or the error a kernel of comm recorded (fcclTimeout when a spin bound expired). The first time an
+ * error is seen it is described once (FCCL_ERROR: rank waited for, phase, epoch, how long) and kept in
+ * comm->asyncError and the communicator's last error. Any thread.
+ */
+fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm);
+
+/* Test hook: sets every epoch counter (all ranks must pass the same value, with no call in flight). */
+fcclResult_t fcclDeviceSetEpochForTest(struct fcclComm* comm, uint64_t epoch);
+
+/* ---- algorithm selection (src/core/algo.c) ----------------------------------------------------------------- */
+
+/* What the choice depends on; identical on every rank for one call (registration must be symmetric). */
+typedef struct {
+  uint64_t bytes;      /* count * element size, > 0 */
+  int nranks;
+  int registered;      /* sendbuf and recvbuf both inside registered buffers */
+  int inPlace;
+  int smCount;         /* multiprocessors of the device */
+  uint64_t llBytes;    /* LL capacity per writer (fcclSlotLayout.llBytes) */
+  uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
+  int forced;          /* -1: choose; else the fcclDevKernel_t to use */
+  int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
+} fcclAlgoQuery;
+
+typedef struct {
+  fcclDevKernel_t algo;
+  int blocks;
+  int threads;
+  uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
+} fcclAlgoChoice;
+
+/*
+ * Picks the algorithm and grid (table in algo.c, docs/collectives.md). fcclInvalidArgument (with a message) when
+ * a strict forced algorithm cannot run this call, or when the call needs more steps than a signal can count
+ * (a count far beyond any device memory with a tiny FCCL_STAGING_BYTES). Pure: no CUDA, no environment.
+ */
+fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
+
+/* Whether algo can run the call described by query (0 or 1); why receives a reason when it cannot. */
+int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* query, const char** why);
+
+/* "ll", "oneshot_push", ... ; "barrier"; "unknown" otherwise. */
+const char* fcclAlgoName(int algo);
+
+/* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "ll", "oneshot", "twoshot" (the registered or staged
+ * variant by the buffers), or an exact name ("oneshot_push", ...); -1 for anything else. */
+#define FCCL_ALGO_REQUEST_AUTO 100
+#define FCCL_ALGO_REQUEST_ONESHOT 101
+#define FCCL_ALGO_REQUEST_TWOSHOT 102
+int fcclAlgoParseRequest(const char* name);
+
+/* The forced algorithm for a request and this call's registration (-1 for auto). */
+int fcclAlgoResolveRequest(int request, int registered);
+
+/*
+ * fcclAllReduce with the algorithm chosen by the caller: algo -1 chooses as fcclAllReduce does (FCCL_ALGO
+ * included), otherwise that fcclDevKernel_t exactly (fcclInvalidArgument when it cannot run the call). For tests.
+ */
+fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                               fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
+
+/* ---- launchers (src/device/launch.cu) ----------------------------------------------------------------------- */
+
+/*
+ * Launches the all-reduce kernel of algorithm algo for (type, op) with blocks x threads on stream (the current
+ * device must be comm's). fcclInvalidArgument for an unknown algorithm/type/op or a grid outside
+ * [1, FCCL_DEVICE_MAX_BLOCKS] x [32, FCCL_DEVICE_THREADS]; fcclUnhandledCudaError when the launch fails.
+ */
+fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
+                                       const fcclDevComm* comm, const fcclDevArgs* args, int blocks, int threads,
+                                       cudaStream_t stream);
+
+/* Launches the barrier kernel (one warp) on stream. */
+fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, cudaStream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FCCL_DEVICE_H_ */

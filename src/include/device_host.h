@@ -1,0 +1,186 @@
+/*
+ * Plain data shared by the host and the kernels of the collectives: the layout of a communicator's slot in the
+ * shared arena, the device-side communicator (passed by value to every kernel), the per-call arguments and the
+ * host-mapped words through which kernels report errors and the host asks them to stop. Fixed-width fields only;
+ * the static_asserts keep host C and nvcc C++ agreeing on every size. docs/collectives.md draws the slot.
+ */
+#ifndef FCCL_DEVICE_HOST_H_
+#define FCCL_DEVICE_HOST_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define FCCL_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define FCCL_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/* Largest communicator the kernels handle (one NVLink domain of 8 GPUs). */
+#define FCCL_DEVICE_MAX_RANKS 8
+/* Largest grid of any collective kernel; also the number of per-block epoch counters and signal rows. */
+#define FCCL_DEVICE_MAX_BLOCKS 256
+/* Threads per block of the data kernels (the barrier uses one warp). */
+#define FCCL_DEVICE_THREADS 512
+#define FCCL_DEVICE_BARRIER_THREADS 32
+
+/*
+ * A signal value names a call and a step inside it: (epoch << FCCL_STEP_BITS) | step, step >= 1. Epochs grow by
+ * one per call, so values only grow and waits compare with >=. 44 bits of epoch last 300 days of back-to-back
+ * 1.5 us calls; the host refuses calls that would need 2^20 - 1 steps or more.
+ */
+#define FCCL_STEP_BITS 20
+#define FCCL_MAX_STEPS ((1u << FCCL_STEP_BITS) - 2u)
+
+/* Bytes of one LL packet: two 8-byte words {4 data bytes, 4-byte flag}; 8 data bytes per packet. */
+#define FCCL_LL_PACKET_BYTES 16
+#define FCCL_LL_DATA_BYTES 8
+/* The LL area of a slot holds 2 parities x nranks writers x (capacity x 2) bytes; it is this size for any nranks. */
+#define FCCL_LL_AREA_BYTES (2u << 20)
+/* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
+#define FCCL_UNIT_BYTES 16
+#define FCCL_SLOT_ALIGN 4096
+
+#define FCCL_SLOT_MAGIC 0x66636c736c6f7431ull /* "fclslot1" */
+
+/* Start of every slot. The kernels keep lastEpoch current, so a communicator that later reuses the slot can start
+ * past every flag value this one left behind. */
+typedef struct {
+  uint64_t magic;
+  uint64_t lastEpoch; /* epoch of the latest call that started on this rank (written by block 0 of each kernel) */
+  uint64_t reserved[6];
+} fcclSlotHeader;
+FCCL_STATIC_ASSERT(sizeof(fcclSlotHeader) == 64, "fcclSlotHeader layout");
+
+/*
+ * Where each area lives inside a slot (byte offsets from the slot base). Identical on every rank of a
+ * communicator: init checks it, since every rank writes into the others' slots at these offsets.
+ *   header    fcclSlotHeader
+ *   signalA   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "ready"/"inbox full"/barrier
+ *   signalB   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "done"/"result ready"
+ *   ll        LL packets [2 parities][nranks writers][llBytes / 8 packets]
+ *   inbox     [2 parities][nranks writers][chunkBytes]: staged inputs pushed to their owner
+ *   result    [2 parities][nranks owners][chunkBytes]: reduced chunks pushed by their owner
+ */
+typedef struct {
+  uint64_t signalAOffset;
+  uint64_t signalBOffset;
+  uint64_t llOffset;
+  uint64_t llBytes;       /* LL data capacity per writer and parity (bytes of user data) */
+  uint64_t inboxOffset;
+  uint64_t resultOffset;
+  uint64_t chunkBytes;    /* staging capacity per writer (inbox) or owner (result) and parity */
+  uint64_t totalBytes;    /* the whole slot */
+} fcclSlotLayout;
+FCCL_STATIC_ASSERT(sizeof(fcclSlotLayout) == 64, "fcclSlotLayout layout");
+
+#if defined(__CUDACC__)
+#define FCCL_HOST_DEVICE __host__ __device__
+#else
+#define FCCL_HOST_DEVICE
+#endif
+
+/*
+ * The epoch after `epoch`. LL packets carry the low 32 bits as their flag; epochs whose low word is 0 are skipped
+ * (0 is what a cleared LL area holds), by jumping 3 so that consecutive calls still alternate parity.
+ */
+static inline FCCL_HOST_DEVICE uint64_t fcclEpochNext(uint64_t epoch) {
+  epoch += 1;
+  if ((uint32_t)epoch == 0) epoch += 2;
+  return epoch;
+}
+
+static inline uint64_t fcclAlignUp64(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
+
+/* The layout for nranks ranks and stagingBytes of staging (inbox + result areas together). Pure: tested on the
+ * host and used identically by every rank. */
+static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fcclSlotLayout* layout) {
+  const uint64_t signalBytes = (uint64_t)FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * sizeof(uint64_t);
+  uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
+  layout->signalAOffset = FCCL_SLOT_ALIGN;
+  layout->signalBOffset = layout->signalAOffset + signalBytes;
+  layout->llOffset = fcclAlignUp64(layout->signalBOffset + signalBytes, FCCL_SLOT_ALIGN);
+  /* 2 parities x n writers x (llBytes x 2 packet bytes per data byte) == FCCL_LL_AREA_BYTES */
+  layout->llBytes = (uint64_t)FCCL_LL_AREA_BYTES / (4 * n) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
+  layout->inboxOffset = layout->llOffset + FCCL_LL_AREA_BYTES;
+  layout->chunkBytes = stagingBytes / (4 * n) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
+  layout->resultOffset = layout->inboxOffset + 2 * n * layout->chunkBytes;
+  layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
+}
+
+/*
+ * Error report of the communicator's kernels, in host memory mapped into the device (cudaHostAlloc(...,
+ * cudaHostAllocMapped)): written once, by the first kernel that gives up, the code last and after a system fence,
+ * so the host sees the details whenever it sees the code.
+ */
+typedef struct {
+  int32_t errorCode;   /* fcclResult_t; 0 while nothing failed */
+  int32_t errorPeer;   /* rank that was waited for */
+  int32_t errorBlock;
+  int32_t errorPhase;  /* fcclDevPhase_t */
+  int32_t errorKernel; /* fcclDevKernel_t */
+  int32_t errorRank;   /* the rank that gave up (this one) */
+  uint64_t errorEpoch;
+  uint64_t errorWaitedNs;
+  uint64_t reserved[3];
+} fcclDevHostWords;
+FCCL_STATIC_ASSERT(sizeof(fcclDevHostWords) == 64, "fcclDevHostWords layout");
+
+/* Device memory owned by the communicator's device state: per-block epochs and the error claim word. */
+typedef struct {
+  uint64_t epochs[FCCL_DEVICE_MAX_BLOCKS]; /* all equal between kernels: epoch of the next call */
+  int32_t errorClaim;                      /* 0 until the first failing kernel claims the report */
+  int32_t reserved[15];
+} fcclDevState;
+FCCL_STATIC_ASSERT(sizeof(fcclDevState) == FCCL_DEVICE_MAX_BLOCKS * 8 + 64, "fcclDevState layout");
+
+/* What waited when a kernel gave up (errorPhase). */
+typedef enum {
+  FCCL_PHASE_BARRIER = 1,
+  FCCL_PHASE_LL = 2,      /* LL packets of a peer */
+  FCCL_PHASE_READY = 3,   /* a peer reaching the call (registered buffers) */
+  FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
+  FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
+  FCCL_PHASE_DONE = 6     /* a peer finishing with this rank's buffers */
+} fcclDevPhase_t;
+
+/* Kernels and algorithms. The names are what FCCL_ALGO and the logs use. */
+typedef enum {
+  FCCL_ALGO_LL = 0,             /* one-shot push of LL packets into the peers' slots: no separate barrier */
+  FCCL_ALGO_ONESHOT_PUSH = 1,   /* one-shot push of the whole input into the peers' staging, one flag */
+  FCCL_ALGO_ONESHOT_PULL = 2,   /* one-shot pull from the peers' registered buffers */
+  FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
+  FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
+  FCCL_ALGO_COUNT = 5,
+  FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
+} fcclDevKernel_t;
+
+/* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
+typedef struct {
+  uint64_t slots[FCCL_DEVICE_MAX_RANKS]; /* device address of each rank's slot (ours at [rank]) */
+  uint64_t state;                        /* fcclDevState* in device memory */
+  uint64_t hostWords;                    /* fcclDevHostWords*: device address of the mapped host words */
+  uint64_t abortFlag;                    /* int32_t*: device address of comm->abortFlag (host page, mapped) */
+  uint64_t timeoutNs;                    /* spin bound of every wait (FCCL_TIMEOUT) */
+  fcclSlotLayout layout;
+  int32_t rank;
+  int32_t nranks;
+  uint64_t reserved;
+} fcclDevComm;
+FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + 64 + 16, "fcclDevComm layout");
+
+/* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */
+typedef struct {
+  uint64_t sendbuf;                        /* this rank's input */
+  uint64_t recvbuf;                        /* this rank's output (== sendbuf in place) */
+  uint64_t peerSend[FCCL_DEVICE_MAX_RANKS]; /* registered algorithms: every rank's input, mapped here */
+  uint64_t peerRecv[FCCL_DEVICE_MAX_RANKS]; /* registered algorithms: every rank's output, mapped here */
+  uint64_t count;                          /* elements */
+  uint64_t bytes;                          /* count * element size */
+  uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
+  int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
+  int32_t reserved;
+} fcclDevArgs;
+FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
+
+#endif /* FCCL_DEVICE_HOST_H_ */

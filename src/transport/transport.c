@@ -1,0 +1,740 @@
+/*
+ * A communicator's peer memory: slot agreement in the per-process arenas, mapping of the peers' chunks through
+ * the process registry, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.
+ *
+ * Every collective step carries each rank's status, so a rank that failed locally keeps taking part in the
+ * exchanges and every rank returns an error instead of waiting for the one that gave up.
+ */
+#include "transport_internal.h"
+
+#include "bootstrap.h"
+#include "check.h"
+#include "cudawrap.h"
+#include "debug.h"
+#include "param.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x66636c7472616e73ull /* "fcltrans" */
+#define CLAIM_ATTEMPTS 16                 /* slot agreements retried when concurrent inits of one process collide */
+#define MAX_IMPORT_PIECES 4096
+
+uint64_t fcclMix64(uint64_t value) {
+  value += 0x9e3779b97f4a7c15ull;
+  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
+  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
+  return value ^ (value >> 31);
+}
+
+static int sameProcess(const struct fcclTransportRankInfo* a, const struct fcclTransportRankInfo* b) {
+  return a->hostHash == b->hostHash && a->processNonce == b->processNonce && a->pid == b->pid;
+}
+
+static const char* describeRank(const struct fcclTransport* t, int rank, char* text, size_t size) {
+  const struct fcclTransportRankInfo* info = &t->peers[rank].info;
+  snprintf(text, size, "rank %d (GPU %.*s, device %d, pid %d)", rank, FCCL_PCI_BUS_ID_BYTES, info->busId, info->dev,
+           info->pid);
+  return text;
+}
+
+/* ---- collective helpers ---- */
+
+fcclResult_t fcclTransportAgree(struct fcclTransport* t, fcclResult_t localStatus, const char* what) {
+  struct fcclComm* comm = t->comm;
+  int32_t* statuses = calloc((size_t)comm->nranks, 2 * sizeof(int32_t));
+  if (!statuses) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  statuses[2 * comm->rank] = (int32_t)localStatus;
+  fcclResult_t res = t->ex.allGather(t->ex.ctx, statuses, 2 * sizeof(int32_t));
+  if (res == fcclSuccess && localStatus != fcclSuccess) res = localStatus;
+  for (int r = 0; res == fcclSuccess && r < comm->nranks; r++)
+    if (statuses[2 * r] != fcclSuccess)
+      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed %s (%s; its log has the cause)", r, what,
+                       fcclGetErrorString((fcclResult_t)statuses[2 * r]));
+  free(statuses);
+  return res;
+}
+
+fcclResult_t fcclTransportReleaseItems(struct fcclTransport* t, struct fcclImportItem* items) {
+  fcclResult_t res = fcclSuccess;
+  for (int p = 0; p < t->comm->nranks; p++) {
+    if (!items[p].held) continue;
+    fcclResult_t released = fcclRegistryRelease(t->registry, &items[p].key);
+    if (res == fcclSuccess) res = released;
+    items[p].held = 0;
+  }
+  return res;
+}
+
+/* Pulls one peer's descriptors with pidfd_getfd. *fallback: not permitted here, use the socket. */
+static fcclResult_t pullAndMap(struct fcclTransport* t, struct fcclImportItem* item, int* fallback) {
+  fcclResult_t res = fcclSuccess;
+  *fallback = 0;
+  int* fds = malloc((size_t)item->pieces * sizeof(int));
+  if (!fds) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  int got = 0;
+  for (; got < item->pieces; got++) {
+    int unsupported = 0;
+    res = fcclFdPidGet(item->pid, item->remoteFds[got], &fds[got], &unsupported);
+    if (res != fcclSuccess) {
+      if (unsupported && t->fdMode == FCCL_FD_MODE_AUTO) {
+        *fallback = 1;
+        res = fcclSuccess;
+      } else if (unsupported) {
+        res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC,
+                         "FCCL_FD_PASSING=pidfd, but pidfd_getfd of process %d is not permitted here (kernel older "
+                         "than 5.6, another user, or Yama ptrace_scope)", item->pid);
+      }
+      break;
+    }
+  }
+  if (res == fcclSuccess && !*fallback) {
+    struct fcclCuMemImport import = {.pieces = item->pieces, .fds = fds, .sizes = item->pieceSizes};
+    res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
+    if (res == fcclSuccess) item->held = 1;
+  }
+  for (int i = 0; i < got; i++) close(fds[i]);
+  free(fds);
+  return res;
+}
+
+fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem* items, const int* myFds,
+                                 int myPieces, fcclResult_t localStatus, struct fcclFdSocket* sock) {
+  struct fcclComm* comm = t->comm;
+  const int nranks = comm->nranks, me = comm->rank;
+  fcclResult_t local = localStatus;
+  fcclResult_t res = fcclSuccess;
+  const size_t recordBytes = sizeof(int64_t) + ((size_t)nranks + 7) / 8 * 8;
+  uint8_t* records = calloc((size_t)nranks, recordBytes);
+  struct fcclFdSend* sends = calloc((size_t)nranks, sizeof(*sends));
+  struct fcclFdRecv* recvs = calloc((size_t)nranks, sizeof(*recvs));
+  if (!records || !sends || !recvs) {
+    /* Without memory for the records we cannot even take part in the exchange: the peers time out. */
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+    goto exit;
+  }
+  uint8_t* need = records + (size_t)me * recordBytes + sizeof(int64_t);
+
+  /* a. Reuse open mappings; open legacy handles; pull cuMem descriptors where the kernel lets us. */
+  for (int p = 0; p < nranks && local == fcclSuccess; p++) {
+    struct fcclImportItem* item = &items[p];
+    if (!item->active) continue;
+    int found = 0;
+    (void)fcclRegistryRetain(t->registry, &item->key, &item->base, &found);
+    if (found) {
+      item->held = 1;
+      continue;
+    }
+    if (item->key.kind == FCCL_REG_LEGACY_IPC) {
+      local = fcclRegistryAcquire(t->registry, &item->key, item->size, NULL, &item->base);
+      item->held = local == fcclSuccess;
+      continue;
+    }
+    if (item->pieces < 1 || item->pieces > MAX_IMPORT_PIECES) {
+      local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d describes its buffer with %d pieces", p,
+                         item->pieces);
+      break;
+    }
+    if (t->fdMode == FCCL_FD_MODE_SOCKET) {
+      need[p] = 1;
+      continue;
+    }
+    int fallback = 0;
+    local = pullAndMap(t, item, &fallback);
+    if (fallback) {
+      FCCL_INFO(FCCL_SUBSYS_IPC, "pidfd_getfd from rank %d (pid %d) not permitted: descriptors come over a Unix "
+                "socket instead", p, item->pid);
+      need[p] = 1;
+    }
+  }
+
+  /* b. Everyone learns everyone's status and who needs descriptors sent by whom. */
+  int64_t status = local;
+  memcpy(records + (size_t)me * recordBytes, &status, sizeof(status));
+  FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, records, recordBytes), res, release);
+  t->exchanges++;
+  if (local != fcclSuccess) {
+    res = local;
+    goto release;
+  }
+  for (int r = 0; r < nranks; r++) {
+    memcpy(&status, records + (size_t)r * recordBytes, sizeof(status));
+    if (status != fcclSuccess) {
+      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed to map its peers' memory (%s)", r,
+                       fcclGetErrorString((fcclResult_t)status));
+      goto release;
+    }
+  }
+
+  /* c. Descriptors over the sockets, for those that could not pull them. A failure here is known to this rank
+   *    only: it is carried into d. */
+  int nSends = 0, nRecvs = 0;
+  for (int q = 0; q < nranks && res == fcclSuccess; q++) {
+    if (q != me && records[(size_t)q * recordBytes + sizeof(int64_t) + (size_t)me]) {
+      if (myPieces <= 0 || !sock || sock->fd < 0) {
+        res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC,
+                         "rank %d asks for descriptors that this rank cannot send", q);
+        break;
+      }
+      sends[nSends++] = (struct fcclFdSend){.peerName = items[q].sockName, .peerRank = q, .count = myPieces,
+                                            .fds = myFds};
+    }
+    if (need[q]) {
+      if (!sock || sock->fd < 0) {
+        res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "no socket to receive descriptors from rank %d", q);
+        break;
+      }
+      recvs[nRecvs] = (struct fcclFdRecv){.peerRank = q, .count = items[q].pieces,
+                                          .fds = malloc((size_t)items[q].pieces * sizeof(int))};
+      if (!recvs[nRecvs].fds) {
+        res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+        break;
+      }
+      nRecvs++;
+    }
+  }
+  if (res == fcclSuccess && nSends + nRecvs > 0) {
+    uint64_t tag = fcclMix64(t->tagSeed + t->exchanges);
+    res = fcclFdExchange(sock, tag, me, nSends, sends, nRecvs, recvs, comm->timeoutMs, comm->abortFlag);
+    for (int i = 0; i < nRecvs && res == fcclSuccess; i++) {
+      struct fcclImportItem* item = &items[recvs[i].peerRank];
+      struct fcclCuMemImport import = {.pieces = item->pieces, .fds = recvs[i].fds, .sizes = item->pieceSizes};
+      res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
+      if (res == fcclSuccess) item->held = 1;
+    }
+    for (int i = 0; i < nRecvs; i++)
+      for (int f = 0; f < recvs[i].count; f++)
+        if (recvs[i].fds[f] >= 0) close(recvs[i].fds[f]);
+  }
+
+  /* d. Every rank learns whether every other one mapped everything. */
+  res = fcclTransportAgree(t, res, "to map its peers' memory");
+  if (res != fcclSuccess) goto release;
+  goto exit;
+
+release:
+  (void)fcclTransportReleaseItems(t, items);
+exit:
+  if (recvs)
+    for (int i = 0; i < nranks; i++) free(recvs[i].fds);
+  free(recvs);
+  free(sends);
+  free(records);
+  return res;
+}
+
+/* ---- init ---- */
+
+struct helloRecord {
+  uint64_t magic;
+  int32_t status;
+  int32_t slotsPerChunk;
+  uint64_t slotBytes;
+  uint64_t random;
+  struct fcclTransportRankInfo info;
+  uint64_t freeSlots[FCCL_ARENA_BITMAP_WORDS];
+};
+
+struct exportRecord {
+  int32_t status;
+  int32_t claimed;
+  int32_t kind;
+  int32_t exportFd;
+  uint64_t serial;
+  uint64_t chunkBytes;
+  uint64_t chunkPtr;
+  uint8_t legacyHandle[sizeof(cudaIpcMemHandle_t)];
+  char sockName[FCCL_FD_SOCKET_NAME_BYTES];
+};
+
+static fcclResult_t parseFdMode(int* mode) {
+  const char* text = fcclParamString(FCCL_PARAM_FD_PASSING);
+  if (strcasecmp(text, "auto") == 0) *mode = FCCL_FD_MODE_AUTO;
+  else if (strcasecmp(text, "pidfd") == 0) *mode = FCCL_FD_MODE_PIDFD;
+  else if (strcasecmp(text, "socket") == 0) *mode = FCCL_FD_MODE_SOCKET;
+  else
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "FCCL_FD_PASSING=%s: expected auto, pidfd or socket",
+                      text);
+  return fcclSuccess;
+}
+
+static uint64_t checkValue(uint64_t seed, int slot, int writer) {
+  return fcclMix64(seed ^ fcclMix64(((uint64_t)(uint32_t)slot << 32) | (uint32_t)writer)) | 1;
+}
+
+/* Peer access for ranks of this process on other GPUs (legacy chunks need it; cuMem chunks have access set). */
+static fcclResult_t enablePeerAccess(struct fcclTransport* t, int p) {
+  char a[96], b[96];
+  int myDev = t->comm->cudaDev, peerDev = t->peers[p].info.dev;
+  int canAccess = 0;
+  CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, myDev, peerDev));
+  if (!canAccess)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s cannot access the memory of %s peer-to-peer",
+                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
+  cudaError_t err = cudaDeviceEnablePeerAccess(peerDev, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+  } else if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "enabling peer access from %s to %s failed: %s",
+                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)),
+                      cudaGetErrorString(err));
+  }
+  return fcclSuccess;
+}
+
+/* A GPU of another process: when it is visible here, P2P capability is checked by bus id (device ordinals of
+ * other processes mean nothing here). The write/read-back check catches the rest. */
+static fcclResult_t checkPeerCapable(struct fcclTransport* t, int p) {
+  char a[96], b[96];
+  char busId[FCCL_PCI_BUS_ID_BYTES + 1];
+  memcpy(busId, t->peers[p].info.busId, FCCL_PCI_BUS_ID_BYTES);
+  busId[FCCL_PCI_BUS_ID_BYTES] = '\0';
+  int local = -1;
+  if (cudaDeviceGetByPCIBusId(&local, busId) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fcclSuccess;
+  }
+  if (local == t->comm->cudaDev) return fcclSuccess; /* two processes on one GPU */
+  int canAccess = 0;
+  CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, t->comm->cudaDev, local));
+  if (!canAccess)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s cannot access the memory of %s peer-to-peer",
+                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
+  return fcclSuccess;
+}
+
+static void cuMemChunkKey(const struct fcclTransportRankInfo* info, const struct exportRecord* rec, int importDev,
+                          struct fcclRegKey* key) {
+  memset(key, 0, sizeof(*key));
+  key->importDev = importDev;
+  if (rec->kind == FCCL_REG_LEGACY_IPC) {
+    key->kind = FCCL_REG_LEGACY_IPC;
+    memcpy(key->id, rec->legacyHandle, sizeof(rec->legacyHandle));
+    return;
+  }
+  struct fcclCuMemId id;
+  memset(&id, 0, sizeof(id));
+  id.hostHash = info->hostHash;
+  id.processNonce = info->processNonce;
+  id.pid = info->pid;
+  id.dev = info->dev;
+  id.serial = rec->serial;
+  id.base = rec->chunkPtr;
+  id.size = rec->chunkBytes;
+  id.pieces = 1;
+  key->kind = FCCL_REG_CUMEM;
+  memcpy(key->id, &id, sizeof(id));
+}
+
+/* Agrees on a slot free on every rank and claims it; retried when a concurrent init of one process took it. */
+static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, struct helloRecord* hellos,
+                                struct exportRecord* exports, const struct fcclFdSocket* sock, size_t slotBytes,
+                                uint64_t myRandom) {
+  struct fcclComm* comm = t->comm;
+  const int nranks = comm->nranks, me = comm->rank;
+  uint64_t* bitmaps = calloc((size_t)nranks, FCCL_ARENA_BITMAP_WORDS * sizeof(uint64_t));
+  fcclResult_t res = fcclSuccess;
+  if (!bitmaps) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  for (int attempt = 0;; attempt++) {
+    struct helloRecord* mine = &hellos[me];
+    memset(mine, 0, sizeof(*mine));
+    mine->magic = HELLO_MAGIC;
+    mine->status = *local;
+    mine->slotsPerChunk = t->arena ? fcclArenaSlotsPerChunk(t->arena) : 0;
+    mine->slotBytes = slotBytes;
+    mine->random = myRandom;
+    mine->info = t->peers[me].info;
+    if (t->arena) fcclArenaFreeBitmap(t->arena, mine->freeSlots);
+    FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, hellos, sizeof(*hellos)), res, exit);
+
+    for (int r = 0; r < nranks && *local == fcclSuccess; r++) {
+      if (hellos[r].magic != HELLO_MAGIC) {
+        *local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d sent a malformed transport hello", r);
+      } else if (hellos[r].status != fcclSuccess) {
+        *local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed before its transport setup (%s)", r,
+                            fcclGetErrorString((fcclResult_t)hellos[r].status));
+      } else if (hellos[r].slotBytes != slotBytes || hellos[r].slotsPerChunk != mine->slotsPerChunk) {
+        *local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
+                            "rank %d uses %" PRIu64 "-byte slots, %d per chunk; rank %d uses %zu, %d (same fccl "
+                            "version and FCCL_ARENA_SLOTS on every rank?)", r, hellos[r].slotBytes,
+                            hellos[r].slotsPerChunk, me, slotBytes, mine->slotsPerChunk);
+      } else {
+        t->peers[r].info = hellos[r].info;
+        memcpy(bitmaps + (size_t)r * FCCL_ARENA_BITMAP_WORDS, hellos[r].freeSlots, sizeof(hellos[r].freeSlots));
+      }
+    }
+    /* Two ranks of one process on one GPU would share one arena (and its slots): refused, by every rank. */
+    for (int r = 0; r < nranks && *local == fcclSuccess; r++)
+      for (int q = 0; q < r && *local == fcclSuccess; q++)
+        if (sameProcess(&hellos[r].info, &hellos[q].info) && hellos[r].info.dev == hellos[q].info.dev)
+          *local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
+                              "ranks %d and %d use the same GPU (device %d) in one process (pid %d): give each rank "
+                              "of a process its own GPU; ranks sharing a GPU must be separate processes", q, r,
+                              hellos[r].info.dev, hellos[r].info.pid);
+    int slot = -1, claimed = 0;
+    if (*local == fcclSuccess) {
+      slot = fcclArenaChooseSlot(bitmaps, nranks);
+      *local = fcclArenaClaim(t->arena, slot, &claimed, &t->chunk);
+    }
+    struct exportRecord* rec = &exports[me];
+    memset(rec, 0, sizeof(*rec));
+    if (*local == fcclSuccess && claimed) {
+      rec->kind = t->chunk.kind;
+      rec->exportFd = t->chunk.exportFd;
+      rec->serial = t->chunk.serial;
+      rec->chunkBytes = t->chunk.size;
+      rec->chunkPtr = (uint64_t)(uintptr_t)t->chunk.ptr;
+      memcpy(rec->legacyHandle, &t->chunk.legacyHandle, sizeof(rec->legacyHandle));
+    }
+    rec->status = *local;
+    rec->claimed = claimed;
+    memcpy(rec->sockName, sock->name, sizeof(rec->sockName));
+    res = t->ex.allGather(t->ex.ctx, exports, sizeof(*exports));
+    int allClaimed = res == fcclSuccess;
+    for (int r = 0; res == fcclSuccess && r < nranks; r++) {
+      if (exports[r].status != fcclSuccess && *local == fcclSuccess)
+        *local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed to take a shared-buffer slot (%s)", r,
+                            fcclGetErrorString((fcclResult_t)exports[r].status));
+      allClaimed = allClaimed && exports[r].claimed;
+    }
+    if (res == fcclSuccess && *local == fcclSuccess && allClaimed) {
+      t->slot = slot;
+      FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)",
+                comm->name, slot, comm->cudaDev, t->chunk.serial,
+                t->chunk.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC");
+      goto exit;
+    }
+    if (claimed) (void)fcclArenaRelease(t->arena, slot, 0);
+    if (res != fcclSuccess || *local != fcclSuccess) goto exit;
+    if (attempt + 1 >= CLAIM_ATTEMPTS) {
+      /* Every rank sees the same records, so every rank gives up at the same attempt. */
+      *local = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC,
+                          "ranks could not agree on a shared-buffer slot in %d attempts (concurrent inits of one "
+                          "process kept taking it)", CLAIM_ATTEMPTS);
+      goto exit;
+    }
+    FCCL_INFO(FCCL_SUBSYS_IPC, "slot %d was taken by a concurrent init on some rank: agreeing again", slot);
+    usleep(1000u * (1u + (unsigned)(fcclMix64(myRandom + (uint64_t)attempt) % 5)));
+  }
+exit:
+  free(bitmaps);
+  return res;
+}
+
+/* Classifies every peer and maps (or borrows) its chunk. */
+static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const struct exportRecord* exports,
+                             struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes) {
+  struct fcclComm* comm = t->comm;
+  const int nranks = comm->nranks, me = comm->rank;
+  char a[96], b[96];
+  struct fcclTransportPeer* self = &t->peers[me];
+  self->chunkBase = t->chunk.ptr;
+  for (int p = 0; p < nranks && local == fcclSuccess; p++) {
+    struct fcclTransportPeer* peer = &t->peers[p];
+    items[p].sockName = exports[p].sockName;
+    if (p == me) continue;
+    if (peer->info.hostHash != self->info.hostHash) {
+      local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
+                         "%s is on another host than %s: fccl maps peer memory within one host only",
+                         describeRank(t, p, a, sizeof(a)), describeRank(t, me, b, sizeof(b)));
+    } else if (sameProcess(&peer->info, &self->info)) {
+      peer->sameProcess = 1;
+      if (peer->info.dev == self->info.dev) {
+        local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
+                           "%s and %s use the same GPU in one process: give each rank of a process its own GPU "
+                           "(ranks sharing a GPU must be separate processes)",
+                           describeRank(t, me, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
+        break;
+      }
+      local = enablePeerAccess(t, p);
+      if (local != fcclSuccess) break;
+      local = fcclArenaProcess(peer->info.dev, fcclArenaSlotBytes(t->arena), &peer->peerArena);
+      if (local != fcclSuccess) break;
+      local = fcclArenaBorrow(peer->peerArena, t->slot, exports[p].serial, &peer->chunkBase);
+      if (local != fcclSuccess) break;
+      peer->borrowed = 1;
+      if ((uint64_t)(uintptr_t)peer->chunkBase != exports[p].chunkPtr)
+        local = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "rank %d's chunk is at %p here, it says 0x%" PRIx64, p,
+                           peer->chunkBase, exports[p].chunkPtr);
+    } else {
+      local = checkPeerCapable(t, p);
+      if (local != fcclSuccess) break;
+      if (exports[p].kind != FCCL_REG_CUMEM && exports[p].kind != FCCL_REG_LEGACY_IPC) {
+        local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d exports a buffer of unknown kind %d", p,
+                           exports[p].kind);
+        break;
+      }
+      if (exports[p].chunkBytes < fcclArenaChunkBytes(t->arena)) {
+        local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d's chunk has %" PRIu64 " bytes, fewer than %zu",
+                           p, exports[p].chunkBytes, fcclArenaChunkBytes(t->arena));
+        break;
+      }
+      struct fcclImportItem* item = &items[p];
+      item->active = 1;
+      cuMemChunkKey(&peer->info, &exports[p], comm->cudaDev, &item->key);
+      item->size = exports[p].chunkBytes;
+      item->pieces = 1;
+      item->remoteFds = &exports[p].exportFd;
+      pieceSizes[p] = exports[p].chunkBytes;
+      item->pieceSizes = &pieceSizes[p];
+      item->pid = peer->info.pid;
+    }
+  }
+  int myFd = t->chunk.exportFd;
+  fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_REG_CUMEM ? 1 : 0, local, sock);
+  if (res != fcclSuccess) return res;
+  for (int p = 0; p < nranks; p++) {
+    if (!items[p].active) continue;
+    t->peers[p].mapped = items[p].held;
+    t->peers[p].key = items[p].key;
+    t->peers[p].chunkBase = items[p].base;
+    items[p].held = 0; /* owned by the peer entry from here on */
+  }
+  return fcclSuccess;
+}
+
+/* A value written through each mapping is read back by its owner. */
+static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64_t seed) {
+  struct fcclComm* comm = t->comm;
+  const int nranks = comm->nranks, me = comm->rank;
+  fcclResult_t res = fcclSuccess;
+  cudaStream_t stream = NULL;
+  uint64_t mine = checkValue(seed, t->slot, me);
+  uint64_t* seen = calloc((size_t)nranks, sizeof(uint64_t));
+  const size_t recordBytes = sizeof(int64_t) + ((size_t)nranks + 7) / 8 * 8;
+  uint8_t* records = calloc((size_t)nranks, recordBytes);
+  char a[96], b[96];
+  if (!seen || !records) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+    goto exit;
+  }
+  if (local == fcclSuccess) {
+    cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    char* own = (char*)t->chunk.ptr + fcclArenaCheckOffset(t->arena, t->slot, me);
+    if (err == cudaSuccess) err = cudaMemcpyAsync(own, &mine, sizeof(mine), cudaMemcpyHostToDevice, stream);
+    for (int p = 0; p < nranks && err == cudaSuccess; p++) {
+      if (p == me) continue;
+      char* remote = (char*)t->peers[p].chunkBase + fcclArenaCheckOffset(t->arena, t->slot, me);
+      err = cudaMemcpyAsync(remote, own, sizeof(mine), cudaMemcpyDeviceToDevice, stream);
+      if (err != cudaSuccess)
+        local = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "P2P check: copy from %s into the memory of %s "
+                           "failed: %s", describeRank(t, me, a, sizeof(a)), describeRank(t, p, b, sizeof(b)),
+                           cudaGetErrorString(err));
+    }
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess && local == fcclSuccess)
+      local = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "P2P check on %s failed: %s",
+                         describeRank(t, me, a, sizeof(a)), cudaGetErrorString(err));
+    (void)cudaGetLastError();
+  }
+  FCCLCHECKGOTO(t->ex.barrier(t->ex.ctx), res, exit);
+  uint8_t* failed = records + (size_t)me * recordBytes + sizeof(int64_t);
+  if (local == fcclSuccess) {
+    const char* base = (const char*)t->chunk.ptr + fcclArenaCheckOffset(t->arena, t->slot, 0);
+    cudaError_t err = cudaMemcpyAsync(seen, base, (size_t)nranks * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      local = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "P2P check: reading back on %s failed: %s",
+                         describeRank(t, me, a, sizeof(a)), cudaGetErrorString(err));
+    }
+    for (int p = 0; p < nranks && local == fcclSuccess; p++)
+      failed[p] = p != me && seen[p] != checkValue(seed, t->slot, p);
+  }
+  int64_t status = local;
+  memcpy(records + (size_t)me * recordBytes, &status, sizeof(status));
+  FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, records, recordBytes), res, exit);
+  if (local != fcclSuccess) {
+    res = local;
+    goto exit;
+  }
+  for (int owner = 0; owner < nranks && res == fcclSuccess; owner++) {
+    memcpy(&status, records + (size_t)owner * recordBytes, sizeof(status));
+    if (status != fcclSuccess) {
+      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed its P2P check (%s)", owner,
+                       fcclGetErrorString((fcclResult_t)status));
+      break;
+    }
+    for (int writer = 0; writer < nranks; writer++) {
+      if (!records[(size_t)owner * recordBytes + sizeof(int64_t) + (size_t)writer]) continue;
+      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC,
+                       "P2P check failed: a value written by %s into the memory of %s did not arrive (broken "
+                       "peer-to-peer path: IOMMU/ACS, virtualisation, or a driver problem)",
+                       describeRank(t, writer, a, sizeof(a)), describeRank(t, owner, b, sizeof(b)));
+      break;
+    }
+  }
+exit:
+  if (stream) (void)cudaStreamDestroy(stream);
+  free(records);
+  free(seen);
+  return res;
+}
+
+static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
+  for (int p = 0; p < t->comm->nranks; p++) {
+    struct fcclTransportPeer* peer = &t->peers[p];
+    fcclResult_t r = fcclSuccess;
+    if (peer->mapped) r = fcclRegistryRelease(t->registry, &peer->key);
+    peer->mapped = 0;
+    if (r == fcclSuccess && peer->borrowed) r = fcclArenaUnborrow(peer->peerArena, t->slot);
+    peer->borrowed = 0;
+    if (*res == fcclSuccess) *res = r;
+  }
+}
+
+static void freeTransport(struct fcclTransport* t) {
+  if (!t) return;
+  free(t->peers);
+  free(t);
+}
+
+fcclResult_t fcclTransportInitWithExchange(struct fcclComm* comm, size_t slotBytes,
+                                           const struct fcclTransportExchange* ex) {
+  if (!comm || !ex || !ex->allGather || !ex->barrier)
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init without a communicator or exchange");
+  if (comm->nranks < 1 || comm->nranks > FCCL_ARENA_CHECK_RANKS || comm->rank < 0 || comm->rank >= comm->nranks)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "transport: rank %d of %d (at most %d ranks share memory)",
+                      comm->rank, comm->nranks, FCCL_ARENA_CHECK_RANKS);
+  if (slotBytes == 0) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init with 0-byte slots");
+  fcclResult_t res = fcclSuccess;
+  fcclResult_t local = fcclSuccess;
+  const int nranks = comm->nranks, me = comm->rank;
+  struct fcclTransport* t = calloc(1, sizeof(*t));
+  struct helloRecord* hellos = calloc((size_t)nranks, sizeof(*hellos));
+  struct exportRecord* exports = calloc((size_t)nranks, sizeof(*exports));
+  struct fcclImportItem* items = calloc((size_t)nranks, sizeof(*items));
+  uint64_t* pieceSizes = calloc((size_t)nranks, sizeof(uint64_t));
+  struct fcclFdSocket sock = {.fd = -1};
+  int previous = -1;
+  if (t) t->peers = calloc((size_t)nranks, sizeof(*t->peers));
+  if (!t || !t->peers || !hellos || !exports || !items || !pieceSizes) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+    goto fail;
+  }
+  t->comm = comm;
+  t->ex = *ex;
+  t->slot = -1;
+
+  /* Local preparation: a failure here is carried into the first exchange so that the peers fail too. */
+  local = parseFdMode(&t->fdMode);
+  if (local == fcclSuccess) local = fcclCudaDriverLoad();
+  if (local == fcclSuccess) local = fcclIpcSetDevice(comm->cudaDev, &previous);
+  if (local == fcclSuccess) local = fcclRegistryProcess(&t->registry);
+  if (local == fcclSuccess) local = fcclArenaProcess(comm->cudaDev, slotBytes, &t->arena);
+  if (local == fcclSuccess && t->fdMode != FCCL_FD_MODE_PIDFD) local = fcclFdSocketOpen(&sock);
+  struct fcclTransportRankInfo* self = &t->peers[me].info;
+  const struct fcclProcessId* process = fcclProcessIdentity();
+  self->hostHash = process->hostHash;
+  self->processNonce = process->nonce;
+  self->pid = process->pid;
+  self->dev = comm->cudaDev;
+  if (local == fcclSuccess && cudaDeviceGetPCIBusId(self->busId, FCCL_PCI_BUS_ID_BYTES, comm->cudaDev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(self->busId, sizeof(self->busId), "dev%d", comm->cudaDev);
+  }
+  uint64_t myRandom = fcclRandom64();
+  FCCLCHECKGOTO(agreeOnSlot(t, &local, hellos, exports, &sock, slotBytes, myRandom), res, fail);
+  if (local != fcclSuccess) {
+    res = local;
+    goto fail;
+  }
+  uint64_t seed = 0;
+  for (int r = 0; r < nranks; r++) seed ^= fcclMix64(hellos[r].random + (uint64_t)r);
+  t->tagSeed = seed;
+
+  FCCLCHECKGOTO(mapPeers(t, local, exports, &sock, items, pieceSizes), res, releaseSlot);
+  for (int p = 0; p < nranks; p++)
+    t->peers[p].slot = (char*)t->peers[p].chunkBase + fcclArenaSlotOffset(t->arena, t->slot);
+  FCCLCHECKGOTO(checkP2P(t, fcclSuccess, seed), res, releaseSlot);
+
+  fcclFdSocketClose(&sock);
+  fcclIpcRestoreDevice(previous);
+  free(hellos);
+  free(exports);
+  free(items);
+  free(pieceSizes);
+  comm->transport = t;
+  FCCL_INFO(FCCL_SUBSYS_IPC, "transport of %s ready: rank %d of %d, slot %d (%zu bytes)", comm->name, me, nranks,
+            t->slot, slotBytes);
+  return fcclSuccess;
+
+releaseSlot:
+  releasePeers(t, &local);
+  (void)fcclArenaRelease(t->arena, t->slot, 0);
+fail:
+  fcclFdSocketClose(&sock);
+  if (previous >= 0) fcclIpcRestoreDevice(previous);
+  freeTransport(t);
+  free(hellos);
+  free(exports);
+  free(items);
+  free(pieceSizes);
+  return res;
+}
+
+static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
+  return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
+}
+
+static fcclResult_t bootstrapBarrier(void* ctx) { return fcclBootstrapBarrier((struct fcclBootstrap*)ctx); }
+
+fcclResult_t fcclTransportInit(struct fcclComm* comm, size_t slotBytes) {
+  if (!comm || !comm->bootstrap)
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init before the bootstrap is up");
+  struct fcclTransportExchange ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather,
+                                     .barrier = bootstrapBarrier};
+  return fcclTransportInitWithExchange(comm, slotBytes, &ex);
+}
+
+fcclResult_t fcclTransportFini(struct fcclComm* comm) {
+  if (!comm || !comm->transport) return fcclSuccess;
+  struct fcclTransport* t = comm->transport;
+  fcclResult_t res = fcclSuccess;
+  int quarantine = 0;
+  int previous = -1;
+  if (fcclIpcSetDevice(comm->cudaDev, &previous) != fcclSuccess) previous = -1;
+  int aborted = comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE);
+  if (aborted) {
+    quarantine = 1;
+  } else {
+    res = t->ex.barrier(t->ex.ctx);
+    quarantine = res != fcclSuccess;
+  }
+  fcclResult_t released = fcclTransportReleaseRegistrations(t);
+  releasePeers(t, &released);
+  if (!quarantine) {
+    res = t->ex.barrier(t->ex.ctx);
+    quarantine = res != fcclSuccess;
+  }
+  if (quarantine)
+    FCCL_WARN(FCCL_SUBSYS_IPC, "communicator %s torn down without %s peers: slot %d of device %d is not reused",
+              comm->name, aborted ? "(aborted)" : "all its", t->slot, comm->cudaDev);
+  fcclResult_t freed = fcclArenaRelease(t->arena, t->slot, quarantine);
+  if (res == fcclSuccess) res = released;
+  if (res == fcclSuccess) res = freed;
+  if (previous >= 0) fcclIpcRestoreDevice(previous);
+  freeTransport(t);
+  comm->transport = NULL;
+  return res;
+}
+
+void* fcclTransportPeerSlot(struct fcclComm* comm, int peer) {
+  if (!comm || !comm->transport || peer < 0 || peer >= comm->nranks) return NULL;
+  return comm->transport->peers[peer].slot;
+}
+
+size_t fcclTransportSlotBytes(struct fcclComm* comm) {
+  if (!comm || !comm->transport) return 0;
+  return fcclArenaSlotBytes(comm->transport->arena);
+}
+
+int fcclTransportSlotIndex(struct fcclComm* comm) {
+  if (!comm || !comm->transport) return -1;
+  return comm->transport->slot;
+}

@@ -1,0 +1,96 @@
+/* The transport layer's state of one communicator, shared by transport.c and register.c. */
+#ifndef FCCL_TRANSPORT_INTERNAL_H_
+#define FCCL_TRANSPORT_INTERNAL_H_
+
+#include "arena.h"
+#include "fdpass.h"
+#include "ipc.h"
+#include "registry.h"
+#include "transport.h"
+
+#define FCCL_PCI_BUS_ID_BYTES 16
+
+enum { FCCL_FD_MODE_AUTO = 0, FCCL_FD_MODE_PIDFD = 1, FCCL_FD_MODE_SOCKET = 2 };
+
+/* What every rank says about itself at init (and keeps: registrations need it). */
+struct fcclTransportRankInfo {
+  uint64_t hostHash;
+  uint64_t processNonce;
+  int32_t pid;
+  int32_t dev; /* device ordinal in its own process */
+  char busId[FCCL_PCI_BUS_ID_BYTES];
+};
+
+struct fcclTransportPeer {
+  struct fcclTransportRankInfo info;
+  int sameProcess;
+  int mapped;                /* a registry reference is held on key */
+  struct fcclRegKey key;
+  int borrowed;              /* same process: a reference on the peer arena's chunk is held */
+  struct fcclArena* peerArena;
+  void* chunkBase;           /* the peer's chunk, as comm's device addresses it */
+  void* slot;                /* this communicator's slot in it */
+};
+
+struct fcclRegistration {
+  struct fcclRegistration* next;
+  void* buf;
+  size_t size;
+  void** peerBufs;        /* nranks: each rank's registered buffer as comm's device addresses it */
+  size_t* peerSizes;      /* nranks */
+  struct fcclRegKey* keys; /* nranks: registry keys held (kind 0: none, e.g. own or same-process) */
+};
+
+struct fcclTransport {
+  struct fcclComm* comm;
+  struct fcclTransportExchange ex;
+  struct fcclRegistry* registry;
+  struct fcclArena* arena;
+  int slot;
+  struct fcclIpcAlloc chunk; /* copy of our own chunk's allocation */
+  struct fcclTransportPeer* peers;
+  int fdMode;
+  uint64_t tagSeed;       /* agreed by all ranks at init */
+  uint64_t exchanges;     /* descriptor exchanges so far (all ranks count alike) */
+  struct fcclRegistration* registrations;
+  uint64_t nRegistrations;
+};
+
+/* One rank's export, as importers need it. */
+struct fcclImportItem {
+  int active;               /* 0: nothing to import from this rank (self, same process) */
+  struct fcclRegKey key;    /* importDev = comm's device */
+  size_t size;
+  int pieces;
+  const int32_t* remoteFds; /* cuMem: the exporter's descriptor numbers (pidfd_getfd) */
+  const uint64_t* pieceSizes;
+  int pid;
+  const char* sockName;     /* this rank's descriptor socket (set for every rank, active or not) */
+  void* base;               /* out: local address of the mapping */
+  int held;                 /* out: a registry reference is held */
+};
+
+/*
+ * Maps every active item through the registry (a mapping open already takes a reference). Collective: every rank
+ * calls it with its own items, its own exported descriptors (myFds, myPieces: sent over sock, whose name every
+ * item's sockName gives for its rank, to peers that cannot pull them with pidfd_getfd) and its local status so
+ * far. Ranks learn each other's status: either every rank succeeds or every rank returns an error (unless the
+ * exchange itself fails). On failure nothing stays held.
+ */
+fcclResult_t fcclTransportImport(struct fcclTransport* transport, struct fcclImportItem* items, const int* myFds,
+                                 int myPieces, fcclResult_t localStatus, struct fcclFdSocket* sock);
+
+/* Releases what fcclTransportImport took. The first failure is returned; every reference is dropped. */
+fcclResult_t fcclTransportReleaseItems(struct fcclTransport* transport, struct fcclImportItem* items);
+
+/* An all-gather of each rank's status: fcclSuccess when every rank succeeded, else an error naming the first
+ * failed rank (the exchange's own failure when it failed). */
+fcclResult_t fcclTransportAgree(struct fcclTransport* transport, fcclResult_t localStatus, const char* what);
+
+/* Releases every registration still held (teardown). */
+fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* transport);
+
+/* splitmix64's finaliser: well-mixed 64-bit values from counters and seeds. */
+uint64_t fcclMix64(uint64_t value);
+
+#endif /* FCCL_TRANSPORT_INTERNAL_H_ */

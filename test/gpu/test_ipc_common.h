@@ -1,0 +1,70 @@
+/*
+ * Helpers for the transport GPU tests: a communicator struct filled by hand (the transport layer needs only rank,
+ * nranks, device, timeout and abort flag), reproducible test data, and a GPU count probed in a child process (CUDA
+ * must not be initialised in a parent that forks ranks).
+ */
+#ifndef FCCL_TEST_IPC_COMMON_H_
+#define FCCL_TEST_IPC_COMMON_H_
+
+#include "comm.h"
+#include "test.h"
+#include "test_ipc_shm.h"
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+static inline void testCommMake(struct fcclComm* comm, int rank, int nranks, int dev, const char* name,
+                                volatile int* abortFlag) {
+  memset(comm, 0, sizeof(*comm));
+  comm->magic = FCCL_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cudaDev = dev;
+  comm->timeoutMs = 30000;
+  comm->abortFlag = abortFlag;
+  snprintf(comm->name, sizeof(comm->name), "%s", name);
+  pthread_mutex_init(&comm->errorLock, NULL);
+}
+
+/* Visible CUDA devices, counted in a child so that this process can still fork ranks that use CUDA. */
+static inline int testGpuCountInChild(void) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  if (child == 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    _exit(count > 100 ? 100 : count);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
+}
+
+static inline void testRequireGpusForked(int minGpus) {
+  int count = testGpuCountInChild();
+  if (count < minGpus) {
+    printf("SKIP: needs %d GPU(s), found %d\n", minGpus, count);
+    exit(TEST_SKIP);
+  }
+}
+
+/* The 8-byte word at byte offset (a multiple of 8) of buffer `buffer` of rank `rank`: data no one else has. */
+static inline uint64_t testWord(uint64_t seed, int rank, int buffer, size_t offset) {
+  uint64_t state = seed ^ ((uint64_t)(rank + 1) << 48) ^ ((uint64_t)(buffer + 1) << 40) ^ (offset / 8);
+  return testRandom(&state);
+}
+
+static inline void testFill(uint64_t* host, size_t bytes, uint64_t seed, int rank, int buffer) {
+  for (size_t i = 0; i < bytes / 8; i++) host[i] = testWord(seed, rank, buffer, i * 8);
+}
+
+static inline long testEnvLong(const char* name, long fallback) {
+  const char* text = getenv(name);
+  return text && *text ? strtol(text, NULL, 0) : fallback;
+}
+
+#endif /* FCCL_TEST_IPC_COMMON_H_ */

@@ -1,0 +1,82 @@
+/*
+ * Helpers for the bootstrap's multiproc tests: passing a unique id between forked ranks through shared memory,
+ * reproducible per-rank data, elapsed time, and counting open file descriptors.
+ */
+#ifndef FCCL_TEST_BOOTSTRAP_UTIL_H_
+#define FCCL_TEST_BOOTSTRAP_UTIL_H_
+
+#include "bootstrap.h"
+#include "test.h"
+
+#include <dirent.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Shared between the parent and every forked rank (MAP_SHARED before the fork). */
+struct bootShared {
+  volatile int idReady;
+  fcclUniqueId id;
+  uint64_t seed;
+  volatile int flags[64]; /* per-rank flags a test may use */
+};
+
+static inline struct bootShared* bootSharedNew(void) {
+  void* mem = mmap(NULL, sizeof(struct bootShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  memset(mem, 0, sizeof(struct bootShared));
+  return mem;
+}
+
+static inline void bootSharedFree(struct bootShared* shared) { munmap(shared, sizeof(*shared)); }
+
+static inline int64_t bootNowMs(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static inline void bootSleepMs(int ms) {
+  struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+  nanosleep(&pause, NULL);
+}
+
+/* Publishes an id made by this process (it becomes the root's process). */
+static inline void bootPublishId(struct bootShared* shared, const fcclUniqueId* id) {
+  shared->id = *id;
+  __atomic_store_n(&shared->idReady, 1, __ATOMIC_RELEASE);
+}
+
+/* Waits (at most 10 s) for the id; 0 when it never came. */
+static inline int bootWaitId(struct bootShared* shared, fcclUniqueId* id) {
+  int64_t end = bootNowMs() + 10000;
+  while (!__atomic_load_n(&shared->idReady, __ATOMIC_ACQUIRE)) {
+    if (bootNowMs() > end) return 0;
+    bootSleepMs(1);
+  }
+  *id = shared->id;
+  return 1;
+}
+
+/* The byte rank r contributes at offset i of all-gather number op: every rank can predict every other's data. */
+static inline uint8_t bootByte(uint64_t seed, int op, int r, size_t i) {
+  uint64_t state = seed ^ ((uint64_t)op << 48) ^ ((uint64_t)r << 32) ^ (i / 8);
+  uint64_t word = testRandom(&state);
+  return (uint8_t)(word >> (8 * (i % 8)));
+}
+
+static inline int bootCountFds(void) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int count = 0;
+  for (struct dirent* entry = readdir(dir); entry; entry = readdir(dir))
+    if (entry->d_name[0] != '.') count++;
+  closedir(dir);
+  return count - 1; /* the directory's own descriptor */
+}
+
+#endif /* FCCL_TEST_BOOTSTRAP_UTIL_H_ */

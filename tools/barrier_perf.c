@@ -1,0 +1,169 @@
+/*
+ * barrier_perf: the latency of fcclBarrier, launched eagerly and (with -G) replayed from a CUDA graph, beside NCCL's
+ * usual stand-in for a barrier (an all-reduce of one float) with --compare nccl. Same flags and launch as
+ * all_reduce_perf (-n, -w, -G, -T, -np, -J, --csv, ...); sizes do not apply.
+ *
+ *   barrier_perf -n 1000 -w 100 -G 10 --compare nccl
+ */
+#include "bench/runtime.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  float* scratch[BENCH_MAX_LOCAL]; /* one float per rank for NCCL's one-element all-reduce */
+} barrierCtx_t;
+
+static int launchBarrier(benchAgent_t* agent, int engine, int gpu, int iter, void* arg) {
+  (void)iter;
+  barrierCtx_t* ctx = (barrierCtx_t*)arg;
+  return benchBarrierOp(agent, engine, gpu, ctx->scratch[gpu]);
+}
+
+typedef struct {
+  const char* mode;
+  int launches;
+  double timeUs[BENCH_MAX_ENGINES];
+} barrierResult_t;
+
+static int measureMode(benchAgent_t* agent, barrierCtx_t* ctx, int launches, barrierResult_t* result) {
+  int saved = agent->args.graphLaunches;
+  agent->args.graphLaunches = launches;
+  int status = 0;
+  for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
+    double cpuUs = 0;
+    status = benchRunOnce(agent, engine, launchBarrier, ctx, 1);
+    if (status == 0) status = benchTimeLoop(agent, engine, launchBarrier, ctx, &result->timeUs[engine], &cpuUs);
+    if (status == 0 && agent->args.cputime) result->timeUs[engine] = cpuUs;
+  }
+  agent->args.graphLaunches = saved;
+  result->mode = launches > 0 ? "graph" : "eager";
+  result->launches = launches;
+  return status;
+}
+
+static void printResults(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
+  char names[BENCH_MAX_ENGINES][16];
+  for (int engine = 0; engine < agent->nEngines; engine++)
+    snprintf(names[engine], sizeof(names[engine]), "%s", agent->engineNames[engine]);
+  printf("#\n# %7s  %8s  %8s  %9s", "mode", "iters", "launches", names[0]);
+  if (agent->nEngines > 1) printf("  %9s  %7s", names[1], "speedup");
+  printf("\n# %7s  %8s  %8s  %9s", "", "", "", "(us)");
+  if (agent->nEngines > 1) printf("  %9s  %7s", "(us)", "(x)");
+  printf("\n");
+  for (int r = 0; r < nResults; r++) {
+    char time[32];
+    benchFormatFloat(results[r].timeUs[0], 9, time, sizeof(time));
+    printf("  %7s  %8d  %8d  %9s", results[r].mode, agent->args.iters,
+           results[r].launches > 0 ? results[r].launches : 1, time);
+    if (agent->nEngines > 1) {
+      char other[32], ratio[32];
+      benchFormatFloat(results[r].timeUs[1], 9, other, sizeof(other));
+      benchFormatFloat(results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0, 7, ratio,
+                       sizeof(ratio));
+      printf("  %9s  %7s", other, ratio);
+    }
+    printf("\n");
+  }
+  if (agent->nEngines > 1)
+    printf("# %s's barrier stand-in: an all-reduce of one float; speedup = %s time / %s time\n",
+           agent->engineNames[1], agent->engineNames[1], agent->engineNames[0]);
+  printf("#\n# Collective test concluded: barrier_perf\n");
+}
+
+static int writeFiles(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
+  if (agent->args.csvPath) {
+    FILE* file = fopen(agent->args.csvPath, "w");
+    if (!file) {
+      benchFail(agent, "cannot write %s: %s", agent->args.csvPath, strerror(errno));
+      return -1;
+    }
+    benchCsvHeader(file);
+    for (int r = 0; r < nResults; r++)
+      for (int engine = 0; engine < agent->nEngines; engine++)
+        fprintf(file, "barrier_perf,%s,none,%d,%d,0,0,none,none,none,%.3f,0,0,-1\n", agent->engineNames[engine],
+                results[r].launches, agent->nranks, results[r].timeUs[engine]);
+    if (fclose(file) != 0) return -1;
+  }
+  if (agent->args.jsonPath) {
+    FILE* file = fopen(agent->args.jsonPath, "w");
+    if (!file) {
+      benchFail(agent, "cannot write %s: %s", agent->args.jsonPath, strerror(errno));
+      return -1;
+    }
+    benchJson_t json;
+    benchJsonInit(&json, file);
+    benchJsonBeginObject(&json);
+    benchJsonPreamble(agent, &json);
+    benchJsonKey(&json, "results");
+    benchJsonBeginArray(&json);
+    for (int r = 0; r < nResults; r++) {
+      benchJsonBeginObject(&json);
+      benchJsonKey(&json, "mode");
+      benchJsonString(&json, results[r].mode);
+      benchJsonKey(&json, "iterations");
+      benchJsonInt(&json, agent->args.iters);
+      benchJsonKey(&json, "graph_launches");
+      benchJsonInt(&json, results[r].launches);
+      for (int engine = 0; engine < agent->nEngines; engine++) {
+        benchJsonKey(&json, agent->engineNames[engine]);
+        benchJsonBeginObject(&json);
+        benchJsonKey(&json, "time");
+        benchJsonDouble(&json, results[r].timeUs[engine]);
+        benchJsonEndObject(&json);
+      }
+      if (agent->nEngines > 1) {
+        benchJsonKey(&json, "speedup");
+        benchJsonDouble(&json, results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
+      }
+      benchJsonEndObject(&json);
+    }
+    benchJsonEndArray(&json);
+    benchJsonEndObject(&json);
+    if (fclose(file) != 0) return -1;
+  }
+  return 0;
+}
+
+static int runBarrier(benchAgent_t* agent) {
+  barrierCtx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  int status = 0;
+  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+    if (cudaSetDevice(agent->devices[gpu]) != cudaSuccess ||
+        cudaMalloc((void**)&ctx.scratch[gpu], sizeof(float)) != cudaSuccess ||
+        cudaMemset(ctx.scratch[gpu], 0, sizeof(float)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cannot allocate the scratch float");
+      status = -1;
+    }
+  }
+  cudaSetDevice(agent->devices[0]);
+  for (int engine = 0; engine < agent->nEngines && status == 0 && agent->args.warmupIters > 0; engine++) {
+    status = benchLaunchAll(agent, engine, launchBarrier, &ctx, 0, agent->args.warmupIters);
+    if (status == 0) status = benchSync(agent, engine);
+  }
+  barrierResult_t results[2];
+  memset(results, 0, sizeof(results));
+  int nResults = 0;
+  if (status == 0) status = measureMode(agent, &ctx, 0, &results[nResults++]);
+  if (status == 0 && agent->args.graphLaunches > 0)
+    status = measureMode(agent, &ctx, agent->args.graphLaunches, &results[nResults++]);
+  if (status == 0 && agent->output) {
+    printResults(agent, results, nResults);
+    status = writeFiles(agent, results, nResults);
+  }
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (!ctx.scratch[gpu]) continue;
+    cudaSetDevice(agent->devices[gpu]);
+    cudaFree(ctx.scratch[gpu]);
+  }
+  cudaSetDevice(agent->devices[0]);
+  return status;
+}
+
+int main(int argc, char** argv) {
+  static const benchTest_t test = {"barrier_perf", runBarrier, 0};
+  return benchMain(argc, argv, &test);
+}

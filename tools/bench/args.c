@@ -1,0 +1,388 @@
+/*
+ * Command-line flags: nccl-tests' (same letters, same long names, same defaults) and fccl's own. A hand-written
+ * parser rather than getopt: it accepts nccl-tests' "-np N" spelling, keeps no global state (the unit tests
+ * parse many command lines in one process) and reports errors as text for the caller to print.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char* const typeNames[BENCH_NUM_TYPES] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                                       "uint64", "half",  "float", "double", "bfloat16"};
+static const size_t typeSizes[BENCH_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static const char* const opNames[BENCH_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+
+const char* benchTypeName(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeNames[type] : "?"; }
+size_t benchTypeSize(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeSizes[type] : 0; }
+const char* benchOpName(int op) { return op >= 0 && op < BENCH_NUM_OPS ? opNames[op] : "?"; }
+
+int benchTypeFromName(const char* name) {
+  static const struct {
+    const char* alias;
+    int type;
+  } aliases[] = {{"char", benchInt8},      {"int", benchInt32},       {"fp16", benchFloat16},
+                 {"float16", benchFloat16}, {"fp32", benchFloat32},    {"float32", benchFloat32},
+                 {"fp64", benchFloat64},   {"float64", benchFloat64}, {"bf16", benchBfloat16}};
+  if (!name) return -1;
+  for (int type = 0; type < BENCH_NUM_TYPES; type++)
+    if (strcasecmp(name, typeNames[type]) == 0) return type;
+  for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+    if (strcasecmp(name, aliases[i].alias) == 0) return aliases[i].type;
+  return -1;
+}
+
+int benchOpFromName(const char* name) {
+  if (!name) return -1;
+  for (int op = 0; op < BENCH_NUM_OPS; op++)
+    if (strcasecmp(name, opNames[op]) == 0) return op;
+  return -1;
+}
+
+void benchArgsDefaults(benchArgs_t* args) {
+  memset(args, 0, sizeof(*args));
+  args->nThreads = 1;
+  args->nGpus = 1;
+  args->nProcs = 0;
+  args->minBytes = 32u << 20;
+  args->maxBytes = 32u << 20;
+  args->stepBytes = 1u << 20;
+  args->stepFactor = 1;
+  args->iters = 20;
+  args->warmupIters = 5;
+  args->check = 1;
+  args->average = 1;
+  args->root = 0;
+  args->type = benchFloat32;
+  args->op = benchSum;
+  args->progress = -1;
+}
+
+int benchParseSize(const char* text, size_t* bytes) {
+  if (!text || !*text) return -1;
+  errno = 0;
+  char* end = NULL;
+  double value = strtod(text, &end);
+  if (errno != 0 || end == text || value < 0) return -1;
+  double unit = 1;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': unit = 1024.0; end++; break;
+    case 'm': case 'M': unit = 1024.0 * 1024.0; end++; break;
+    case 'g': case 'G': unit = 1024.0 * 1024.0 * 1024.0; end++; break;
+    case 't': case 'T': unit = 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
+    default: return -1;
+  }
+  if (*end == 'B' || *end == 'b') end++; /* "64MB", "1KiB" are common spellings */
+  else if (*end == 'i' && (end[1] == 'B' || end[1] == 'b')) end += 2;
+  if (*end != '\0') return -1;
+  double total = value * unit;
+  if (total > 9.0e18) return -1;
+  *bytes = (size_t)total;
+  return 0;
+}
+
+enum {
+  FLAG_NTHREADS, FLAG_NGPUS, FLAG_MINBYTES, FLAG_MAXBYTES, FLAG_STEPBYTES, FLAG_STEPFACTOR, FLAG_ITERS,
+  FLAG_AGGITERS, FLAG_WARMUP, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT, FLAG_BLOCKING,
+  FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_AVERAGE, FLAG_UNALIGN, FLAG_REGISTER, FLAG_JSON, FLAG_NPROCS,
+  FLAG_COMPARE, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+};
+enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
+
+static const struct {
+  char shortName;
+  const char* longName;
+  int id;
+  int arg;
+} flags[] = {
+    {'t', "nthreads", FLAG_NTHREADS, ARG_INT},
+    {'g', "ngpus", FLAG_NGPUS, ARG_INT},
+    {'b', "minbytes", FLAG_MINBYTES, ARG_SIZE},
+    {'e', "maxbytes", FLAG_MAXBYTES, ARG_SIZE},
+    {'i', "stepbytes", FLAG_STEPBYTES, ARG_SIZE},
+    {'f', "stepfactor", FLAG_STEPFACTOR, ARG_INT},
+    {'n', "iters", FLAG_ITERS, ARG_INT},
+    {'m', "agg_iters", FLAG_AGGITERS, ARG_INT},
+    {'w', "warmup_iters", FLAG_WARMUP, ARG_INT},
+    {'p', "parallel_init", FLAG_PARALLELINIT, ARG_INT},
+    {'c', "check", FLAG_CHECK, ARG_INT},
+    {'o', "op", FLAG_OP, ARG_TEXT},
+    {'d', "datatype", FLAG_DATATYPE, ARG_TEXT},
+    {'r', "root", FLAG_ROOT, ARG_INT},
+    {'z', "blocking", FLAG_BLOCKING, ARG_INT},
+    {'T', "timeout", FLAG_TIMEOUT, ARG_INT},
+    {'G', "cudagraph", FLAG_GRAPH, ARG_INT},
+    {'C', "report_cputime", FLAG_CPUTIME, ARG_INT},
+    {'a', "average", FLAG_AVERAGE, ARG_INT},
+    {'u', "unalign", FLAG_UNALIGN, ARG_INT},
+    {'R', "local_register", FLAG_REGISTER, ARG_INT},
+    {'J', "output_file", FLAG_JSON, ARG_TEXT},
+    {0, "json", FLAG_JSON, ARG_TEXT},
+    {0, "np", FLAG_NPROCS, ARG_INT},
+    {0, "nprocs", FLAG_NPROCS, ARG_INT},
+    {0, "compare", FLAG_COMPARE, ARG_TEXT},
+    {0, "csv", FLAG_CSV, ARG_TEXT},
+    {0, "share-gpu", FLAG_SHARE, ARG_NONE},
+    {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE},
+    {0, "progress", FLAG_PROGRESS, ARG_INT},
+    {'h', "help", FLAG_HELP, ARG_NONE},
+};
+#define FLAG_COUNT ((int)(sizeof(flags) / sizeof(flags[0])))
+
+static int fail(char* err, size_t errLen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char* err, size_t errLen, const char* fmt, ...) {
+  if (err && errLen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errLen, fmt, ap);
+    va_end(ap);
+  }
+  return BENCH_PARSE_ERROR;
+}
+
+static int parseInt(const char* text, long long minValue, long long maxValue, long long* value) {
+  if (!text || !*text) return -1;
+  errno = 0;
+  char* end = NULL;
+  long long parsed = strtoll(text, &end, 0);
+  if (errno != 0 || *end != '\0' || parsed < minValue || parsed > maxValue) return -1;
+  *value = parsed;
+  return 0;
+}
+
+/* Finds the flag that argument `arg` names; *inlineValue gets the text after '=' or after a short letter. */
+static int lookupFlag(const char* arg, const char** inlineValue) {
+  *inlineValue = NULL;
+  if (arg[0] != '-' || arg[1] == '\0') return -1;
+  if (strcmp(arg, "-np") == 0) arg = "--np";
+  if (arg[1] == '-') {
+    const char* name = arg + 2;
+    const char* equals = strchr(name, '=');
+    size_t nameLen = equals ? (size_t)(equals - name) : strlen(name);
+    for (int i = 0; i < FLAG_COUNT; i++) {
+      if (strlen(flags[i].longName) == nameLen && strncmp(flags[i].longName, name, nameLen) == 0) {
+        if (equals) *inlineValue = equals + 1;
+        return i;
+      }
+    }
+    return -1;
+  }
+  for (int i = 0; i < FLAG_COUNT; i++) {
+    if (flags[i].shortName && flags[i].shortName == arg[1]) {
+      if (arg[2] != '\0') *inlineValue = arg + 2;
+      return i;
+    }
+  }
+  return -1;
+}
+
+static int applyFlag(benchArgs_t* args, int id, const char* name, const char* value, char* err, size_t errLen) {
+  long long number = 0;
+  size_t bytes = 0;
+  int arg = ARG_NONE;
+  for (int i = 0; i < FLAG_COUNT; i++)
+    if (flags[i].id == id) arg = flags[i].arg;
+  if (arg == ARG_INT && parseInt(value, INT_MIN, INT_MAX, &number) != 0)
+    return fail(err, errLen, "%s: '%s' is not an integer", name, value);
+  if (arg == ARG_SIZE && benchParseSize(value, &bytes) != 0)
+    return fail(err, errLen, "%s: '%s' is not a size (bytes, or a number followed by K, M or G)", name, value);
+  int n = (int)number;
+  switch (id) {
+    case FLAG_NTHREADS:
+      if (n < 1 || n > 64) return fail(err, errLen, "%s: threads per process must be 1 to 64", name);
+      args->nThreads = n;
+      break;
+    case FLAG_NGPUS:
+      if (n < 1 || n > BENCH_MAX_LOCAL)
+        return fail(err, errLen, "%s: GPUs per thread must be 1 to %d", name, BENCH_MAX_LOCAL);
+      args->nGpus = n;
+      break;
+    case FLAG_MINBYTES: args->minBytes = bytes; break;
+    case FLAG_MAXBYTES: args->maxBytes = bytes; break;
+    case FLAG_STEPBYTES: args->stepBytes = bytes; break;
+    case FLAG_STEPFACTOR:
+      if (n < 1) return fail(err, errLen, "%s: the step factor must be at least 1", name);
+      args->stepFactor = (size_t)n;
+      break;
+    case FLAG_ITERS:
+      if (n < 1) return fail(err, errLen, "%s: at least one iteration is needed", name);
+      args->iters = n;
+      break;
+    case FLAG_AGGITERS:
+      if (n != 1) return fail(err, errLen, "%s: fccl has no group calls; only -m 1 is supported", name);
+      break;
+    case FLAG_WARMUP:
+      if (n < 0) return fail(err, errLen, "%s: warmup iterations cannot be negative", name);
+      args->warmupIters = n;
+      break;
+    case FLAG_PARALLELINIT: args->parallelInit = n != 0; break;
+    case FLAG_CHECK:
+      if (n < 0) return fail(err, errLen, "%s: the check count cannot be negative", name);
+      args->check = n;
+      break;
+    case FLAG_OP:
+      if (strcasecmp(value, "all") == 0) {
+        args->op = BENCH_ALL;
+      } else if ((args->op = benchOpFromName(value)) < 0) {
+        return fail(err, errLen, "%s: unknown reduction '%s' (sum, prod, max, min, avg or all)", name, value);
+      }
+      break;
+    case FLAG_DATATYPE:
+      if (strcasecmp(value, "all") == 0) {
+        args->type = BENCH_ALL;
+      } else if ((args->type = benchTypeFromName(value)) < 0) {
+        return fail(err, errLen,
+                    "%s: unknown datatype '%s' (int8, uint8, int32, uint32, int64, uint64, half, float, double, "
+                    "bfloat16 or all)", name, value);
+      }
+      break;
+    case FLAG_ROOT: args->root = n; break;
+    case FLAG_BLOCKING: args->blocking = n != 0; break;
+    case FLAG_TIMEOUT:
+      if (n < 0) return fail(err, errLen, "%s: the timeout cannot be negative", name);
+      args->timeoutSec = n;
+      break;
+    case FLAG_GRAPH:
+      if (n < 0) return fail(err, errLen, "%s: graph launches cannot be negative", name);
+      args->graphLaunches = n;
+      break;
+    case FLAG_CPUTIME: args->cputime = n != 0; break;
+    case FLAG_AVERAGE:
+      if (n < 0 || n > 3) return fail(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
+      args->average = n;
+      break;
+    case FLAG_UNALIGN:
+      if (n < 0 || n > 4096) return fail(err, errLen, "%s: the offset must be 0 to 4096 elements", name);
+      args->unalign = n;
+      break;
+    case FLAG_REGISTER:
+      if (n < 0 || n > 2) return fail(err, errLen, "%s: 0 (plain), 1 (registered) or 2 (symmetric)", name);
+      args->localRegister = n;
+      break;
+    case FLAG_JSON: args->jsonPath = value; break;
+    case FLAG_NPROCS:
+      if (n < 0 || n > 1024) return fail(err, errLen, "%s: the process count must be 0 (auto) to 1024", name);
+      args->nProcs = n;
+      break;
+    case FLAG_COMPARE:
+      if (strcasecmp(value, "nccl") == 0) {
+        args->compareNccl = 1;
+      } else if (strcasecmp(value, "none") == 0) {
+        args->compareNccl = 0;
+      } else {
+        return fail(err, errLen, "%s: can compare with 'nccl' (or 'none'), not '%s'", name, value);
+      }
+      break;
+    case FLAG_CSV: args->csvPath = value; break;
+    case FLAG_SHARE: args->shareGpu = 1; break;
+    case FLAG_CORRUPT: args->injectCorruption = 1; break;
+    case FLAG_PROGRESS: args->progress = n != 0; break;
+    default: break;
+  }
+  return BENCH_PARSE_OK;
+}
+
+int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen) {
+  if (err && errLen) err[0] = '\0';
+  for (int i = 1; i < argc; i++) {
+    const char* arg = argv[i];
+    const char* value = NULL;
+    int index = lookupFlag(arg, &value);
+    if (index < 0) {
+      if (arg[0] == '-') return fail(err, errLen, "unknown flag '%s' (see --help)", arg);
+      return fail(err, errLen, "unexpected argument '%s' (see --help)", arg);
+    }
+    if (flags[index].id == FLAG_HELP) return BENCH_PARSE_HELP;
+    if (flags[index].arg == ARG_NONE) {
+      if (value) return fail(err, errLen, "%s takes no value", arg);
+    } else if (!value) {
+      if (i + 1 >= argc) return fail(err, errLen, "%s needs a value", arg);
+      value = argv[++i];
+    }
+    int status = applyFlag(args, flags[index].id, arg, value, err, errLen);
+    if (status != BENCH_PARSE_OK) return status;
+  }
+  if (args->minBytes > args->maxBytes)
+    return fail(err, errLen, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", args->minBytes,
+                args->maxBytes);
+  if (args->minBytes < args->maxBytes) {
+    if (args->stepFactor > 1 && args->minBytes == 0)
+      return fail(err, errLen, "a size sweep by factor (-f) must start above 0 bytes (-b)");
+    if (args->stepFactor <= 1 && args->stepBytes == 0)
+      return fail(err, errLen, "the sweep needs a step: -i above 0 or -f above 1");
+  }
+  return BENCH_PARSE_OK;
+}
+
+void benchPrintUsage(FILE* out, const char* program) {
+  fprintf(out,
+          "USAGE: %s [flags]\n"
+          "nccl-tests' flags:\n"
+          "  -t,--nthreads <n>         threads per process (1)\n"
+          "  -g,--ngpus <n>            GPUs per thread (1)\n"
+          "  -b,--minbytes <size>      smallest size (32M); sizes take K, M, G\n"
+          "  -e,--maxbytes <size>      largest size (32M)\n"
+          "  -i,--stepbytes <size>     add this between sizes (1M)\n"
+          "  -f,--stepfactor <n>       multiply by this between sizes (off)\n"
+          "  -n,--iters <n>            timed iterations (20)\n"
+          "  -w,--warmup_iters <n>     warmup iterations (5)\n"
+          "  -c,--check <n>            checked runs per size, #wrong column (1; 0: no check)\n"
+          "  -d,--datatype <type|all>  int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (float)\n"
+          "  -o,--op <op|all>          sum prod max min avg (sum)\n"
+          "  -z,--blocking <0/1>       wait and barrier after every operation (0)\n"
+          "  -G,--cudagraph <n>        capture the iterations in a CUDA graph, launch it n times (0: eager)\n"
+          "  -a,--average <0/1/2/3>    time across ranks: rank 0, average, minimum, maximum (1)\n"
+          "  -T,--timeout <seconds>    bound on every wait (0: 300 s)\n"
+          "  -u,--unalign <n>          offset the buffers by n elements (0)\n"
+          "  -R,--local_register <n>   0 plain buffers, 1 registered, 2 registered symmetric (0)\n"
+          "  -C,--report_cputime <0/1> report host launch time instead of GPU time (0)\n"
+          "  -J,--output_file <file>   write the results as JSON\n"
+          "  -p,--parallel_init, -r,--root, -m,--agg_iters 1: accepted for compatibility\n"
+          "fccl's own:\n"
+          "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
+          "  --compare nccl            run NCCL on the same buffers and print it beside fccl\n"
+          "  --csv <file>              write the results as CSV\n"
+          "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
+          "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
+          "Launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun, each process\n"
+          "is one rank of the launcher's job instead.\n",
+          program);
+}
+
+size_t benchSweepNext(const benchArgs_t* args, size_t bytes) {
+  size_t next;
+  if (args->stepFactor > 1) {
+    if (bytes == 0 || bytes > SIZE_MAX / args->stepFactor) return 0;
+    next = bytes * args->stepFactor;
+  } else {
+    if (args->stepBytes == 0 || bytes > SIZE_MAX - args->stepBytes) return 0;
+    next = bytes + args->stepBytes;
+  }
+  return next <= args->maxBytes ? next : 0;
+}
+
+int benchSweepLength(const benchArgs_t* args) {
+  int length = 0;
+  size_t bytes = args->minBytes;
+  while (1) {
+    length++;
+    size_t next = benchSweepNext(args, bytes);
+    if (next == 0 || next <= bytes) break;
+    bytes = next;
+  }
+  return length;
+}
+
+size_t benchCountOf(size_t bytes, int type) {
+  size_t size = benchTypeSize(type);
+  return size ? bytes / size : 0;
+}
+
+double benchAlgBw(size_t bytes, double seconds) { return seconds > 0 ? (double)bytes / 1.0e9 / seconds : 0.0; }
+
+double benchAllReduceBusFactor(int nranks) { return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0; }

@@ -1,0 +1,275 @@
+/*
+ * The benchmark's host-only core: flags, size sweep, bandwidth arithmetic, the nccl-tests table, JSON and CSV
+ * output, result checking on host buffers, the out-of-band exchange between ranks and the process launcher.
+ * Nothing here calls CUDA, fccl or NCCL, so the unit tests link it on a machine without a GPU; runtime.c (GPU,
+ * communicators) and the all_reduce_perf / barrier_perf programs sit on top of it.
+ */
+#ifndef FCCL_BENCH_H_
+#define FCCL_BENCH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- data types and reduction operations: the values are fccl's and NCCL's ---------------------------------- */
+
+enum { BENCH_NUM_TYPES = 10, BENCH_NUM_OPS = 5 };
+enum { benchInt8, benchUint8, benchInt32, benchUint32, benchInt64, benchUint64, benchFloat16, benchFloat32,
+       benchFloat64, benchBfloat16 };
+enum { benchSum, benchProd, benchMax, benchMin, benchAvg };
+#define BENCH_ALL (-2) /* -d all / -o all */
+
+/* nccl-tests' names ("bfloat16", "float", "half", ...); "?" for an unknown value. */
+const char* benchTypeName(int type);
+size_t benchTypeSize(int type);
+/* Accepts nccl-tests' names and the usual aliases (bf16, fp16, fp32, fp64, int, char, ...); -1 if unknown. */
+int benchTypeFromName(const char* name);
+const char* benchOpName(int op);
+int benchOpFromName(const char* name);
+
+/* ---- flags ----------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+  int nThreads;            /* -t: threads per process */
+  int nGpus;               /* -g: GPUs (ranks) per thread */
+  int nProcs;              /* -np: processes the launcher forks; 0 = one rank per local GPU */
+  size_t minBytes;         /* -b */
+  size_t maxBytes;         /* -e */
+  size_t stepBytes;        /* -i */
+  size_t stepFactor;       /* -f (1: add stepBytes instead) */
+  int iters;               /* -n */
+  int warmupIters;         /* -w */
+  int check;               /* -c: checked runs per size (0: no check) */
+  int blocking;            /* -z: wait for completion and barrier after every operation */
+  int graphLaunches;       /* -G: capture the iterations in a CUDA graph and launch it this many times */
+  int average;             /* -a: time across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum */
+  int timeoutSec;          /* -T: bound on every wait (0: the built-in default) */
+  int unalign;             /* -u: buffers offset by this many elements */
+  int parallelInit;        /* -p: accepted for compatibility (ranks of a process always initialise in parallel) */
+  int root;                /* -r: accepted for compatibility (all-reduce has no root) */
+  int cputime;             /* -C: report the host time of the launch loop instead of the GPU time */
+  int localRegister;       /* -R: 0 plain cudaMalloc buffers, 1 registered, 2 registered symmetric (NCCL windows) */
+  int type;                /* -d: a type, or BENCH_ALL */
+  int op;                  /* -o: an op, or BENCH_ALL */
+  int compareNccl;         /* --compare nccl */
+  int shareGpu;            /* --share-gpu: ranks may share a GPU */
+  int injectCorruption;    /* --inject-corruption (hidden): flip one result element before the check */
+  int progress;            /* --progress 0|1; -1: on when stderr is a terminal */
+  const char* jsonPath;    /* -J */
+  const char* csvPath;     /* --csv */
+} benchArgs_t;
+
+void benchArgsDefaults(benchArgs_t* args);
+
+enum { BENCH_PARSE_OK = 0, BENCH_PARSE_HELP = 1, BENCH_PARSE_ERROR = -1 };
+/* Parses nccl-tests' flags plus fccl's own (see benchPrintUsage). Returns BENCH_PARSE_*; on error err says why. */
+int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen);
+/* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else. */
+int benchParseSize(const char* text, size_t* bytes);
+void benchPrintUsage(FILE* out, const char* program);
+
+/* ---- size sweep and bandwidth ----------------------------------------------------------------------------------- */
+
+/* The size after `bytes` in the sweep, or 0 when the sweep ends (nccl-tests' loop: times -f, or plus -i). */
+size_t benchSweepNext(const benchArgs_t* args, size_t bytes);
+int benchSweepLength(const benchArgs_t* args);
+/* Elements of `type` in `bytes`, as nccl-tests counts them (rounded down). */
+size_t benchCountOf(size_t bytes, int type);
+
+/* Algorithm bandwidth in GB/s (1e9 bytes per second) for bytes moved in seconds. */
+double benchAlgBw(size_t bytes, double seconds);
+/* nccl-tests' all-reduce bus-bandwidth factor, 2 (n - 1) / n. */
+double benchAllReduceBusFactor(int nranks);
+
+/* ---- results and the table -------------------------------------------------------------------------------------- */
+
+enum { BENCH_OUT_OF_PLACE = 0, BENCH_IN_PLACE = 1 };
+#define BENCH_MAX_ENGINES 2 /* fccl, and NCCL beside it */
+#define BENCH_MAX_LOCAL 16  /* GPUs one thread drives (-g) */
+
+typedef struct {
+  double timeUs;
+  double algBw;
+  double busBw;
+  int64_t wrong; /* wrong elements summed over ranks; -1: not checked */
+  int valid;     /* measured */
+} benchMeasure_t;
+
+typedef struct {
+  size_t bytes;
+  size_t count;
+  int type;
+  int op;
+  int root;
+  benchMeasure_t m[BENCH_MAX_ENGINES][2]; /* [engine][BENCH_OUT_OF_PLACE / BENCH_IN_PLACE] */
+} benchRow_t;
+
+typedef struct {
+  const char* program;                       /* "all_reduce_perf" */
+  int nEngines;                              /* 1: fccl alone; 2: fccl and NCCL beside it */
+  const char* engineNames[BENCH_MAX_ENGINES];
+  int cputime;                               /* label the time column "cputime" */
+} benchTable_t;
+
+/* Formats value in exactly `width` characters where it fits (2, then 1, then 0 decimals, then exponent), like
+ * nccl-tests. out must hold width + 1 bytes (more when the value does not fit at all). */
+void benchFormatFloat(double value, int width, char* out, size_t outLen);
+/* nccl-tests' column headers (three lines), plus the NCCL columns when nEngines == 2. */
+void benchPrintTableHeader(FILE* out, const benchTable_t* table);
+/* One row: size, count, type, redop, root, then time/algbw/busbw/#wrong out of place and in place (nccl-tests'
+ * layout), then for NCCL time/busbw/#wrong/speedup per placement (speedup: NCCL time / fccl time). */
+void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row);
+
+typedef struct {
+  int errors[BENCH_MAX_ENGINES];     /* tests (size x placement) with wrong elements, per engine */
+  double avgBusBw[BENCH_MAX_ENGINES];
+  double speedupGeomean[2];          /* per placement; 0 when not compared */
+} benchSummary_t;
+/* Accumulates the footer numbers over the rows (averages over every measured size and placement). */
+void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows, benchSummary_t* summary);
+/* "# Out of bounds values", "# Avg bus bandwidth", the NCCL lines, "#", "# Collective test concluded". */
+void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t* summary);
+
+/* CSV: one line per size, engine and placement. */
+void benchCsvHeader(FILE* out);
+void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* buffers, int graph,
+                  int nranks);
+
+/* "[ 3/28] bfloat16 sum 64 MiB nccl in-place" for the terminal progress line. */
+void benchFormatProgress(char* out, size_t len, int done, int total, const benchRow_t* row, const char* what);
+/* "512 B", "64 KiB", "1 GiB", "1.5 MiB". */
+void benchFormatBytes(double bytes, char* out, size_t len);
+
+/* ---- a small streaming JSON writer ---------------------------------------------------------------------------- */
+
+#define BENCH_JSON_DEPTH 16
+typedef struct {
+  FILE* out;
+  int depth;
+  int count[BENCH_JSON_DEPTH]; /* values written at each level, for the commas */
+  int afterKey;
+} benchJson_t;
+
+void benchJsonInit(benchJson_t* json, FILE* out);
+void benchJsonBeginObject(benchJson_t* json);
+void benchJsonEndObject(benchJson_t* json);
+void benchJsonBeginArray(benchJson_t* json);
+void benchJsonEndArray(benchJson_t* json);
+void benchJsonKey(benchJson_t* json, const char* key);
+void benchJsonString(benchJson_t* json, const char* value); /* NULL writes null */
+void benchJsonInt(benchJson_t* json, long long value);
+void benchJsonDouble(benchJson_t* json, double value);     /* NaN and infinities write null */
+void benchJsonBool(benchJson_t* json, int value);
+void benchJsonNull(benchJson_t* json);
+/* One result row as nccl-tests' JSON does it, with an object per engine and the speedups. */
+void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row);
+
+/* ---- input data and result checking ----------------------------------------------------------------------------
+ * Inputs are small integers (exactly representable in every type, sums and products of up to 64 ranks included), so
+ * every op but avg has one exact answer, compared bit for bit; avg is compared within a few units in the last
+ * place. The pattern repeats every BENCH_PATTERN_PERIOD elements (a prime, so it never lines up with a chunk),
+ * which keeps filling and checking gigabytes at memcpy/memcmp speed. */
+
+#define BENCH_PATTERN_PERIOD 1021
+/* Fill byte for results before a checked run: with up to 11 ranks, 0x5a5a... is no result of the pattern in any
+ * type and op (a large integer; a non-integral or huge float), so an element left unwritten counts as wrong. */
+#define BENCH_POISON_BYTE 0x5a
+
+typedef struct {
+  int type;
+  int op;
+  int nranks;
+  uint64_t seed;
+  size_t elemSize;
+  unsigned char* expected; /* one period of expected elements, in the type's encoding */
+  double* expectedValue;   /* the same as doubles (avg's tolerance check) */
+} benchChecker_t;
+
+/* Writes count elements of rank's input, elements [first, first + count) of the sequence. */
+void benchFillInput(void* dst, size_t count, size_t first, int type, int op, int rank, int nranks, uint64_t seed);
+int benchCheckerInit(benchChecker_t* checker, int type, int op, int nranks, uint64_t seed);
+/* Wrong elements among got[0..count), which holds result elements [first, first + count). */
+int64_t benchCheckerCount(const benchChecker_t* checker, const void* got, size_t count, size_t first);
+void benchCheckerFree(benchChecker_t* checker);
+
+/* Host conversions for the two 16-bit float types (round to nearest even). */
+uint16_t benchFloatToHalf(float value);
+float benchHalfToFloat(uint16_t bits);
+uint16_t benchFloatToBf16(float value);
+float benchBf16ToFloat(uint16_t bits);
+/* Element index of data (of type) as a double. */
+double benchLoadAsDouble(const void* data, size_t index, int type);
+
+/* ---- out-of-band exchange between ranks --------------------------------------------------------------------------
+ * The benchmark's own control channel (rank 0 hands out the ids, times and error counts are combined, device
+ * lines gathered); everything is an all-gather of one fixed-size slot per agent (a thread driving -g GPUs).
+ * Implementations: shared memory (threads and forked processes), MPI, and a communicator (env launch). */
+
+#define BENCH_OOB_SLOT 2048
+
+typedef struct benchOob benchOob_t;
+struct benchOob {
+  int nAgents;
+  int agent;
+  /* Gathers `bytes` (<= BENCH_OOB_SLOT) from every agent into all (nAgents * bytes, agent order). 0 or -1. */
+  int (*allgather)(benchOob_t* oob, const void* mine, size_t bytes, void* all);
+  /* Tells the other agents to give up (they fail their next exchange promptly). May be NULL. */
+  void (*abort)(benchOob_t* oob);
+  void* state;
+  int timeoutSec;
+  unsigned phase;
+  char error[256];
+};
+
+/* Shared memory for nAgents agents, mapped so that it survives fork(). NULL on failure (errno set). */
+void* benchShmCreate(int nAgents);
+void benchShmDestroy(void* region);
+void benchOobShmInit(benchOob_t* oob, void* region, int agent, int timeoutSec);
+
+int benchOobBarrier(benchOob_t* oob);
+/* Copies agent 0's bytes to everyone. */
+int benchOobBcast(benchOob_t* oob, void* data, size_t bytes);
+enum { BENCH_REDUCE_SUM, BENCH_REDUCE_MIN, BENCH_REDUCE_MAX, BENCH_REDUCE_AVG, BENCH_REDUCE_FIRST };
+/* Combines n doubles element-wise over agents (FIRST: agent 0's values). */
+int benchOobReduce(benchOob_t* oob, double* values, int n, int how);
+void benchOobAbort(benchOob_t* oob);
+
+/* ---- launch ----------------------------------------------------------------------------------------------------- */
+
+enum { BENCH_LAUNCH_LOCAL, BENCH_LAUNCH_ENV, BENCH_LAUNCH_MPI };
+typedef struct {
+  int kind;            /* BENCH_LAUNCH_LOCAL: nothing set; ENV: torchrun/mpirun variables present */
+  const char* source;  /* "torchrun", "Open MPI", "PMI" */
+  int rank, size, localRank, localSize;
+  int fromMpiLauncher; /* the variables came from mpirun (an MPI build can then use MPI itself) */
+} benchLaunchEnv_t;
+
+typedef const char* (*benchGetenv_t)(const char* name);
+/* Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_* (Open MPI), PMI_RANK/PMI_SIZE (+MPI_LOCALRANKID,
+ * SLURM_LOCALID). Returns 0, or -1 when they are present but inconsistent (err says which). */
+int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, size_t errLen);
+
+typedef struct {
+  int nProcs;   /* processes (forked locally, or started by the launcher) */
+  int nThreads; /* agents per process */
+  int nGpus;    /* ranks per agent */
+  int nRanks;   /* nProcs * nThreads * nGpus */
+  int nDevices; /* visible GPUs */
+  int shared;   /* more ranks than GPUs on this host: ranks share GPUs */
+} benchLayout_t;
+
+/* The local launcher's plan for nDevices visible GPUs. Returns 0, or -1 with err (too many ranks without
+ * --share-gpu, nonsense counts). */
+int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout, char* err, size_t errLen);
+/* The device of local rank index (proc-local ranks counted from firstLocal): (firstLocal + index) % nDevices. */
+int benchDeviceOf(const benchLayout_t* layout, int firstLocal, int index);
+
+/* Runs body(proc, arg) in nProcs forked children and waits; when one fails, the rest get graceSec seconds and are
+ * then killed. Children die with the parent (PR_SET_PDEATHSIG). Returns 0 when all exited 0, otherwise the first
+ * failure's exit code (or 128 + signal). */
+int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int graceSec);
+/* Runs probe in a child process (so that the parent never initialises CUDA before forking its ranks) and returns
+ * its int result; the child's message (up to len bytes) lands in msg. Returns 0, or -1 if the child failed. */
+int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len);
+
+#endif /* FCCL_BENCH_H_ */

@@ -1,0 +1,233 @@
+/*
+ * How ranks come to be: from a launcher's variables (torchrun, mpirun), or forked here, one process per rank group,
+ * with no MPI needed. The parent never initialises CUDA (a CUDA context does not survive fork), so the GPU count
+ * is read in a short-lived child.
+ */
+#include "bench.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int launchError(char* err, size_t errLen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static int launchError(char* err, size_t errLen, const char* fmt, ...) {
+  if (err && errLen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errLen, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* 1: present and a non-negative integer; 0: absent; -1: present but not a number. */
+static int readCount(benchGetenv_t getenvFn, const char* name, int* value) {
+  const char* text = getenvFn(name);
+  if (!text || !*text) return 0;
+  char* end = NULL;
+  errno = 0;
+  long parsed = strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || parsed < 0 || parsed > 1 << 24) return -1;
+  *value = (int)parsed;
+  return 1;
+}
+
+int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, size_t errLen) {
+  static const struct {
+    const char* source;
+    const char* size;
+    const char* rank;
+    const char* localRank[2];
+    const char* localSize[2];
+    int fromMpi;
+  } launchers[] = {
+      {"Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", {"OMPI_COMM_WORLD_LOCAL_RANK", NULL},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", NULL}, 1},
+      {"PMI", "PMI_SIZE", "PMI_RANK", {"MPI_LOCALRANKID", "SLURM_LOCALID"}, {"MPI_LOCALNRANKS", NULL}, 1},
+      {"torchrun", "WORLD_SIZE", "RANK", {"LOCAL_RANK", NULL}, {"LOCAL_WORLD_SIZE", NULL}, 0},
+  };
+  memset(env, 0, sizeof(*env));
+  env->kind = BENCH_LAUNCH_LOCAL;
+  for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+    int size = 0, rank = 0;
+    int hasSize = readCount(getenvFn, launchers[i].size, &size);
+    if (hasSize == 0) continue;
+    if (hasSize < 0 || size < 1) return launchError(err, errLen, "%s is not a positive number", launchers[i].size);
+    int hasRank = readCount(getenvFn, launchers[i].rank, &rank);
+    if (hasRank <= 0)
+      return launchError(err, errLen, "%s is set but %s is %s", launchers[i].size, launchers[i].rank,
+                         hasRank == 0 ? "missing" : "not a number");
+    if (rank >= size)
+      return launchError(err, errLen, "%s=%d is not below %s=%d", launchers[i].rank, rank, launchers[i].size, size);
+    env->kind = BENCH_LAUNCH_ENV;
+    env->source = launchers[i].source;
+    env->rank = rank;
+    env->size = size;
+    env->localRank = rank;
+    env->localSize = size;
+    env->fromMpiLauncher = launchers[i].fromMpi;
+    for (int k = 0; k < 2 && launchers[i].localRank[k]; k++) {
+      int status = readCount(getenvFn, launchers[i].localRank[k], &env->localRank);
+      if (status < 0) return launchError(err, errLen, "%s is not a number", launchers[i].localRank[k]);
+      if (status > 0) break;
+    }
+    for (int k = 0; k < 2 && launchers[i].localSize[k]; k++) {
+      int status = readCount(getenvFn, launchers[i].localSize[k], &env->localSize);
+      if (status < 0) return launchError(err, errLen, "%s is not a number", launchers[i].localSize[k]);
+      if (status > 0) break;
+    }
+    if (env->localSize < 1 || env->localRank >= env->localSize)
+      return launchError(err, errLen, "local rank %d is not below the local size %d (%s)", env->localRank,
+                         env->localSize, env->source);
+    return 0;
+  }
+  return 0;
+}
+
+int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout, char* err, size_t errLen) {
+  memset(layout, 0, sizeof(*layout));
+  if (nDevices < 1) return launchError(err, errLen, "no GPU is visible");
+  int perProc = args->nThreads * args->nGpus;
+  int nProcs = args->nProcs > 0 ? args->nProcs : (nDevices / perProc > 0 ? nDevices / perProc : 1);
+  layout->nProcs = nProcs;
+  layout->nThreads = args->nThreads;
+  layout->nGpus = args->nGpus;
+  layout->nRanks = nProcs * perProc;
+  layout->nDevices = nDevices;
+  layout->shared = layout->nRanks > nDevices;
+  if (layout->shared && !args->shareGpu)
+    return launchError(err, errLen,
+                       "%d ranks (%d processes x %d threads x %d GPUs) need %d GPUs but %d %s visible; "
+                       "--share-gpu lets ranks share a GPU",
+                       layout->nRanks, nProcs, args->nThreads, args->nGpus, layout->nRanks, nDevices,
+                       nDevices == 1 ? "is" : "are");
+  return 0;
+}
+
+int benchDeviceOf(const benchLayout_t* layout, int firstLocal, int index) {
+  return layout->nDevices > 0 ? (firstLocal + index) % layout->nDevices : 0;
+}
+
+static void sleepMs(int ms) {
+  struct timespec pause = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&pause, NULL);
+}
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int graceSec) {
+  pid_t* pids = (pid_t*)calloc((size_t)nProcs, sizeof(pid_t));
+  int* done = (int*)calloc((size_t)nProcs, sizeof(int));
+  if (!pids || !done) {
+    free(pids);
+    free(done);
+    return 1;
+  }
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  int result = 0;
+  int started = 0;
+  for (; started < nProcs; started++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      /* A rank must not outlive the launcher: it would hold its GPU and wait for peers forever. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      int code = body(started, arg);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(code & 0xff);
+    }
+    if (pid < 0) {
+      fprintf(stderr, "fork failed: %s\n", strerror(errno));
+      result = 1;
+      break;
+    }
+    pids[started] = pid;
+  }
+  int remaining = started;
+  double failedAt = result ? nowSec() : 0;
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int p = 0; p < started; p++) {
+        if (pids[p] != pid || done[p]) continue;
+        done[p] = 1;
+        remaining--;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0 && result == 0) {
+          result = code;
+          failedAt = nowSec();
+        }
+      }
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (result != 0 && nowSec() - failedAt > graceSec) {
+      for (int p = 0; p < started; p++)
+        if (!done[p]) kill(pids[p], SIGKILL);
+      failedAt = nowSec() + 3600; /* killed: now only reap */
+    }
+    sleepMs(10);
+  }
+  free(pids);
+  free(done);
+  return result;
+}
+
+typedef struct {
+  int value;
+  char msg[512];
+} probeReply_t;
+
+int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    probeReply_t reply;
+    memset(&reply, 0, sizeof(reply));
+    reply.value = probe(reply.msg, sizeof(reply.msg));
+    ssize_t written = write(fds[1], &reply, sizeof(reply));
+    _exit(written == (ssize_t)sizeof(reply) ? 0 : 1);
+  }
+  close(fds[1]);
+  probeReply_t reply;
+  size_t got = 0;
+  while (got < sizeof(reply)) {
+    ssize_t n = read(fds[0], (char*)&reply + got, sizeof(reply) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got != sizeof(reply) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  reply.msg[sizeof(reply.msg) - 1] = '\0';
+  *result = reply.value;
+  if (msg && len) snprintf(msg, len, "%s", reply.msg);
+  return 0;
+}

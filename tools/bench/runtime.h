@@ -1,0 +1,125 @@
+/*
+ * The benchmark runtime shared by all_reduce_perf and barrier_perf: launch (forked ranks, torchrun/mpirun
+ * variables, MPI), communicators for fccl and NCCL with their creation time and memory, buffers, CUDA-event
+ * timing in eager and graph mode, bounded waits, data upload and result checking. A program supplies only its
+ * measurement (benchTest_t.run); everything it prints goes through the agent that owns rank 0.
+ */
+#ifndef FCCL_BENCH_RUNTIME_H_
+#define FCCL_BENCH_RUNTIME_H_
+
+#include "bench.h"
+#include "fccl.h"
+
+#include <cuda_runtime.h>
+
+enum { BENCH_FCCL = 0, BENCH_NCCL = 1 };
+
+typedef struct benchAgent benchAgent_t;
+
+typedef struct {
+  const char* program;              /* "all_reduce_perf" */
+  int (*run)(benchAgent_t* agent);  /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
+  int dataBuffers;                  /* 1: allocate send/recv buffers of maxBytes per rank and engine */
+} benchTest_t;
+
+/* Parses the flags, launches the ranks and runs test on each; returns the process exit status
+ * (0 success, 1 wrong results or a failure, 2 usage error or nothing to run on). */
+int benchMain(int argc, char** argv, const benchTest_t* test);
+
+/* One rank's pair of buffers for one engine (plain: shared by both engines). */
+typedef struct {
+  char* send;
+  char* recv;
+  size_t bytes;      /* usable bytes from send/recv (maxBytes + the -u offset) */
+  int kind;          /* how they were allocated: BENCH_ALLOC_* */
+  fcclRegHandle_t fcclReg[2];
+  void* ncclReg[2];  /* ncclCommRegister handles or NCCL windows */
+} benchBuffers_t;
+enum { BENCH_ALLOC_NONE, BENCH_ALLOC_CUDA, BENCH_ALLOC_FCCL, BENCH_ALLOC_NCCL, BENCH_ALLOC_ALIAS };
+
+typedef struct {
+  double timeMs;      /* communicator creation, the slowest rank */
+  double deviceBytes; /* cudaMemGetInfo before/after, the largest rank */
+  double selfBytes;   /* what the library itself reports (fccl: fcclCommGetMemStats), -1 unknown */
+} benchInitStats_t;
+
+struct benchAgent {
+  benchArgs_t args;          /* this agent's copy (maxBytes may shrink to fit memory) */
+  const benchTest_t* test;
+  benchOob_t* oob;
+  int agent;                 /* index among all agents (threads of all processes) */
+  int nAgents;
+  int nranks;                /* ranks in the communicators */
+  int nLocal;                /* ranks (GPUs) this agent drives */
+  int firstRank;             /* rank of local index 0 */
+  int launchKind;            /* BENCH_LAUNCH_* */
+  const char* launchText;    /* "2 processes forked", "torchrun", ... */
+  int sharedGpus;
+  int output;                /* prints the table (owns rank 0) */
+  int showProgress;
+  int devices[BENCH_MAX_LOCAL];
+  cudaStream_t streams[BENCH_MAX_LOCAL];
+  cudaEvent_t start[BENCH_MAX_LOCAL];
+  cudaEvent_t stop[BENCH_MAX_LOCAL];
+  fcclComm_t fccl[BENCH_MAX_LOCAL];
+  void* nccl[BENCH_MAX_LOCAL]; /* ncclComm_t */
+  int nEngines;
+  const char* engineNames[BENCH_MAX_ENGINES];
+  benchInitStats_t init[BENCH_MAX_ENGINES];
+  benchBuffers_t buffers[BENCH_MAX_LOCAL][BENCH_MAX_ENGINES];
+  const char* buffersText;   /* "plain", "registered", "symmetric" for CSV/JSON */
+  unsigned char* staging;    /* pinned host chunk for uploads and checks */
+  size_t stagingBytes;
+  uint64_t seedCounter;
+  int ncclVersion;
+  char error[1024];
+};
+
+/* Prints (agent->output only) and records the first error. */
+void benchFail(benchAgent_t* agent, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Engine calls on local rank `gpu`; 0 or -1 (agent->error). Group bracket NCCL launches when a thread drives more
+ * than one GPU (no-ops otherwise, and for fccl). */
+int benchAllReduce(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                   int op);
+int benchBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch);
+int benchGroupStart(benchAgent_t* agent, int engine);
+int benchGroupEnd(benchAgent_t* agent, int engine);
+
+/* Launches one operation for local rank gpu of iteration iter. */
+typedef int (*benchLaunchFn_t)(benchAgent_t* agent, int engine, int gpu, int iter, void* ctx);
+/* Runs `count` iterations of launch on every local rank (eager, grouped per iteration). */
+int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count);
+/* One untimed pass (count iterations, then wait), in a CUDA graph when -G is set: the check run. */
+int benchRunOnce(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int count);
+/* The timed loop: barrier, events, -n iterations (captured once and launched -G times in graph mode; with -z a
+ * wait and barrier after each), wait. *timeUs: per operation, combined over ranks as -a says; *cpuUs: host time of
+ * the launch loop per operation. Every rank gets the same numbers. */
+int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
+                  double* cpuUs);
+/* Waits (bounded by -T) for every local stream, watching the engine's asynchronous errors. */
+int benchSync(benchAgent_t* agent, int engine);
+
+/* Writes rank's input (elements [0, count) of the pattern) to dst on local rank gpu, and waits. */
+int benchUpload(benchAgent_t* agent, int gpu, void* dst, size_t count, int type, int op, uint64_t seed);
+/* Reads back count elements from src on local rank gpu and counts wrong ones (*wrong). */
+int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int type, int op, uint64_t seed,
+               int64_t* wrong);
+/* Fills bytes at dst with BENCH_POISON_BYTE so that elements an operation failed to write show. */
+int benchPoison(benchAgent_t* agent, int gpu, void* dst, size_t bytes);
+/* Flips bit 6 of the top byte of element index of type at ptr (the hidden --inject-corruption): a change every
+ * check sees, avg's tolerance included. */
+int benchCorrupt(benchAgent_t* agent, int gpu, void* ptr, size_t index, int type);
+
+/* Combined over agents (every agent calls). */
+int benchReduce(benchAgent_t* agent, double* values, int n, int how);
+int benchBarrier(benchAgent_t* agent);
+
+/* The progress line on stderr (output agent, terminal only); NULL text clears it. */
+void benchProgress(benchAgent_t* agent, const char* text);
+
+/* Writes the JSON preamble common to both programs (config, devices, communicator creation) after the caller's
+ * benchJsonBeginObject; the caller adds its results. */
+void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json);
+
+#endif /* FCCL_BENCH_RUNTIME_H_ */

@@ -1,0 +1,216 @@
+/*
+ * fccl-topo's command line. A function rather than main() so the unit tests run the whole program in-process (under
+ * AddressSanitizer too) on recorded machines and compare its output with golden files.
+ */
+#include "fccl_build_config.h"
+#include "topo.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { FORMAT_HUMAN, FORMAT_JSON, FORMAT_XML } format_t;
+
+typedef struct {
+  format_t format;
+  int nranks;
+  int verifyP2p;
+  int noCuda;
+  const char* inputXml;
+  const char* gpuFacts;
+  const char* record;
+  const char* gpuArchs;
+  const char* output;
+} options_t;
+
+static void usage(FILE* out) {
+  fprintf(out,
+          "usage: fccl-topo [--json | --xml] [--nranks N] [--verify-p2p] [--record PREFIX] [-o FILE]\n"
+          "\n"
+          "What fccl sees on this machine and what it will do there: CPU packages, NUMA nodes and the PCI tree\n"
+          "(hwloc), GPUs and peer access (CUDA), NVLink (NVML), then fccl's choices.\n"
+          "\n"
+          "  --json            the report as JSON (schema \"fccl-topo/1\", see docs/topo.md)\n"
+          "  --xml             NCCL's topology XML, for NCCL_TOPO_FILE\n"
+          "  --nranks N        rank count for fccl's decisions (default: the number of GPUs)\n"
+          "  --verify-p2p      check P2P now: cudaMemcpyPeer write + read-back between every GPU pair\n"
+          "  --record PREFIX   also save this machine as PREFIX.xml (hwloc) and PREFIX.facts (GPU facts)\n"
+          "  -o FILE           write the report to FILE instead of standard output\n"
+          "\n"
+          "Replaying a recorded machine (what the tests do):\n"
+          "  --input-xml FILE  CPU, NUMA and PCI from an hwloc XML (lstopo --of xml, or --record) instead of this machine\n"
+          "  --gpu-facts FILE  GPU, peer and NVLink facts from FILE (--record writes one) instead of CUDA and NVML\n"
+          "  --no-cuda         do not ask CUDA: host only\n"
+          "  --gpu-archs LIST  decide as if fccl was built for these compute capabilities (this build: '%s')\n"
+          "\n"
+          "Exit status: 0 report written, 1 failure (or a --verify-p2p pair failed), 2 usage error.\n",
+          FCCL_BUILD_GPU_ARCHS);
+}
+
+static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* exitCode) {
+  memset(opt, 0, sizeof(*opt));
+  opt->format = FORMAT_HUMAN;
+  opt->nranks = -1;
+  opt->gpuArchs = FCCL_BUILD_GPU_ARCHS;
+  int formats = 0;
+  for (int i = 1; i < argc; i++) {
+    const char* arg = argv[i];
+    const char** valueTarget = NULL;
+    if (strcmp(arg, "--json") == 0) {
+      opt->format = FORMAT_JSON;
+      formats++;
+    } else if (strcmp(arg, "--xml") == 0) {
+      opt->format = FORMAT_XML;
+      formats++;
+    } else if (strcmp(arg, "--verify-p2p") == 0) {
+      opt->verifyP2p = 1;
+    } else if (strcmp(arg, "--no-cuda") == 0) {
+      opt->noCuda = 1;
+    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      *exitCode = 0;
+      return -1;
+    } else if (strcmp(arg, "--nranks") == 0) {
+      if (i + 1 >= argc) goto missing;
+      char* end = NULL;
+      errno = 0;
+      long n = strtol(argv[++i], &end, 10);
+      if (errno != 0 || *end != '\0' || n < 1 || n > TOPO_MAX_GPUS) {
+        fprintf(err, "fccl-topo: --nranks wants a number from 1 to %d, not '%s'\n", TOPO_MAX_GPUS, argv[i]);
+        *exitCode = 2;
+        return -1;
+      }
+      opt->nranks = (int)n;
+    } else if (strcmp(arg, "--input-xml") == 0) {
+      valueTarget = &opt->inputXml;
+    } else if (strcmp(arg, "--gpu-facts") == 0) {
+      valueTarget = &opt->gpuFacts;
+    } else if (strcmp(arg, "--record") == 0) {
+      valueTarget = &opt->record;
+    } else if (strcmp(arg, "--gpu-archs") == 0) {
+      valueTarget = &opt->gpuArchs;
+    } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
+      valueTarget = &opt->output;
+    } else {
+      fprintf(err, "fccl-topo: unknown option %s (try --help)\n", arg);
+      *exitCode = 2;
+      return -1;
+    }
+    if (valueTarget) {
+      if (i + 1 >= argc) goto missing;
+      *valueTarget = argv[++i];
+    }
+    continue;
+  missing:
+    fprintf(err, "fccl-topo: %s needs a value\n", arg);
+    *exitCode = 2;
+    return -1;
+  }
+  const char* conflict = NULL;
+  if (formats > 1) conflict = "--json and --xml are alternatives";
+  else if (opt->gpuFacts && opt->noCuda) conflict = "--gpu-facts and --no-cuda are alternatives";
+  else if (opt->verifyP2p && (opt->gpuFacts || opt->noCuda)) conflict = "--verify-p2p needs the GPUs themselves";
+  else if (opt->record && (opt->inputXml || opt->gpuFacts || opt->noCuda))
+    conflict = "--record saves this machine: it does not combine with --input-xml, --gpu-facts or --no-cuda";
+  if (conflict) {
+    fprintf(err, "fccl-topo: %s\n", conflict);
+    *exitCode = 2;
+    return -1;
+  }
+  return 0;
+}
+
+static int recordFacts(const topoSystem_t* sys, const char* prefix, char* err, size_t errLen) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s.facts", prefix);
+  FILE* file = fopen(path, "w");
+  if (file == NULL) {
+    snprintf(err, errLen, "cannot write %.300s: %s", path, strerror(errno));
+    return -1;
+  }
+  int status = topoFactsWrite(sys, file);
+  if (fclose(file) != 0 || status != 0) {
+    snprintf(err, errLen, "cannot write %.300s", path);
+    return -1;
+  }
+  return 0;
+}
+
+static int anyVerifyFailed(const topoSystem_t* sys) {
+  for (int p = 0; p < sys->ngpus * sys->ngpus; p++)
+    if (sys->peers[p].verified == TOPO_VERIFY_FAILED) return 1;
+  return 0;
+}
+
+int fcclTopoMain(int argc, char** argv, FILE* out, FILE* err) {
+  options_t opt;
+  int exitCode = 2;
+  if (parseOptions(argc, argv, &opt, err, &exitCode) != 0) {
+    if (exitCode == 0) usage(out);
+    return exitCode;
+  }
+  topoSystem_t sys;
+  topoInit(&sys);
+  snprintf(sys.gpuArchs, sizeof(sys.gpuArchs), "%s", opt.gpuArchs);
+  char message[TOPO_ERROR_MAX] = "";
+  FILE* file = NULL;
+  int status = 1;
+
+  /* GPUs first: hwloc attaches them to the PCI tree by bus id. */
+  if (opt.gpuFacts) {
+    if (topoFactsRead(&sys, opt.gpuFacts, message, sizeof(message)) != 0) goto done;
+  } else if (!opt.noCuda) {
+    if (topoCudaQuery(&sys, message, sizeof(message)) != 0) goto done;
+    if (sys.ngpus > 0) {
+      topoNvmlQuery(&sys);
+    } else {
+      snprintf(sys.nvmlStatus, sizeof(sys.nvmlStatus), "%s", "not queried: no GPU");
+    }
+  } else {
+    snprintf(sys.cudaStatus, sizeof(sys.cudaStatus), "%s", "CUDA not queried: --no-cuda");
+    snprintf(sys.nvmlStatus, sizeof(sys.nvmlStatus), "%s", "not queried: --no-cuda");
+  }
+  if (sys.ngpus == 0) {
+    /* First among the notes: it is the one a reader looks for. */
+    char saved[TOPO_MAX_NOTES][256];
+    int nsaved = sys.nnotes;
+    memcpy(saved, sys.notes, sizeof(saved));
+    sys.nnotes = 0;
+    topoNote(&sys, "no GPU found (%s): CPU, NUMA and PCI only",
+             sys.cudaStatus[0] ? sys.cudaStatus : "no CUDA device visible");
+    for (int n = 0; n < nsaved; n++) topoNote(&sys, "%s", saved[n]);
+  }
+
+  char recordXml[4096];
+  if (opt.record) snprintf(recordXml, sizeof(recordXml), "%s.xml", opt.record);
+  if (topoHwlocLoad(&sys, opt.inputXml, opt.record ? recordXml : NULL, message, sizeof(message)) != 0) goto done;
+  sys.nranks = opt.nranks > 0 ? opt.nranks : sys.ngpus;
+  if (opt.verifyP2p && topoCudaVerifyP2p(&sys, message, sizeof(message)) != 0) goto done;
+  if (topoModelAnalyse(&sys, message, sizeof(message)) != 0) goto done;
+  if (opt.record && recordFacts(&sys, opt.record, message, sizeof(message)) != 0) goto done;
+
+  FILE* target = out;
+  if (opt.output) {
+    file = fopen(opt.output, "w");
+    if (file == NULL) {
+      snprintf(message, sizeof(message), "cannot write %s: %s", opt.output, strerror(errno));
+      goto done;
+    }
+    target = file;
+  }
+  int written = opt.format == FORMAT_JSON  ? topoWriteJson(&sys, target)
+                : opt.format == FORMAT_XML ? topoWriteNcclXml(&sys, target)
+                                           : topoWriteHuman(&sys, target);
+  if (fflush(target) != 0 || written != 0) {
+    snprintf(message, sizeof(message), "cannot write the report");
+    goto done;
+  }
+  status = anyVerifyFailed(&sys) ? 1 : 0;
+done:
+  if (file && fclose(file) != 0 && status == 0) {
+    snprintf(message, sizeof(message), "cannot write %s", opt.output);
+    status = 1;
+  }
+  if (message[0]) fprintf(err, "fccl-topo: %s\n", message);
+  topoFree(&sys);
+  return status;
+}
