@@ -76,7 +76,8 @@ static void reportDifference(const char* what, const char* expected, const char*
            aLen, aLine);
 }
 
-/* ---- golden outputs of recorded machines --------------------------------------------------------------------------- */
+/* ---- golden outputs of recorded machines ---------------------------------------------------------------------------
+ */
 
 typedef struct {
   const char* name;
@@ -150,7 +151,8 @@ static void testGoldens(void) {
   }
 }
 
-/* ---- model ----------------------------------------------------------------------------------------------------------- */
+/* ---- model
+ * ----------------------------------------------------------------------------------------------------------- */
 
 static void testBusIds(void) {
   topoBusId_t id;
@@ -164,8 +166,17 @@ static void testBusIds(void) {
   EXPECT(id.bus == 0x84 && id.func == 1 && id.domain == 0);
   EXPECT_EQ_INT(topoBusIdParse("0001:ff:1f.7", &id), 0);
   EXPECT(id.domain == 1 && id.bus == 0xff && id.dev == 0x1f && id.func == 7);
-  const char* bad[] = {"", "1b", "0000:1b:00", "0000:1b:20.0", "0000:1b:00.8", "0000:100:00.0", "0000:1b:00.0x",
-                       "zz:00.0", "0000:1b:00.0.1", "-1:00.0", "fffffff:ffff:ff"};
+  const char* bad[] = {"",
+                       "1b",
+                       "0000:1b:00",
+                       "0000:1b:20.0",
+                       "0000:1b:00.8",
+                       "0000:100:00.0",
+                       "0000:1b:00.0x",
+                       "zz:00.0",
+                       "0000:1b:00.0.1",
+                       "-1:00.0",
+                       "fffffff:ffff:ff"};
   for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++)
     EXPECT_MSG(topoBusIdParse(bad[b], &id) != 0, "'%s' parsed as a bus id", bad[b]);
   topoBusId_t a = {1, 0, 0x18, 0, 0}, b2 = {1, 0, 0x1b, 0, 0}, none = {0, 0, 0, 0, 0};
@@ -270,7 +281,8 @@ static void testNvLinkGroups(void) {
     sys.gpus[0].links[sys.gpus[0].nlinks++] = makeLink(l, buses[1], l % 2 ? TOPO_REMOTE_GPU : TOPO_REMOTE_UNKNOWN);
     sys.gpus[1].links[sys.gpus[1].nlinks++] = makeLink(l, buses[0], TOPO_REMOTE_GPU);
   }
-  for (int l = 0; l < 18; l++) sys.gpus[2].links[sys.gpus[2].nlinks++] = makeLink(l, "0000:05:00.0", TOPO_REMOTE_SWITCH);
+  for (int l = 0; l < 18; l++)
+    sys.gpus[2].links[sys.gpus[2].nlinks++] = makeLink(l, "0000:05:00.0", TOPO_REMOTE_SWITCH);
   for (int l = 0; l < 18; l++) {
     topoNvLink_t nv = makeLink(l, l < 4 ? NULL : "0000:06:00.0", l < 4 ? TOPO_REMOTE_UNKNOWN : TOPO_REMOTE_SWITCH);
     nv.active = l != 17;
@@ -353,7 +365,8 @@ static void testDecisions(void) {
   topoFree(&sys);
 }
 
-/* ---- the facts file ------------------------------------------------------------------------------------------------ */
+/* ---- the facts file ------------------------------------------------------------------------------------------------
+ */
 
 static void writeTemp(char* path, size_t len, const char* text) {
   snprintf(path, len, "/tmp/fccl-topo-test-XXXXXX");
@@ -387,7 +400,8 @@ static void testFactsErrors(void) {
   expectFactsError("[gpus]\n", ":1: unknown section [gpus]");
   expectFactsError("[system\n", ":1: a section header");
   expectFactsError("busid = 0000:01:00.0\n", ":1: 'busid' outside a section");
-  expectFactsError("[system]\nnvml = available\n[gpu 1]\nbusid = 0000:01:00.0\ncc = 9.0\n", "GPU 1 is defined but GPU 0");
+  expectFactsError("[system]\nnvml = available\n[gpu 1]\nbusid = 0000:01:00.0\ncc = 9.0\n",
+                   "GPU 1 is defined but GPU 0");
   expectFactsError("[system]\nnvml = available\n[gpu 0]\ncc = 9.0\n", "needs at least busid and cc");
   snprintf(text, sizeof(text), "%sbusid = 0000:01:00\n", gpu0);
   expectFactsError(text, ":6: bad bus id");
@@ -455,7 +469,8 @@ static void testFactsRoundTrip(void) {
   topoFree(&second);
 }
 
-/* ---- the command line ------------------------------------------------------------------------------------------------ */
+/* ---- the command line
+ * ------------------------------------------------------------------------------------------------ */
 
 static void testCommandLine(void) {
   char *out, *err;

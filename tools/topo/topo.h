@@ -24,7 +24,7 @@
 #define TOPO_MAX_NUMA 64
 #define TOPO_MAX_NOTES 16
 #define TOPO_NAME_MAX 96
-#define TOPO_SET_MAX 256   /* a CPU set as a list ("0-55,112-167") or in NCCL's 32-bit-word form */
+#define TOPO_SET_MAX 256 /* a CPU set as a list ("0-55,112-167") or in NCCL's 32-bit-word form */
 #define TOPO_ERROR_MAX 512
 
 /* ---- PCI bus ids ------------------------------------------------------------------------------------------------ */
@@ -49,8 +49,8 @@ typedef struct {
   char cpus[TOPO_SET_MAX]; /* PU os indexes as a list */
   char numaNodes[64];      /* NUMA os indexes as a list */
   char model[128];
-  char vendor[32];          /* "GenuineIntel", "AuthenticAMD", "" when unknown */
-  int family, modelNumber;  /* x86 CPUID family/model, -1 when unknown */
+  char vendor[32];         /* "GenuineIntel", "AuthenticAMD", "" when unknown */
+  int family, modelNumber; /* x86 CPUID family/model, -1 when unknown */
   int cores, pus;
 } topoPackage_t;
 
@@ -65,18 +65,18 @@ typedef enum { TOPO_PCI_HOSTBRIDGE = 0, TOPO_PCI_BRIDGE = 1, TOPO_PCI_DEVICE = 2
 
 typedef struct {
   topoPciKind_t kind;
-  int implied;                     /* a host bridge hwloc did not show (PCI objects hung directly off a CPU object) */
-  topoBusId_t busId;               /* invalid for host bridges */
+  int implied;       /* a host bridge hwloc did not show (PCI objects hung directly off a CPU object) */
+  topoBusId_t busId; /* invalid for host bridges */
   unsigned domain, secondaryBus, subordinateBus; /* bridges: the bus range below */
-  unsigned classId;                /* 16-bit class (0x0302 3D controller, 0x0604 PCI bridge, 0x0207 InfiniBand) */
+  unsigned classId; /* 16-bit class (0x0302 3D controller, 0x0604 PCI bridge, 0x0207 InfiniBand) */
   unsigned vendor, device, subVendor, subDevice;
-  float linkGBs;                   /* hwloc's link speed in GB/s (0: unknown) */
-  char label[64];                  /* OS device name(s) ("mlx5_0", "eth0", "nvme0n1") or "" */
-  int gpu;                         /* index into topoSystem_t.gpus, -1 */
+  float linkGBs;  /* hwloc's link speed in GB/s (0: unknown) */
+  char label[64]; /* OS device name(s) ("mlx5_0", "eth0", "nvme0n1") or "" */
+  int gpu;        /* index into topoSystem_t.gpus, -1 */
   /* locality: for host bridges the CPUs/NUMA nodes they are attached to; devices inherit their host bridge's */
   char cpus[TOPO_SET_MAX];
   char numaNodes[64];
-  int numaNode;                    /* the single NUMA node the host bridge hangs off, -1 when none or several */
+  int numaNode;                        /* the single NUMA node the host bridge hangs off, -1 when none or several */
   int parent, firstChild, nextSibling; /* indices into topoSystem_t.pci, -1 */
 } topoPciNode_t;
 
@@ -88,9 +88,9 @@ typedef enum { TOPO_REMOTE_UNKNOWN = 0, TOPO_REMOTE_GPU, TOPO_REMOTE_SWITCH, TOP
 typedef struct {
   int link;
   int active;
-  unsigned version;          /* nvmlNvlinkVersion_t value: 1=1.0 2=2.0 3=2.2 4=3.0 5=3.1 6=4.0 7=5.0, 0 unknown */
+  unsigned version; /* nvmlNvlinkVersion_t value: 1=1.0 2=2.0 3=2.2 4=3.0 5=3.1 6=4.0 7=5.0, 0 unknown */
   topoRemoteType_t remoteType;
-  topoBusId_t remote;        /* !valid when the remote is not visible (an NVSwitch seen from a VM) */
+  topoBusId_t remote; /* !valid when the remote is not visible (an NVSwitch seen from a VM) */
 } topoNvLink_t;
 
 /* Active links of one GPU grouped by their remote end (what NCCL's <nvlink count=..> and NV# say). */
@@ -99,39 +99,39 @@ typedef struct {
   topoBusId_t remote;
   int count;
   unsigned version;
-  int peerGpu;               /* the GPU at the remote end (TOPO_REMOTE_GPU), else -1 */
+  int peerGpu; /* the GPU at the remote end (TOPO_REMOTE_GPU), else -1 */
 } topoNvGroup_t;
 
 typedef struct {
-  int index;                 /* CUDA ordinal */
+  int index; /* CUDA ordinal */
   char name[TOPO_NAME_MAX];
   char uuid[48];
   topoBusId_t busId;
   int ccMajor, ccMinor;
   int smCount;
   uint64_t memoryBytes;
-  int vmm;                   /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, -1 unknown */
-  int posixFd;               /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, -1 unknown */
-  int gdr;                   /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, -1 unknown */
-  int nvlinkQueried;         /* NVML answered for this GPU (0: no NVML, or the GPU was not found there) */
-  unsigned nvlinkMBps;       /* per link and direction (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON), 0 unknown */
+  int vmm;             /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, -1 unknown */
+  int posixFd;         /* CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, -1 unknown */
+  int gdr;             /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, -1 unknown */
+  int nvlinkQueried;   /* NVML answered for this GPU (0: no NVML, or the GPU was not found there) */
+  unsigned nvlinkMBps; /* per link and direction (NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON), 0 unknown */
   int nlinks;
   topoNvLink_t links[TOPO_MAX_LINKS];
-  int ngroups;               /* filled by topoModelAnalyse */
+  int ngroups; /* filled by topoModelAnalyse */
   topoNvGroup_t groups[TOPO_MAX_LINKS];
-  int pciNode;               /* index into topoSystem_t.pci, -1 when hwloc does not show the GPU */
+  int pciNode; /* index into topoSystem_t.pci, -1 when hwloc does not show the GPU */
 } topoGpu_t;
 
 typedef enum { TOPO_VERIFY_NOT_RUN = 0, TOPO_VERIFY_OK = 1, TOPO_VERIFY_FAILED = 2 } topoVerify_t;
 
 /* What CUDA says about GPU i reaching GPU j. */
 typedef struct {
-  int known;                 /* 0 when CUDA was not asked (facts file without this pair) */
-  int canAccess;             /* cudaDeviceCanAccessPeer */
-  int access;                /* cudaDevP2PAttrAccessSupported */
-  int atomics;               /* cudaDevP2PAttrNativeAtomicSupported */
-  int rank;                  /* cudaDevP2PAttrPerformanceRank (lower is better) */
-  topoVerify_t verified;     /* --verify-p2p result */
+  int known;             /* 0 when CUDA was not asked (facts file without this pair) */
+  int canAccess;         /* cudaDeviceCanAccessPeer */
+  int access;            /* cudaDevP2PAttrAccessSupported */
+  int atomics;           /* cudaDevP2PAttrNativeAtomicSupported */
+  int rank;              /* cudaDevP2PAttrPerformanceRank (lower is better) */
+  topoVerify_t verified; /* --verify-p2p result */
   char verifyError[160];
 } topoPeer_t;
 
@@ -149,7 +149,7 @@ typedef enum {
 
 typedef struct {
   topoPathClass_t cls;
-  int nvlinks;               /* NV# count for TOPO_PATH_NVLINK */
+  int nvlinks; /* NV# count for TOPO_PATH_NVLINK */
   int viaSwitch;
 } topoPath_t;
 
@@ -160,14 +160,14 @@ typedef enum { TOPO_SRC_NONE = 0, TOPO_SRC_LIVE, TOPO_SRC_FILE } topoSourceKind_
 typedef struct {
   /* where the data came from (written into every output, so it must be deterministic for recorded inputs) */
   topoSourceKind_t hostSource;
-  char hostSourceName[128];  /* basename of the hwloc XML, or "" for this machine */
+  char hostSourceName[128]; /* basename of the hwloc XML, or "" for this machine */
   topoSourceKind_t gpuSource;
-  char gpuSourceName[128];   /* basename of the facts file */
-  char hwlocVersion[32];     /* of the library that read the topology */
+  char gpuSourceName[128]; /* basename of the facts file */
+  char hwlocVersion[32];   /* of the library that read the topology */
 
   /* host */
   char arch[32];
-  char hostModel[128];       /* DMI product name when hwloc has it */
+  char hostModel[128]; /* DMI product name when hwloc has it */
   int npus, ncores;
   int npackages;
   topoPackage_t packages[TOPO_MAX_PACKAGES];
@@ -177,23 +177,23 @@ typedef struct {
   topoPciNode_t* pci;
 
   /* CUDA */
-  int cudaQueried;           /* 0 with --no-cuda */
-  char cudaStatus[160];      /* "" when fine, else why no GPU was listed */
+  int cudaQueried;                   /* 0 with --no-cuda */
+  char cudaStatus[160];              /* "" when fine, else why no GPU was listed */
   int driverVersion, runtimeVersion; /* 13000 = 13.0; 0 unknown */
   int ngpus;
-  topoGpu_t* gpus;           /* ngpus entries */
-  topoPeer_t* peers;         /* ngpus * ngpus, [i * ngpus + j] */
+  topoGpu_t* gpus;   /* ngpus entries */
+  topoPeer_t* peers; /* ngpus * ngpus, [i * ngpus + j] */
 
   /* NVML */
   int nvmlAvailable;
-  char nvmlStatus[160];      /* why NVML is unavailable */
+  char nvmlStatus[160]; /* why NVML is unavailable */
 
   /* derived by topoModelAnalyse */
-  topoPath_t* paths;         /* ngpus * ngpus */
+  topoPath_t* paths; /* ngpus * ngpus */
 
   /* fccl's build, for its decisions (the golden tests pin it with --gpu-archs) */
   char gpuArchs[64];
-  int nranks;                /* rank count for the algorithm table (default: ngpus) */
+  int nranks; /* rank count for the algorithm table (default: ngpus) */
   int verifyRan;
 
   int nnotes;
@@ -268,7 +268,8 @@ typedef struct {
 /* Whether the algorithm table applies (GPUs found, 2 to 8 ranks); reason says why not. */
 int topoAlgoAvailable(const topoSystem_t* sys, char* reason, size_t len);
 /* The all-reduce algorithm and grid fccl's own selection (fcclAlgoSelect) picks for bytes on sys->nranks ranks of
- * GPU0's kind, with staged or registered buffers, under the FCCL_ALGO and FCCL_STAGING_BYTES in effect. 0 on success. */
+ * GPU0's kind, with staged or registered buffers, under the FCCL_ALGO and FCCL_STAGING_BYTES in effect. 0 on success.
+ */
 int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_t* algo);
 /* FCCL_ALGO as set in the environment ("" when choosing by size). */
 const char* topoAlgoRequest(void);

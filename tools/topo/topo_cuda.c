@@ -14,7 +14,8 @@
 static void formatUuid(const unsigned char* bytes, char* buf, size_t len) {
   size_t used = (size_t)snprintf(buf, len, "GPU-");
   for (int i = 0; i < 16 && used < len; i++)
-    used += (size_t)snprintf(buf + used, len - used, "%02x%s", bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+    used +=
+        (size_t)snprintf(buf + used, len - used, "%02x%s", bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
 }
 
 static int driverAttribute(CUdevice device, CUdevice_attribute attribute) {
@@ -109,7 +110,8 @@ static void pairFailed(topoPeer_t* peer, const char* what, cudaError_t status) {
 static void verifyPair(topoSystem_t* sys, int i, int j, unsigned char** buffers, uint32_t* pattern, uint32_t* check) {
   topoPeer_t* peer = &sys->peers[i * sys->ngpus + j];
   const size_t words = TOPO_VERIFY_BYTES / sizeof(uint32_t);
-  for (size_t w = 0; w < words; w++) pattern[w] = (uint32_t)(0x9e3779b9u * (uint32_t)(w + 1)) ^ (uint32_t)(i << 24 | j << 16);
+  for (size_t w = 0; w < words; w++)
+    pattern[w] = (uint32_t)(0x9e3779b9u * (uint32_t)(w + 1)) ^ (uint32_t)(i << 24 | j << 16);
   cudaError_t status = cudaSetDevice(i);
   if (status != cudaSuccess) {
     pairFailed(peer, "cudaSetDevice", status);

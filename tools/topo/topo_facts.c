@@ -55,10 +55,14 @@ static int parseInt(const char* text, long long min, long long max, long long* v
 
 /* "1", "0" or "unknown" (-1). */
 static int parseFlag(const char* text, int* value) {
-  if (strcmp(text, "1") == 0 || strcmp(text, "yes") == 0) *value = 1;
-  else if (strcmp(text, "0") == 0 || strcmp(text, "no") == 0) *value = 0;
-  else if (strcmp(text, "unknown") == 0) *value = -1;
-  else return -1;
+  if (strcmp(text, "1") == 0 || strcmp(text, "yes") == 0)
+    *value = 1;
+  else if (strcmp(text, "0") == 0 || strcmp(text, "no") == 0)
+    *value = 0;
+  else if (strcmp(text, "unknown") == 0)
+    *value = -1;
+  else
+    return -1;
   return 0;
 }
 
@@ -83,24 +87,28 @@ static int parseNvLink(factsCtx_t* ctx, topoGpu_t* gpu, char* value) {
   char* dash = strchr(fields[0], '-');
   if (dash) {
     *dash = '\0';
-    if (parseInt(fields[0], 0, TOPO_MAX_LINKS - 1, &first) != 0 || parseInt(dash + 1, 0, TOPO_MAX_LINKS - 1, &last) != 0 ||
-        last < first)
+    if (parseInt(fields[0], 0, TOPO_MAX_LINKS - 1, &first) != 0 ||
+        parseInt(dash + 1, 0, TOPO_MAX_LINKS - 1, &last) != 0 || last < first)
       return fail(ctx, "%s", "bad link range");
   } else {
     if (parseInt(fields[0], 0, TOPO_MAX_LINKS - 1, &first) != 0) return fail(ctx, "bad link number '%s'", fields[0]);
     last = first;
   }
   int active;
-  if (strcmp(fields[1], "up") == 0) active = 1;
-  else if (strcmp(fields[1], "down") == 0) active = 0;
-  else return fail(ctx, "link state '%s' is neither up nor down", fields[1]);
+  if (strcmp(fields[1], "up") == 0)
+    active = 1;
+  else if (strcmp(fields[1], "down") == 0)
+    active = 0;
+  else
+    return fail(ctx, "link state '%s' is neither up nor down", fields[1]);
   long long version;
   if (parseInt(fields[2], 0, 255, &version) != 0) return fail(ctx, "bad NVML NVLink version '%s'", fields[2]);
   topoBusId_t remote = {0, 0, 0, 0, 0};
   if (strcmp(fields[3], "-") != 0 && topoBusIdParse(fields[3], &remote) != 0)
     return fail(ctx, "bad remote bus id '%s'", fields[3]);
   topoRemoteType_t type;
-  if (parseRemoteType(fields[4], &type) != 0) return fail(ctx, "remote type '%s' is not gpu, switch, cpu or unknown", fields[4]);
+  if (parseRemoteType(fields[4], &type) != 0)
+    return fail(ctx, "remote type '%s' is not gpu, switch, cpu or unknown", fields[4]);
   for (long long l = first; l <= last; l++) {
     for (int k = 0; k < gpu->nlinks; k++)
       if (gpu->links[k].link == (int)l) return fail(ctx, "%s", "link listed twice");
@@ -156,8 +164,10 @@ static int parseSystemKey(factsCtx_t* ctx, topoSystem_t* sys, const char* key, c
   long long v;
   if (strcmp(key, "cuda_driver") == 0 || strcmp(key, "cuda_runtime") == 0) {
     if (parseInt(value, 0, 1000000, &v) != 0) return fail(ctx, "bad CUDA version '%s'", value);
-    if (key[5] == 'd') sys->driverVersion = (int)v;
-    else sys->runtimeVersion = (int)v;
+    if (key[5] == 'd')
+      sys->driverVersion = (int)v;
+    else
+      sys->runtimeVersion = (int)v;
   } else if (strcmp(key, "cuda_status") == 0) {
     snprintf(sys->cudaStatus, sizeof(sys->cudaStatus), "%s", value);
   } else if (strcmp(key, "nvml") == 0) {
@@ -186,9 +196,12 @@ static int parsePeerLine(factsCtx_t* ctx, char* line, stagedPeer_t* peer) {
   long long v;
   int* ends[2] = {&peer->from, &peer->to};
   for (int e = 0; e < 2; e++) {
-    if (strcmp(fields[e], "*") == 0) *ends[e] = -1;
-    else if (parseInt(fields[e], 0, TOPO_MAX_GPUS - 1, &v) == 0) *ends[e] = (int)v;
-    else return fail(ctx, "bad GPU index '%s'", fields[e]);
+    if (strcmp(fields[e], "*") == 0)
+      *ends[e] = -1;
+    else if (parseInt(fields[e], 0, TOPO_MAX_GPUS - 1, &v) == 0)
+      *ends[e] = (int)v;
+    else
+      return fail(ctx, "bad GPU index '%s'", fields[e]);
   }
   int* flags[3] = {&peer->canAccess, &peer->access, &peer->atomics};
   for (int f = 0; f < 3; f++)
@@ -298,7 +311,8 @@ int topoFactsRead(topoSystem_t* sys, const char* path, char* err, size_t errLen)
   while (ngpus < TOPO_MAX_GPUS && gpus[ngpus].defined) ngpus++;
   for (int g = ngpus; g < TOPO_MAX_GPUS; g++) {
     if (gpus[g].defined) {
-      snprintf(err, errLen, "%s: GPU %d is defined but GPU %d is not (indexes are CUDA ordinals 0..N-1)", path, g, ngpus);
+      snprintf(err, errLen, "%s: GPU %d is defined but GPU %d is not (indexes are CUDA ordinals 0..N-1)", path, g,
+               ngpus);
       goto cleanup;
     }
   }
@@ -366,8 +380,10 @@ int topoFactsWrite(const topoSystem_t* sys, FILE* out) {
   fprintf(out, "[system]\n");
   fprintf(out, "cuda_driver = %d\ncuda_runtime = %d\n", sys->driverVersion, sys->runtimeVersion);
   if (sys->ngpus == 0 && sys->cudaStatus[0]) fprintf(out, "cuda_status = %s\n", sys->cudaStatus);
-  if (sys->nvmlAvailable) fprintf(out, "nvml = available\n");
-  else fprintf(out, "nvml = unavailable: %s\n", sys->nvmlStatus[0] ? sys->nvmlStatus : "not queried");
+  if (sys->nvmlAvailable)
+    fprintf(out, "nvml = available\n");
+  else
+    fprintf(out, "nvml = unavailable: %s\n", sys->nvmlStatus[0] ? sys->nvmlStatus : "not queried");
   for (int g = 0; g < sys->ngpus; g++) {
     const topoGpu_t* gpu = &sys->gpus[g];
     char bus[32];

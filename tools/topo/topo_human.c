@@ -39,9 +39,9 @@ static void printGpus(const topoSystem_t* sys, FILE* out) {
     return;
   }
   fprintf(out, "  %-11s driver %s, runtime %s; NVML %s\n", "CUDA", driver, runtime,
-          sys->nvmlAvailable                                  ? "available"
+          sys->nvmlAvailable                                 ? "available"
           : strncmp(sys->nvmlStatus, "not queried", 11) == 0 ? "not queried"
-                                                              : "unavailable");
+                                                             : "unavailable");
   if (sys->ngpus == 0) {
     fprintf(out, "  no GPU found (%s)\n", sys->cudaStatus[0] ? sys->cudaStatus : "no CUDA device visible");
     return;
@@ -187,7 +187,8 @@ static void printFccl(const topoSystem_t* sys, FILE* out) {
   }
   const char* request = topoAlgoRequest();
   fprintf(out, "  %-13s all-reduce on %d ranks, %d SMs each%s%s%s (algorithm, blocks x threads):\n", "Algorithms",
-          sys->nranks, sys->gpus[0].smCount, request[0] ? ", FCCL_ALGO=" : "", request, request[0] ? " where it can" : "");
+          sys->nranks, sys->gpus[0].smCount, request[0] ? ", FCCL_ALGO=" : "", request,
+          request[0] ? " where it can" : "");
   fprintf(out, "  %-13s   %8s  %-26s%s\n", "", "bytes", "staged buffers", "registered buffers");
   for (int s = 0; s < topoAlgoSizeCount; s++) {
     char bytes[32], cells[2][64];

@@ -45,8 +45,10 @@ static void loadPackages(hwlocWalk_t* walk) {
     copyText(pkg->vendor, sizeof(pkg->vendor), info(obj, "CPUVendor"));
     if (pkg->vendor[0] == '\0') {
       /* Older recordings carry only the model string. */
-      if (strstr(pkg->model, "Intel")) copyText(pkg->vendor, sizeof(pkg->vendor), "GenuineIntel");
-      else if (strstr(pkg->model, "AMD")) copyText(pkg->vendor, sizeof(pkg->vendor), "AuthenticAMD");
+      if (strstr(pkg->model, "Intel"))
+        copyText(pkg->vendor, sizeof(pkg->vendor), "GenuineIntel");
+      else if (strstr(pkg->model, "AMD"))
+        copyText(pkg->vendor, sizeof(pkg->vendor), "AuthenticAMD");
     }
     const char* family = info(obj, "CPUFamilyNumber");
     const char* model = info(obj, "CPUModelNumber");

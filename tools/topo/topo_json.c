@@ -19,11 +19,16 @@ typedef struct {
 static void jsonString(FILE* out, const char* s) {
   fputc('"', out);
   for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", out);
-    else if (*p == '\t') fputs("\\t", out);
-    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
+    if (*p == '"' || *p == '\\')
+      fprintf(out, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", out);
+    else if (*p == '\t')
+      fputs("\\t", out);
+    else if (*p < 0x20)
+      fprintf(out, "\\u%04x", *p);
+    else
+      fputc(*p, out);
   }
   fputc('"', out);
 }
@@ -67,8 +72,10 @@ static void jsonClose(jsonWriter_t* w, char bracket) {
 
 static void jsonStr(jsonWriter_t* w, const char* key, const char* value) {
   jsonKey(w, key);
-  if (value) jsonString(w->out, value);
-  else fputs("null", w->out);
+  if (value)
+    jsonString(w->out, value);
+  else
+    fputs("null", w->out);
 }
 
 /* A string member that is null when empty. */
@@ -83,8 +90,10 @@ static void jsonInt(jsonWriter_t* w, const char* key, long long value) {
 
 static void jsonIntOrNull(jsonWriter_t* w, const char* key, long long value, int isNull) {
   jsonKey(w, key);
-  if (isNull) fputs("null", w->out);
-  else fprintf(w->out, "%lld", value);
+  if (isNull)
+    fputs("null", w->out);
+  else
+    fprintf(w->out, "%lld", value);
 }
 
 static void jsonBool(jsonWriter_t* w, const char* key, int value) {
@@ -109,8 +118,10 @@ static void writeSource(jsonWriter_t* w, const topoSystem_t* sys) {
   jsonOpen(w, "source", '{');
   jsonStr(w, "host", sys->hostSource == TOPO_SRC_FILE ? "hwloc_xml" : "this_machine");
   jsonStrOrNull(w, "host_file", sys->hostSource == TOPO_SRC_FILE ? sys->hostSourceName : NULL);
-  jsonStr(w, "gpus", sys->gpuSource == TOPO_SRC_FILE ? "facts_file" : sys->gpuSource == TOPO_SRC_LIVE ? "this_machine"
-                                                                                                     : "not_queried");
+  jsonStr(w, "gpus",
+          sys->gpuSource == TOPO_SRC_FILE   ? "facts_file"
+          : sys->gpuSource == TOPO_SRC_LIVE ? "this_machine"
+                                            : "not_queried");
   jsonStrOrNull(w, "gpu_file", sys->gpuSource == TOPO_SRC_FILE ? sys->gpuSourceName : NULL);
   jsonClose(w, '}');
 }
@@ -139,7 +150,10 @@ static void writePci(jsonWriter_t* w, const topoSystem_t* sys, int index) {
   const topoPciNode_t* node = &sys->pci[index];
   char bus[32], text[32];
   jsonOpen(w, NULL, '{');
-  jsonStr(w, "kind", node->kind == TOPO_PCI_HOSTBRIDGE ? "host_bridge" : node->kind == TOPO_PCI_BRIDGE ? "bridge" : "device");
+  jsonStr(w, "kind",
+          node->kind == TOPO_PCI_HOSTBRIDGE ? "host_bridge"
+          : node->kind == TOPO_PCI_BRIDGE   ? "bridge"
+                                            : "device");
   topoBusIdFormat(&node->busId, bus, sizeof(bus));
   jsonStrOrNull(w, "busid", node->busId.valid ? bus : NULL);
   if (node->kind != TOPO_PCI_DEVICE && !node->implied) {
@@ -162,8 +176,10 @@ static void writePci(jsonWriter_t* w, const topoSystem_t* sys, int index) {
     jsonStr(w, "vendor", text);
     hex(text, sizeof(text), "0x%04x", node->device);
     jsonStr(w, "device", text);
-    if (node->linkGBs > 0) jsonNumber(w, "link_gbs", node->linkGBs, 2);
-    else jsonStr(w, "link_gbs", NULL);
+    if (node->linkGBs > 0)
+      jsonNumber(w, "link_gbs", node->linkGBs, 2);
+    else
+      jsonStr(w, "link_gbs", NULL);
   }
   jsonStrOrNull(w, "label", node->label);
   jsonIntOrNull(w, "gpu", node->gpu, node->gpu < 0);
@@ -224,8 +240,10 @@ static void writeNvLink(jsonWriter_t* w, const topoSystem_t* sys, const topoGpu_
   jsonInt(w, "active", active);
   jsonIntOrNull(w, "speed_mbps", gpu->nvlinkMBps, gpu->nvlinkMBps == 0);
   double gbs = topoNvLinkGBs(gpu);
-  if (gbs > 0) jsonNumber(w, "gbs_per_link", gbs, 3);
-  else jsonStr(w, "gbs_per_link", NULL);
+  if (gbs > 0)
+    jsonNumber(w, "gbs_per_link", gbs, 3);
+  else
+    jsonStr(w, "gbs_per_link", NULL);
   jsonOpen(w, "links", '[');
   for (int l = 0; l < gpu->nlinks; l++) {
     const topoNvLink_t* link = &gpu->links[l];
@@ -333,8 +351,10 @@ static void writeMatrix(jsonWriter_t* w, const topoSystem_t* sys) {
       jsonBool(w, "native_atomics", peer->atomics);
       jsonInt(w, "performance_rank", peer->rank);
       jsonStr(w, "p2p", topoPeerP2pText(sys, i, j));
-      jsonStr(w, "verified", peer->verified == TOPO_VERIFY_OK ? "ok" : peer->verified == TOPO_VERIFY_FAILED ? "failed"
-                                                                                                           : "not_run");
+      jsonStr(w, "verified",
+              peer->verified == TOPO_VERIFY_OK       ? "ok"
+              : peer->verified == TOPO_VERIFY_FAILED ? "failed"
+                                                     : "not_run");
       jsonStrOrNull(w, "verify_error", peer->verified == TOPO_VERIFY_FAILED ? peer->verifyError : NULL);
       jsonClose(w, '}');
     }

@@ -24,27 +24,28 @@ typedef struct {
 } options_t;
 
 static void usage(FILE* out) {
-  fprintf(out,
-          "usage: fccl-topo [--json | --xml] [--nranks N] [--verify-p2p] [--record PREFIX] [-o FILE]\n"
-          "\n"
-          "What fccl sees on this machine and what it will do there: CPU packages, NUMA nodes and the PCI tree\n"
-          "(hwloc), GPUs and peer access (CUDA), NVLink (NVML), then fccl's choices.\n"
-          "\n"
-          "  --json            the report as JSON (schema \"fccl-topo/1\", see docs/topo.md)\n"
-          "  --xml             NCCL's topology XML, for NCCL_TOPO_FILE\n"
-          "  --nranks N        rank count for fccl's decisions (default: the number of GPUs)\n"
-          "  --verify-p2p      check P2P now: cudaMemcpyPeer write + read-back between every GPU pair\n"
-          "  --record PREFIX   also save this machine as PREFIX.xml (hwloc) and PREFIX.facts (GPU facts)\n"
-          "  -o FILE           write the report to FILE instead of standard output\n"
-          "\n"
-          "Replaying a recorded machine (what the tests do):\n"
-          "  --input-xml FILE  CPU, NUMA and PCI from an hwloc XML (lstopo --of xml, or --record) instead of this machine\n"
-          "  --gpu-facts FILE  GPU, peer and NVLink facts from FILE (--record writes one) instead of CUDA and NVML\n"
-          "  --no-cuda         do not ask CUDA: host only\n"
-          "  --gpu-archs LIST  decide as if fccl was built for these compute capabilities (this build: '%s')\n"
-          "\n"
-          "Exit status: 0 report written, 1 failure (or a --verify-p2p pair failed), 2 usage error.\n",
-          FCCL_BUILD_GPU_ARCHS);
+  fprintf(
+      out,
+      "usage: fccl-topo [--json | --xml] [--nranks N] [--verify-p2p] [--record PREFIX] [-o FILE]\n"
+      "\n"
+      "What fccl sees on this machine and what it will do there: CPU packages, NUMA nodes and the PCI tree\n"
+      "(hwloc), GPUs and peer access (CUDA), NVLink (NVML), then fccl's choices.\n"
+      "\n"
+      "  --json            the report as JSON (schema \"fccl-topo/1\", see docs/topo.md)\n"
+      "  --xml             NCCL's topology XML, for NCCL_TOPO_FILE\n"
+      "  --nranks N        rank count for fccl's decisions (default: the number of GPUs)\n"
+      "  --verify-p2p      check P2P now: cudaMemcpyPeer write + read-back between every GPU pair\n"
+      "  --record PREFIX   also save this machine as PREFIX.xml (hwloc) and PREFIX.facts (GPU facts)\n"
+      "  -o FILE           write the report to FILE instead of standard output\n"
+      "\n"
+      "Replaying a recorded machine (what the tests do):\n"
+      "  --input-xml FILE  CPU, NUMA and PCI from an hwloc XML (lstopo --of xml, or --record) instead of this machine\n"
+      "  --gpu-facts FILE  GPU, peer and NVLink facts from FILE (--record writes one) instead of CUDA and NVML\n"
+      "  --no-cuda         do not ask CUDA: host only\n"
+      "  --gpu-archs LIST  decide as if fccl was built for these compute capabilities (this build: '%s')\n"
+      "\n"
+      "Exit status: 0 report written, 1 failure (or a --verify-p2p pair failed), 2 usage error.\n",
+      FCCL_BUILD_GPU_ARCHS);
 }
 
 static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* exitCode) {
@@ -106,9 +107,12 @@ static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* e
     return -1;
   }
   const char* conflict = NULL;
-  if (formats > 1) conflict = "--json and --xml are alternatives";
-  else if (opt->gpuFacts && opt->noCuda) conflict = "--gpu-facts and --no-cuda are alternatives";
-  else if (opt->verifyP2p && (opt->gpuFacts || opt->noCuda)) conflict = "--verify-p2p needs the GPUs themselves";
+  if (formats > 1)
+    conflict = "--json and --xml are alternatives";
+  else if (opt->gpuFacts && opt->noCuda)
+    conflict = "--gpu-facts and --no-cuda are alternatives";
+  else if (opt->verifyP2p && (opt->gpuFacts || opt->noCuda))
+    conflict = "--verify-p2p needs the GPUs themselves";
   else if (opt->record && (opt->inputXml || opt->gpuFacts || opt->noCuda))
     conflict = "--record saves this machine: it does not combine with --input-xml, --gpu-facts or --no-cuda";
   if (conflict) {

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- bus ids ------------------------------------------------------------------------------------------------------ */
+/* ---- bus ids ------------------------------------------------------------------------------------------------------
+ */
 
 int topoBusIdParse(const char* text, topoBusId_t* id) {
   if (text == NULL) return -1;
@@ -26,8 +27,10 @@ int topoBusIdParse(const char* text, topoBusId_t* id) {
   int colons = 0;
   for (size_t i = 0; i < len; i++) {
     char c = copy[i];
-    if (c == ':') colons++;
-    else if (c != '.' && !isxdigit((unsigned char)c)) return -1;
+    if (c == ':')
+      colons++;
+    else if (c != '.' && !isxdigit((unsigned char)c))
+      return -1;
   }
   unsigned domain = 0, bus, dev, func;
   int consumed = 0;
@@ -55,8 +58,7 @@ void topoBusIdFormat(const topoBusId_t* id, char* buf, size_t len) {
 }
 
 int topoBusIdEqual(const topoBusId_t* a, const topoBusId_t* b) {
-  return a->valid && b->valid && a->domain == b->domain && a->bus == b->bus && a->dev == b->dev &&
-         a->func == b->func;
+  return a->valid && b->valid && a->domain == b->domain && a->bus == b->bus && a->dev == b->dev && a->func == b->func;
 }
 
 int topoBusIdCompare(const topoBusId_t* a, const topoBusId_t* b) {
@@ -67,7 +69,8 @@ int topoBusIdCompare(const topoBusId_t* a, const topoBusId_t* b) {
   return 0;
 }
 
-/* ---- the system ------------------------------------------------------------------------------------------------------ */
+/* ---- the system
+ * ------------------------------------------------------------------------------------------------------ */
 
 void topoInit(topoSystem_t* sys) {
   memset(sys, 0, sizeof(*sys));
@@ -139,7 +142,8 @@ int topoAddPciNode(topoSystem_t* sys) {
   return sys->npci++;
 }
 
-/* ---- NVLink ------------------------------------------------------------------------------------------------------- */
+/* ---- NVLink -------------------------------------------------------------------------------------------------------
+ */
 
 const char* topoNvLinkVersionName(unsigned v) {
   static const char* names[] = {"?", "1.0", "2.0", "2.2", "3.0", "3.1", "4.0", "5.0"};
@@ -206,7 +210,8 @@ static int switchLinks(const topoGpu_t* gpu) {
   return count;
 }
 
-/* ---- PCI paths ------------------------------------------------------------------------------------------------------ */
+/* ---- PCI paths ------------------------------------------------------------------------------------------------------
+ */
 
 /*
  * NCCL (and nvidia-smi) see a PCIe switch as one node where the PCI tree has two bridges (upstream port, downstream
@@ -306,7 +311,8 @@ int topoModelAnalyse(topoSystem_t* sys, char* err, size_t errLen) {
   return 0;
 }
 
-/* ---- fccl's decisions --------------------------------------------------------------------------------------------- */
+/* ---- fccl's decisions ---------------------------------------------------------------------------------------------
+ */
 
 topoIpc_t topoGpuIpc(const topoGpu_t* gpu) {
   if (gpu->vmm == 1 && gpu->posixFd == 1) return TOPO_IPC_CUMEM;
@@ -365,8 +371,8 @@ int topoCollectivesSupported(const topoSystem_t* sys, char* reason, size_t len) 
   }
   for (int i = 0; i < n; i++) {
     if (!topoGpuHasKernels(sys, &sys->gpus[i])) {
-      snprintf(reason, len, "GPU%d (sm_%d%d) has no kernels in this build (gpu_archs '%s')", i,
-               sys->gpus[i].ccMajor, sys->gpus[i].ccMinor, sys->gpuArchs);
+      snprintf(reason, len, "GPU%d (sm_%d%d) has no kernels in this build (gpu_archs '%s')", i, sys->gpus[i].ccMajor,
+               sys->gpus[i].ccMinor, sys->gpuArchs);
       return 0;
     }
     for (int j = 0; j < n; j++) {
@@ -390,9 +396,8 @@ int topoCollectivesSupported(const topoSystem_t* sys, char* reason, size_t len) 
   return 1;
 }
 
-const size_t topoAlgoSizes[] = {1024,           4096,           16384,           65536,
-                                262144,         1048576,        4194304,         16777216,
-                                67108864,       268435456,      1073741824};
+const size_t topoAlgoSizes[] = {1024,    4096,     16384,    65536,     262144,    1048576,
+                                4194304, 16777216, 67108864, 268435456, 1073741824};
 const int topoAlgoSizeCount = (int)(sizeof(topoAlgoSizes) / sizeof(topoAlgoSizes[0]));
 
 int topoAlgoAvailable(const topoSystem_t* sys, char* reason, size_t len) {
@@ -444,7 +449,8 @@ int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_
   return 0;
 }
 
-/* ---- CPU sets ------------------------------------------------------------------------------------------------------ */
+/* ---- CPU sets ------------------------------------------------------------------------------------------------------
+ */
 
 int topoCpuListToCpumap(const char* list, char* buf, size_t len) {
   enum { MAX_WORDS = 64 };
@@ -466,8 +472,10 @@ int topoCpuListToCpumap(const char* list, char* buf, size_t len) {
     if (stop >= MAX_WORDS * 32) return -1;
     for (long cpu = first; cpu <= stop; cpu++) words[cpu / 32] |= 1u << (cpu % 32);
     if (stop > last) last = (int)stop;
-    if (*p == ',') p++;
-    else if (*p) return -1;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      return -1;
   }
   int nwords = last < 0 ? 1 : last / 32 + 1;
   size_t used = 0;

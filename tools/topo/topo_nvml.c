@@ -217,9 +217,12 @@ static void queryGpu(const nvmlApi_t* api, topoGpu_t* gpu) {
     nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
     link->remoteType = TOPO_REMOTE_UNKNOWN;
     if (api->getNvLinkRemoteDeviceType && api->getNvLinkRemoteDeviceType(device, (unsigned)l, &type) == NVML_SUCCESS) {
-      if (type == NVML_NVLINK_DEVICE_TYPE_GPU) link->remoteType = TOPO_REMOTE_GPU;
-      else if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) link->remoteType = TOPO_REMOTE_SWITCH;
-      else if (type == NVML_NVLINK_DEVICE_TYPE_IBMNPU) link->remoteType = TOPO_REMOTE_CPU;
+      if (type == NVML_NVLINK_DEVICE_TYPE_GPU)
+        link->remoteType = TOPO_REMOTE_GPU;
+      else if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        link->remoteType = TOPO_REMOTE_SWITCH;
+      else if (type == NVML_NVLINK_DEVICE_TYPE_IBMNPU)
+        link->remoteType = TOPO_REMOTE_CPU;
     }
     gpu->nlinks++;
   }

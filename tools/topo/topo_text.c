@@ -103,7 +103,8 @@ void topoNvLinkSummary(const topoGpu_t* gpu, char* buf, size_t len) {
   }
   double gbs = topoNvLinkGBs(gpu);
   size_t used = (size_t)snprintf(buf, len, "%d/%d links up", active, gpu->nlinks);
-  if (active > 0 && used < len) used += (size_t)snprintf(buf + used, len - used, ", NVLink %s", topoNvLinkVersionName(version));
+  if (active > 0 && used < len)
+    used += (size_t)snprintf(buf + used, len - used, ", NVLink %s", topoNvLinkVersionName(version));
   if (active > 0 && gbs > 0 && used < len)
     snprintf(buf + used, len - used, ", %.3f GB/s per link each way%s (%.1f GB/s)", gbs,
              gpu->nvlinkMBps ? "" : " nominal", gbs * active);
@@ -162,15 +163,18 @@ void topoPciNodeText(const topoSystem_t* sys, const topoPciNode_t* node, char* b
 void topoIpcSummary(const topoSystem_t* sys, char* buf, size_t len) {
   const char* overall = topoIpcOverall(sys);
   if (strcmp(overall, "mixed") != 0) {
-    topoIpc_t ipc = strcmp(overall, "cumem") == 0 ? TOPO_IPC_CUMEM : strcmp(overall, "legacy") == 0 ? TOPO_IPC_LEGACY
-                                                                                                      : TOPO_IPC_UNKNOWN;
+    topoIpc_t ipc = strcmp(overall, "cumem") == 0    ? TOPO_IPC_CUMEM
+                    : strcmp(overall, "legacy") == 0 ? TOPO_IPC_LEGACY
+                                                     : TOPO_IPC_UNKNOWN;
     snprintf(buf, len, "%s on every GPU", topoIpcName(ipc));
     return;
   }
   size_t used = (size_t)snprintf(buf, len, "differs between GPUs:");
   for (int g = 0; g < sys->ngpus && used < len; g++)
     used += (size_t)snprintf(buf + used, len - used, " GPU%d %s%s", g,
-                             topoGpuIpc(&sys->gpus[g]) == TOPO_IPC_CUMEM ? "cuMem" : topoGpuIpc(&sys->gpus[g]) == TOPO_IPC_LEGACY ? "legacy" : "unknown",
+                             topoGpuIpc(&sys->gpus[g]) == TOPO_IPC_CUMEM    ? "cuMem"
+                             : topoGpuIpc(&sys->gpus[g]) == TOPO_IPC_LEGACY ? "legacy"
+                                                                            : "unknown",
                              g + 1 < sys->ngpus ? "," : "");
 }
 
@@ -189,8 +193,10 @@ void topoP2pSummary(const topoSystem_t* sys, char* buf, size_t len) {
       if (i == j) continue;
       const topoPeer_t* peer = &sys->peers[i * sys->ngpus + j];
       pairs++;
-      if (!peer->known) unknown++;
-      else if (peer->canAccess && peer->access) capable++;
+      if (!peer->known)
+        unknown++;
+      else if (peer->canAccess && peer->access)
+        capable++;
       if (peer->verified == TOPO_VERIFY_OK) verified++;
       if (peer->verified == TOPO_VERIFY_FAILED) failed++;
     }
@@ -219,5 +225,6 @@ void topoKernelSummary(const topoSystem_t* sys, char* buf, size_t len) {
   size_t used = (size_t)snprintf(buf, len, "built for gpu_archs '%s': none for", sys->gpuArchs);
   for (int g = 0; g < sys->ngpus && used < len; g++)
     if (!topoGpuHasKernels(sys, &sys->gpus[g]))
-      used += (size_t)snprintf(buf + used, len - used, " GPU%d (sm_%d%d)", g, sys->gpus[g].ccMajor, sys->gpus[g].ccMinor);
+      used +=
+          (size_t)snprintf(buf + used, len - used, " GPU%d (sm_%d%d)", g, sys->gpus[g].ccMajor, sys->gpus[g].ccMinor);
 }

@@ -7,10 +7,10 @@
 /* { name, meaning } rows of the matrix legend, ending with { "", "" }. */
 extern const char* const topoLegend[][2];
 
-void topoFormatBytes(uint64_t bytes, char* buf, size_t len);       /* "79.6 GiB" */
-void topoFormatSize(size_t bytes, char* buf, size_t len);          /* "64 KiB" (powers of two) */
-void topoFormatCudaVersion(int version, char* buf, size_t len);    /* 13000 -> "13.0", 0 -> "unknown" */
-const char* topoPciClassName(unsigned classId);                    /* "3D controller", "InfiniBand", ... */
+void topoFormatBytes(uint64_t bytes, char* buf, size_t len);    /* "79.6 GiB" */
+void topoFormatSize(size_t bytes, char* buf, size_t len);       /* "64 KiB" (powers of two) */
+void topoFormatCudaVersion(int version, char* buf, size_t len); /* 13000 -> "13.0", 0 -> "unknown" */
+const char* topoPciClassName(unsigned classId);                 /* "3D controller", "InfiniBand", ... */
 
 /* Where the host and GPU facts came from: "this machine (hwloc, CUDA, NVML)", "host from X.xml, GPUs from X.facts". */
 void topoSourceText(const topoSystem_t* sys, char* buf, size_t len);

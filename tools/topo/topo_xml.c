@@ -23,7 +23,7 @@ static const struct {
   const char* name;
   double laneGBs;
 } pcieGens[] = {
-    {"2.5 GT/s PCIe", 0.25},     {"5.0 GT/s PCIe", 0.5},       {"8.0 GT/s PCIe", 0.984615},
+    {"2.5 GT/s PCIe", 0.25},      {"5.0 GT/s PCIe", 0.5},       {"8.0 GT/s PCIe", 0.984615},
     {"16.0 GT/s PCIe", 1.969231}, {"32.0 GT/s PCIe", 3.938462}, {"64.0 GT/s PCIe", 7.876923},
 };
 
@@ -86,9 +86,9 @@ static int hostBridgeOf(const topoSystem_t* sys, int node) {
 }
 
 typedef struct {
-  int node;     /* index into sys->pci */
-  int parent;   /* index into the emitted tree, -1 for children of the <cpu> */
-  int numa;     /* the <cpu> it hangs from */
+  int node;   /* index into sys->pci */
+  int parent; /* index into the emitted tree, -1 for children of the <cpu> */
+  int numa;   /* the <cpu> it hangs from */
 } xmlNode_t;
 
 static int compareByBus(const topoSystem_t* sys, int a, int b) {
