@@ -87,8 +87,15 @@ static void expandFilePattern(const char* pattern, char* out, size_t outSize) {
   out[used] = '\0';
 }
 
+/* A fork while another thread holds logLock would leave the child's copy locked forever: hold it across fork. */
+static void lockBeforeFork(void) { pthread_mutex_lock(&logLock); }
+static void unlockAfterFork(void) { pthread_mutex_unlock(&logLock); }
+static void registerForkHandlers(void) { pthread_atfork(lockBeforeFork, unlockAfterFork, unlockAfterFork); }
+static pthread_once_t forkHandlersOnce = PTHREAD_ONCE_INIT;
+
 static void configureLocked(void) {
   if (logConfigured) return;
+  pthread_once(&forkHandlersOnce, registerForkHandlers);
   gethostname(logHost, sizeof(logHost) - 1);
   char* dot = strchr(logHost, '.');
   if (dot) *dot = '\0';
