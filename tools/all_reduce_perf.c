@@ -7,7 +7,7 @@
  *
  *   all_reduce_perf -b 8 -e 1G -f 2 -d bfloat16 --compare nccl      every local GPU, one forked process each
  *   all_reduce_perf -b 8 -e 128M -f 2 -g 2 -G 20                     one process driving two GPUs, CUDA graphs
- *   torchrun --nproc-per-node 2 all_reduce_perf -b 1M -e 1G -f 4       ranks from torchrun's variables
+ *   torchrun --nproc-per-node 2 --no-python all_reduce_perf -b 1M -e 1G -f 4   ranks from torchrun's variables
  */
 #include "bench/runtime.h"
 

@@ -34,7 +34,8 @@ static fcclResult_t externalAllGather(struct fcclBootstrap* b, void* allData, si
   /* A separate send buffer: the application's all-gather need not support in-place operation. */
   uint8_t* mine = (uint8_t*)allData + (size_t)b->rank * bytesPerRank;
   uint8_t* send = calloc(bytesPerRank ? bytesPerRank : 1, 1);
-  if (!send) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a %zu-byte all-gather", bytesPerRank);
+  if (!send)
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a %zu-byte all-gather", bytesPerRank);
   if (bytesPerRank) memcpy(send, mine, bytesPerRank);
   fcclResult_t res = callbackResult(st->callbacks.allgather(st->callbacks.userContext, send, allData, bytesPerRank),
                                     "allgather", b->rank);

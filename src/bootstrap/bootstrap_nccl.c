@@ -92,8 +92,8 @@ static fcclResult_t waitStream(struct fcclBootstrap* b, struct ncclState* st, in
       return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the NCCL communicator failed: %s", b->rank,
                         p_ncclGetErrorString(asyncError));
     if (fcclAborted(b->abortFlag))
-      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "rank %d: aborted (fcclCommAbort) during an NCCL all-gather",
-                        b->rank);
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
+                        "rank %d: aborted (fcclCommAbort) during an NCCL all-gather", b->rank);
     if (fcclTimeMs() >= deadline)
       return FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_BOOT,
                         "rank %d: an NCCL bootstrap all-gather did not finish within %d ms (a rank has not called "

@@ -388,14 +388,12 @@ static void* rootMain(void* arg) {
   }
   st->root = root;
   st->deadline = fcclTimeMs() + root->timeoutMs;
-  int welcomed = 0;
   struct pollfd* fds = NULL;
   size_t fdsCap = 0;
 
   while (!__atomic_load_n(&rootsStop, __ATOMIC_ACQUIRE) && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) {
     if (st->fatal == fcclSuccess && st->nranks > 0 && st->arrived == st->nranks) {
       rootWelcome(st);
-      welcomed = 1;
       break;
     }
     if (st->fatal != fcclSuccess && st->answered >= st->nranks) break;
@@ -438,7 +436,6 @@ static void* rootMain(void* arg) {
   for (int i = 0; i < st->npending; i++) fcclSocketClose(&st->pending[i].fd);
   for (int r = 0; r < st->nranks; r++) fcclSocketClose(&st->ranks[r].fd);
   fcclSocketClose(&root->listenFd);
-  (void)welcomed;
   free(fds);
   free(st->ranks);
   free(st);
@@ -446,7 +443,7 @@ static void* rootMain(void* arg) {
   return NULL;
 }
 
-/* Joins and frees finished roots of this process (all of them when wait is set and they finished). */
+/* Joins and frees the roots of this process that have finished. */
 static void rootsReap(void) {
   pid_t self = getpid();
   pthread_mutex_lock(&rootsLock);
@@ -526,8 +523,15 @@ __attribute__((destructor)) static void rootsShutdown(void) {
   pthread_mutex_unlock(&rootsLock);
 }
 
+/* A fork while another thread holds rootsLock must not leave the child with a lock nobody will release. */
+static void rootsLockForFork(void) { pthread_mutex_lock(&rootsLock); }
+static void rootsUnlockAfterFork(void) { pthread_mutex_unlock(&rootsLock); }
+static void rootsAtforkRegister(void) { pthread_atfork(rootsLockForFork, rootsUnlockAfterFork, rootsUnlockAfterFork); }
+static pthread_once_t rootsAtforkOnce = PTHREAD_ONCE_INIT;
+
 static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t secret, int timeoutMs,
                               fcclUniqueId* id) {
+  pthread_once(&rootsAtforkOnce, rootsAtforkRegister);
   rootsReap();
   pid_t self = getpid();
   int live = 0;
@@ -567,7 +571,8 @@ static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t 
   wid.rootAddr = root->addr;
   fcclWireEncodeId((uint8_t*)id->internal, &wid);
   char text[FCCL_SOCKET_ADDR_STR];
-  FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root listening at %s", fcclSocketAddrToString(&root->addr, text, sizeof(text)));
+  FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root listening at %s",
+            fcclSocketAddrToString(&root->addr, text, sizeof(text)));
   return fcclSuccess;
 }
 
@@ -886,8 +891,8 @@ static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline,
     }
     if (rc < 0 && errno != EAGAIN) {
       free(body);
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: receiving from the bootstrap root at %s failed: %s",
-                        rank, rootText, strerror(errno));
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                        "rank %d: receiving from the bootstrap root at %s failed: %s", rank, rootText, strerror(errno));
     }
     if (rc > 0) {
       if (got < FCCL_WIRE_HEADER_BYTES) {
@@ -1122,8 +1127,8 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
 
   /* 2. Every rank's address, or the root's verdict. */
   struct fcclWireHeader header;
-  FCCLCHECKGOTO(recvFromRoot(rootFd, rootText, deadline + verdictGraceMs(timeoutMs), abortFlag, rank, &header, &welcome),
-                res, fail);
+  const int64_t verdictDeadline = deadline + verdictGraceMs(timeoutMs);
+  FCCLCHECKGOTO(recvFromRoot(rootFd, rootText, verdictDeadline, abortFlag, rank, &header, &welcome), res, fail);
   if (header.type == FCCL_WIRE_ERROR) {
     struct fcclWireError error;
     if (fcclWireParseError(welcome, header.length, &error, why, sizeof(why)) != FCCL_WIRE_OK)

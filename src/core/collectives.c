@@ -348,13 +348,25 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
 }
 
 fcclResult_t fcclDeviceSetEpochForTest(struct fcclComm* comm, uint64_t epoch) {
-  if (!comm || !comm->device || epoch == 0)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fcclDeviceSetEpochForTest: no device state or epoch 0");
+  /* Low word 0 is never an epoch: it is the LL flag of a cleared area (fcclEpochNext skips it). */
+  if (!comm || !comm->device || (uint32_t)epoch == 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "fcclDeviceSetEpochForTest: no device state, or epoch 0x%llx has low word 0",
+                      (unsigned long long)epoch);
   uint64_t epochs[FCCL_DEVICE_MAX_BLOCKS];
   for (int b = 0; b < FCCL_DEVICE_MAX_BLOCKS; b++) epochs[b] = epoch;
   CUDACHECK(cudaSetDevice(comm->cudaDev));
   CUDACHECK(cudaDeviceSynchronize());
   return copyToDevice(comm->device->state->epochs, epochs, sizeof(epochs));
+}
+
+fcclResult_t fcclDeviceGetEpochForTest(struct fcclComm* comm, uint64_t* epoch) {
+  if (!comm || !comm->device || !epoch)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fcclDeviceGetEpochForTest: no device state");
+  CUDACHECK(cudaSetDevice(comm->cudaDev));
+  CUDACHECK(cudaDeviceSynchronize());
+  CUDACHECK(cudaMemcpy(epoch, &comm->device->state->epochs[0], sizeof(*epoch), cudaMemcpyDeviceToHost));
+  return fcclSuccess;
 }
 
 /* ---- public calls ---- */
@@ -375,12 +387,18 @@ static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
 }
 
 static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller) {
+  /* While a stream is captured (global mode) most queries, cudaStreamGetDevice included, are refused and would
+   * invalidate the capture; cudaStreamIsCapturing is the one made for it. A captured stream of another device is
+   * then refused by the launch itself (no node is added). */
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &capture);
+  if (err == cudaSuccess && capture == cudaStreamCaptureStatusActive) return fcclSuccess;
   int dev = -1;
-  cudaError_t err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+  if (err == cudaSuccess) err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: stream %p is not a valid CUDA stream (%s)", caller,
-                      stream, cudaGetErrorName(err));
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: stream %p is not a valid CUDA stream here (%s)",
+                      caller, stream, cudaGetErrorName(err));
   }
   if (dev != comm->cudaDev)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,

@@ -2,8 +2,8 @@
  * One-shot all-reduce over registered buffers: every rank reads every rank's input in place (16-byte loads over
  * NVLink, all ranks' loads in flight before the first add) and reduces in rank order into its own output.
  *
- *   ready  (pad A, relaxed) a peer reached the call: its input is final (written by earlier stream work, so no
- *          fence is needed for it) and its output may be written.
+ *   ready  (pad A, relaxed post, one acquire load once seen) a peer reached the call: its input is final
+ *          (written by earlier stream work) and its output may be written. The acquire drops stale L1 lines.
  *   done   (pad B, release) a peer finished reading our input; we may return (and the application may then
  *          overwrite it).
  * In place, a rank must not overwrite its buffer while peers still read it: the data moves in passes of one unit
@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_READY,
+  if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_READY,
                 epoch)) {
     epochEnd(c, epoch);
     return;

@@ -3,7 +3,8 @@
  * from every rank's input in place (reduce-scatter by pull), reduces in rank order, and stores the result into
  * every rank's output (all-gather by push). Each unit crosses NVLink twice, whatever the rank count.
  *
- *   ready  (pad A, relaxed) a peer reached the call: its input is final and its output may be written.
+ *   ready  (pad A, relaxed post, one acquire load once seen) a peer reached the call: its input is final and
+ *          its output may be written.
  *   done   (pad B, release, waited with acquire) a peer finished reading our input and writing our output.
  * In place is safe: only the owner of a unit reads or writes it, the reads before the writes, in one thread.
  */
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
+  if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
                  epoch)) {
     const uint64_t begin = (uint64_t)me * share;
     const uint64_t end = begin + share < units ? begin + share : units;

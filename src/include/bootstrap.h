@@ -7,8 +7,9 @@
  * What other layers use: fcclBootstrapAllGather, fcclBootstrapBarrier, and struct fcclPeerInfo (comm->peerInfo[r]
  * holds what rank r said about itself at init: same host and process are hostHash/pidNs/pid equality).
  * Every operation is collective over the communicator, bounded by the bootstrap's timeout and abort flag, and
- * must be called by all ranks in the same order. No CUDA in this layer except the NCCL method: the sockets, the TCP
- * method and the peer-info checks are plain host code, testable without a GPU.
+ * must be called by all ranks in the same order, one at a time per bootstrap (not from two threads at once).
+ * No CUDA in this layer except the NCCL method: the sockets, the TCP method and the peer-info checks are plain host
+ * code, testable without a GPU.
  */
 #ifndef FCCL_BOOTSTRAP_H_
 #define FCCL_BOOTSTRAP_H_

@@ -74,8 +74,11 @@ fcclResult_t fcclDeviceFini(struct fcclComm* comm);
  */
 fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm);
 
-/* Test hook: sets every epoch counter (all ranks must pass the same value, with no call in flight). */
+/* Test hooks: set every epoch counter (all ranks pass the same value, after an fcclBarrier that every rank has
+ * completed, so that no peer still works on an older call; never one whose low 32 bits are 0), read the next
+ * call's epoch. Both synchronise the device. */
 fcclResult_t fcclDeviceSetEpochForTest(struct fcclComm* comm, uint64_t epoch);
+fcclResult_t fcclDeviceGetEpochForTest(struct fcclComm* comm, uint64_t* epoch);
 
 /* ---- algorithm selection (src/core/algo.c) ----------------------------------------------------------------- */
 

@@ -251,7 +251,8 @@ fcclResult_t fcclFdExchange(struct fcclFdSocket* sock, uint64_t tag, int myRank,
       if (progress[s] < sends[s].count) pending = 1;
     }
     int got = 1;
-    while (got && filled < expected) FCCLCHECKGOTO(receiveMessage(sock->fd, tag, nRecvs, recvs, &filled, &got), res, fail);
+    while (got && filled < expected)
+      FCCLCHECKGOTO(receiveMessage(sock->fd, tag, nRecvs, recvs, &filled, &got), res, fail);
     if (!pending && filled == expected) break;
 
     if (abortFlag && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE)) {

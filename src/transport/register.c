@@ -456,7 +456,8 @@ int fcclTransportLookup(struct fcclComm* comm, const void* ptr, size_t bytes, vo
     if (address < start || bytes > reg->size || address - start > reg->size - bytes) continue;
     size_t offset = address - start;
     int fits = 1;
-    for (int r = 0; r < comm->nranks && fits; r++) fits = offset <= reg->peerSizes[r] && bytes <= reg->peerSizes[r] - offset;
+    for (int r = 0; r < comm->nranks && fits; r++)
+      fits = offset <= reg->peerSizes[r] && bytes <= reg->peerSizes[r] - offset;
     if (!fits) continue;
     for (int r = 0; r < comm->nranks; r++) peerPtrs[r] = (char*)reg->peerBufs[r] + offset;
     peerPtrs[comm->rank] = (void*)ptr;

@@ -22,11 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   struct fcclWireRingHello ring;
   (void)fcclWireParseRingHello(data, size, &ring, why, sizeof(why));
   struct fcclWireError error;
-  if (fcclWireParseError(data, size, &error, why, sizeof(why)) == FCCL_WIRE_OK && strlen(error.text) > FCCL_WIRE_ERROR_TEXT_MAX)
+  if (fcclWireParseError(data, size, &error, why, sizeof(why)) == FCCL_WIRE_OK &&
+      strlen(error.text) > FCCL_WIRE_ERROR_TEXT_MAX)
     __builtin_trap();
   static union fcclSocketAddress addrs[64];
   int nranks = 0;
-  if (fcclWireParseWelcome(data, size, addrs, 64, &nranks, why, sizeof(why)) == FCCL_WIRE_OK && (nranks < 1 || nranks > 64))
+  if (fcclWireParseWelcome(data, size, addrs, 64, &nranks, why, sizeof(why)) == FCCL_WIRE_OK &&
+      (nranks < 1 || nranks > 64))
     __builtin_trap();
   struct fcclWireId id;
   if (size >= FCCL_UNIQUE_ID_BYTES) (void)fcclWireParseId(data, FCCL_UNIQUE_ID_BYTES, &id, why, sizeof(why));

@@ -20,7 +20,10 @@
 static const size_t sizes[] = {1, 13, 4096, 0, 300000, sizeof(struct fcclPeerInfo)};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
-/* All-gathers of every size and three barriers on b; returns the number of wrong bytes. */
+/*
+ * All-gathers of every size and barriers on b; returns the number of wrong bytes plus failed calls, each described
+ * on stderr (no EXPECT here: ranks may be threads, and the test counters are not thread-safe).
+ */
 static long exercise(struct fcclBootstrap* b, uint64_t seed, int opBase) {
   long wrong = 0;
   for (size_t s = 0; s < NSIZES; s++) {
@@ -31,25 +34,45 @@ static long exercise(struct fcclBootstrap* b, uint64_t seed, int opBase) {
         buf[(size_t)r * bytes + i] = r == b->rank ? bootByte(seed, opBase + (int)s, r, i)
                                                   : (uint8_t)~bootByte(seed, opBase + (int)s, r, i);
     fcclResult_t res = fcclBootstrapAllGather(b, buf, bytes);
-    EXPECT_MSG(res == fcclSuccess, "rank %d: all-gather of %zu bytes: %s", b->rank, bytes, fcclGetLastError(NULL));
+    if (res != fcclSuccess) {
+      fprintf(stderr, "rank %d: all-gather of %zu bytes: %s\n", b->rank, bytes, fcclGetLastError(NULL));
+      wrong++;
+    }
     for (int r = 0; r < b->nranks && res == fcclSuccess; r++)
       for (size_t i = 0; i < bytes; i++) wrong += buf[(size_t)r * bytes + i] != bootByte(seed, opBase + (int)s, r, i);
     free(buf);
-    if (s % 2 == 0) EXPECT_EQ_INT(fcclBootstrapBarrier(b), fcclSuccess);
+    for (int i = 0; i < (s % 2 == 0 ? 1 : 0) + (s + 1 == NSIZES ? 3 : 0); i++) {
+      if (fcclBootstrapBarrier(b) != fcclSuccess) {
+        fprintf(stderr, "rank %d: barrier: %s\n", b->rank, fcclGetLastError(NULL));
+        wrong++;
+      }
+    }
   }
-  for (int i = 0; i < 3; i++) EXPECT_EQ_INT(fcclBootstrapBarrier(b), fcclSuccess);
   return wrong;
 }
 
+/*
+ * Ids are always made in a forked process, never in this parent: forking while the parent has a root thread
+ * starting (inside malloc, say) is how a child inherits a held lock.
+ */
 struct meetArgs {
   struct bootShared* shared;
-  int rootInRank0; /* else the parent made the id (and runs the root) */
+  int nranks;
+  int rootInRank0; /* else an extra process, not a rank, makes the id and runs the root */
 };
 
-static int meetRank(int rank, int nranks, void* arg) {
+static int meetRank(int rank, int total, void* arg) {
   testFailed = 0; /* this process's own count: the parent's earlier failures are not ours */
   struct meetArgs* args = arg;
+  int nranks = args->nranks;
+  (void)total;
   fcclUniqueId id;
+  if (rank == nranks) { /* the root's process */
+    EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&id, TIMEOUT_MS), fcclSuccess);
+    bootPublishId(args->shared, &id);
+    EXPECT_EQ_INT(fcclBootstrapRootsWait(TIMEOUT_MS), 0); /* it finishes once every rank has its addresses */
+    return testFailed != 0;
+  }
   if (args->rootInRank0 && rank == 0) {
     EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&id, TIMEOUT_MS), fcclSuccess);
     bootPublishId(args->shared, &id);
@@ -74,25 +97,20 @@ static int meetRank(int rank, int nranks, void* arg) {
 static void testMeet(int nranks, int rootInRank0) {
   struct bootShared* shared = bootSharedNew();
   shared->seed = testSeed();
-  struct meetArgs args = {shared, rootInRank0};
-  if (!rootInRank0) {
-    fcclUniqueId id;
-    EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&id, TIMEOUT_MS), fcclSuccess);
-    bootPublishId(shared, &id);
-  }
+  struct meetArgs args = {shared, nranks, rootInRank0};
   int codes[64];
-  int failed = testForkRanks(nranks, meetRank, &args, 60, codes);
-  EXPECT_MSG(failed == 0, "%d of %d ranks failed (root in %s)", failed, nranks, rootInRank0 ? "rank 0" : "parent");
-  /* The parent's root finished once every rank had its addresses. */
-  if (!rootInRank0) EXPECT_EQ_INT(fcclBootstrapRootsWait(5000), 0);
+  int failed = testForkRanks(nranks + !rootInRank0, meetRank, &args, 60, codes);
+  EXPECT_MSG(failed == 0, "%d of %d processes failed (root in %s)", failed, nranks + !rootInRank0,
+             rootInRank0 ? "rank 0" : "another process");
   bootSharedFree(shared);
-  printf("meet: %d ranks, root in %s: %s\n", nranks, rootInRank0 ? "rank 0" : "the parent", failed ? "FAILED" : "ok");
+  printf("meet: %d ranks, root in %s: %s\n", nranks, rootInRank0 ? "rank 0" : "a process of its own",
+         failed ? "FAILED" : "ok");
 }
 
 /* ---- two communicators over the same ranks, used alternately ---- */
 
 struct twoArgs {
-  fcclUniqueId ids[2];
+  struct bootShared* shared[2];
   uint64_t seed;
 };
 
@@ -100,8 +118,17 @@ static int twoRank(int rank, int nranks, void* arg) {
   testFailed = 0; /* this process's own count: the parent's earlier failures are not ours */
   struct twoArgs* args = arg;
   struct fcclBootstrap* b[2] = {NULL, NULL};
+  fcclUniqueId ids[2];
   for (int which = 0; which < 2; which++) {
-    fcclResult_t res = fcclBootstrapTcpInit(&args->ids[which], rank, nranks, TIMEOUT_MS, NULL, &b[which]);
+    if (rank == 0) { /* two roots in rank 0's process */
+      EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&ids[which], TIMEOUT_MS), fcclSuccess);
+      bootPublishId(args->shared[which], &ids[which]);
+    } else if (!bootWaitId(args->shared[which], &ids[which])) {
+      return 1;
+    }
+  }
+  for (int which = 0; which < 2; which++) {
+    fcclResult_t res = fcclBootstrapTcpInit(&ids[which], rank, nranks, TIMEOUT_MS, NULL, &b[which]);
     EXPECT_MSG(res == fcclSuccess, "rank %d: init of communicator %d: %s", rank, which, fcclGetLastError(NULL));
     if (res != fcclSuccess) return 1;
   }
@@ -111,15 +138,16 @@ static int twoRank(int rank, int nranks, void* arg) {
   }
   fcclBootstrapDestroy(b[0]);
   fcclBootstrapDestroy(b[1]);
+  if (rank == 0) EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0); /* both roots joined by their rank */
   return testFailed != 0;
 }
 
 static void testTwoCommunicators(void) {
   struct twoArgs args;
   args.seed = testSeed();
-  for (int k = 0; k < 2; k++) EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&args.ids[k], TIMEOUT_MS), fcclSuccess);
+  for (int k = 0; k < 2; k++) args.shared[k] = bootSharedNew();
   EXPECT_EQ_INT(testForkRanks(3, twoRank, &args, 60, NULL), 0);
-  EXPECT_EQ_INT(fcclBootstrapRootsWait(5000), 0);
+  for (int k = 0; k < 2; k++) bootSharedFree(args.shared[k]);
 }
 
 /* ---- ranks as threads of one process (what fcclCommInitAll does) ---- */

@@ -40,6 +40,7 @@ static int legitRank(const fcclUniqueId* id, int rank, int nranks) {
     for (size_t i = 0; i < 100; i++) wrong += data[(size_t)r * 100 + i] != bootByte(seed, 0, r, i);
   EXPECT_EQ_INT(wrong, 0);
   fcclBootstrapDestroy(b);
+  if (rank == 0) EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0); /* the root served the real ranks; rank 0 joined it */
   return testFailed != 0;
 }
 
@@ -74,11 +75,24 @@ struct faultArgs {
   struct bootShared* shared;
 };
 
-static struct faultArgs* newArgs(int idInParent) {
+/*
+ * The id is made by rank 0's process (which then runs the root), never by this parent: forking while the parent
+ * has a root thread starting (inside malloc, say) is how a child inherits a held lock.
+ */
+static struct faultArgs* newArgs(void) {
   struct faultArgs* args = calloc(1, sizeof(*args));
   args->shared = bootSharedNew();
-  if (idInParent) EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&args->id, LONG_TIMEOUT_MS), fcclSuccess);
   return args;
+}
+
+/* In a forked rank: rank 0 makes the id and publishes it, the others wait for it; args->id holds it after. */
+static int rankId(struct faultArgs* args, int rank) {
+  if (rank == 0) {
+    if (fcclBootstrapGetUniqueId(&args->id, LONG_TIMEOUT_MS) != fcclSuccess) return 0;
+    bootPublishId(args->shared, &args->id);
+    return 1;
+  }
+  return bootWaitId(args->shared, &args->id);
 }
 
 static void freeArgs(struct faultArgs* args) {
@@ -86,11 +100,20 @@ static void freeArgs(struct faultArgs* args) {
   free(args);
 }
 
+/* Marks this rank done; rank 0, whose process runs the root, stays until every rank is (late ones need the root). */
+static void rankDone(struct faultArgs* args, int rank, int nranks) {
+  __atomic_store_n(&args->shared->flags[32 + rank], 1, __ATOMIC_RELEASE);
+  if (rank != 0) return;
+  for (int r = 0; r < nranks; r++)
+    for (int i = 0; i < 10000 && !__atomic_load_n(&args->shared->flags[32 + r], __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
+}
+
 /* ---- intruders: the real ranks must not notice ---- */
 
 static int wrongSecretRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   (void)nranks;
   if (rank == 2) {
     fcclUniqueId forged = args->id;
@@ -106,6 +129,7 @@ static int wrongSecretRank(int rank, int nranks, void* arg) {
 static int wrongVersionRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   (void)nranks;
   if (rank == 2) {
     int fd = connectRoot(&args->id);
@@ -149,6 +173,7 @@ static int wrongVersionRank(int rank, int nranks, void* arg) {
 static int garbageRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   (void)nranks;
   if (rank == 2) {
     uint64_t state = seed;
@@ -182,11 +207,10 @@ static int garbageRank(int rank, int nranks, void* arg) {
 }
 
 static void testIntruder(int (*fn)(int, int, void*), const char* name) {
-  struct faultArgs* args = newArgs(1);
+  struct faultArgs* args = newArgs();
   int codes[3];
   int failed = testForkRanks(3, fn, args, 30, codes);
   EXPECT_MSG(failed == 0, "%s: %d processes failed (exit codes %d %d %d)", name, failed, codes[0], codes[1], codes[2]);
-  EXPECT_EQ_INT(fcclBootstrapRootsWait(3000), 0); /* the root served the real ranks and finished */
   freeArgs(args);
   printf("%s: %s\n", name, failed ? "FAILED" : "ok");
 }
@@ -196,23 +220,27 @@ static void testIntruder(int (*fn)(int, int, void*), const char* name) {
 static int duplicateRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   int claimed = rank == 2 ? 1 : rank; /* two processes say they are rank 1 */
   expectInitFails(&args->id, claimed, nranks, LONG_TIMEOUT_MS, fcclRemoteError, "rank 1 was claimed twice", NULL,
                   3000);
+  rankDone(args, rank, nranks);
   return testFailed != 0;
 }
 
 static int mismatchRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   if (rank == 1) bootSleepMs(100); /* rank 0 defines nranks; rank 1 contradicts it */
   expectInitFails(&args->id, rank, rank == 1 ? nranks + 1 : nranks, LONG_TIMEOUT_MS, fcclRemoteError,
                   "nranks mismatch", "rank 1", 3000);
+  rankDone(args, rank, nranks);
   return testFailed != 0;
 }
 
 static void testAllFail(int (*fn)(int, int, void*), int nranks, const char* name) {
-  struct faultArgs* args = newArgs(1);
+  struct faultArgs* args = newArgs();
   int failed = testForkRanks(nranks, fn, args, 30, NULL);
   EXPECT_MSG(failed == 0, "%s: %d ranks did not fail as expected", name, failed);
   freeArgs(args);
@@ -224,8 +252,13 @@ static void testAllFail(int (*fn)(int, int, void*), int nranks, const char* name
 static int neverArrivesRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
-  if (rank == 2) return 0; /* never calls init */
+  if (!rankId(args, rank)) return 1;
+  if (rank == 2) { /* never calls init */
+    rankDone(args, rank, nranks);
+    return 0;
+  }
   expectInitFails(&args->id, rank, nranks, 500, fcclTimeout, "rank 2 did not arrive", NULL, 3000);
+  rankDone(args, rank, nranks);
   return testFailed != 0;
 }
 
@@ -238,7 +271,9 @@ static void* killSelfSoon(void* arg) {
 static int killedInRendezvousRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   if (rank == 2) {
+    rankDone(args, rank, nranks); /* rank 0 need not wait for it */
     pthread_t killer;
     pthread_create(&killer, NULL, killSelfSoon, (void*)(intptr_t)100);
     struct fcclBootstrap* b = NULL;
@@ -247,12 +282,14 @@ static int killedInRendezvousRank(int rank, int nranks, void* arg) {
   }
   bootSleepMs(400);
   expectInitFails(&args->id, rank, nranks, LONG_TIMEOUT_MS, fcclRemoteError, "rank 2", "disconnected", 3000);
+  rankDone(args, rank, nranks);
   return testFailed != 0;
 }
 
 static int killedBeforeAllGatherRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   struct fcclBootstrap* b = NULL;
   fcclResult_t res = fcclBootstrapTcpInit(&args->id, rank, nranks, LONG_TIMEOUT_MS, NULL, &b);
   EXPECT_EQ_INT(res, fcclSuccess);
@@ -298,6 +335,7 @@ static int rootDiesRank(int rank, int nranks, void* arg) {
 static int stalledRank(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct faultArgs* args = arg;
+  if (!rankId(args, rank)) return 1;
   struct fcclBootstrap* b = NULL;
   fcclResult_t res = fcclBootstrapTcpInit(&args->id, rank, nranks, 500, NULL, &b);
   EXPECT_EQ_INT(res, fcclSuccess);
@@ -319,8 +357,8 @@ static int stalledRank(int rank, int nranks, void* arg) {
   return testFailed != 0;
 }
 
-static void testDeath(int (*fn)(int, int, void*), int nranks, int idInParent, int victim, const char* name) {
-  struct faultArgs* args = newArgs(idInParent);
+static void testDeath(int (*fn)(int, int, void*), int nranks, int victim, const char* name) {
+  struct faultArgs* args = newArgs();
   int codes[8];
   testForkRanks(nranks, fn, args, 30, codes);
   int bad = 0;
@@ -366,7 +404,7 @@ static int envRetryRank(int rank, int nranks, void* arg) {
 }
 
 static void testEnvRetry(void) {
-  struct faultArgs* args = newArgs(0);
+  struct faultArgs* args = newArgs();
   union fcclSocketAddress loopback, bound;
   fcclSocketLoopback(&loopback, 0);
   int fd = -1;
@@ -500,10 +538,10 @@ int main(void) {
   testAllFail(duplicateRank, 3, "duplicate rank");
   testAllFail(mismatchRank, 3, "nranks mismatch");
   testAllFail(neverArrivesRank, 3, "rank never arrives");
-  testDeath(killedInRendezvousRank, 3, 1, 2, "rank killed during the rendezvous");
-  testDeath(killedBeforeAllGatherRank, 4, 1, 1, "rank killed before an all-gather");
-  testDeath(rootDiesRank, 3, 0, 0, "root killed");
-  testDeath(stalledRank, 3, 1, -1, "rank stops calling");
+  testDeath(killedInRendezvousRank, 3, 2, "rank killed during the rendezvous");
+  testDeath(killedBeforeAllGatherRank, 4, 1, "rank killed before an all-gather");
+  testDeath(rootDiesRank, 3, 0, "root killed");
+  testDeath(stalledRank, 3, -1, "rank stops calling");
   testEnvRetry();
   testAbortInit();
   testAbortAllGather();

@@ -115,7 +115,8 @@ static void testFlagErrors(void) {
                    "invalid sizes for 'minbytes' and 'maxbytes': 2097152 > 1048576");
   expectParseError("factor from 0", parse(&args, err, sizeof(err), "-b", "0", "-e", "1M", "-f", "2", NULL), err,
                    "above 0 bytes");
-  expectParseError("no step", parse(&args, err, sizeof(err), "-b", "1", "-e", "1M", "-i", "0", NULL), err, "needs a step");
+  expectParseError("no step", parse(&args, err, sizeof(err), "-b", "1", "-e", "1M", "-i", "0", NULL), err,
+                   "needs a step");
   expectParseError("average", parse(&args, err, sizeof(err), "-a", "4", NULL), err, "-a");
   expectParseError("register", parse(&args, err, sizeof(err), "-R", "3", NULL), err, "symmetric");
   expectParseError("gpus", parse(&args, err, sizeof(err), "-g", "99", NULL), err, "1 to 16");
@@ -313,7 +314,8 @@ static void testTable(void) {
 static void writeCsvCase(FILE* out, void* ctx) {
   tableCase_t* c = (tableCase_t*)ctx;
   benchCsvHeader(out);
-  benchCsvRows(out, &c->table, &c->rows[0], "plain", 20, 2);
+  static const char* const buffers[2] = {"registered", "symmetric"};
+  benchCsvRows(out, &c->table, &c->rows[0], buffers, 20, 2);
 }
 
 static void writeJsonCase(FILE* out, void* ctx) {
@@ -348,10 +350,10 @@ static void testCsvAndJson(void) {
   char* text = capture(writeCsvCase, &c);
   static const char* const csv =
       "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong\n"
-      "all_reduce_perf,fccl,plain,20,2,8,2,float,sum,out-of-place,6.210,0.0013,0.0013,0\n"
-      "all_reduce_perf,fccl,plain,20,2,8,2,float,sum,in-place,6.230,0.0013,0.0013,0\n"
-      "all_reduce_perf,nccl,plain,20,2,8,2,float,sum,out-of-place,12.420,0.0006,0.0006,0\n"
-      "all_reduce_perf,nccl,plain,20,2,8,2,float,sum,in-place,9.345,0.0009,0.0009,3\n";
+      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,out-of-place,6.210,0.0013,0.0013,0\n"
+      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,in-place,6.230,0.0013,0.0013,0\n"
+      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,out-of-place,12.420,0.0006,0.0006,0\n"
+      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,in-place,9.345,0.0009,0.0009,3\n";
   EXPECT_MSG(strcmp(text, csv) == 0, "csv:\n%s\n--- want ---\n%s", text, csv);
   free(text);
 
@@ -674,6 +676,10 @@ static void testLaunchVariables(void) {
   static const char* const slurm[] = {"PMI_SIZE", "8", "PMI_RANK", "5", "SLURM_LOCALID", "1", NULL};
   EXPECT_EQ_INT(detect(slurm, &env, err, sizeof(err)), 0);
   EXPECT(env.rank == 5 && env.size == 8 && env.localRank == 1);
+  static const char* const both[] = {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "0", "WORLD_SIZE", "2",
+                                     "RANK", "1", NULL};
+  EXPECT_EQ_INT(detect(both, &env, err, sizeof(err)), 0); /* torchrun's first, as fcclCommInitFromEnv reads them */
+  EXPECT(env.rank == 1 && strcmp(env.source, "torchrun") == 0);
   static const char* const noRank[] = {"WORLD_SIZE", "2", NULL};
   EXPECT_EQ_INT(detect(noRank, &env, err, sizeof(err)), -1);
   EXPECT_STR_CONTAINS(err, "RANK is missing");

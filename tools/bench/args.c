@@ -349,8 +349,8 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
-          "Launched by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun, each process\n"
-          "is one rank of the launcher's job instead.\n",
+          "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
+          "each process is one rank of the launcher's job instead.\n",
           program);
 }
 

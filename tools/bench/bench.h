@@ -130,9 +130,9 @@ void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows
 /* "# Out of bounds values", "# Avg bus bandwidth", the NCCL lines, "#", "# Collective test concluded". */
 void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t* summary);
 
-/* CSV: one line per size, engine and placement. */
+/* CSV: one line per size, engine and placement; buffers[engine] names the engine's buffer kind. */
 void benchCsvHeader(FILE* out);
-void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* buffers, int graph,
+void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* const* buffers, int graph,
                   int nranks);
 
 /* "[ 3/28] bfloat16 sum 64 MiB nccl in-place" for the terminal progress line. */
@@ -245,8 +245,9 @@ typedef struct {
 } benchLaunchEnv_t;
 
 typedef const char* (*benchGetenv_t)(const char* name);
-/* Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_* (Open MPI), PMI_RANK/PMI_SIZE (+MPI_LOCALRANKID,
- * SLURM_LOCALID). Returns 0, or -1 when they are present but inconsistent (err says which). */
+/* Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), else OMPI_COMM_WORLD_* (Open MPI), else PMI_RANK/PMI_SIZE
+ * (+MPI_LOCALRANKID, SLURM_LOCALID): fcclCommInitFromEnv's order. Returns 0, or -1 when they are present but
+ * inconsistent (err says which). */
 int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, size_t errLen);
 
 typedef struct {

@@ -48,10 +48,11 @@ int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, 
     const char* localSize[2];
     int fromMpi;
   } launchers[] = {
+      /* The order fcclCommInitFromEnv reads them in. */
+      {"torchrun", "WORLD_SIZE", "RANK", {"LOCAL_RANK", NULL}, {"LOCAL_WORLD_SIZE", NULL}, 0},
       {"Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", {"OMPI_COMM_WORLD_LOCAL_RANK", NULL},
        {"OMPI_COMM_WORLD_LOCAL_SIZE", NULL}, 1},
       {"PMI", "PMI_SIZE", "PMI_RANK", {"MPI_LOCALRANKID", "SLURM_LOCALID"}, {"MPI_LOCALNRANKS", NULL}, 1},
-      {"torchrun", "WORLD_SIZE", "RANK", {"LOCAL_RANK", NULL}, {"LOCAL_WORLD_SIZE", NULL}, 0},
   };
   memset(env, 0, sizeof(*env));
   env->kind = BENCH_LAUNCH_LOCAL;
@@ -104,8 +105,8 @@ int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout,
   layout->shared = layout->nRanks > nDevices;
   if (layout->shared && !args->shareGpu)
     return launchError(err, errLen,
-                       "%d ranks (%d processes x %d threads x %d GPUs) need %d GPUs but %d %s visible; "
-                       "--share-gpu lets ranks share a GPU",
+                       "%d ranks (-np %d, -t %d, -g %d) need %d GPUs but %d %s visible; --share-gpu lets ranks "
+                       "share a GPU",
                        layout->nRanks, nProcs, args->nThreads, args->nGpus, layout->nRanks, nDevices,
                        nDevices == 1 ? "is" : "are");
   return 0;
@@ -168,6 +169,11 @@ int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int gr
         done[p] = 1;
         remaining--;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (WIFSIGNALED(status) && WTERMSIG(status) != SIGKILL)
+          fprintf(stderr, "launcher: process %d (pid %d) died of signal %d (%s)\n", p, (int)pid, WTERMSIG(status),
+                  strsignal(WTERMSIG(status)));
+        else if (WIFSIGNALED(status) && result == 0)
+          fprintf(stderr, "launcher: process %d (pid %d) was killed\n", p, (int)pid);
         if (code != 0 && result == 0) {
           result = code;
           failedAt = nowSec();
@@ -177,6 +183,7 @@ int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int gr
     }
     if (pid < 0 && errno != EINTR) break;
     if (result != 0 && nowSec() - failedAt > graceSec) {
+      fprintf(stderr, "launcher: a process failed %d s ago; stopping the %d still running\n", graceSec, remaining);
       for (int p = 0; p < started; p++)
         if (!done[p]) kill(pids[p], SIGKILL);
       failedAt = nowSec() + 3600; /* killed: now only reap */

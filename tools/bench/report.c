@@ -150,7 +150,7 @@ void benchCsvHeader(FILE* out) {
                "wrong\n");
 }
 
-void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* buffers, int graph,
+void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* const* buffers, int graph,
                   int nranks) {
   static const char* const placeNames[2] = {"out-of-place", "in-place"};
   for (int engine = 0; engine < table->nEngines; engine++) {
@@ -158,7 +158,8 @@ void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, c
       const benchMeasure_t* m = &row->m[engine][place];
       if (!m->valid) continue;
       fprintf(out, "%s,%s,%s,%d,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%lld\n", table->program,
-              table->engineNames[engine], buffers, graph, nranks, row->bytes, row->count, benchTypeName(row->type),
+              table->engineNames[engine], buffers[engine], graph, nranks, row->bytes, row->count,
+              benchTypeName(row->type),
               benchOpName(row->op), placeNames[place], m->timeUs, m->algBw, m->busBw, (long long)m->wrong);
     }
   }

@@ -22,6 +22,12 @@
 
 #if FCCL_HAVE_NCCL
 #include <nccl.h>
+/* ncclMemAlloc and ncclCommRegister came with NCCL 2.19, symmetric windows with 2.27. */
+#define BENCH_NCCL_REGISTER (NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0))
+#define BENCH_NCCL_WINDOWS (NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0))
+#else
+#define BENCH_NCCL_REGISTER 0
+#define BENCH_NCCL_WINDOWS 0
 #endif
 #if FCCL_HAVE_MPI
 #include <mpi.h>
@@ -392,18 +398,22 @@ static int captureGraphs(benchAgent_t* agent, int engine, benchLaunchFn_t launch
     if (status == 0) capturing++;
   }
   if (status == 0) status = benchLaunchAll(agent, engine, launch, ctx, 0, count);
-  /* End every capture that began, even after a failure, so the streams stay usable. */
+  /* End every capture that began, even after a failure, so the streams stay usable; instantiate only when none
+   * is left open (instantiating is not allowed while this thread still captures another stream). */
+  cudaGraph_t graphs[BENCH_MAX_LOCAL] = {0};
   for (int gpu = 0; gpu < capturing; gpu++) {
-    cudaGraph_t graph = NULL;
     if (agent->nLocal > 1) cudaSetDevice(agent->devices[gpu]);
-    cudaError_t ended = cudaStreamEndCapture(agent->streams[gpu], &graph);
+    cudaError_t ended = cudaStreamEndCapture(agent->streams[gpu], &graphs[gpu]);
     if (ended != cudaSuccess && status == 0) {
       benchFail(agent, "capturing %s into a CUDA graph failed on rank %d: %s", agent->engineNames[engine],
                 agent->firstRank + gpu, cudaGetErrorString(ended));
       status = -1;
     }
+  }
+  for (int gpu = 0; gpu < capturing; gpu++) {
     if (status == 0) {
-      cudaError_t made = cudaGraphInstantiate(&exec[gpu], graph, 0);
+      if (agent->nLocal > 1) cudaSetDevice(agent->devices[gpu]);
+      cudaError_t made = cudaGraphInstantiate(&exec[gpu], graphs[gpu], 0);
       if (made == cudaSuccess) made = cudaGraphUpload(exec[gpu], agent->streams[gpu]);
       if (made != cudaSuccess) {
         benchFail(agent, "instantiating the CUDA graph failed on rank %d: %s", agent->firstRank + gpu,
@@ -411,7 +421,7 @@ static int captureGraphs(benchAgent_t* agent, int engine, benchLaunchFn_t launch
         status = -1;
       }
     }
-    if (graph) cudaGraphDestroy(graph);
+    if (graphs[gpu]) cudaGraphDestroy(graphs[gpu]);
   }
   (void)cudaGetLastError();
   if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
@@ -715,9 +725,12 @@ static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
         BENCH_FCCL(agent, agent->fccl[gpu], fcclMemAlloc(&ptr, bytes));
         b->kind = BENCH_ALLOC_FCCL;
       } else {
-#if FCCL_HAVE_NCCL
+#if BENCH_NCCL_REGISTER
         BENCH_NCCL(agent, (ncclComm_t)agent->nccl[gpu], ncclMemAlloc(&ptr, bytes));
         b->kind = BENCH_ALLOC_NCCL;
+#else
+        BENCH_CUDA(agent, cudaMalloc(&ptr, bytes)); /* NCCL before 2.19 registers nothing */
+        b->kind = BENCH_ALLOC_CUDA;
 #endif
       }
       *ptrs[i] = (char*)ptr;
@@ -726,9 +739,9 @@ static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
       if (engine == BENCH_FCCL) {
         BENCH_FCCL(agent, agent->fccl[gpu], fcclCommRegister(agent->fccl[gpu], ptr, bytes, &b->fcclReg[i]));
       } else {
-#if FCCL_HAVE_NCCL
+#if BENCH_NCCL_REGISTER
         ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#if BENCH_NCCL_WINDOWS
         if (reg == 2 && agent->ncclVersion >= NCCL_VERSION(2, 27, 0)) {
           ncclWindow_t window = NULL;
           BENCH_NCCL(agent, comm, ncclCommWindowRegister(comm, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
@@ -759,11 +772,11 @@ static int freeOne(benchAgent_t* agent, int gpu, void* arg) {
         benchFail(agent, "fcclCommDeregister failed: %s", fcclGetLastError(agent->fccl[gpu]));
         status = -1;
       }
-#if FCCL_HAVE_NCCL
+#if BENCH_NCCL_REGISTER
       ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
       if (b->ncclReg[i] && comm) {
         ncclResult_t res = ncclSuccess;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#if BENCH_NCCL_WINDOWS
         if (agent->args.localRegister == 2 && agent->ncclVersion >= NCCL_VERSION(2, 27, 0))
           res = ncclCommWindowDeregister(comm, (ncclWindow_t)b->ncclReg[i]);
         else
@@ -778,7 +791,7 @@ static int freeOne(benchAgent_t* agent, int gpu, void* arg) {
       if (!ptrs[i]) continue;
       if (b->kind == BENCH_ALLOC_CUDA && cudaFree(ptrs[i]) != cudaSuccess) status = -1;
       if (b->kind == BENCH_ALLOC_FCCL && fcclMemFree(ptrs[i]) != fcclSuccess) status = -1;
-#if FCCL_HAVE_NCCL
+#if BENCH_NCCL_REGISTER
       if (b->kind == BENCH_ALLOC_NCCL && ncclMemFree(ptrs[i]) != ncclSuccess) status = -1;
 #endif
     }
@@ -838,7 +851,7 @@ static int gatherDevices(benchAgent_t* agent) {
       snprintf(prop.name, sizeof(prop.name), "?");
       prop.pciDomainID = prop.pciBusID = prop.pciDeviceID = 0;
     }
-    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s",
+    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10.64s device %2d [%04x:%02x:%02x] %.96s",
              agent->firstRank + gpu, 0, (int)getpid(), host, agent->devices[gpu], prop.pciDomainID, prop.pciBusID,
              prop.pciDeviceID, prop.name);
     if (agent->oob->allgather(agent->oob, line, DEVICE_LINE, lines) != 0) {
@@ -884,8 +897,9 @@ static void printHeader(benchAgent_t* agent) {
          args->stepFactor > 1 ? args->stepFactor : args->stepBytes, args->stepFactor > 1 ? "factor" : "bytes",
          args->warmupIters, args->iters, args->check, args->graphLaunches, args->unalign);
   if (args->blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-  printf("# Launch: %s, %d ranks | buffers: %s | compare: %s\n", process.launchText, agent->nranks,
-         agent->buffersText,
+  printf("# Launch: %s, %d rank%s | buffers: %s%s%s | compare: %s\n", process.launchText, agent->nranks,
+         agent->nranks == 1 ? "" : "s", agent->buffersText[0], agent->nEngines > 1 ? ", nccl " : "",
+         agent->nEngines > 1 ? agent->buffersText[1] : "",
          agent->nEngines > 1 ? "nccl" : (process.compareSkipped ? "nccl skipped (see above)" : "none"));
   printf("#\n# Using devices\n");
   for (int i = 0; i < process.nDeviceLines; i++) printf("%s\n", process.deviceLines[i]);
@@ -953,7 +967,12 @@ void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   benchJsonKey(json, "unalign");
   benchJsonInt(json, args->unalign);
   benchJsonKey(json, "buffers");
-  benchJsonString(json, agent->buffersText);
+  benchJsonBeginObject(json);
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    benchJsonKey(json, agent->engineNames[engine]);
+    benchJsonString(json, agent->buffersText[engine]);
+  }
+  benchJsonEndObject(json);
   benchJsonKey(json, "shared_gpus");
   benchJsonBool(json, agent->sharedGpus);
   benchJsonKey(json, "compare");
@@ -1108,7 +1127,11 @@ static void* agentThread(void* arg) {
   agent->engineNames[1] = "nccl";
   if (process.args.compareNccl && !process.compareSkipped) agent->nEngines = 2;
   static const char* const buffersText[3] = {"plain", "registered", "symmetric"};
-  agent->buffersText = buffersText[process.args.localRegister];
+  agent->buffersText[0] = buffersText[process.args.localRegister > 0 ? 1 : 0]; /* fccl has no symmetric kind */
+  agent->buffersText[1] = buffersText[process.args.localRegister];
+#if !BENCH_NCCL_WINDOWS
+  if (process.args.localRegister == 2) agent->buffersText[1] = buffersText[1];
+#endif
 #if FCCL_HAVE_NCCL
   ncclGetVersion(&agent->ncclVersion);
 #endif
@@ -1213,11 +1236,10 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     process.compareSkipped = 1;
   }
 #endif
-  if (args->localRegister > 0 && args->compareNccl && !process.compareSkipped) {
-#if FCCL_HAVE_NCCL && NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
-    if (args->localRegister == 2) printf("# -R 2: NCCL headers older than 2.27 have no windows; NCCL registers\n");
+#if FCCL_HAVE_NCCL && !BENCH_NCCL_WINDOWS
+  if (args->localRegister == 2 && args->compareNccl)
+    printf("# -R 2: this NCCL has no symmetric windows (2.27+); NCCL's buffers are registered plainly\n");
 #endif
-  }
   if (benchDetectLaunch(realGetenv, &process.env, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;
@@ -1293,7 +1315,8 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     return 2;
   }
   if (process.layout.shared && args->compareNccl && !process.compareSkipped) {
-    if (process.env.rank == 0) printf("# --compare nccl: NCCL does not run two ranks on one GPU; measuring fccl alone\n");
+    if (process.env.rank == 0)
+      printf("# --compare nccl: NCCL does not run two ranks on one GPU; measuring fccl alone\n");
     process.compareSkipped = 1;
   }
   snprintf(process.launchText, sizeof(process.launchText), "%s, %d processes%s", process.env.source,

@@ -67,7 +67,7 @@ struct benchAgent {
   const char* engineNames[BENCH_MAX_ENGINES];
   benchInitStats_t init[BENCH_MAX_ENGINES];
   benchBuffers_t buffers[BENCH_MAX_LOCAL][BENCH_MAX_ENGINES];
-  const char* buffersText;   /* "plain", "registered", "symmetric" for CSV/JSON */
+  const char* buffersText[BENCH_MAX_ENGINES]; /* per engine: "plain", "registered", "symmetric" (NCCL -R 2) */
   unsigned char* staging;    /* pinned host chunk for uploads and checks */
   size_t stagingBytes;
   uint64_t seedCounter;
@@ -75,7 +75,7 @@ struct benchAgent {
   char error[1024];
 };
 
-/* Prints (agent->output only) and records the first error. */
+/* Prints the failure to stderr with the agent's first rank, and keeps the first one in agent->error. */
 void benchFail(benchAgent_t* agent, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Engine calls on local rank `gpu`; 0 or -1 (agent->error). Group bracket NCCL launches when a thread drives more

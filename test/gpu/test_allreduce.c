@@ -1,0 +1,357 @@
+/*
+ * fcclAllReduce on GPUs, forked ranks (exits 77 without a GPU; ranks share GPUs when there are fewer GPUs than
+ * ranks, e.g. 3, 4 and 8 ranks on 2). Every result is checked against the host reference (test_allreduce_ref.c)
+ * and compared bitwise across ranks; outputs and the bytes around them are poisoned first.
+ *
+ *   sweep [n]   every type x op x algorithm (forced, and the automatic choice), in place and out of place, unregistered
+ *               and registered buffers, counts 0, 1, odd, powers of two and not, element-aligned offsets 0..15 bytes
+ *   ranks n     a narrower sweep for n ranks (run with 3, 4 and 8 on 2 GPUs)
+ *   large [n]   up to 64 Mi elements (staged rounds, registered two-shot, in-place one-shot pull passes)
+ *   wrap        epochs across the 32-bit wrap of the LL flags: stale packets must never satisfy a later call
+ *   reinit      communicators destroyed and created again over the same slot: epochs start past the old ones
+ *   invalid     argument errors: fcclInvalidArgument, nothing launched, the next call still right
+ * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
+ */
+#include "device.h"
+#include "param.h"
+#include "test_allreduce_common.h"
+#include "transport.h"
+
+#include <unistd.h>
+
+static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED, -1};
+static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,          FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
+                                       FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  -1};
+
+struct testArgs {
+  const char* mode;
+  struct collShared* shared;
+  uint64_t seed;
+  int gpus;
+};
+
+/* The call sequence is the same on every rank: each rank runs the same cases in the same order. */
+struct sweepSpec {
+  const fcclDataType_t* types;
+  int ntypes;
+  const size_t* counts;
+  int ncounts;
+  int allOps; /* 0: sum only, except for the first type */
+};
+
+static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, int registered, uint64_t* call) {
+  const int* algos = registered ? kRegisteredAlgos : kUnregisteredAlgos;
+  const int nalgos = registered ? 6 : 4;
+  int problems = 0;
+  unsigned k = 0;
+  for (int t = 0; t < spec->ntypes; t++) {
+    const fcclDataType_t type = spec->types[t];
+    const size_t size = refTypeSize(type);
+    for (int op = 0; op < fcclNumOps; op++) {
+      if (!spec->allOps && t > 0 && op != fcclSum) continue;
+      for (int a = 0; a < nalgos; a++) {
+        for (int inPlace = 0; inPlace < 2; inPlace++) {
+          for (int n = 0; n < spec->ncounts; n++, k++) {
+            struct collCase c;
+            c.type = type;
+            c.op = (fcclRedOp_t)op;
+            c.algo = algos[a];
+            c.inPlace = inPlace;
+            c.count = spec->counts[n];
+            /* offsets: aligned every fourth case, else element-aligned positions inside a 16-byte unit */
+            const unsigned slots = 16 / (unsigned)size;
+            c.sendOffset = k % 4 == 0 ? 0 : (size_t)((k * 3 + 1) % slots) * size;
+            c.recvOffset = k % 4 == 0 ? 0 : (size_t)((k * 5 + 2) % slots) * size;
+            if (!collAlgoApplicable(c.algo, ctx->nranks, c.count * size, registered, inPlace)) continue;
+            problems += collRunCase(ctx, &c, (*call)++);
+            if (problems > 20) return problems;
+          }
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+static int modeSweep(int rank, int nranks, const struct testArgs* args, int narrow) {
+  static const fcclDataType_t allTypes[] = {fcclFloat32, fcclFloat16, fcclBfloat16, fcclFloat64, fcclInt8,
+                                            fcclUint8,   fcclInt32,   fcclUint32,   fcclInt64,   fcclUint64};
+  static const fcclDataType_t quickTypes[] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
+  static const fcclDataType_t narrowTypes[] = {fcclFloat32, fcclBfloat16, fcclInt32, fcclUint8};
+  static const size_t allCounts[] = {0, 1, 2, 3, 7, 16, 33, 255, 1024, 4099, 65537};
+  static const size_t quickCounts[] = {0, 1, 17, 4099};
+  static const size_t narrowCounts[] = {1, 5, 1000, 70001};
+  struct sweepSpec spec;
+  if (narrow) {
+    spec = (struct sweepSpec){narrowTypes, 4, narrowCounts, collQuick() ? 2 : 4, 0};
+  } else if (collQuick()) {
+    spec = (struct sweepSpec){quickTypes, 4, quickCounts, 4, 1};
+  } else {
+    spec = (struct sweepSpec){allTypes, 10, allCounts, 11, 1};
+  }
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  uint64_t call = 0;
+  const size_t capacity = 1u << 20;
+  for (int registered = 0; registered < 2; registered++) {
+    struct collContext ctx;
+    if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, capacity, registered)) {
+      testFail(__FILE__, __LINE__, "rank %d: context setup failed", rank);
+      break;
+    }
+    int problems = runSweep(&ctx, &spec, registered, &call);
+    if (rank == 0)
+      printf("%s buffers: %llu calls so far, %d problems on rank 0\n", registered ? "registered" : "unregistered",
+             (unsigned long long)call, problems);
+    collContextFini(&ctx);
+    if (problems > 20) break;
+  }
+  args->shared->flags[0] = (int)call;
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return 0;
+}
+
+static int modeLarge(int rank, int nranks, const struct testArgs* args) {
+  const size_t big = collQuick() ? (1u << 20) + 3 : (64u << 20);
+  const size_t mid = collQuick() ? (1u << 18) + 1 : (16u << 20) + 3;
+  const struct {
+    int registered;
+    struct collCase c;
+  } cases[] = {
+      {0, {fcclFloat32, fcclSum, -1, 0, big, 0, 0}},
+      {0, {fcclBfloat16, fcclSum, -1, 1, big + 5, 2, 2}},
+      {0, {fcclFloat64, fcclSum, FCCL_ALGO_TWOSHOT_STAGED, 0, mid / 2 + 7, 8, 0}},
+      {0, {fcclInt8, fcclMax, FCCL_ALGO_TWOSHOT_STAGED, 0, mid + 11, 3, 5}},
+      {1, {fcclFloat32, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big, 0, 0}},
+      {1, {fcclFloat32, fcclAvg, FCCL_ALGO_ONESHOT_PULL, 1, mid, 4, 4}},
+      {1, {fcclInt32, fcclMax, -1, 1, mid + 1, 0, 0}},
+      {1, {fcclFloat16, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big - 1, 6, 10}},
+  };
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  uint64_t call = 0;
+  for (int registered = 0; registered < 2; registered++) {
+    struct collContext ctx;
+    if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, big * 4 + 64, registered)) {
+      testFail(__FILE__, __LINE__, "rank %d: context setup failed", rank);
+      break;
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+      if (cases[i].registered != registered) continue;
+      const int64_t start = collNowNs();
+      collRunCase(&ctx, &cases[i].c, call++);
+      if (rank == 0)
+        printf("%s %s x %zu (%s, %s): checked in %.2f s\n", refTypeName(cases[i].c.type), refOpName(cases[i].c.op),
+               cases[i].c.count, cases[i].c.algo < 0 ? "auto" : fcclAlgoName(cases[i].c.algo),
+               registered ? "registered" : "staged", (double)(collNowNs() - start) / 1e9);
+    }
+    collContextFini(&ctx);
+  }
+  args->shared->flags[0] = (int)call;
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return 0;
+}
+
+/* Runs one small checked call with algorithm algo (barrier for algo == FCCL_KERNEL_BARRIER). */
+static void smallCall(struct collContext* ctx, int algo, size_t count, uint64_t* call) {
+  if (algo == FCCL_KERNEL_BARRIER) {
+    EXPECT_EQ_INT(fcclBarrier(ctx->comm, ctx->stream), fcclSuccess);
+    EXPECT_EQ_INT(cudaStreamSynchronize(ctx->stream), cudaSuccess);
+    return;
+  }
+  struct collCase c = {fcclFloat32, fcclSum, algo, 0, count, 0, 0};
+  collRunCase(ctx, &c, (*call)++);
+}
+
+/* Sets every rank's epochs: first a barrier, so that no rank still works on a call of the old epochs. */
+static void setEpoch(struct collContext* ctx, uint64_t epoch) {
+  EXPECT_EQ_INT(fcclBarrier(ctx->comm, ctx->stream), fcclSuccess);
+  EXPECT_EQ_INT(cudaStreamSynchronize(ctx->stream), cudaSuccess);
+  EXPECT_EQ_INT(fcclDeviceSetEpochForTest(ctx->comm, epoch), fcclSuccess);
+}
+
+static int modeWrap(int rank, int nranks, const struct testArgs* args) {
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct collContext ctx;
+  if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, 1u << 20, 0)) return 1;
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, (uint64_t)fcclParamInt(FCCL_PARAM_STAGING_BYTES), &layout);
+  const size_t fullLL = layout.llBytes / sizeof(float); /* fills the whole LL region of a parity */
+  uint64_t call = 0, epoch = 0;
+  const uint64_t wrap1 = 1ull << 32, wrap2 = 2ull << 32;
+
+  /* A full LL region at epoch 2^32 - 6 (even parity, flag 0xfffffffa). */
+  setEpoch(&ctx, wrap1 - 6);
+  smallCall(&ctx, FCCL_ALGO_LL, fullLL, &call);
+  for (int i = 0; i < 3; i++) smallCall(&ctx, FCCL_ALGO_LL, 100 + i, &call);
+  /* 2^32 - 2 and 2^32 - 1: the kernels of these calls (not LL ones) clean the two LL parities. */
+  EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
+  EXPECT_EQ_INT(epoch, wrap1 - 2);
+  smallCall(&ctx, FCCL_KERNEL_BARRIER, 0, &call);
+  smallCall(&ctx, FCCL_ALGO_TWOSHOT_STAGED, 1000, &call);
+  EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
+  EXPECT_EQ_INT(epoch, wrap1 + 2); /* low word 0 skipped, parity kept alternating */
+  for (int i = 0; i < 3; i++) smallCall(&ctx, FCCL_ALGO_LL, 50 + i, &call);
+  /* Jump to the same low word and parity as the full call: without the cleaning, its stale packets would pass. */
+  setEpoch(&ctx, wrap2 - 6);
+  smallCall(&ctx, FCCL_ALGO_LL, fullLL, &call);
+  /* Through the second wrap with LL calls only, then every kind of call past it. */
+  for (int i = 0; i < 6; i++) smallCall(&ctx, FCCL_ALGO_LL, fullLL - 7 * (size_t)i, &call);
+  EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
+  EXPECT_EQ_INT(epoch, wrap2 + 3);
+  const int kinds[] = {FCCL_ALGO_LL, FCCL_KERNEL_BARRIER, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
+                       FCCL_ALGO_LL, FCCL_ALGO_LL};
+  for (int i = 0; i < 6; i++) smallCall(&ctx, kinds[i], 3000 + (size_t)i, &call);
+  collContextFini(&ctx);
+  args->shared->flags[0] = (int)call;
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return 0;
+}
+
+static int modeReinit(int rank, int nranks, const struct testArgs* args) {
+  const int cycles = collQuick() ? 3 : 20;
+  uint64_t call = 0;
+  int previousSlot = -1;
+  for (int cycle = 0; cycle < cycles && testFailed == 0; cycle++) {
+    /* Skewed ranks: the re-init race of the user report needs one rank to arrive late. */
+    if (rank == cycle % nranks) usleep(20000);
+    fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, cycle);
+    if (!comm) return 1;
+    uint64_t epoch = 0;
+    EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
+    const int slot = fcclTransportSlotIndex(comm);
+    if (cycle > 0 && slot == previousSlot)
+      EXPECT_MSG(epoch > ((uint64_t)cycle << 36), "cycle %d: epoch %llu does not start past the old one", cycle,
+                 (unsigned long long)epoch);
+    previousSlot = slot;
+    struct collContext ctx;
+    if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, 1u << 20, 0)) return 1;
+    smallCall(&ctx, FCCL_ALGO_LL, 1000 + (size_t)cycle, &call);
+    smallCall(&ctx, FCCL_ALGO_TWOSHOT_STAGED, 20000 + (size_t)cycle, &call);
+    /* Leave epochs far ahead: the next communicator on this slot must start past them. */
+    setEpoch(&ctx, ((uint64_t)(cycle + 1) << 36) + 5);
+    smallCall(&ctx, FCCL_ALGO_LL, 77, &call);
+    smallCall(&ctx, FCCL_ALGO_ONESHOT_PUSH, 5000, &call);
+    collContextFini(&ctx);
+    EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  }
+  args->shared->flags[0] = (int)call;
+  return 0;
+}
+
+static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct collContext ctx;
+  if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, 1u << 20, 0)) return 1;
+  uint64_t before = 0, after = 0;
+  EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &before), fcclSuccess);
+  float* dev = (float*)(ctx.send.base + COLL_GUARD);
+  float* out = (float*)(ctx.recv.base + COLL_GUARD);
+  cudaStream_t s = ctx.stream;
+
+  EXPECT_EQ_INT(fcclAllReduce(NULL, out, 5, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "sendbuf is NULL");
+  EXPECT_EQ_INT(fcclAllReduce(dev, NULL, 5, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduce(dev, out, 5, (fcclDataType_t)99, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduce(dev, out, 5, fcclFloat32, (fcclRedOp_t)-1, comm, s), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduce((char*)dev + 2, out, 5, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not aligned");
+  EXPECT_EQ_INT(fcclAllReduce(dev, out, SIZE_MAX / 2, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  float hostBuffer[8];
+  EXPECT_EQ_INT(fcclAllReduce(hostBuffer, out, 8, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduce(dev, ctx.hostIn, 8, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "host");
+  EXPECT_EQ_INT(fcclAllReduce(dev, out, 8, fcclFloat32, fcclSum, NULL, s), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclBarrier(NULL, s), fcclInvalidArgument);
+  /* Forced algorithms that cannot run the call (internal entry point). */
+  EXPECT_EQ_INT(fcclAllReduceAlgo(dev, out, 200000, fcclFloat32, fcclSum, comm, s, FCCL_ALGO_LL),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduceAlgo(dev, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_ALGO_ONESHOT_PULL),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduceAlgo(dev, out, 100, fcclFloat32, fcclSum, comm, s, 42), fcclInvalidArgument);
+  /* count 0 does nothing, even with NULL buffers. */
+  EXPECT_EQ_INT(fcclAllReduce(NULL, NULL, 0, fcclFloat32, fcclSum, comm, s), fcclSuccess);
+  int otherDevice = -1;
+  int current = -1;
+  EXPECT_EQ_INT(cudaGetDevice(&current), cudaSuccess);
+  if (args->gpus >= 2) {
+    otherDevice = (current + 1) % args->gpus;
+    float* foreign = NULL;
+    cudaStream_t foreignStream = NULL;
+    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
+    EXPECT_EQ_INT(cudaMalloc((void**)&foreign, 64), cudaSuccess);
+    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&foreignStream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
+    EXPECT_EQ_INT(fcclAllReduce(foreign, out, 8, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "device");
+    EXPECT_EQ_INT(fcclAllReduce(dev, out, 8, fcclFloat32, fcclSum, comm, foreignStream), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "stream");
+    EXPECT_EQ_INT(fcclBarrier(comm, foreignStream), fcclInvalidArgument);
+    /* The current device left as the caller had it. */
+    int now = -1;
+    EXPECT_EQ_INT(cudaGetDevice(&now), cudaSuccess);
+    EXPECT_EQ_INT(now, current);
+    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
+    EXPECT_EQ_INT(cudaStreamDestroy(foreignStream), cudaSuccess);
+    EXPECT_EQ_INT(cudaFree(foreign), cudaSuccess);
+    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
+  }
+  /* Nothing was launched: the epochs did not move, and a real call still agrees with the peers. */
+  EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &after), fcclSuccess);
+  EXPECT_EQ_INT(after, before);
+  uint64_t call = 0;
+  smallCall(&ctx, FCCL_ALGO_LL, 1000, &call);
+  smallCall(&ctx, -1, 200000, &call);
+  fcclResult_t async = fcclInternalError;
+  EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
+  EXPECT_EQ_INT(async, fcclSuccess);
+  collContextFini(&ctx);
+  args->shared->flags[0] = (int)call;
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return 0;
+}
+
+static int rankMain(int rank, int nranks, void* arg) {
+  const struct testArgs* args = arg;
+  int code = 0;
+  if (strcmp(args->mode, "sweep") == 0) code = modeSweep(rank, nranks, args, 0);
+  else if (strcmp(args->mode, "ranks") == 0) code = modeSweep(rank, nranks, args, 1);
+  else if (strcmp(args->mode, "large") == 0) code = modeLarge(rank, nranks, args);
+  else if (strcmp(args->mode, "wrap") == 0) code = modeWrap(rank, nranks, args);
+  else if (strcmp(args->mode, "reinit") == 0) code = modeReinit(rank, nranks, args);
+  else if (strcmp(args->mode, "invalid") == 0) code = modeInvalid(rank, nranks, args);
+  char name[64];
+  snprintf(name, sizeof(name), "allreduce %s rank %d", args->mode, rank);
+  return testSummary(name) != 0 || code != 0;
+}
+
+int main(int argc, char** argv) {
+  struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
+  int nranks = argc > 2 ? atoi(argv[2]) : 2;
+  const char* modes[] = {"sweep", "ranks", "large", "wrap", "reinit", "invalid"};
+  int known = 0;
+  for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= strcmp(args.mode, modes[i]) == 0;
+  if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
+    fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid [nranks 2..8]\n", argv[0]);
+    return 2;
+  }
+  args.gpus = collGpuCount();
+  if (args.gpus < 1) {
+    printf("SKIP: no GPU\n");
+    return TEST_SKIP;
+  }
+  args.seed = testSeed();
+  args.shared = collSharedNew();
+  printf("allreduce %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
+  int codes[REF_MAX_RANKS];
+  int failed = testForkRanks(nranks, rankMain, &args, collQuick() ? 900 : 600, codes);
+  for (int r = 0; r < nranks; r++)
+    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
+  const uint64_t calls = (uint64_t)args.shared->flags[0];
+  int differ = collCompareHashes(args.shared, nranks, calls);
+  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
+  EXPECT_EQ_INT(failed, 0);
+  return testSummary("allreduce");
+}

@@ -1,0 +1,275 @@
+/* Shared machinery of the collective GPU tests: see test_allreduce_common.h. */
+#include "test_allreduce_common.h"
+
+#include "device.h"
+#include "param.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct collShared* collSharedNew(void) {
+  void* mem = mmap(NULL, sizeof(struct collShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    fprintf(stderr, "mmap of %zu shared bytes failed: %s\n", sizeof(struct collShared), strerror(errno));
+    exit(1);
+  }
+  memset(mem, 0, sizeof(struct collShared));
+  return mem;
+}
+
+int collGpuCount(void) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  if (child == 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    _exit(count > 100 ? 100 : count);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 0;
+  return WEXITSTATUS(status);
+}
+
+int collQuick(void) {
+  const char* v = getenv("FCCLTEST_QUICK");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+int collVerbose(void) {
+  const char* v = getenv("FCCLTEST_VERBOSE");
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+int64_t collNowNs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int collShareId(struct collShared* shared, int rank, int which, fcclUniqueId* id) {
+  if (which < 0 || which >= COLL_MAX_IDS) return 0;
+  if (rank == 0) {
+    if (fcclGetUniqueId(id) != fcclSuccess) {
+      fprintf(stderr, "fcclGetUniqueId failed: %s\n", fcclGetLastError(NULL));
+      return 0;
+    }
+    shared->ids[which] = *id;
+    __atomic_store_n(&shared->idReady[which], 1, __ATOMIC_RELEASE);
+    return 1;
+  }
+  const int64_t deadline = collNowNs() + 60ll * 1000000000;
+  while (!__atomic_load_n(&shared->idReady[which], __ATOMIC_ACQUIRE)) {
+    if (collNowNs() > deadline) {
+      fprintf(stderr, "rank %d: id %d never published\n", rank, which);
+      return 0;
+    }
+    usleep(1000);
+  }
+  *id = shared->ids[which];
+  return 1;
+}
+
+fcclComm_t collCommCreate(struct collShared* shared, int rank, int nranks, int gpus, int which) {
+  fcclUniqueId id;
+  if (!collShareId(shared, rank, which, &id)) return NULL;
+  if (cudaSetDevice(rank % gpus) != cudaSuccess) {
+    fprintf(stderr, "rank %d: cudaSetDevice(%d) failed\n", rank, rank % gpus);
+    return NULL;
+  }
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = nranks > gpus;
+  config.timeoutMs = 60000;
+  config.commName = "coll-test";
+  fcclComm_t comm = NULL;
+  fcclResult_t res = fcclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  if (res != fcclSuccess) {
+    fprintf(stderr, "rank %d: fcclCommInitRankConfig: %s: %s\n", rank, fcclGetErrorString(res),
+            fcclGetLastError(NULL));
+    return NULL;
+  }
+  return comm;
+}
+
+int collBufferCreate(fcclComm_t comm, struct collBuffer* b, size_t capacity, int registered) {
+  memset(b, 0, sizeof(*b));
+  b->capacity = capacity;
+  const size_t total = capacity + 2 * COLL_GUARD;
+  if (registered) {
+    fcclResult_t res = fcclMemAlloc((void**)&b->base, total);
+    if (res == fcclSuccess) res = fcclCommRegister(comm, b->base, total, &b->handle);
+    if (res != fcclSuccess) {
+      fprintf(stderr, "registered buffer of %zu bytes: %s: %s\n", total, fcclGetErrorString(res),
+              fcclGetLastError(NULL));
+      return 0;
+    }
+    b->registered = 1;
+    return 1;
+  }
+  if (cudaMalloc((void**)&b->base, total) != cudaSuccess) {
+    fprintf(stderr, "cudaMalloc of %zu bytes failed\n", total);
+    return 0;
+  }
+  return 1;
+}
+
+void collBufferDestroy(fcclComm_t comm, struct collBuffer* b) {
+  if (!b->base) return;
+  if (b->registered) {
+    EXPECT_EQ_INT(fcclCommDeregister(comm, b->handle), fcclSuccess);
+    EXPECT_EQ_INT(fcclMemFree(b->base), fcclSuccess);
+  } else {
+    EXPECT_EQ_INT(cudaFree(b->base), cudaSuccess);
+  }
+  b->base = NULL;
+}
+
+int collContextInit(struct collContext* ctx, struct collShared* shared, fcclComm_t comm, int rank, int nranks,
+                    uint64_t seed, size_t capacity, int registered) {
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->shared = shared;
+  ctx->comm = comm;
+  ctx->rank = rank;
+  ctx->nranks = nranks;
+  ctx->seed = seed;
+  if (cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking) != cudaSuccess) return 0;
+  if (!collBufferCreate(comm, &ctx->send, capacity, registered)) return 0;
+  if (!collBufferCreate(comm, &ctx->recv, capacity, registered)) return 0;
+  ctx->hostBytes = capacity + 2 * COLL_GUARD;
+  if (cudaMallocHost(&ctx->hostIn, ctx->hostBytes) != cudaSuccess) return 0;
+  if (cudaMallocHost(&ctx->hostOut, ctx->hostBytes) != cudaSuccess) return 0;
+  return 1;
+}
+
+void collContextFini(struct collContext* ctx) {
+  if (ctx->stream) EXPECT_EQ_INT(cudaStreamSynchronize(ctx->stream), cudaSuccess);
+  collBufferDestroy(ctx->comm, &ctx->send);
+  collBufferDestroy(ctx->comm, &ctx->recv);
+  if (ctx->hostIn) cudaFreeHost(ctx->hostIn);
+  if (ctx->hostOut) cudaFreeHost(ctx->hostOut);
+  if (ctx->stream) cudaStreamDestroy(ctx->stream);
+  memset(ctx, 0, sizeof(*ctx));
+}
+
+static int guardsIntact(const unsigned char* before, const unsigned char* after) {
+  for (int i = 0; i < COLL_GUARD; i++)
+    if (before[i] != COLL_POISON || after[i] != COLL_POISON) return 0;
+  return 1;
+}
+
+#define COLL_CHECK_CUDA(call)                                                                          \
+  do {                                                                                                 \
+    cudaError_t e_ = (call);                                                                           \
+    if (e_ != cudaSuccess) {                                                                           \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s", ctx->rank, #call, cudaGetErrorString(e_));       \
+      return 1;                                                                                        \
+    }                                                                                                  \
+  } while (0)
+
+int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call) {
+  const size_t size = refTypeSize(c->type);
+  const size_t bytes = c->count * size;
+  const size_t recvOffset = c->inPlace ? c->sendOffset : c->recvOffset;
+  if (c->sendOffset + bytes > ctx->send.capacity || recvOffset + bytes > ctx->recv.capacity) {
+    testFail(__FILE__, __LINE__, "case of %zu bytes does not fit the test buffers", bytes);
+    return 1;
+  }
+  char what[160];
+  snprintf(what, sizeof(what), "call %llu: %s %s x %zu, %s, %s, offsets %zu/%zu",
+           (unsigned long long)call, refTypeName(c->type), refOpName(c->op), c->count,
+           c->algo < 0 ? "auto" : fcclAlgoName(c->algo), c->inPlace ? "in place" : "out of place", c->sendOffset,
+           recvOffset);
+  if (collVerbose()) fprintf(stderr, "rank %d: %s\n", ctx->rank, what);
+  struct collBuffer* out = c->inPlace ? &ctx->send : &ctx->recv;
+  char* sendRegion = ctx->send.base + COLL_GUARD + c->sendOffset;
+  char* recvRegion = out->base + COLL_GUARD + recvOffset;
+
+  COLL_CHECK_CUDA(cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
+  if (!c->inPlace)
+    COLL_CHECK_CUDA(cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
+  refFillInput(c->type, ctx->seed, call, ctx->rank, 0, ctx->hostIn, c->count);
+  COLL_CHECK_CUDA(cudaMemcpyAsync(sendRegion, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
+
+  fcclResult_t res = fcclAllReduceAlgo(sendRegion, recvRegion, c->count, c->type, c->op, ctx->comm, ctx->stream,
+                                       c->algo);
+  if (res != fcclSuccess) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: fcclAllReduce returned %s: %s", ctx->rank, what,
+             fcclGetErrorString(res), fcclGetLastError(NULL));
+    return 1;
+  }
+  COLL_CHECK_CUDA(cudaStreamSynchronize(ctx->stream));
+  fcclResult_t async = fcclInternalError;
+  EXPECT_EQ_INT(fcclCommGetAsyncError(ctx->comm, &async), fcclSuccess);
+  if (async != fcclSuccess) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: async error %s: %s", ctx->rank, what, fcclGetErrorString(async),
+             fcclGetLastError(ctx->comm));
+    return 1;
+  }
+
+  int problems = 0;
+  unsigned char* host = ctx->hostOut;
+  COLL_CHECK_CUDA(cudaMemcpy(host, recvRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+  if (!guardsIntact(host, host + COLL_GUARD + bytes)) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: bytes next to the output were overwritten", ctx->rank, what);
+    problems++;
+  }
+  char message[512];
+  size_t bad = refCheckBuffer(c->type, c->op, ctx->seed, call, ctx->nranks, host + COLL_GUARD, c->count, message,
+                              sizeof(message));
+  if (bad) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: %zu of %zu elements wrong: %s", ctx->rank, what, bad, c->count,
+             message);
+    problems++;
+  } else {
+    testPassed++;
+  }
+  if (call < COLL_MAX_HASHES) ctx->shared->hashes[call][ctx->rank] = refHash(host + COLL_GUARD, bytes) | 1;
+  if (!c->inPlace) {
+    COLL_CHECK_CUDA(cudaMemcpy(host, sendRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+    if (memcmp(host + COLL_GUARD, ctx->hostIn, bytes) != 0 || !guardsIntact(host, host + COLL_GUARD + bytes)) {
+      testFail(__FILE__, __LINE__, "rank %d: %s: the input buffer (or its guards) changed", ctx->rank, what);
+      problems++;
+    }
+  }
+  return problems;
+}
+
+int collCompareHashes(const struct collShared* shared, int nranks, uint64_t calls) {
+  int differ = 0;
+  for (uint64_t c = 0; c < calls && c < COLL_MAX_HASHES; c++) {
+    uint64_t first = 0;
+    for (int r = 0; r < nranks; r++) {
+      uint64_t h = shared->hashes[c][r];
+      if (!h) continue;
+      if (!first) first = h;
+      if (h != first) {
+        if (differ < 5) fprintf(stderr, "call %llu: rank %d's output differs bitwise from rank 0's\n",
+                                (unsigned long long)c, r);
+        differ++;
+        break;
+      }
+    }
+  }
+  return differ;
+}
+
+int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace) {
+  if (algo < 0) return 1;
+  if (bytes == 0) return 1;
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, (uint64_t)fcclParamInt(FCCL_PARAM_STAGING_BYTES), &layout);
+  fcclAlgoQuery q;
+  memset(&q, 0, sizeof(q));
+  q.bytes = bytes;
+  q.nranks = nranks;
+  q.registered = registered;
+  q.inPlace = inPlace;
+  q.smCount = 132;
+  q.llBytes = layout.llBytes;
+  q.chunkBytes = layout.chunkBytes;
+  q.forced = algo;
+  return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
+}

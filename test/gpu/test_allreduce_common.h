@@ -1,0 +1,111 @@
+/*
+ * What the collective GPU tests share: forked ranks that meet through ids published in shared memory, a GPU count
+ * probed in a child (the parent must not initialise CUDA before it forks), communicators that may share GPUs
+ * (3, 4 and 8 ranks on 2 GPUs), device buffers with poisoned guards, one checked all-reduce call, and the
+ * cross-rank comparison of output hashes.
+ *
+ * Environment: FCCLTEST_SEED (data), FCCLTEST_QUICK=1 (fewer sizes and iterations, e.g. under compute-sanitizer),
+ * FCCLTEST_VERBOSE=1 (one line per call).
+ */
+#ifndef FCCL_TEST_ALLREDUCE_COMMON_H_
+#define FCCL_TEST_ALLREDUCE_COMMON_H_
+
+#include "fccl.h"
+#include "test.h"
+#include "test_allreduce_ref.h"
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define COLL_MAX_IDS 64
+#define COLL_MAX_HASHES 65536
+#define COLL_GUARD 64          /* poisoned bytes before and after every buffer region */
+#define COLL_POISON 0xa5
+
+/* Shared by the parent and every forked rank (MAP_SHARED). */
+struct collShared {
+  int idReady[COLL_MAX_IDS];
+  fcclUniqueId ids[COLL_MAX_IDS];
+  uint64_t hashes[COLL_MAX_HASHES][REF_MAX_RANKS]; /* output hash of call c on rank r (0: none) */
+  int64_t stamps[16][REF_MAX_RANKS];               /* CLOCK_MONOTONIC ns, free for tests */
+  int flags[16];                                   /* free for tests */
+};
+
+struct collShared* collSharedNew(void);
+
+/* Visible GPUs, counted in a child process. */
+int collGpuCount(void);
+
+/* FCCLTEST_QUICK set: run the short variant. */
+int collQuick(void);
+int collVerbose(void);
+
+/* Rank 0 creates id number `which` and publishes it; the others wait for it (at most 60 s). */
+int collShareId(struct collShared* shared, int rank, int which, fcclUniqueId* id);
+
+/* Creates communicator number `which` of nranks ranks; device rank % gpus, shared GPUs allowed when needed.
+ * NULL on failure (reported). */
+fcclComm_t collCommCreate(struct collShared* shared, int rank, int nranks, int gpus, int which);
+
+/* Wall clock in ns (CLOCK_MONOTONIC, comparable across processes). */
+int64_t collNowNs(void);
+
+/* A device buffer for one side of a call: capacity bytes plus guards; registered when reg is set (fcclMemAlloc +
+ * fcclCommRegister: every rank must create its buffers in the same order). */
+struct collBuffer {
+  char* base; /* guard + capacity + guard */
+  size_t capacity;
+  int registered;
+  fcclRegHandle_t handle;
+};
+
+int collBufferCreate(fcclComm_t comm, struct collBuffer* buffer, size_t capacity, int registered);
+void collBufferDestroy(fcclComm_t comm, struct collBuffer* buffer);
+
+/* One all-reduce call, checked. */
+struct collCase {
+  fcclDataType_t type;
+  fcclRedOp_t op;
+  int algo;        /* fcclDevKernel_t, or -1 for the automatic choice */
+  int inPlace;
+  size_t count;
+  size_t sendOffset; /* bytes from the start of the region; a multiple of the element size */
+  size_t recvOffset;
+};
+
+/* Per-rank context of a test. */
+struct collContext {
+  struct collShared* shared;
+  fcclComm_t comm;
+  int rank;
+  int nranks;
+  uint64_t seed;
+  cudaStream_t stream;
+  struct collBuffer send;
+  struct collBuffer recv;
+  void* hostIn;  /* pinned, capacity + 2 guards */
+  void* hostOut;
+  size_t hostBytes;
+};
+
+/* Allocates the context's stream, buffers (capacity bytes each side) and pinned host staging. */
+int collContextInit(struct collContext* ctx, struct collShared* shared, fcclComm_t comm, int rank, int nranks,
+                    uint64_t seed, size_t capacity, int registered);
+void collContextFini(struct collContext* ctx);
+
+/*
+ * Poisons the buffers, copies in rank's input of call `call`, runs the all-reduce (fcclAllReduceAlgo), waits,
+ * and checks: the output against the reference, the guards untouched, an out-of-place input unchanged. Stores
+ * the output's hash as shared->hashes[call][rank]. Returns the number of problems (0: all good).
+ */
+int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call);
+
+/* After every rank is done: the outputs of calls [0, calls) hash equal on every rank that recorded one. Returns
+ * the number of calls whose hashes differ. */
+int collCompareHashes(const struct collShared* shared, int nranks, uint64_t calls);
+
+/* Whether algorithm algo can run the case (capacity, registration), with the default layout. */
+int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace);
+
+#endif /* FCCL_TEST_ALLREDUCE_COMMON_H_ */
