@@ -212,7 +212,11 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
 static int modeReinit(int rank, int nranks, const struct testArgs* args) {
   const int cycles = collQuick() ? 3 : 20;
   uint64_t call = 0;
-  int previousSlot = -1;
+  int previousSlot = -1, reused = 0;
+  /* A communicator kept alive throughout keeps the arena chunk, so that each new communicator takes the slot the
+   * previous one left, with its contents (a device's last communicator frees the chunk). */
+  fcclComm_t keeper = collCommCreate(args->shared, rank, nranks, args->gpus, COLL_MAX_IDS - 1);
+  if (!keeper) return 1;
   for (int cycle = 0; cycle < cycles && testFailed == 0; cycle++) {
     /* Skewed ranks: the re-init race of the user report needs one rank to arrive late. */
     if (rank == cycle % nranks) usleep(20000);
@@ -221,9 +225,11 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
     uint64_t epoch = 0;
     EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
     const int slot = fcclTransportSlotIndex(comm);
-    if (cycle > 0 && slot == previousSlot)
+    if (cycle > 0 && slot == previousSlot) {
+      reused++;
       EXPECT_MSG(epoch > ((uint64_t)cycle << 36), "cycle %d: epoch %llu does not start past the old one", cycle,
                  (unsigned long long)epoch);
+    }
     previousSlot = slot;
     struct collContext ctx;
     if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed, 1u << 20, 0)) return 1;
@@ -236,6 +242,9 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
     collContextFini(&ctx);
     EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   }
+  EXPECT_MSG(reused > 0, "no communicator reused its predecessor's slot: the epoch start was not exercised");
+  if (rank == 0) printf("%d of %d communicators reused the previous one's slot\n", reused, cycles - 1);
+  EXPECT_EQ_INT(fcclCommDestroy(keeper), fcclSuccess);
   args->shared->flags[0] = (int)call;
   return 0;
 }
