@@ -54,7 +54,10 @@ void testFail(const char* file, int line, const char* fmt, ...) __attribute__((f
 /* Prints the summary line and returns the process exit code. */
 int testSummary(const char* name);
 
-/* Exits 77 unless at least minGpus CUDA devices are visible. */
+/* Number of visible CUDA devices, counted in a child process so the caller may still fork ranks afterwards. */
+int testGpuCount(void);
+
+/* Exits 77 unless at least minGpus CUDA devices are visible (fork-safe, like testGpuCount). */
 void testRequireGpus(int minGpus);
 
 /* Reproducible random data: seed from FCCLTEST_SEED or the clock; the seed is printed so a failure can be re-run. */

@@ -30,28 +30,6 @@ static inline void testCommMake(struct fcclComm* comm, int rank, int nranks, int
 }
 
 /* Visible CUDA devices, counted in a child so that this process can still fork ranks that use CUDA. */
-static inline int testGpuCountInChild(void) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t child = fork();
-  if (child == 0) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-    _exit(count > 100 ? 100 : count);
-  }
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 0;
-  return WEXITSTATUS(status);
-}
-
-static inline void testRequireGpusForked(int minGpus) {
-  int count = testGpuCountInChild();
-  if (count < minGpus) {
-    printf("SKIP: needs %d GPU(s), found %d\n", minGpus, count);
-    exit(TEST_SKIP);
-  }
-}
-
 /* The 8-byte word at byte offset (a multiple of 8) of buffer `buffer` of rank `rank`: data no one else has. */
 static inline uint64_t testWord(uint64_t seed, int rank, int buffer, size_t offset) {
   uint64_t state = seed ^ ((uint64_t)(rank + 1) << 48) ^ ((uint64_t)(buffer + 1) << 40) ^ (offset / 8);

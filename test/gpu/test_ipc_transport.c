@@ -424,7 +424,7 @@ static int rankMain(int rank, int nranks, void* argp) {
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "all";
-  int gpus = testGpuCountInChild();
+  int gpus = testGpuCount();
   if (gpus < 1) {
     printf("SKIP: needs a GPU\n");
     return TEST_SKIP;

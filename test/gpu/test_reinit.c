@@ -217,7 +217,7 @@ static int rankMain(int rank, int nranks, void* argp) {
 }
 
 int main(int argc, char** argv) {
-  int gpus = testGpuCountInChild();
+  int gpus = testGpuCount();
   if (gpus < 1) {
     printf("SKIP: needs a GPU\n");
     return TEST_SKIP;
