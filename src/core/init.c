@@ -86,9 +86,8 @@ static fcclResult_t checkRanks(const char* caller, int nranks, int rank) {
 /* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
 static fcclResult_t commFree(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
-  /* LAYER TEARDOWN: device and transport teardown go here, in reverse order of their setup, each one a no-op for
-   * a layer that was not set up, and none of them waiting for peers when *comm->abortFlag is set. Keep the
-   * first error in res. */
+  /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
+   * when *comm->abortFlag is set. The first error is kept in res. */
 
   /* collectives: wait for this device's work (our kernels end on their own or on the abort flag), free the state */
   fcclResult_t deviceRes = fcclDeviceFini(comm);
@@ -180,9 +179,8 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(exchangePeerInfo(comm));
 
-  /* LAYER SETUP: transport and device init go here. Each sets its own comm field only when it succeeded (or
-   * leaves enough there for its teardown in commFree to undo a partial setup); a failure returns, and commFree
-   * runs every teardown. */
+  /* Layers: each sets its own comm field only when it succeeded (or leaves enough there for its teardown in
+   * commFree to undo a partial setup); a failure returns, and commFree runs every teardown. */
 
   /* peer memory: this comm's slot in every rank's arena, mapped and P2P-checked (sets comm->transport) */
   FCCLCHECK(fcclTransportInit(comm, fcclDeviceSlotBytes(comm->nranks)));

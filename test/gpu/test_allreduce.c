@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid [nranks 2..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = collGpuCount();
+  args.gpus = testGpuCount();
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     return TEST_SKIP;

@@ -20,20 +20,6 @@ struct collShared* collSharedNew(void) {
   return mem;
 }
 
-int collGpuCount(void) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t child = fork();
-  if (child == 0) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-    _exit(count > 100 ? 100 : count);
-  }
-  int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return 0;
-  return WEXITSTATUS(status);
-}
-
 int collQuick(void) {
   const char* v = getenv("FCCLTEST_QUICK");
   return v && *v && strcmp(v, "0") != 0;

@@ -34,9 +34,6 @@ struct collShared {
 
 struct collShared* collSharedNew(void);
 
-/* Visible GPUs, counted in a child process. */
-int collGpuCount(void);
-
 /* FCCLTEST_QUICK set: run the short variant. */
 int collQuick(void);
 int collVerbose(void);

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
   /* Read by the ranks' first fccl call, after the fork. */
   if (strcmp(args.mode, "timeout") == 0) setenv("FCCL_TIMEOUT", "300", 1);
   if (strcmp(args.mode, "abort") == 0) setenv("FCCL_TIMEOUT", "30000", 1); /* a failed abort: slow, not a hang */
-  args.gpus = collGpuCount();
+  args.gpus = testGpuCount();
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     return TEST_SKIP;

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s [nranks 2..8]\n", argv[0]);
     return 2;
   }
-  struct graphArgs args = {collSharedNew(), testSeed(), collGpuCount()};
+  struct graphArgs args = {collSharedNew(), testSeed(), testGpuCount()};
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     return TEST_SKIP;
