@@ -46,7 +46,7 @@ static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, int r
   unsigned k = 0;
   for (int t = 0; t < spec->ntypes; t++) {
     const fcclDataType_t type = spec->types[t];
-    const size_t size = refTypeSize(type);
+    const size_t size = fcclTypeSize(type);
     for (int op = 0; op < fcclNumOps; op++) {
       if (!spec->allOps && t > 0 && op != fcclSum) continue;
       for (int a = 0; a < nalgos; a++) {

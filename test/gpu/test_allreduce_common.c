@@ -156,7 +156,7 @@ static int guardsIntact(const unsigned char* before, const unsigned char* after)
   } while (0)
 
 int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call) {
-  const size_t size = refTypeSize(c->type);
+  const size_t size = fcclTypeSize(c->type);
   const size_t bytes = c->count * size;
   const size_t recvOffset = c->inPlace ? c->sendOffset : c->recvOffset;
   if (c->sendOffset + bytes > ctx->send.capacity || recvOffset + bytes > ctx->recv.capacity) {

@@ -6,22 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-size_t refTypeSize(fcclDataType_t type) {
-  switch (type) {
-    case fcclInt8:
-    case fcclUint8: return 1;
-    case fcclFloat16:
-    case fcclBfloat16: return 2;
-    case fcclInt32:
-    case fcclUint32:
-    case fcclFloat32: return 4;
-    case fcclInt64:
-    case fcclUint64:
-    case fcclFloat64: return 8;
-    default: return 0;
-  }
-}
-
 const char* refTypeName(fcclDataType_t type) {
   static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
                                       "uint64", "float16", "float32", "float64", "bfloat16"};
@@ -109,7 +93,7 @@ static uint64_t hashInput(uint64_t seed, uint64_t call, int rank, uint64_t index
 uint64_t refInputBits(fcclDataType_t type, uint64_t seed, uint64_t call, int rank, uint64_t index, refKind_t* kind) {
   const uint64_t r = hashInput(seed, call, rank, index);
   if (!refTypeIsFloat(type)) {
-    const size_t bits = refTypeSize(type) * 8;
+    const size_t bits = fcclTypeSize(type) * 8;
     uint64_t v = bits == 64 ? r : r & ((1ull << bits) - 1);
     if (kind) *kind = REF_NORMAL;
     return v ? v : 1;
@@ -178,7 +162,7 @@ uint64_t refInputBits(fcclDataType_t type, uint64_t seed, uint64_t call, int ran
 }
 
 static void storeBits(fcclDataType_t type, void* buffer, size_t i, uint64_t bits) {
-  switch (refTypeSize(type)) {
+  switch (fcclTypeSize(type)) {
     case 1: ((uint8_t*)buffer)[i] = (uint8_t)bits; break;
     case 2: ((uint16_t*)buffer)[i] = (uint16_t)bits; break;
     case 4: ((uint32_t*)buffer)[i] = (uint32_t)bits; break;
@@ -187,7 +171,7 @@ static void storeBits(fcclDataType_t type, void* buffer, size_t i, uint64_t bits
 }
 
 uint64_t refLoadBits(fcclDataType_t type, const void* buffer, size_t i) {
-  switch (refTypeSize(type)) {
+  switch (fcclTypeSize(type)) {
     case 1: return ((const uint8_t*)buffer)[i];
     case 2: return ((const uint16_t*)buffer)[i];
     case 4: return ((const uint32_t*)buffer)[i];
@@ -205,12 +189,12 @@ void refFillInput(fcclDataType_t type, uint64_t seed, uint64_t call, int rank, u
 static int isSigned(fcclDataType_t type) { return type == fcclInt8 || type == fcclInt32 || type == fcclInt64; }
 
 static uint64_t widthMask(fcclDataType_t type) {
-  size_t bits = refTypeSize(type) * 8;
+  size_t bits = fcclTypeSize(type) * 8;
   return bits == 64 ? ~0ull : (1ull << bits) - 1;
 }
 
 static int64_t signExtend(fcclDataType_t type, uint64_t bits) {
-  size_t width = refTypeSize(type) * 8;
+  size_t width = fcclTypeSize(type) * 8;
   if (width == 64) return (int64_t)bits;
   uint64_t signBit = 1ull << (width - 1);
   return (int64_t)((bits ^ signBit) - signBit);

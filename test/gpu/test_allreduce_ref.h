@@ -10,6 +10,7 @@
 #ifndef FCCL_TEST_ALLREDUCE_REF_H_
 #define FCCL_TEST_ALLREDUCE_REF_H_
 
+#include "device.h" /* fcclTypeSize */
 #include "fccl.h"
 
 #include <stddef.h>
@@ -17,8 +18,7 @@
 
 #define REF_MAX_RANKS 8
 
-/* Bytes of one element. */
-size_t refTypeSize(fcclDataType_t type);
+/* Names for messages. */
 const char* refTypeName(fcclDataType_t type);
 const char* refOpName(fcclRedOp_t op);
 int refTypeIsFloat(fcclDataType_t type);

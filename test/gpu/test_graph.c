@@ -80,7 +80,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   for (int replay = 0; replay < replays && bad < 5; replay++) {
     /* Fresh inputs: call id replay * NODES + n. */
     for (int n = 0; n < NODES; n++) {
-      const size_t bytes = kNodes[n].count * refTypeSize(kNodes[n].type);
+      const size_t bytes = kNodes[n].count * fcclTypeSize(kNodes[n].type);
       char* host = (char*)hostIn + (size_t)n * REGION;
       refFillInput(kNodes[n].type, args->seed, (uint64_t)replay * NODES + n, rank, 0, host, kNodes[n].count);
       EXPECT_EQ_INT(cudaMemcpyAsync(sendAt[n], host, bytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
@@ -88,7 +88,7 @@ static int rankMain(int rank, int nranks, void* arg) {
     }
     EXPECT_EQ_INT(cudaGraphLaunch(exec, stream), cudaSuccess);
     for (int n = 0; n < NODES; n++) {
-      const size_t bytes = kNodes[n].count * refTypeSize(kNodes[n].type);
+      const size_t bytes = kNodes[n].count * fcclTypeSize(kNodes[n].type);
       EXPECT_EQ_INT(cudaMemcpyAsync((char*)hostOut + (size_t)n * REGION, recvAt[n], bytes, cudaMemcpyDeviceToHost,
                                     stream),
                     cudaSuccess);
@@ -104,7 +104,7 @@ static int rankMain(int rank, int nranks, void* arg) {
                  kNodes[n].algo < 0 ? "auto" : fcclAlgoName(kNodes[n].algo), wrong, message);
       bad += wrong != 0;
       if (call < COLL_MAX_HASHES)
-        args->shared->hashes[call][rank] = refHash(out, kNodes[n].count * refTypeSize(kNodes[n].type)) | 1;
+        args->shared->hashes[call][rank] = refHash(out, kNodes[n].count * fcclTypeSize(kNodes[n].type)) | 1;
     }
     /* Every 100 replays an eager call on another stream: graph and eager calls share the epoch counters. */
     if (replay % 100 == 99) {
