@@ -14,6 +14,7 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "device.h"
+#include "local_group.h"
 #include "param.h"
 #include "transport.h"
 
@@ -282,6 +283,29 @@ struct initAllRank {
   char error[FCCL_LAST_ERROR_MAX];
 };
 
+/* Destroy of one communicator, the part that may talk to its peers (collective unless aborted). */
+static fcclResult_t destroyNow(struct fcclComm* comm) {
+  fcclLogSetContext(comm->rank, comm->cudaDev);
+  if (comm->initThreadActive) {
+    pthread_join(comm->initThread, NULL); /* the init is bounded by its timeout */
+    comm->initThreadActive = 0;
+  }
+  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != fcclSuccess)
+    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE); /* a failed comm only frees what it has */
+  return commFree(comm);
+}
+
+/* fcclCommInitAll's members are torn down together on threads of their own (local_group.h). */
+static fcclResult_t groupMemberTeardown(void* member) {
+  struct fcclComm* comm = member;
+  CUDACHECK(cudaSetDevice(comm->cudaDev));
+  return destroyNow(comm);
+}
+
+static void groupMemberAbort(void* member) {
+  __atomic_store_n(((struct fcclComm*)member)->abortFlag, 1, __ATOMIC_RELEASE);
+}
+
 static void* initAllThread(void* arg) {
   struct initAllRank* r = arg;
   cudaError_t err = cudaSetDevice(r->dev);
@@ -340,8 +364,18 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
   if (res == fcclSuccess && failed >= 0)
     res = FCCL_ERROR(ranks[failed].result, FCCL_SUBSYS_INIT, "fcclCommInitAll: rank %d (device %d): %s", failed,
                      ranks[failed].dev, ranks[failed].error);
+  struct fcclLocalGroup* group = NULL;
   if (res == fcclSuccess) {
-    for (int i = 0; i < ndev; i++) comms[i] = ranks[i].comm;
+    void* members[FCCL_BOOTSTRAP_MAX_RANKS];
+    for (int i = 0; i < ndev; i++) members[i] = ranks[i].comm;
+    group = fcclLocalGroupNew(members, ndev, groupMemberTeardown, groupMemberAbort);
+    if (!group) res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
+  }
+  if (res == fcclSuccess) {
+    for (int i = 0; i < ndev; i++) {
+      ranks[i].comm->localGroup = group;
+      comms[i] = ranks[i].comm;
+    }
   } else {
     for (int i = 0; i < started; i++)
       if (ranks[i].result == fcclSuccess) (void)fcclCommAbort(ranks[i].comm);
@@ -451,20 +485,22 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
 FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommDestroy: invalid communicator handle %p", (void*)comm);
-  fcclLogSetContext(comm->rank, comm->cudaDev);
-  if (comm->initThreadActive) {
-    pthread_join(comm->initThread, NULL); /* the init is bounded by its timeout */
-    comm->initThreadActive = 0;
+  if (comm->localGroup) {
+    /* The handle is dead for the caller now; the members are torn down together by the last destroy. */
+    comm->magic = FCCL_COMM_MAGIC_DEFERRED;
+    return fcclLocalGroupRelease(comm->localGroup, comm, NULL);
   }
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != fcclSuccess)
-    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE); /* a failed comm only frees what it has */
-  return commFree(comm);
+  return destroyNow(comm);
 }
 
 FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommAbort: invalid communicator handle %p", (void*)comm);
   __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  if (comm->localGroup) {
+    fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
+    comm->localGroup = NULL;
+  }
   if (comm->initThreadActive) {
     pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
     comm->initThreadActive = 0;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #define FCCL_COMM_MAGIC 0x6663636c636f6d6dull /* "fcclcomm": catches stale or foreign handles */
+#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (local_group.h) */
 #define FCCL_COMM_NAME_MAX 64
 #define FCCL_LAST_ERROR_MAX 1024
 
@@ -41,6 +42,7 @@ struct fcclComm {
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
   pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
+  struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (local_group.h), or NULL */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
