@@ -83,9 +83,10 @@ fcclResult_t fcclRegistryDestroy(struct fcclRegistry* registry);
 fcclResult_t fcclRegistryProcess(struct fcclRegistry** registry);
 
 /* Takes a reference on key's mapping when it is open already and returns its local base in *base;
- * sets *found to 0 and takes nothing when it is not. Never opens. */
-fcclResult_t fcclRegistryRetain(struct fcclRegistry* registry, const struct fcclRegKey* key, void** base,
-                                int* found);
+ * sets *found to 0 and takes nothing when it is not. Never opens. A key that is open with another size is
+ * fcclInvalidArgument (as for fcclRegistryAcquire), and takes nothing. */
+fcclResult_t fcclRegistryRetain(struct fcclRegistry* registry, const struct fcclRegKey* key, size_t size,
+                                void** base, int* found);
 
 /* Takes a reference on key's mapping, opening it with ops->open(arg) when it is not open; *base is the local
  * address of the allocation's first byte. A key that is open with another size is fcclInvalidArgument (corrupt

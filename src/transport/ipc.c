@@ -21,6 +21,12 @@
 static pthread_once_t identityOnce = PTHREAD_ONCE_INIT;
 static struct fcclProcessId processId;
 
+/* In a child of fork(): another process, so another pid and nonce (the host stays). Runs single-threaded. */
+static void identityAfterFork(void) {
+  processId.nonce = fcclRandom64();
+  processId.pid = (int32_t)getpid();
+}
+
 static void initIdentity(void) {
   char text[512] = "";
   if (gethostname(text, 256) != 0) text[0] = '\0';
@@ -34,8 +40,9 @@ static void initIdentity(void) {
   uint64_t hash = 0xcbf29ce484222325ull;
   for (const char* p = text; *p; p++) hash = (hash ^ (uint8_t)*p) * 0x100000001b3ull;
   processId.hostHash = hash;
-  processId.nonce = fcclRandom64();
-  processId.pid = (int32_t)getpid();
+  identityAfterFork();
+  /* Failure (ENOMEM) only loses the refresh in children, which then look like their parent, as before. */
+  (void)pthread_atfork(NULL, NULL, identityAfterFork);
 }
 
 const struct fcclProcessId* fcclProcessIdentity(void) {
@@ -98,6 +105,15 @@ static fcclResult_t setAccessAll(int dev, CUdeviceptr va, size_t size) {
   return fcclSuccess;
 }
 
+/* bytes rounded up to a multiple of granularity; fcclInvalidArgument when that overflows. */
+static fcclResult_t roundToGranularity(size_t bytes, size_t granularity, size_t* rounded) {
+  if (bytes > SIZE_MAX - (granularity - 1))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
+                      "%zu bytes cannot be rounded up to the allocation granularity (%zu bytes)", bytes, granularity);
+  *rounded = (bytes + granularity - 1) / granularity * granularity;
+  return fcclSuccess;
+}
+
 static uint64_t nextSerial(void) {
   static uint64_t serial;
   return __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
@@ -110,7 +126,8 @@ static fcclResult_t cuMemAllocCreate(int dev, size_t minBytes, struct fcclIpcAll
   size_t granularity = 0;
   CUCHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   if (granularity == 0) granularity = LEGACY_GRANULARITY;
-  size_t size = (minBytes + granularity - 1) / granularity * granularity;
+  size_t size = 0;
+  FCCLCHECK(roundToGranularity(minBytes, granularity, &size));
   CUmemGenericAllocationHandle handle;
   CUdeviceptr va = 0;
   CUCHECK(cuMemCreate(&handle, size, &prop, 0));
@@ -141,7 +158,8 @@ fcclResult_t fcclIpcAllocCreate(int dev, size_t minBytes, int kind, struct fcclI
   if (kind == FCCL_REG_CUMEM) {
     FCCLCHECKGOTO(cuMemAllocCreate(dev, minBytes, alloc), res, restore);
   } else {
-    size_t size = (minBytes + LEGACY_GRANULARITY - 1) / LEGACY_GRANULARITY * LEGACY_GRANULARITY;
+    size_t size = 0;
+    FCCLCHECKGOTO(roundToGranularity(minBytes, LEGACY_GRANULARITY, &size), res, restore);
     CUDACHECKGOTO(cudaMalloc(&alloc->ptr, size), res, restore);
     alloc->size = size;
   }
@@ -202,7 +220,8 @@ fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc) {
   return res;
 }
 
-void fcclIpcAllocKey(const struct fcclIpcAlloc* alloc, int importDev, struct fcclRegKey* key) {
+void fcclIpcAllocKey(const struct fcclProcessId* owner, const struct fcclIpcAlloc* alloc, int importDev,
+                     struct fcclRegKey* key) {
   memset(key, 0, sizeof(*key));
   key->kind = (uint32_t)alloc->kind;
   key->importDev = importDev;
@@ -210,12 +229,11 @@ void fcclIpcAllocKey(const struct fcclIpcAlloc* alloc, int importDev, struct fcc
     memcpy(key->id, &alloc->legacyHandle, sizeof(alloc->legacyHandle));
     return;
   }
-  const struct fcclProcessId* self = fcclProcessIdentity();
   struct fcclCuMemId id;
   memset(&id, 0, sizeof(id));
-  id.hostHash = self->hostHash;
-  id.processNonce = self->nonce;
-  id.pid = self->pid;
+  id.hostHash = owner->hostHash;
+  id.processNonce = owner->nonce;
+  id.pid = owner->pid;
   id.dev = alloc->dev;
   id.serial = alloc->serial;
   id.base = (uint64_t)(uintptr_t)alloc->ptr;

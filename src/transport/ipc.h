@@ -16,7 +16,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* Who this process is, as the keys of its exports name it. */
+/* Who this process is, as the keys of its exports name it. A child made by fork() gets a fresh nonce and its own
+ * pid, so parent and child never take each other for the same process. */
 struct fcclProcessId {
   uint64_t hostHash; /* host name and boot id */
   uint64_t nonce;    /* random, drawn once per process */
@@ -42,7 +43,8 @@ fcclResult_t fcclIpcCuMemSupported(int dev, int* supported);
 
 /* Allocates at least minBytes on dev (rounded up to the allocation granularity, 2 MiB on current GPUs) with
  * the kind given (FCCL_REG_CUMEM or FCCL_REG_LEGACY_IPC). cuMem memory is accessible from dev and every device of
- * this process that can access dev's memory. Not zeroed. The current device is left as it was. */
+ * this process that can access dev's memory. Not zeroed. The current device is left as it was.
+ * fcclInvalidArgument when minBytes cannot be rounded up without overflowing. */
 fcclResult_t fcclIpcAllocCreate(int dev, size_t minBytes, int kind, struct fcclIpcAlloc* alloc);
 
 /* Creates the shareable handle (cuMem: a POSIX descriptor kept open until free; legacy: the IPC handle).
@@ -53,8 +55,11 @@ fcclResult_t fcclIpcAllocExport(struct fcclIpcAlloc* alloc);
  * legacy mappings must be closed first (teardown's barrier sees to it). */
 fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc);
 
-/* The cuMem key of a local allocation (fccl's own: id by serial). */
-void fcclIpcAllocKey(const struct fcclIpcAlloc* alloc, int importDev, struct fcclRegKey* key);
+/* The registry key under which a process maps, for its device importDev, alloc: one of fccl's own allocations
+ * (an arena chunk) made by process owner (legacy: its IPC handle; cuMem: owner, device, serial, base and size).
+ * The exporter and every importer build it from the same fields, so they all name the chunk alike. */
+void fcclIpcAllocKey(const struct fcclProcessId* owner, const struct fcclIpcAlloc* alloc, int importDev,
+                     struct fcclRegKey* key);
 
 /* What the registry's cuMem open needs: one imported descriptor per piece, mapped back to back. The descriptors
  * stay owned by the caller. */

@@ -257,13 +257,22 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
   }
   if (!records || !items || !reg || !reg->peerBufs || !reg->peerSizes || !reg->keys)
     local = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  /* Bad arguments are carried into the exchange like any local failure, so the peers fail at once too. */
+  if (local == fcclSuccess && handle == NULL)
+    local = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "fcclCommRegister: handle is NULL");
   if (local == fcclSuccess && (buf == NULL || size == 0))
     local = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "fcclCommRegister: buffer %p of %zu bytes", buf, size);
+  if (local == fcclSuccess && (uintptr_t)buf > UINTPTR_MAX - size)
+    local = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
+                       "fcclCommRegister: %zu bytes at %p run past the end of the address space", size, buf);
   if (local == fcclSuccess) local = fcclIpcSetDevice(comm->cudaDev, &previous);
   if (local == fcclSuccess) local = analyseBuffer(comm, buf, size, &exp);
   if (local == fcclSuccess && exp.kind == FCCL_REG_CUMEM && t->fdMode != FCCL_FD_MODE_PIDFD)
     local = fcclFdSocketOpen(&sock);
-  if (!records) goto exit; /* nothing to take part in the exchange with: the peers time out */
+  if (!records) {
+    t->outOfStep = 1; /* nothing to take part in the exchange with: the peers time out */
+    goto exit;
+  }
 
   /* 1. Who registers what. */
   struct regRecord* mine = &records[me];
@@ -279,7 +288,7 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
     memcpy(mine->cuMemId, &exp.id, sizeof(mine->cuMemId));
     memcpy(mine->sockName, sock.name, sizeof(mine->sockName));
   }
-  FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, records, sizeof(*records)), res, exit);
+  FCCLCHECKGOTO(fcclTransportAllGather(t, records, sizeof(*records)), res, exit);
   int maxPieces = 0;
   for (int r = 0; r < nranks; r++) {
     if (records[r].status != fcclSuccess) {
@@ -305,13 +314,14 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
     pieceSizes = calloc((size_t)nranks * (size_t)maxPieces, sizeof(uint64_t));
     pieceFds = calloc((size_t)nranks * (size_t)maxPieces, sizeof(int32_t));
     if (!pieces || !pieceSizes || !pieceFds) {
+      t->outOfStep = 1; /* the peers go on to the all-gather without us */
       res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
       goto exit;
     }
     if (local == fcclSuccess && exp.kind == FCCL_REG_CUMEM)
       for (int i = 0; i < exp.pieces; i++)
         pieces[(size_t)me * maxPieces + i] = (struct pieceRecord){.fd = exp.fds[i], .size = exp.sizes[i]};
-    FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, pieces, (size_t)maxPieces * sizeof(*pieces)), res, exit);
+    FCCLCHECKGOTO(fcclTransportAllGather(t, pieces, (size_t)maxPieces * sizeof(*pieces)), res, exit);
     for (size_t i = 0; i < (size_t)nranks * (size_t)maxPieces; i++) {
       pieceSizes[i] = pieces[i].size;
       pieceFds[i] = pieces[i].fd;
@@ -364,16 +374,20 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
   reg->size = size;
   reg->next = t->registrations;
   t->registrations = reg;
-  t->nRegistrations++;
+  uint64_t registrations = __atomic_add_fetch(&t->nRegistrations, 1, __ATOMIC_RELAXED);
   *handle = reg;
   reg = NULL;
   FCCL_INFO(FCCL_SUBSYS_IPC, "registered %p (%zu bytes, %s, %d allocation(s)) on %s: %" PRIu64 " registrations",
-            buf, size, exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, comm->name,
-            t->nRegistrations);
+            buf, size, exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, comm->name, registrations);
 
 exit:
-  if (items && res != fcclSuccess) (void)fcclTransportReleaseItems(t, items);
   if (res == fcclSuccess && local != fcclSuccess) res = local;
+  if (res != fcclSuccess) {
+    if (items) (void)fcclTransportReleaseItems(t, items);
+    /* Every rank failed alike: meet once more, so that no peer still maps our buffer when we return and the
+     * caller frees it. */
+    (void)fcclTransportSettle(t);
+  }
   if (previous >= 0) fcclIpcRestoreDevice(previous);
   fcclFdSocketClose(&sock);
   freeLocalExport(&exp);
@@ -397,7 +411,6 @@ static fcclResult_t commWithTransport(fcclComm_t comm, const char* call) {
 FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
   fcclClearError();
   FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
-  FCCL_REQUIRE(handle != NULL, "fcclCommRegister: handle is NULL");
   fcclResult_t res = registerBuffer(comm, buf, size, handle);
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;
@@ -422,10 +435,10 @@ FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle
   if (res == fcclSuccess) {
     struct fcclRegistration* reg = *link;
     *link = reg->next;
-    t->nRegistrations--;
+    __atomic_sub_fetch(&t->nRegistrations, 1, __ATOMIC_RELAXED);
     res = releaseRegistration(t, reg);
     /* Peers have closed their mappings of our buffer once this returns: the caller may free it. */
-    fcclResult_t barrier = t->ex.barrier(t->ex.ctx);
+    fcclResult_t barrier = fcclTransportBarrier(t);
     if (res == fcclSuccess) res = barrier;
   }
   if (previous >= 0) fcclIpcRestoreDevice(previous);
@@ -444,7 +457,7 @@ fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* t) {
     fcclResult_t released = releaseRegistration(t, reg);
     if (res == fcclSuccess) res = released;
   }
-  t->nRegistrations = 0;
+  __atomic_store_n(&t->nRegistrations, 0, __ATOMIC_RELAXED);
   return res;
 }
 
@@ -536,10 +549,12 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
     out.totalOpens = rs.totalOpens;
     out.totalCloses = rs.totalCloses;
   }
-  if (comm && comm->transport) {
-    out.commRegistrations = comm->transport->nRegistrations;
+  /* Set by a non-blocking init's thread: read once, with acquire. */
+  struct fcclTransport* t = comm ? __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE) : NULL;
+  if (t) {
+    out.commRegistrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
     /* The communicator's share of its arena chunk: its slot and its slot's check words. */
-    struct fcclArena* arena = comm->transport->arena;
+    struct fcclArena* arena = t->arena;
     out.commDeviceBytes = fcclArenaChunkBytes(arena) / (size_t)fcclArenaSlotsPerChunk(arena);
   }
   size_t bytes = stats->size < sizeof(out) ? stats->size : sizeof(out);

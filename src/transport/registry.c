@@ -111,18 +111,35 @@ fcclResult_t fcclRegistryDestroy(struct fcclRegistry* registry) {
   return res;
 }
 
-fcclResult_t fcclRegistryRetain(struct fcclRegistry* registry, const struct fcclRegKey* key, void** base,
-                                int* found) {
+/* Another reference on an open entry, unless the caller describes it with another size (corrupt input: one
+ * identity, two sizes; the mapping is left untouched). Called with the lock held. */
+static fcclResult_t reuseEntryLocked(struct fcclRegistry* registry, struct fcclRegEntry* entry, size_t size,
+                                     void** base) {
+  char text[160];
+  if (entry->size != size)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
+                      "%s is mapped with %zu bytes but a peer now describes it with %zu bytes",
+                      fcclRegKeyDescribe(&entry->key, text, sizeof(text)), entry->size, size);
+  entry->refs++;
+  registry->stats.references++;
+  *base = entry->base;
+  FCCL_TRACE(FCCL_SUBSYS_IPC, "reused %s at %p (references %" PRIu64 ")",
+             fcclRegKeyDescribe(&entry->key, text, sizeof(text)), entry->base, entry->refs);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclRegistryRetain(struct fcclRegistry* registry, const struct fcclRegKey* key, size_t size,
+                                void** base, int* found) {
+  fcclResult_t res = fcclSuccess;
   pthread_mutex_lock(&registry->lock);
   struct fcclRegEntry* entry = *findSlot(registry, key);
+  *found = 0;
   if (entry) {
-    entry->refs++;
-    registry->stats.references++;
-    *base = entry->base;
+    res = reuseEntryLocked(registry, entry, size, base);
+    *found = res == fcclSuccess;
   }
-  *found = entry != NULL;
   pthread_mutex_unlock(&registry->lock);
-  return fcclSuccess;
+  return res;
 }
 
 fcclResult_t fcclRegistryAcquire(struct fcclRegistry* registry, const struct fcclRegKey* key, size_t size,
@@ -136,17 +153,7 @@ fcclResult_t fcclRegistryAcquire(struct fcclRegistry* registry, const struct fcc
   struct fcclRegEntry** slot = findSlot(registry, key);
   struct fcclRegEntry* entry = *slot;
   if (entry) {
-    if (entry->size != size) {
-      res = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
-                       "%s is mapped with %zu bytes but a peer now describes it with %zu bytes",
-                       fcclRegKeyDescribe(key, text, sizeof(text)), entry->size, size);
-      goto unlock;
-    }
-    entry->refs++;
-    registry->stats.references++;
-    *base = entry->base;
-    FCCL_TRACE(FCCL_SUBSYS_IPC, "reused %s at %p (references %" PRIu64 ")",
-               fcclRegKeyDescribe(key, text, sizeof(text)), entry->base, entry->refs);
+    res = reuseEntryLocked(registry, entry, size, base);
     goto unlock;
   }
   entry = calloc(1, sizeof(*entry));

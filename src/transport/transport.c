@@ -44,12 +44,37 @@ static const char* describeRank(const struct fcclTransport* t, int rank, char* t
 
 /* ---- collective helpers ---- */
 
+fcclResult_t fcclTransportAllGather(struct fcclTransport* t, void* allData, size_t bytesPerRank) {
+  fcclResult_t res = t->ex.allGather(t->ex.ctx, allData, bytesPerRank);
+  if (res != fcclSuccess) t->outOfStep = 1;
+  return res;
+}
+
+fcclResult_t fcclTransportBarrier(struct fcclTransport* t) {
+  fcclResult_t res = t->ex.barrier(t->ex.ctx);
+  if (res != fcclSuccess) t->outOfStep = 1;
+  return res;
+}
+
+/* Whether this rank may still wait for its peers: not aborted, and every exchange so far taken in step. */
+static int peersReachable(const struct fcclTransport* t) {
+  const struct fcclComm* comm = t->comm;
+  return !t->outOfStep && !(comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE));
+}
+
+int fcclTransportSettle(struct fcclTransport* t) {
+  return peersReachable(t) && fcclTransportBarrier(t) == fcclSuccess;
+}
+
 fcclResult_t fcclTransportAgree(struct fcclTransport* t, fcclResult_t localStatus, const char* what) {
   struct fcclComm* comm = t->comm;
   int32_t* statuses = calloc((size_t)comm->nranks, 2 * sizeof(int32_t));
-  if (!statuses) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  if (!statuses) {
+    t->outOfStep = 1; /* the peers go on to the all-gather without us */
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  }
   statuses[2 * comm->rank] = (int32_t)localStatus;
-  fcclResult_t res = t->ex.allGather(t->ex.ctx, statuses, 2 * sizeof(int32_t));
+  fcclResult_t res = fcclTransportAllGather(t, statuses, 2 * sizeof(int32_t));
   if (res == fcclSuccess && localStatus != fcclSuccess) res = localStatus;
   for (int r = 0; res == fcclSuccess && r < comm->nranks; r++)
     if (statuses[2 * r] != fcclSuccess)
@@ -114,6 +139,7 @@ fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem*
   struct fcclFdRecv* recvs = calloc((size_t)nranks, sizeof(*recvs));
   if (!records || !sends || !recvs) {
     /* Without memory for the records we cannot even take part in the exchange: the peers time out. */
+    t->outOfStep = 1;
     res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
     goto exit;
   }
@@ -124,7 +150,8 @@ fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem*
     struct fcclImportItem* item = &items[p];
     if (!item->active) continue;
     int found = 0;
-    (void)fcclRegistryRetain(t->registry, &item->key, &item->base, &found);
+    local = fcclRegistryRetain(t->registry, &item->key, item->size, &item->base, &found);
+    if (local != fcclSuccess) break;
     if (found) {
       item->held = 1;
       continue;
@@ -155,7 +182,7 @@ fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem*
   /* b. Everyone learns everyone's status and who needs descriptors sent by whom. */
   int64_t status = local;
   memcpy(records + (size_t)me * recordBytes, &status, sizeof(status));
-  FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, records, recordBytes), res, release);
+  FCCLCHECKGOTO(fcclTransportAllGather(t, records, recordBytes), res, release);
   t->exchanges++;
   if (local != fcclSuccess) {
     res = local;
@@ -308,27 +335,20 @@ static fcclResult_t checkPeerCapable(struct fcclTransport* t, int p) {
   return fcclSuccess;
 }
 
-static void cuMemChunkKey(const struct fcclTransportRankInfo* info, const struct exportRecord* rec, int importDev,
-                          struct fcclRegKey* key) {
-  memset(key, 0, sizeof(*key));
-  key->importDev = importDev;
-  if (rec->kind == FCCL_REG_LEGACY_IPC) {
-    key->kind = FCCL_REG_LEGACY_IPC;
-    memcpy(key->id, rec->legacyHandle, sizeof(rec->legacyHandle));
-    return;
-  }
-  struct fcclCuMemId id;
-  memset(&id, 0, sizeof(id));
-  id.hostHash = info->hostHash;
-  id.processNonce = info->processNonce;
-  id.pid = info->pid;
-  id.dev = info->dev;
-  id.serial = rec->serial;
-  id.base = rec->chunkPtr;
-  id.size = rec->chunkBytes;
-  id.pieces = 1;
-  key->kind = FCCL_REG_CUMEM;
-  memcpy(key->id, &id, sizeof(id));
+/* The key of a peer's chunk, from what the peer said about itself and its chunk. */
+static void chunkKey(const struct fcclTransportRankInfo* info, const struct exportRecord* rec, int importDev,
+                     struct fcclRegKey* key) {
+  struct fcclProcessId owner = {.hostHash = info->hostHash, .nonce = info->processNonce, .pid = info->pid};
+  struct fcclIpcAlloc alloc;
+  memset(&alloc, 0, sizeof(alloc));
+  alloc.kind = rec->kind;
+  alloc.dev = info->dev;
+  alloc.ptr = (void*)(uintptr_t)rec->chunkPtr;
+  alloc.size = rec->chunkBytes;
+  alloc.serial = rec->serial;
+  alloc.exportFd = -1;
+  memcpy(&alloc.legacyHandle, rec->legacyHandle, sizeof(alloc.legacyHandle));
+  fcclIpcAllocKey(&owner, &alloc, importDev, key);
 }
 
 /* Agrees on a slot free on every rank and claims it; retried when a concurrent init of one process took it. */
@@ -339,7 +359,10 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
   const int nranks = comm->nranks, me = comm->rank;
   uint64_t* bitmaps = calloc((size_t)nranks, FCCL_ARENA_BITMAP_WORDS * sizeof(uint64_t));
   fcclResult_t res = fcclSuccess;
-  if (!bitmaps) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  if (!bitmaps) {
+    t->outOfStep = 1;
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  }
   for (int attempt = 0;; attempt++) {
     struct helloRecord* mine = &hellos[me];
     memset(mine, 0, sizeof(*mine));
@@ -350,7 +373,7 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     mine->random = myRandom;
     mine->info = t->peers[me].info;
     if (t->arena) fcclArenaFreeBitmap(t->arena, mine->freeSlots);
-    FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, hellos, sizeof(*hellos)), res, exit);
+    FCCLCHECKGOTO(fcclTransportAllGather(t, hellos, sizeof(*hellos)), res, exit);
 
     for (int r = 0; r < nranks && *local == fcclSuccess; r++) {
       if (hellos[r].magic != HELLO_MAGIC) {
@@ -394,7 +417,7 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     rec->status = *local;
     rec->claimed = claimed;
     memcpy(rec->sockName, sock->name, sizeof(rec->sockName));
-    res = t->ex.allGather(t->ex.ctx, exports, sizeof(*exports));
+    res = fcclTransportAllGather(t, exports, sizeof(*exports));
     int allClaimed = res == fcclSuccess;
     for (int r = 0; res == fcclSuccess && r < nranks; r++) {
       if (exports[r].status != fcclSuccess && *local == fcclSuccess)
@@ -476,7 +499,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
       }
       struct fcclImportItem* item = &items[p];
       item->active = 1;
-      cuMemChunkKey(&peer->info, &exports[p], comm->cudaDev, &item->key);
+      chunkKey(&peer->info, &exports[p], comm->cudaDev, &item->key);
       item->size = exports[p].chunkBytes;
       item->pieces = 1;
       item->remoteFds = &exports[p].exportFd;
@@ -510,6 +533,7 @@ static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64
   uint8_t* records = calloc((size_t)nranks, recordBytes);
   char a[96], b[96];
   if (!seen || !records) {
+    t->outOfStep = 1; /* the peers go on to the barrier without us */
     res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
     goto exit;
   }
@@ -532,7 +556,7 @@ static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64
                          describeRank(t, me, a, sizeof(a)), cudaGetErrorString(err));
     (void)cudaGetLastError();
   }
-  FCCLCHECKGOTO(t->ex.barrier(t->ex.ctx), res, exit);
+  FCCLCHECKGOTO(fcclTransportBarrier(t), res, exit);
   uint8_t* failed = records + (size_t)me * recordBytes + sizeof(int64_t);
   if (local == fcclSuccess) {
     const char* base = (const char*)t->chunk.ptr + fcclArenaCheckOffset(t->arena, t->slot, 0);
@@ -548,7 +572,7 @@ static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64
   }
   int64_t status = local;
   memcpy(records + (size_t)me * recordBytes, &status, sizeof(status));
-  FCCLCHECKGOTO(t->ex.allGather(t->ex.ctx, records, recordBytes), res, exit);
+  FCCLCHECKGOTO(fcclTransportAllGather(t, records, recordBytes), res, exit);
   if (local != fcclSuccess) {
     res = local;
     goto exit;
@@ -576,15 +600,15 @@ exit:
   return res;
 }
 
+/* Drops every peer's mapping and loan; a failure does not stop the others. The first error goes to *res. */
 static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
   for (int p = 0; p < t->comm->nranks; p++) {
     struct fcclTransportPeer* peer = &t->peers[p];
-    fcclResult_t r = fcclSuccess;
-    if (peer->mapped) r = fcclRegistryRelease(t->registry, &peer->key);
+    fcclResult_t released = peer->mapped ? fcclRegistryRelease(t->registry, &peer->key) : fcclSuccess;
     peer->mapped = 0;
-    if (r == fcclSuccess && peer->borrowed) r = fcclArenaUnborrow(peer->peerArena, t->slot);
+    fcclResult_t returned = peer->borrowed ? fcclArenaUnborrow(peer->peerArena, t->slot) : fcclSuccess;
     peer->borrowed = 0;
-    if (*res == fcclSuccess) *res = r;
+    if (*res == fcclSuccess) *res = released != fcclSuccess ? released : returned;
   }
 }
 
@@ -659,14 +683,17 @@ fcclResult_t fcclTransportInitWithExchange(struct fcclComm* comm, size_t slotByt
   free(exports);
   free(items);
   free(pieceSizes);
-  comm->transport = t;
+  __atomic_store_n(&comm->transport, t, __ATOMIC_RELEASE); /* fcclCommGetMemStats may read it from any thread */
   FCCL_INFO(FCCL_SUBSYS_IPC, "transport of %s ready: rank %d of %d, slot %d (%zu bytes)", comm->name, me, nranks,
             t->slot, slotBytes);
   return fcclSuccess;
 
 releaseSlot:
+  /* Every rank learned of the failure in the same step and releases its mappings; our chunk may be freed only
+   * once they all have (close, barrier, free, as at teardown). Where the ranks cannot meet any more the slot is
+   * quarantined, and a legacy-IPC chunk may be freed under a peer's mapping (docs/ipc.md, Known caveats). */
   releasePeers(t, &local);
-  (void)fcclArenaRelease(t->arena, t->slot, 0);
+  (void)fcclArenaRelease(t->arena, t->slot, !fcclTransportSettle(t));
 fail:
   fcclFdSocketClose(&sock);
   if (previous >= 0) fcclIpcRestoreDevice(previous);
@@ -698,29 +725,35 @@ fcclResult_t fcclTransportFini(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
   int quarantine = 0;
   int previous = -1;
-  if (fcclIpcSetDevice(comm->cudaDev, &previous) != fcclSuccess) previous = -1;
-  int aborted = comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE);
-  if (aborted) {
+  /* Host state is released even when the device cannot be made current; the error is returned at the end. */
+  fcclResult_t deviceRes = fcclIpcSetDevice(comm->cudaDev, &previous);
+  if (deviceRes != fcclSuccess) previous = -1;
+  /* Aborted, or an earlier exchange failed: the peers may never come, so nothing waits for them. */
+  int reachable = peersReachable(t);
+  if (!reachable) {
     quarantine = 1;
   } else {
-    res = t->ex.barrier(t->ex.ctx);
+    res = fcclTransportBarrier(t);
     quarantine = res != fcclSuccess;
   }
   fcclResult_t released = fcclTransportReleaseRegistrations(t);
   releasePeers(t, &released);
   if (!quarantine) {
-    res = t->ex.barrier(t->ex.ctx);
+    res = fcclTransportBarrier(t);
     quarantine = res != fcclSuccess;
   }
   if (quarantine)
-    FCCL_WARN(FCCL_SUBSYS_IPC, "communicator %s torn down without %s peers: slot %d of device %d is not reused",
-              comm->name, aborted ? "(aborted)" : "all its", t->slot, comm->cudaDev);
+    FCCL_WARN(FCCL_SUBSYS_IPC, "communicator %s torn down without %s: slot %d of device %d is not reused",
+              comm->name, reachable ? "all its peers" : t->outOfStep ? "its peers (an earlier exchange failed)"
+                                                                     : "its peers (aborted)",
+              t->slot, comm->cudaDev);
   fcclResult_t freed = fcclArenaRelease(t->arena, t->slot, quarantine);
   if (res == fcclSuccess) res = released;
   if (res == fcclSuccess) res = freed;
+  if (res == fcclSuccess) res = deviceRes;
   if (previous >= 0) fcclIpcRestoreDevice(previous);
+  __atomic_store_n(&comm->transport, NULL, __ATOMIC_RELEASE);
   freeTransport(t);
-  comm->transport = NULL;
   return res;
 }
 

@@ -53,7 +53,9 @@ struct fcclTransport {
   uint64_t tagSeed;       /* agreed by all ranks at init */
   uint64_t exchanges;     /* descriptor exchanges so far (all ranks count alike) */
   struct fcclRegistration* registrations;
-  uint64_t nRegistrations;
+  uint64_t nRegistrations; /* read by fcclCommGetMemStats from any thread: __atomic builtins */
+  int outOfStep;           /* an exchange failed or this rank skipped one: the ranks no longer meet step for step,
+                              so nothing waits for them any more (teardown quarantines instead of barriers) */
 };
 
 /* One rank's export, as importers need it. */
@@ -82,6 +84,19 @@ fcclResult_t fcclTransportImport(struct fcclTransport* transport, struct fcclImp
 
 /* Releases what fcclTransportImport took. The first failure is returned; every reference is dropped. */
 fcclResult_t fcclTransportReleaseItems(struct fcclTransport* transport, struct fcclImportItem* items);
+
+/* Every collective step goes through these two: a failure marks the transport out of step. */
+fcclResult_t fcclTransportAllGather(struct fcclTransport* transport, void* allData, size_t bytesPerRank);
+fcclResult_t fcclTransportBarrier(struct fcclTransport* transport);
+
+/*
+ * After a collective step that failed on every rank alike (each rank learned the failure through the exchange)
+ * and after this rank released what it mapped of its peers: a barrier, so that once it returns 1 no peer maps
+ * this rank's memory any more and it may be freed (legacy IPC memory freed under an importer's open mapping is
+ * undefined behaviour). Returns 0 without waiting when the transport is out of step or aborted, and when the
+ * barrier fails: the caller must then assume peers may still map its memory.
+ */
+int fcclTransportSettle(struct fcclTransport* transport);
 
 /* An all-gather of each rank's status: fcclSuccess when every rank succeeded, else an error naming the first
  * failed rank (the exchange's own failure when it failed). */

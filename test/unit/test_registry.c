@@ -1,7 +1,8 @@
 /*
  * The peer-mapping registry and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
  * injected (fake operations that count what they do), so reference counts, keys, offsets, concurrent users,
- * statistics, slot agreement and the re-init pattern of the user report run in CI.
+ * statistics, slot agreement and the re-init pattern of the user report run in CI. A communicator with a fake
+ * exchange covers the collective bookkeeping of registration and teardown that needs no device.
  */
 #include "arena.h"
 #include "check.h"
@@ -9,11 +10,14 @@
 #include "fccl.h"
 #include "registry.h"
 #include "test.h"
+#include "transport_internal.h"
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- fake registry operations ---- */
 
@@ -106,7 +110,7 @@ static void testRefcounts(void) {
   void *baseA = NULL, *baseA2 = NULL, *baseB = NULL;
   int found = 1;
 
-  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, &baseA, &found), fcclSuccess);
+  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 4096, &baseA, &found), fcclSuccess);
   EXPECT_EQ_INT(found, 0); /* retain never opens */
   EXPECT_EQ_INT(fake.opens, 0);
 
@@ -115,8 +119,13 @@ static void testRefcounts(void) {
   EXPECT(baseA != NULL && baseA == baseA2);
   EXPECT_EQ_INT(fake.opens, 1); /* the second user took a reference, no second open */
   EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 2);
-  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, &baseA2, &found), fcclSuccess);
+  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 4096, &baseA2, &found), fcclSuccess);
   EXPECT_EQ_INT(found, 1);
+  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 3);
+  /* Retain checks the size like acquire: one identity described with two sizes takes nothing. */
+  found = 1;
+  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 8192, &baseA2, &found), fcclInvalidArgument);
+  EXPECT_EQ_INT(found, 0);
   EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 3);
 
   EXPECT_EQ_INT(fcclRegistryAcquire(registry, &b, 8192, NULL, &baseB), fcclSuccess);
@@ -574,6 +583,176 @@ static void testPublicArguments(void) {
   EXPECT(ptr == (void*)notAComm); /* outputs are written only on success */
 }
 
+/* ---- keys of fccl's own chunks, and process identity ---- */
+
+static void testChunkKeys(void) {
+  struct fcclProcessId owner = {.hostHash = 0x1234, .nonce = 0x5678, .pid = 4242};
+  struct fcclIpcAlloc alloc;
+  memset(&alloc, 0, sizeof(alloc));
+  alloc.kind = FCCL_REG_CUMEM;
+  alloc.dev = 3;
+  alloc.ptr = (void*)(uintptr_t)0x7f0000000000ull;
+  alloc.size = 2u << 20;
+  alloc.serial = 17;
+  struct fcclRegKey a, b;
+  fcclIpcAllocKey(&owner, &alloc, 1, &a);
+  fcclIpcAllocKey(&owner, &alloc, 1, &b);
+  EXPECT(memcmp(&a, &b, sizeof(a)) == 0); /* exporter and importer build it alike */
+  char text[160];
+  EXPECT_STR_CONTAINS(fcclRegKeyDescribe(&a, text, sizeof(text)), "pid 4242 dev 3 serial 17 pieces 1] on dev 1");
+  alloc.serial = 18;
+  fcclIpcAllocKey(&owner, &alloc, 1, &b);
+  EXPECT(memcmp(&a, &b, sizeof(a)) != 0);
+  alloc.kind = FCCL_REG_LEGACY_IPC;
+  memset(&alloc.legacyHandle, 0xab, sizeof(alloc.legacyHandle));
+  fcclIpcAllocKey(&owner, &alloc, 0, &b);
+  EXPECT_EQ_INT(b.kind, FCCL_REG_LEGACY_IPC);
+  EXPECT_EQ_INT(b.id[0], 0xab);
+  EXPECT_EQ_INT(b.id[sizeof(alloc.legacyHandle) - 1], 0xab);
+}
+
+/* A child of fork() is another process: its exports must never be taken for its parent's. */
+static void testForkIdentity(void) {
+  struct fcclProcessId parent = *fcclProcessIdentity();
+  EXPECT_EQ_INT(parent.pid, getpid());
+  pid_t child = fork();
+  if (child == 0) {
+    const struct fcclProcessId* mine = fcclProcessIdentity();
+    int ok = mine->pid == (int32_t)getpid() && mine->nonce != parent.nonce && mine->hostHash == parent.hostHash;
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  EXPECT_EQ_INT(waitpid(child, &status, 0), child);
+  EXPECT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child of fork() kept its parent's pid or nonce");
+  EXPECT(fcclProcessIdentity()->nonce == parent.nonce); /* the parent's stays */
+}
+
+/* ---- registration and teardown bookkeeping on one rank with a fake exchange ---- */
+
+struct fakeExchange {
+  int allGathers, barriers;
+  int failAllGather;
+};
+
+static fcclResult_t fakeAllGather(void* ctx, void* allData, size_t bytesPerRank) {
+  struct fakeExchange* ex = ctx;
+  (void)allData;
+  (void)bytesPerRank;
+  ex->allGathers++;
+  if (ex->failAllGather) return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "fake exchange: rank 1 is gone");
+  return fcclSuccess; /* one rank: its own record is all there is */
+}
+
+static fcclResult_t fakeBarrier(void* ctx) {
+  ((struct fakeExchange*)ctx)->barriers++;
+  return fcclSuccess;
+}
+
+struct fakeComm {
+  struct fcclComm comm;
+  volatile int abortFlag;
+  struct fakeExchange ex;
+  struct fakeOps maps;
+  struct fakeChunks chunks;
+  struct fcclArena* arena;
+  struct fcclRegistry* registry;
+};
+
+/* A ready communicator of one rank whose transport holds slot 0 of a fake arena (slot 1 is held by another). */
+static void fakeCommCreate(struct fakeComm* fc) {
+  memset(fc, 0, sizeof(*fc));
+  struct fcclComm* comm = &fc->comm;
+  comm->magic = FCCL_COMM_MAGIC;
+  comm->nranks = 1;
+  comm->abortFlag = &fc->abortFlag;
+  comm->asyncError = fcclSuccess;
+  snprintf(comm->name, sizeof(comm->name), "fake");
+  pthread_mutex_init(&comm->errorLock, NULL);
+  fc->registry = newRegistry(&fc->maps);
+  fc->arena = newArena(&fc->chunks, 0, 4);
+  struct fcclTransport* t = calloc(1, sizeof(*t));
+  t->peers = calloc(1, sizeof(*t->peers));
+  t->comm = comm;
+  t->ex = (struct fcclTransportExchange){.ctx = &fc->ex, .allGather = fakeAllGather, .barrier = fakeBarrier};
+  t->registry = fc->registry;
+  t->arena = fc->arena;
+  t->fdMode = FCCL_FD_MODE_PIDFD;
+  int claimed = 0;
+  struct fcclIpcAlloc chunk;
+  EXPECT_EQ_INT(fcclArenaClaim(fc->arena, 0, &claimed, &t->chunk), fcclSuccess);
+  EXPECT_EQ_INT(fcclArenaClaim(fc->arena, 1, &claimed, &chunk), fcclSuccess);
+  t->slot = 0;
+  comm->transport = t;
+}
+
+static void fakeCommDestroy(struct fakeComm* fc) {
+  EXPECT_EQ_INT(fcclArenaRelease(fc->arena, 1, 0), fcclSuccess);
+  EXPECT_EQ_INT(fcclArenaDestroy(fc->arena), fcclSuccess);
+  EXPECT_EQ_INT(fcclRegistryDestroy(fc->registry), fcclSuccess);
+  pthread_mutex_destroy(&fc->comm.errorLock);
+}
+
+static void testRegisterCollective(void) {
+  struct fakeComm fc;
+  fakeCommCreate(&fc);
+  uint64_t buf[8];
+  fcclRegHandle_t handle = NULL;
+
+  /* A bad argument on one rank still takes part in the exchange (the peers fail at once instead of timing out),
+   * and the ranks meet once more after releasing, before anyone returns. */
+  EXPECT_EQ_INT(fcclCommRegister(&fc.comm, buf, sizeof(buf), NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "handle is NULL");
+  EXPECT_STR_CONTAINS(fcclGetLastError(&fc.comm), "handle is NULL");
+  EXPECT(fc.ex.allGathers >= 1);
+  EXPECT_EQ_INT(fc.ex.barriers, 1);
+  EXPECT_EQ_INT(fcclCommRegister(&fc.comm, NULL, 64, &handle), fcclInvalidArgument);
+  EXPECT_EQ_INT(fc.ex.barriers, 2);
+  /* A range past the end of the address space is refused before any device call. */
+  EXPECT_EQ_INT(fcclCommRegister(&fc.comm, (void*)(uintptr_t)0x10000, SIZE_MAX - 100, &handle), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "end of the address space");
+  EXPECT(handle == NULL);
+  EXPECT_EQ_INT(fc.ex.barriers, 3);
+  EXPECT_EQ_INT(fc.comm.transport->outOfStep, 0);
+
+  /* Deregistering an unknown handle: agreed by every rank, nothing released. */
+  int gathers = fc.ex.allGathers;
+  EXPECT_EQ_INT(fcclCommDeregister(&fc.comm, (fcclRegHandle_t)(uintptr_t)buf), fcclInvalidArgument);
+  EXPECT_EQ_INT(fc.ex.allGathers, gathers + 1);
+
+  /* In step: teardown meets the peers twice and gives the slot back for reuse. */
+  (void)fcclTransportFini(&fc.comm); /* without a GPU its device switch fails; what matters here is the rest */
+  EXPECT(fc.comm.transport == NULL);
+  EXPECT_EQ_INT(fc.ex.barriers, 5);
+  struct fcclArenaStats stats;
+  fcclArenaGetStats(fc.arena, &stats);
+  EXPECT_EQ_INT(stats.liveSlots, 1);
+  EXPECT_EQ_INT(stats.quarantinedSlots, 0);
+  fakeCommDestroy(&fc);
+
+  /* The exchange fails (a peer died): the ranks are out of step, so nothing waits for them any more, neither
+   * the failed registration nor the teardown, and the slot is quarantined. */
+  fakeCommCreate(&fc);
+  fc.ex.failAllGather = 1;
+  EXPECT_EQ_INT(fcclCommRegister(&fc.comm, buf, sizeof(buf), NULL), fcclRemoteError);
+  EXPECT_EQ_INT(fc.ex.barriers, 0);
+  EXPECT_EQ_INT(fc.comm.transport->outOfStep, 1);
+  (void)fcclTransportFini(&fc.comm);
+  EXPECT_EQ_INT(fc.ex.barriers, 0);
+  fcclArenaGetStats(fc.arena, &stats);
+  EXPECT_EQ_INT(stats.liveSlots, 1);
+  EXPECT_EQ_INT(stats.quarantinedSlots, 1);
+  fakeCommDestroy(&fc);
+
+  /* Aborted: no waits either. */
+  fakeCommCreate(&fc);
+  fc.abortFlag = 1;
+  (void)fcclTransportFini(&fc.comm);
+  EXPECT_EQ_INT(fc.ex.barriers, 0);
+  fcclArenaGetStats(fc.arena, &stats);
+  EXPECT_EQ_INT(stats.quarantinedSlots, 1);
+  fakeCommDestroy(&fc);
+}
+
 int main(void) {
   testRefcounts();
   testKeys();
@@ -584,5 +763,8 @@ int main(void) {
   testArena();
   testReinitPattern();
   testPublicArguments();
+  testChunkKeys();
+  testForkIdentity();
+  testRegisterCollective();
   return testSummary("registry");
 }
