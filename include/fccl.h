@@ -177,8 +177,14 @@ FCCL_API fcclResult_t fcclCommInitRankConfig(fcclComm_t* comm, int nranks, fcclU
 /**
  * Creates ndev communicators in this process, one per device (devlist, or devices 0..ndev-1 when NULL), as
  * ranks 0..ndev-1 in that order. The caller's current device is not changed.
- * @return as fcclCommInitRank (the error of the rank that failed first); fcclInvalidArgument for a device
- *         listed twice or not visible. On failure no communicator is left.
+ * Destroy each with fcclCommDestroy, in any order and from one thread or several: the teardown, which is
+ * collective, runs when the last of them is destroyed. fcclCommAbort on one of them aborts all of them (each
+ * still needs its own fcclCommDestroy or fcclCommAbort).
+ * @param[out] comms  receives ndev handles on success.
+ * @param ndev        number of communicators, 1..64.
+ * @param devlist     ndev distinct CUDA device ordinals, or NULL for 0..ndev-1.
+ * @return as fcclCommInitRank (the error of the rank that failed first); fcclInvalidArgument for NULL comms,
+ *         ndev out of range, or a device listed twice or not visible. On failure no communicator is left.
  * Thread safety: any thread. Blocks: yes (bounded). Collective: no (it is the whole group). Graph capture: no.
  */
 FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* devlist);
@@ -221,7 +227,9 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
 /**
  * Releases every resource of the communicator (peer mappings, synchronising with the other ranks, bounded by the
  * timeout) and frees it. Waits for a non-blocking init that is still running. After a failed init or an abort it
- * frees everything local without talking to peers. The handle is invalid afterwards.
+ * frees everything local without talking to peers. The handle is invalid afterwards. A communicator of
+ * fcclCommInitAll is torn down when the last one of its group is destroyed (see there); until then this returns
+ * fcclSuccess at once.
  * @return fcclSuccess, fcclInvalidArgument (invalid handle), or the error of a teardown step with peers (the
  *         communicator is freed all the same).
  * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes.
@@ -232,7 +240,8 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm);
 /**
  * Marks the communicator aborted: every wait of a non-blocking init still running returns promptly with an error
  * (and running kernels stop), then frees everything local without talking to peers. The handle is invalid
- * afterwards; no other call may be using it, except the non-blocking init's own thread.
+ * afterwards; no other call may be using it, except the non-blocking init's own thread. The other communicators
+ * of an fcclCommInitAll group are aborted with it (their handles stay valid until destroyed or aborted).
  * @return fcclSuccess, fcclInvalidArgument (invalid handle).
  * Thread safety: may be called from another thread than the init's. Blocks: briefly. Collective: no.
  * Graph capture: no.
@@ -247,11 +256,28 @@ FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
  */
 FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* asyncError);
 
-/** Number of ranks. fcclInvalidArgument for an invalid handle or NULL count. Any thread; never blocks. */
+/**
+ * Number of ranks in the communicator (also while a non-blocking init runs).
+ * @param[out] count  receives the number.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle or NULL count).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
 FCCL_API fcclResult_t fcclCommCount(const fcclComm_t comm, int* count);
-/** CUDA device the communicator uses. fcclInvalidArgument for an invalid handle or NULL device. Any thread. */
+
+/**
+ * CUDA device the communicator uses (the one current when it was created).
+ * @param[out] device  receives the device ordinal.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle or NULL device).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
 FCCL_API fcclResult_t fcclCommCuDevice(const fcclComm_t comm, int* device);
-/** This process's rank in the communicator. fcclInvalidArgument for an invalid handle or NULL rank. Any thread. */
+
+/**
+ * This process's rank in the communicator, 0..count-1.
+ * @param[out] rank  receives the rank.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle or NULL rank).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
 FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -333,25 +359,31 @@ typedef struct fcclRegistration* fcclRegHandle_t;
  * same or an overlapping range of the same allocation again takes another reference on the same peer mappings
  * instead of mapping it again; each handle must be deregistered once.
  * In-place use needs every rank to pass the same offset from its own registered buffer (as NCCL's symmetric
- * registration does).
+ * registration does). cuMem memory registered by a rank of this process on another GPU is given that GPU's access
+ * (cuMemSetAccess), which stays after deregistration.
  * @param comm    the communicator.
  * @param buf     device memory of comm's device.
  * @param size    bytes, > 0.
  * @param[out] handle  receives the registration.
- * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL handle/buf, size 0, not device memory of comm's
- *         device, memory that cannot be shared); fcclRemoteError (another rank's registration failed: every rank
- *         returns an error and nothing stays registered); fcclTimeout; fcclUnhandledCudaError.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL handle/buf, size 0, a range past the end of the
+ *         address space, not device memory of comm's device, memory that cannot be shared); fcclRemoteError
+ *         (another rank's registration failed, for any reason including a bad argument: every rank returns an
+ *         error, nothing stays registered, and unless a peer died no peer maps the buffer once the call returns);
+ *         fcclInvalidUsage (a non-blocking init still running); the communicator's recorded error when its init
+ *         or a kernel failed; fcclTimeout; fcclSystemError; fcclUnhandledCudaError.
  * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded by the comm's timeout).
  * Collective: yes, every rank registers its own buffer, in the same order. Graph capture: no.
  */
 FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle);
 
 /**
- * Releases a registration: once it returns on every rank, no peer maps the buffer any more and it may be freed.
+ * Releases a registration: once it returns, no peer maps this rank's buffer any more and it may be freed.
  * The communicator's collectives using the buffer must have completed. Registrations still alive at
  * fcclCommDestroy are released there.
- * @return fcclSuccess; fcclInvalidArgument for an unknown or already released handle (every rank then returns an
- *         error and no registration is released); fcclTimeout.
+ * @return fcclSuccess; fcclInvalidArgument for an unknown or already released handle (the other ranks then return
+ *         fcclRemoteError and no registration is released); fcclInvalidUsage (a non-blocking init still running);
+ *         the communicator's recorded error when its init or a kernel failed; fcclTimeout or fcclRemoteError (a
+ *         peer died); fcclUnhandledCudaError.
  * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes, in
  * the order of registration or any order agreed by all ranks. Graph capture: no.
  */
@@ -362,14 +394,16 @@ FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle
  * on current GPUs), that can be registered and shared across processes: cuMem with POSIX file-descriptor export,
  * accessible from every GPU of this process that can reach it (cudaMalloc where the GPU cannot export cuMem
  * memory, or with FCCL_CUMEM_ENABLE=0). Not zeroed. Free it with fcclMemFree.
- * @return fcclSuccess; fcclInvalidArgument (NULL ptr, size 0); fcclUnhandledCudaError (out of memory, no device).
+ * @return fcclSuccess; fcclInvalidArgument (NULL ptr, size 0, a size that cannot be rounded up);
+ *         fcclUnhandledCudaError (out of memory, no device); fcclSystemError (out of host memory).
  * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: no.
  */
 FCCL_API fcclResult_t fcclMemAlloc(void** ptr, size_t size);
 
 /**
  * Frees memory from fcclMemAlloc; NULL is accepted and does nothing. Deregister it first.
- * @return fcclSuccess; fcclInvalidArgument for a pointer fcclMemAlloc did not return (or freed already).
+ * @return fcclSuccess; fcclInvalidArgument for a pointer fcclMemAlloc did not return (or freed already);
+ *         fcclUnhandledCudaError when the driver fails to free it (it is forgotten all the same).
  * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: no.
  */
 FCCL_API fcclResult_t fcclMemFree(void* ptr);

@@ -33,6 +33,9 @@
 #define MAX_LIVE_ROOTS 1024
 /* How long the root waits for ranks to close after the welcome, to leave no socket in TIME_WAIT. */
 #define ROOT_LINGER_MS 1000
+/* After a failed accept (out of file descriptors, say) the root leaves its listener alone this long: the
+ * connection stays queued and the listener readable, so polling it at once again would spin. */
+#define ROOT_ACCEPT_BACKOFF_MS 100
 
 /* A rank waits for the root's verdict a little longer than the root waits for the ranks, so that the root (which
  * knows who is missing) reports first. */
@@ -122,6 +125,7 @@ struct rootState {
   int nranks;
   int arrived;
   int64_t deadline;
+  int64_t acceptAfter; /* fcclTimeMs() before which the listener is not polled (after a failed accept) */
   /* After a fatal error every authenticated rank, arrived or arriving, is told about it. */
   fcclResult_t fatal;
   int fatalCulprit;
@@ -276,7 +280,12 @@ static void rootAccept(struct rootState* st) {
   for (;;) {
     int fd;
     union fcclSocketAddress peer;
-    if (fcclSocketAcceptPending(st->root->listenFd, &fd, &peer) != fcclSuccess || fd < 0) return;
+    if (fcclSocketAcceptPending(st->root->listenFd, &fd, &peer) != fcclSuccess) {
+      /* Logged there; the rendezvous goes on (the failure may pass), but not by polling the listener at once. */
+      st->acceptAfter = fcclTimeMs() + ROOT_ACCEPT_BACKOFF_MS;
+      return;
+    }
+    if (fd < 0) return;
     if (st->npending == ROOT_MAX_PENDING) {
       char text[FCCL_SOCKET_ADDR_STR];
       FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: %d connections without a hello; dropping the oldest (from %s)",
@@ -416,12 +425,16 @@ static void* rootMain(void* arg) {
       fdsCap = need;
     }
     nfds_t nfds = 0;
-    fds[nfds++] = (struct pollfd){.fd = root->listenFd, .events = POLLIN};
+    /* fd -1 is ignored by poll: the listener while accepting backs off, ranks that have not arrived */
+    fds[nfds++] = (struct pollfd){.fd = now >= st->acceptAfter ? root->listenFd : -1, .events = POLLIN};
     for (int i = 0; i < st->npending; i++) fds[nfds++] = (struct pollfd){.fd = st->pending[i].fd, .events = POLLIN};
-    for (int r = 0; r < st->nranks; r++)
-      fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN}; /* fd -1 is ignored by poll */
+    for (int r = 0; r < st->nranks; r++) fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN};
     int64_t left = st->deadline - now;
     int rc = poll(fds, nfds, left < 50 ? (int)left : 50);
+    if (rc < 0 && errno != EINTR) {
+      rootFail(st, fcclSystemError, -1, "bootstrap root: poll failed: %s", strerror(errno));
+      break;
+    }
     if (rc <= 0) continue;
     /* Arrived ranks first (indices are stable), then pending connections from the back, then new ones. */
     for (int r = 0; r < st->nranks; r++) {
@@ -832,11 +845,12 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
                       "timed out after %d ms in bootstrap %s #%u sending to rank %d, which does not read", b->timeoutMs,
                       op, seq, next);
     }
+    /* A socket this rank is done with is left out (fd -1), not polled for no events: poll would still report its
+     * peer's reset (POLLHUP, POLLERR) at once, every slice, and this loop would spin until the deadline. */
     struct pollfd fds[2];
-    fds[0] = (struct pollfd){.fd = t->fdNext,
-                             .events = (short)((sendStep < steps ? POLLIN : 0) |
-                                               (sendStep < steps && sendStep <= recvStep ? POLLOUT : 0))};
-    fds[1] = (struct pollfd){.fd = t->fdPrev, .events = recvStep < steps ? POLLIN : 0};
+    fds[0] = (struct pollfd){.fd = sendStep < steps ? t->fdNext : -1,
+                             .events = (short)(POLLIN | (sendStep <= recvStep ? POLLOUT : 0))};
+    fds[1] = (struct pollfd){.fd = recvStep < steps ? t->fdPrev : -1, .events = POLLIN};
     int64_t left = deadline - now;
     (void)poll(fds, 2, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
   }

@@ -94,7 +94,7 @@ fcclResult_t fcclPeerInfoValidate(const struct fcclPeerInfo* infos, int nranks, 
                         "callbacks do not gather in rank order",
                         r, (int)info->rank);
     if (info->nranks != nranks)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_INIT, "nranks mismatch: rank %d says %d ranks, this rank %d",
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_INIT, "nranks mismatch: rank %d says %d ranks, this rank says %d",
                         r, (int)info->nranks, nranks);
     if (info->fcclVersion != infos[0].fcclVersion)
       return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_INIT,

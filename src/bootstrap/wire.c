@@ -156,21 +156,17 @@ fcclWireStatus_t fcclWireParseHeader(const uint8_t* buf, size_t size, struct fcc
   return FCCL_WIRE_OK;
 }
 
-/* ---- hello ---- */
+/* ---- hello and ring hello: both start with secret u64, rank i32, nranks i32 ---- */
 
-size_t fcclWireEncodeHello(uint8_t* out, const struct fcclWireHello* hello) {
-  fcclWireEncodeHeader(out, FCCL_WIRE_HELLO, FCCL_WIRE_HELLO_BYTES, 0);
+/* Writes the header of a hello-type frame and the identity its payload starts with; returns the payload. */
+static uint8_t* encodeIdentity(uint8_t* out, uint16_t type, uint32_t length, uint64_t secret, int32_t rank,
+                               int32_t nranks) {
+  fcclWireEncodeHeader(out, type, length, 0);
   uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
-  put64(p, hello->secret);
-  put32(p + 8, (uint32_t)hello->rank);
-  put32(p + 12, (uint32_t)hello->nranks);
-  put32(p + 16, (uint32_t)hello->timeoutMs);
-  put32(p + 20, (uint32_t)hello->pid);
-  encodeAddr(p + 24, &hello->listenAddr);
-  memset(p + 24 + FCCL_WIRE_ADDR_BYTES, 0, FCCL_WIRE_HOST_BYTES);
-  size_t hostLen = strnlen(hello->host, FCCL_WIRE_HOST_BYTES - 1);
-  memcpy(p + 24 + FCCL_WIRE_ADDR_BYTES, hello->host, hostLen);
-  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES;
+  put64(p, secret);
+  put32(p + 8, (uint32_t)rank);
+  put32(p + 12, (uint32_t)nranks);
+  return p;
 }
 
 static fcclWireStatus_t checkRankFields(int32_t rank, int32_t nranks, char* why, size_t whySize) {
@@ -181,17 +177,35 @@ static fcclWireStatus_t checkRankFields(int32_t rank, int32_t nranks, char* why,
   return FCCL_WIRE_OK;
 }
 
+/* Reads and range-checks the identity at the start of a hello-type payload. */
+static fcclWireStatus_t decodeIdentity(const uint8_t* payload, uint64_t* secret, int32_t* rank, int32_t* nranks,
+                                       char* why, size_t whySize) {
+  *secret = get64(payload);
+  *rank = (int32_t)get32(payload + 8);
+  *nranks = (int32_t)get32(payload + 12);
+  return checkRankFields(*rank, *nranks, why, whySize);
+}
+
+size_t fcclWireEncodeHello(uint8_t* out, const struct fcclWireHello* hello) {
+  uint8_t* p =
+      encodeIdentity(out, FCCL_WIRE_HELLO, FCCL_WIRE_HELLO_BYTES, hello->secret, hello->rank, hello->nranks);
+  put32(p + 16, (uint32_t)hello->timeoutMs);
+  put32(p + 20, (uint32_t)hello->pid);
+  encodeAddr(p + 24, &hello->listenAddr);
+  memset(p + 24 + FCCL_WIRE_ADDR_BYTES, 0, FCCL_WIRE_HOST_BYTES);
+  size_t hostLen = strnlen(hello->host, FCCL_WIRE_HOST_BYTES - 1);
+  memcpy(p + 24 + FCCL_WIRE_ADDR_BYTES, hello->host, hostLen);
+  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES;
+}
+
 fcclWireStatus_t fcclWireParseHello(const uint8_t* payload, size_t size, struct fcclWireHello* hello, char* why,
                                     size_t whySize) {
   if (size != FCCL_WIRE_HELLO_BYTES)
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "hello of %zu bytes, expected %d", size, FCCL_WIRE_HELLO_BYTES);
-  hello->secret = get64(payload);
-  hello->rank = (int32_t)get32(payload + 8);
-  hello->nranks = (int32_t)get32(payload + 12);
+  fcclWireStatus_t status = decodeIdentity(payload, &hello->secret, &hello->rank, &hello->nranks, why, whySize);
+  if (status != FCCL_WIRE_OK) return status;
   hello->timeoutMs = (int32_t)get32(payload + 16);
   hello->pid = (int32_t)get32(payload + 20);
-  fcclWireStatus_t status = checkRankFields(hello->rank, hello->nranks, why, whySize);
-  if (status != FCCL_WIRE_OK) return status;
   if (hello->timeoutMs <= 0)
     return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "timeout %d ms is not positive", (int)hello->timeoutMs);
   if (hello->pid <= 0) return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "pid %d is not positive", (int)hello->pid);
@@ -212,11 +226,8 @@ fcclWireStatus_t fcclWireParseHello(const uint8_t* payload, size_t size, struct 
 /* ---- ring hello ---- */
 
 size_t fcclWireEncodeRingHello(uint8_t* out, const struct fcclWireRingHello* hello) {
-  fcclWireEncodeHeader(out, FCCL_WIRE_RING_HELLO, FCCL_WIRE_RING_HELLO_BYTES, 0);
-  uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
-  put64(p, hello->secret);
-  put32(p + 8, (uint32_t)hello->rank);
-  put32(p + 12, (uint32_t)hello->nranks);
+  (void)encodeIdentity(out, FCCL_WIRE_RING_HELLO, FCCL_WIRE_RING_HELLO_BYTES, hello->secret, hello->rank,
+                       hello->nranks);
   return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES;
 }
 
@@ -225,10 +236,7 @@ fcclWireStatus_t fcclWireParseRingHello(const uint8_t* payload, size_t size, str
   if (size != FCCL_WIRE_RING_HELLO_BYTES)
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "ring hello of %zu bytes, expected %d", size,
                 FCCL_WIRE_RING_HELLO_BYTES);
-  hello->secret = get64(payload);
-  hello->rank = (int32_t)get32(payload + 8);
-  hello->nranks = (int32_t)get32(payload + 12);
-  return checkRankFields(hello->rank, hello->nranks, why, whySize);
+  return decodeIdentity(payload, &hello->secret, &hello->rank, &hello->nranks, why, whySize);
 }
 
 /* ---- error ---- */

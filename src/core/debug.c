@@ -4,8 +4,10 @@
  */
 #include "debug.h"
 
+#include "check.h"
 #include "param.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,7 +43,23 @@ const char* fcclSubsysName(fcclSubsys_t subsys) {
   return "ALL";
 }
 
-uint32_t fcclParseSubsysList(const char* list) {
+/* Appends a formatted note to a problem list ("; "-separated), cut at its size. */
+static void addProblem(char* problems, size_t size, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static void addProblem(char* problems, size_t size, const char* fmt, ...) {
+  size_t used = strlen(problems);
+  if (used + 3 >= size) return;
+  if (used > 0) {
+    memcpy(problems + used, "; ", 3);
+    used += 2;
+  }
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(problems + used, size - used, fmt, args);
+  va_end(args);
+}
+
+/* fcclParseSubsysList, naming the names it does not know in problems (may be NULL). */
+static uint32_t parseSubsys(const char* list, char* problems, size_t problemsSize) {
   int invert = 0;
   if (list[0] == '^') {
     invert = 1;
@@ -53,20 +71,32 @@ uint32_t fcclParseSubsysList(const char* list) {
   char* save = NULL;
   for (char* token = strtok_r(copy, ",", &save); token; token = strtok_r(NULL, ",", &save)) {
     while (*token == ' ') token++;
+    if (*token == '\0') continue;
     if (strcasecmp(token, "ALL") == 0) {
       mask = FCCL_SUBSYS_ALL;
       continue;
     }
-    for (size_t i = 0; i < sizeof(subsysNames) / sizeof(subsysNames[0]); i++)
-      if (strcasecmp(token, subsysNames[i].name) == 0) mask |= subsysNames[i].bit;
+    int known = 0;
+    for (size_t i = 0; i < sizeof(subsysNames) / sizeof(subsysNames[0]); i++) {
+      if (strcasecmp(token, subsysNames[i].name) != 0) continue;
+      mask |= subsysNames[i].bit;
+      known = 1;
+    }
+    if (!known && problems)
+      addProblem(problems, problemsSize, "FCCL_DEBUG_SUBSYS: unknown subsystem '%s' ignored (known: INIT, BOOT, IPC, "
+                 "COLL, ENV, TOPO, ALL)", token);
   }
   return invert ? ~mask : mask;
 }
 
-static fcclLogLevel_t parseLevel(const char* name) {
+uint32_t fcclParseSubsysList(const char* list) { return parseSubsys(list, NULL, 0); }
+
+static fcclLogLevel_t parseLevel(const char* name, char* problems, size_t problemsSize) {
   static const char* levelNames[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
   for (int level = fcclLogNone; level <= fcclLogTrace; level++)
     if (strcasecmp(name, levelNames[level]) == 0) return (fcclLogLevel_t)level;
+  addProblem(problems, problemsSize, "FCCL_DEBUG=%s is not a level (NONE, VERSION, WARN, INFO, TRACE); using WARN",
+             name);
   return fcclLogWarn;
 }
 
@@ -93,29 +123,38 @@ static void unlockAfterFork(void) { pthread_mutex_unlock(&logLock); }
 static void registerForkHandlers(void) { pthread_atfork(lockBeforeFork, unlockAfterFork, unlockAfterFork); }
 static pthread_once_t forkHandlersOnce = PTHREAD_ONCE_INIT;
 
-static void configureLocked(void) {
+/*
+ * Reads the configuration. What is wrong with it goes to problems, which the caller logs once the lock is released
+ * (logging here would take the lock again).
+ */
+static void configureLocked(char* problems, size_t problemsSize) {
   if (logConfigured) return;
   pthread_once(&forkHandlersOnce, registerForkHandlers);
   gethostname(logHost, sizeof(logHost) - 1);
   char* dot = strchr(logHost, '.');
   if (dot) *dot = '\0';
-  logLevel = parseLevel(fcclParamString(FCCL_PARAM_DEBUG));
-  logSubsysMask = fcclParseSubsysList(fcclParamString(FCCL_PARAM_DEBUG_SUBSYS));
+  logLevel = parseLevel(fcclParamString(FCCL_PARAM_DEBUG), problems, problemsSize);
+  logSubsysMask = parseSubsys(fcclParamString(FCCL_PARAM_DEBUG_SUBSYS), problems, problemsSize);
   const char* filePattern = fcclParamString(FCCL_PARAM_DEBUG_FILE);
   if (filePattern[0] != '\0') {
     char path[512];
     expandFilePattern(filePattern, path, sizeof(path));
     logFile = fopen(path, "we");
-    /* An unopenable file is not fatal: lines keep going to stderr. */
+    /* An unopenable file is not fatal: lines keep going to stderr, starting with this one. */
+    if (!logFile)
+      addProblem(problems, problemsSize, "FCCL_DEBUG_FILE=%s: cannot open %s (%s); logging to stderr", filePattern,
+                 path, strerror(errno));
   }
   __atomic_store_n(&logConfigured, 1, __ATOMIC_RELEASE);
 }
 
 int fcclLogEnabled(fcclLogLevel_t level, fcclSubsys_t subsys) {
   if (!__atomic_load_n(&logConfigured, __ATOMIC_ACQUIRE)) {
+    char problems[1024] = "";
     pthread_mutex_lock(&logLock);
-    configureLocked();
+    configureLocked(problems, sizeof(problems));
     pthread_mutex_unlock(&logLock);
+    if (problems[0] != '\0') fcclLog(fcclLogWarn, FCCL_SUBSYS_ENV, __FILE__, __LINE__, "%s", problems);
   }
   if (level > logLevel) return 0;
   /* Warnings always pass the subsystem filter: a failure must never be silenced by a debug mask. */
@@ -128,6 +167,7 @@ void fcclLogSetContext(int rank, int cudaDev) {
 }
 
 FCCL_API fcclResult_t fcclSetLogCallback(fcclLogCallback_t callback, void* userData) {
+  fcclClearError();
   pthread_mutex_lock(&logLock);
   logCallback = callback;
   logCallbackData = userData;

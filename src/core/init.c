@@ -240,6 +240,22 @@ static fcclResult_t currentDevice(int* dev) {
   return fcclSuccess;
 }
 
+/*
+ * What every init on the caller's current device starts with: the config checked, unknown FCCL_* variables warned
+ * about, the device read, and the comm made with an empty job of the given kind (the caller fills the job).
+ */
+static fcclResult_t commPrepare(const fcclConfig_t* config, const char* caller, int rank, int nranks,
+                                fcclInitKind_t kind, struct commSettings* settings, struct fcclComm** out) {
+  FCCLCHECK(resolveConfig(config, caller, settings));
+  fcclParamWarnUnknown();
+  int dev;
+  FCCLCHECK(currentDevice(&dev));
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "%s: out of memory", caller);
+  job->kind = kind;
+  return commNew(settings, rank, nranks, dev, job, out);
+}
+
 /* ---- public API ---- */
 
 FCCL_API fcclResult_t fcclGetUniqueId(fcclUniqueId* uniqueId) {
@@ -256,16 +272,9 @@ FCCL_API fcclResult_t fcclCommInitRankConfig(fcclComm_t* comm, int nranks, fcclU
   FCCLCHECK(checkRanks("fcclCommInitRank", nranks, rank));
   FCCLCHECK(fcclBootstrapCheckUniqueId(&commId));
   struct commSettings settings;
-  FCCLCHECK(resolveConfig(config, "fcclCommInitRank", &settings));
-  fcclParamWarnUnknown();
-  int dev;
-  FCCLCHECK(currentDevice(&dev));
-  struct fcclInitJob* job = calloc(1, sizeof(*job));
-  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
-  job->kind = INIT_TCP;
-  job->id = commId;
   struct fcclComm* created;
-  FCCLCHECK(commNew(&settings, rank, nranks, dev, job, &created));
+  FCCLCHECK(commPrepare(config, "fcclCommInitRank", rank, nranks, INIT_TCP, &settings, &created));
+  created->initJob->id = commId;
   return commStart(created, settings.blocking, comm);
 }
 
@@ -320,11 +329,26 @@ static void* initAllThread(void* arg) {
   return NULL;
 }
 
+/* fcclCommAbort after the handle was checked; leaves the thread's last error alone (internal callers report). */
+static void commAbort(struct fcclComm* comm) {
+  __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  if (comm->localGroup) {
+    fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
+    comm->localGroup = NULL;
+  }
+  if (comm->initThreadActive) {
+    pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
+    comm->initThreadActive = 0;
+  }
+  (void)commFree(comm);
+}
+
 FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* devlist) {
   fcclClearError();
   FCCL_REQUIRE(comms != NULL, "fcclCommInitAll: comms is NULL");
-  FCCL_REQUIRE(ndev >= 1 && ndev <= FCCL_BOOTSTRAP_MAX_RANKS, "fcclCommInitAll: ndev %d outside 1..%d", ndev,
-               FCCL_BOOTSTRAP_MAX_RANKS);
+  /* Checked before any CUDA call: the communicators of one process form a group of at most this many. */
+  FCCL_REQUIRE(ndev >= 1 && ndev <= FCCL_LOCAL_GROUP_MAX, "fcclCommInitAll: ndev %d outside 1..%d", ndev,
+               FCCL_LOCAL_GROUP_MAX);
   int count = 0;
   CUDACHECK(cudaGetDeviceCount(&count));
   for (int i = 0; i < ndev; i++) {
@@ -353,7 +377,9 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
     else
       started++;
   }
-  /* Threads that started wait at most the bootstrap timeout for the ones that did not. */
+  /* A rank that never started would keep the others waiting for it until their timeout: stopping the root now
+   * makes those already waiting for the welcome (which needs every rank) fail at once. */
+  if (res != fcclSuccess && started > 0) fcclBootstrapStopRoot(&id);
   for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
   int failed = -1;
   for (int i = 0; i < started; i++) {
@@ -366,7 +392,7 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
                      ranks[failed].dev, ranks[failed].error);
   struct fcclLocalGroup* group = NULL;
   if (res == fcclSuccess) {
-    void* members[FCCL_BOOTSTRAP_MAX_RANKS];
+    void* members[FCCL_LOCAL_GROUP_MAX];
     for (int i = 0; i < ndev; i++) members[i] = ranks[i].comm;
     group = fcclLocalGroupNew(members, ndev, groupMemberTeardown, groupMemberAbort);
     if (!group) res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
@@ -377,8 +403,9 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
       comms[i] = ranks[i].comm;
     }
   } else {
+    /* Not fcclCommAbort: it would clear this thread's last error, the cause reported above. */
     for (int i = 0; i < started; i++)
-      if (ranks[i].result == fcclSuccess) (void)fcclCommAbort(ranks[i].comm);
+      if (ranks[i].result == fcclSuccess) commAbort(ranks[i].comm);
   }
   free(ranks);
   free(threads);
@@ -441,15 +468,8 @@ FCCL_API fcclResult_t fcclCommInitExternal(fcclComm_t* comm, int nranks, int ran
                "fcclCommInitExternal: callbacks or callbacks->allgather is NULL");
   FCCLCHECK(checkRanks("fcclCommInitExternal", nranks, rank));
   struct commSettings settings;
-  FCCLCHECK(resolveConfig(config, "fcclCommInitExternal", &settings));
-  fcclParamWarnUnknown();
-  int dev;
-  FCCLCHECK(currentDevice(&dev));
-  struct fcclInitJob* job = calloc(1, sizeof(*job));
-  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
-  job->kind = INIT_PREMADE;
   struct fcclComm* created;
-  FCCLCHECK(commNew(&settings, rank, nranks, dev, job, &created));
+  FCCLCHECK(commPrepare(config, "fcclCommInitExternal", rank, nranks, INIT_PREMADE, &settings, &created));
   fcclResult_t res = fcclBootstrapExternalInit(callbacks, rank, nranks, created->abortFlag, &created->bootstrap);
   if (res != fcclSuccess) {
     (void)commFree(created);
@@ -463,15 +483,9 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
   FCCL_REQUIRE(comm != NULL, "fcclCommInitFromNccl: comm is NULL");
   FCCL_REQUIRE(ncclComm != NULL, "fcclCommInitFromNccl: ncclComm is NULL");
   struct commSettings settings;
-  FCCLCHECK(resolveConfig(config, "fcclCommInitFromNccl", &settings));
-  fcclParamWarnUnknown();
-  int dev;
-  FCCLCHECK(currentDevice(&dev));
-  struct fcclInitJob* job = calloc(1, sizeof(*job));
-  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory");
-  job->kind = INIT_PREMADE;
   struct fcclComm* created;
-  FCCLCHECK(commNew(&settings, -1, 0, dev, job, &created));
+  /* rank and nranks are the NCCL communicator's, known once the bootstrap is up */
+  FCCLCHECK(commPrepare(config, "fcclCommInitFromNccl", -1, 0, INIT_PREMADE, &settings, &created));
   fcclResult_t res = fcclBootstrapNcclInit(ncclComm, settings.timeoutMs, created->abortFlag, &created->bootstrap);
   if (res != fcclSuccess) {
     (void)commFree(created);
@@ -496,16 +510,7 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
 FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommAbort: invalid communicator handle %p", (void*)comm);
-  __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
-  if (comm->localGroup) {
-    fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
-    comm->localGroup = NULL;
-  }
-  if (comm->initThreadActive) {
-    pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
-    comm->initThreadActive = 0;
-  }
-  (void)commFree(comm);
+  commAbort(comm);
   return fcclSuccess;
 }
 

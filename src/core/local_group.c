@@ -7,13 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOCAL_GROUP_MAX 64
-
 struct fcclLocalGroup {
   pthread_mutex_t lock;
   int count; /* members still attached */
-  void* members[LOCAL_GROUP_MAX];
-  int deferred[LOCAL_GROUP_MAX]; /* destroy called; teardown waits for the others */
+  void* members[FCCL_LOCAL_GROUP_MAX];
+  int deferred[FCCL_LOCAL_GROUP_MAX]; /* destroy called; teardown waits for the others */
   fcclMemberTeardown_t teardown;
   fcclMemberAbort_t abortMember;
 };
@@ -34,9 +32,9 @@ static void* teardownThread(void* arg) {
 
 /* Tears down the group's members concurrently and frees the group; the first failure is reported here. */
 static fcclResult_t teardownAll(struct fcclLocalGroup* group) {
-  struct teardownJob jobs[LOCAL_GROUP_MAX];
-  pthread_t threads[LOCAL_GROUP_MAX];
-  int started[LOCAL_GROUP_MAX] = {0};
+  struct teardownJob jobs[FCCL_LOCAL_GROUP_MAX];
+  pthread_t threads[FCCL_LOCAL_GROUP_MAX];
+  int started[FCCL_LOCAL_GROUP_MAX] = {0};
   const int count = group->count;
   for (int i = 0; i < count; i++) {
     jobs[i] = (struct teardownJob){.teardown = group->teardown, .member = group->members[i], .result = fcclSuccess};
@@ -62,7 +60,7 @@ static fcclResult_t teardownAll(struct fcclLocalGroup* group) {
 
 struct fcclLocalGroup* fcclLocalGroupNew(void* const* members, int count, fcclMemberTeardown_t teardown,
                                          fcclMemberAbort_t abortMember) {
-  if (count < 1 || count > LOCAL_GROUP_MAX) return NULL;
+  if (count < 1 || count > FCCL_LOCAL_GROUP_MAX) return NULL;
   struct fcclLocalGroup* group = calloc(1, sizeof(*group));
   if (!group) return NULL;
   pthread_mutex_init(&group->lock, NULL);

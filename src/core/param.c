@@ -26,6 +26,18 @@ static int paramsLoaded;
 static char* paramValues[FCCL_PARAM_COUNT]; /* strdup'ed environment value, or NULL when unset */
 static int paramWarnedBadInt[FCCL_PARAM_COUNT];
 
+/*
+ * A fork while another thread holds paramLock (loading) would leave the child's copy locked forever: hold it across
+ * fork. Registered when the library loads, before the logger registers its own handlers (on its first line), so
+ * that this prepare handler runs after the logger's (prepare handlers run in reverse order of registration): the
+ * logger loads parameters with its lock held, so its lock must be taken first.
+ */
+static void paramLockForFork(void) { pthread_mutex_lock(&paramLock); }
+static void paramUnlockAfterFork(void) { pthread_mutex_unlock(&paramLock); }
+__attribute__((constructor)) static void paramRegisterForkHandlers(void) {
+  pthread_atfork(paramLockForFork, paramUnlockAfterFork, paramUnlockAfterFork);
+}
+
 static void loadParams(void) {
   if (__atomic_load_n(&paramsLoaded, __ATOMIC_ACQUIRE)) return;
   pthread_mutex_lock(&paramLock);

@@ -12,12 +12,15 @@
 
 struct fcclLocalGroup;
 
+/* Most members a group may have (fcclCommInitAll's ndev). */
+#define FCCL_LOCAL_GROUP_MAX 64
+
 /* Tears one member down; called on a thread of its own, concurrently with the other members'. */
 typedef fcclResult_t (*fcclMemberTeardown_t)(void* member);
 /* Makes a member's waits give up (abort): called for every member when one of them is aborted. */
 typedef void (*fcclMemberAbort_t)(void* member);
 
-/* A group of count members (pointers owned by the caller); NULL when out of memory. */
+/* A group of count (1..FCCL_LOCAL_GROUP_MAX) members (pointers owned by the caller); NULL when out of memory. */
 struct fcclLocalGroup* fcclLocalGroupNew(void* const* members, int count, fcclMemberTeardown_t teardown,
                                          fcclMemberAbort_t abortMember);
 

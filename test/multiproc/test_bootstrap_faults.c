@@ -3,7 +3,8 @@
  * disturbing the real ranks; a duplicate rank and an nranks mismatch fail every rank with a message naming the
  * rank; a rank that never arrives, a rank killed mid-init, a rank killed before an all-gather, a dead root and a
  * rank that stops calling give fcclTimeout/fcclRemoteError naming the missing rank, well within the timeout;
- * fcclCommAbort's flag ends blocked waits promptly; ranks calling different operations are told so.
+ * fcclCommAbort's flag ends blocked waits promptly; ranks calling different operations are told so; a root out of
+ * file descriptors backs off instead of spinning, and recovers.
  * Time bounds here are generous (CI machines are slow and the ASan build slower): they catch hangs, not speed.
  */
 #include "bootstrap.h"
@@ -17,10 +18,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #define LONG_TIMEOUT_MS 8000 /* waits that must end early, for another reason than their timeout */
 
@@ -417,6 +420,61 @@ static void testEnvRetry(void) {
   printf("launcher-variable retry on the same port: %s\n", failed ? "FAILED" : "ok");
 }
 
+/* ---- the root out of file descriptors ---- */
+
+static int64_t cpuMs(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/*
+ * A connection the root cannot accept (no descriptor left) stays queued and keeps the listener readable: the root
+ * must back off rather than spin on it, and accept it once descriptors are free again. Runs in a process of its
+ * own: it exhausts that process's descriptors.
+ */
+static int rootOutOfFdsRank(int rank, int nranks, void* arg) {
+  (void)rank;
+  (void)nranks;
+  (void)arg;
+  testFailed = 0;
+  fcclUniqueId id;
+  if (fcclBootstrapGetUniqueId(&id, LONG_TIMEOUT_MS) != fcclSuccess) return 1;
+  struct rlimit saved;
+  getrlimit(RLIMIT_NOFILE, &saved);
+  struct rlimit low = saved;
+  if (low.rlim_cur > 256) low.rlim_cur = 256; /* fewer descriptors to fill */
+  setrlimit(RLIMIT_NOFILE, &low);
+  int filler[256];
+  int nfill = 0;
+  while (nfill < 256 && (filler[nfill] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) nfill++;
+  EXPECT_MSG(nfill > 0 && nfill < 256 && errno == EMFILE, "could not exhaust descriptors (%d opened)", nfill);
+  close(filler[--nfill]); /* exactly one left: the client's socket takes it */
+  int client = connectRoot(&id);
+  EXPECT(client >= 0);
+  int64_t cpuStart = cpuMs();
+  bootSleepMs(500);
+  int64_t cpuUsed = cpuMs() - cpuStart;
+  EXPECT_MSG(cpuUsed < 200, "the root used %lld ms of CPU in 500 ms while it could not accept (it spins)",
+             (long long)cpuUsed);
+  printf("root out of descriptors: %lld ms of CPU in 500 ms\n", (long long)cpuUsed);
+  while (nfill > 0) close(filler[--nfill]);
+  setrlimit(RLIMIT_NOFILE, &saved);
+  /* Descriptors are back: the root goes on, and a real rank (this one-rank communicator) gets its welcome. */
+  struct fcclBootstrap* b = NULL;
+  EXPECT_EQ_INT(fcclBootstrapTcpInit(&id, 0, 1, 5000, NULL, &b), fcclSuccess);
+  fcclBootstrapDestroy(b);
+  if (client >= 0) close(client);
+  EXPECT_EQ_INT(fcclBootstrapRootsWait(2000), 0);
+  return testFailed != 0;
+}
+
+static void testRootOutOfFds(void) {
+  int codes[1];
+  testForkRanks(1, rootOutOfFdsRank, NULL, 30, codes);
+  EXPECT_MSG(codes[0] == 0, "root out of descriptors: the rank process exited with %d", codes[0]);
+}
+
 /* ---- abort and disagreement, with ranks as threads ---- */
 
 struct threadRank {
@@ -543,6 +601,7 @@ int main(void) {
   testDeath(rootDiesRank, 3, 0, "root killed");
   testDeath(stalledRank, 3, -1, "rank stops calling");
   testEnvRetry();
+  testRootOutOfFds();
   testAbortInit();
   testAbortAllGather();
   testDifferentOperations(1, 64, 0, "all-gather against barrier");

@@ -71,6 +71,9 @@ static void testOtherInits(void) {
   fcclComm_t comms[2];
   EXPECT_EQ_INT(fcclCommInitAll(NULL, 2, NULL), fcclInvalidArgument);
   EXPECT_EQ_INT(fcclCommInitAll(comms, 0, NULL), fcclInvalidArgument);
+  /* Over the group limit: refused as an argument before CUDA is asked anything (here there is no GPU at all). */
+  EXPECT_EQ_INT(fcclCommInitAll(comms, 65, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "ndev 65 outside 1..64");
   fcclBootstrapCallbacks_t callbacks = {NULL, NULL, NULL};
   EXPECT_EQ_INT(fcclCommInitExternal(&comm, 2, 0, NULL, NULL), fcclInvalidArgument);
   EXPECT_EQ_INT(fcclCommInitExternal(&comm, 2, 0, &callbacks, NULL), fcclInvalidArgument);

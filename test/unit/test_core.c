@@ -1,4 +1,4 @@
-/* Core runtime without a GPU: result strings, last-error text per thread, parameters, logging. */
+/* Core runtime without a GPU: result strings, last-error text per thread, parameters, logging, fork safety. */
 #include "check.h"
 #include "debug.h"
 #include "fccl.h"
@@ -6,7 +6,10 @@
 #include "test.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void testResults(void) {
@@ -132,6 +135,93 @@ static void testLogging(void) {
   fcclLogResetForTest();
 }
 
+/* A public call that succeeds leaves no stale message behind, fcclSetLogCallback included. */
+static void testSetLogCallbackClearsError(void) {
+  FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "an earlier failure");
+  EXPECT_EQ_INT(fcclSetLogCallback(NULL, NULL), fcclSuccess);
+  EXPECT_EQ_INT(strlen(fcclGetLastError(NULL)), 0);
+}
+
+/* A logging configuration that cannot be honoured is said, not silently replaced by the defaults. */
+static void testBadLogConfigIsReported(void) {
+  setenv("FCCL_DEBUG", "LOUD", 1);
+  setenv("FCCL_DEBUG_SUBSYS", "INIT,BOGUS", 1);
+  setenv("FCCL_DEBUG_FILE", "/nonexistent-fccl-dir/log.%p", 1);
+  fcclParamResetForTest();
+  fcclLogResetForTest();
+  capturedCount = 0;
+  fcclSetLogCallback(captureLog, NULL);
+  FCCL_WARN(FCCL_SUBSYS_INIT, "first line");
+  fcclSetLogCallback(NULL, NULL);
+  EXPECT_EQ_INT(capturedCount, 2);
+  EXPECT_STR_CONTAINS(capturedLines[0], "WARN ENV");
+  EXPECT_STR_CONTAINS(capturedLines[0], "FCCL_DEBUG=LOUD is not a level");
+  EXPECT_STR_CONTAINS(capturedLines[0], "unknown subsystem 'BOGUS'");
+  EXPECT_STR_CONTAINS(capturedLines[0], "FCCL_DEBUG_FILE=/nonexistent-fccl-dir/log.%p: cannot open");
+  EXPECT_STR_CONTAINS(capturedLines[1], "first line");
+  /* Only once: the configuration is read once. */
+  capturedCount = 0;
+  fcclSetLogCallback(captureLog, NULL);
+  FCCL_WARN(FCCL_SUBSYS_INIT, "second line");
+  fcclSetLogCallback(NULL, NULL);
+  EXPECT_EQ_INT(capturedCount, 1);
+  unsetenv("FCCL_DEBUG");
+  unsetenv("FCCL_DEBUG_SUBSYS");
+  unsetenv("FCCL_DEBUG_FILE");
+  fcclParamResetForTest();
+  fcclLogResetForTest();
+}
+
+/*
+ * fork() while another thread holds the parameter lock (it reloads the environment in a loop, so it almost always
+ * does): the child must still be able to take it. Each child reloads the parameters and exits; one that is still
+ * running after two seconds inherited a held lock.
+ */
+static volatile int reloaderStop;
+static void* reloadParamsLoop(void* arg) {
+  (void)arg;
+  while (!__atomic_load_n(&reloaderStop, __ATOMIC_ACQUIRE)) {
+    fcclParamResetForTest();
+    (void)fcclParamString(FCCL_PARAM_DEBUG);
+  }
+  return NULL;
+}
+
+static void testParamLockAcrossFork(void) {
+  pthread_t reloader;
+  reloaderStop = 0;
+  if (pthread_create(&reloader, NULL, reloadParamsLoop, NULL) != 0) {
+    EXPECT_MSG(0, "cannot start a thread");
+    return;
+  }
+  int hung = 0;
+  for (int i = 0; i < 30 && hung == 0; i++) {
+    pid_t child = fork();
+    if (child == 0) {
+      fcclParamResetForTest();
+      _exit(fcclParamString(FCCL_PARAM_DEBUG) != NULL ? 0 : 1);
+    }
+    if (child < 0) break;
+    int status = 0;
+    pid_t done = 0;
+    for (int waited = 0; waited < 2000 && (done = waitpid(child, &status, WNOHANG)) == 0; waited++) {
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+      nanosleep(&pause, NULL);
+    }
+    if (done == 0) {
+      hung++;
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    } else {
+      EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+  }
+  __atomic_store_n(&reloaderStop, 1, __ATOMIC_RELEASE);
+  pthread_join(reloader, NULL);
+  EXPECT_MSG(hung == 0, "a child forked while the parameter lock was held could not take it");
+  fcclParamResetForTest();
+}
+
 static void testUnknownVariableWarning(void) {
   setenv("FCCL_DEBUG_SUBSIS", "INIT", 1);
   fcclParamResetForTest();
@@ -154,5 +244,8 @@ int main(void) {
   testParams();
   testLogging();
   testUnknownVariableWarning();
+  testSetLogCallbackClearsError();
+  testBadLogConfigIsReported();
+  testParamLockAcrossFork();
   return testSummary("core");
 }

@@ -44,7 +44,7 @@ static void testValidate(void) {
   fakeRanks(infos, N);
   infos[3].nranks = 5;
   EXPECT_EQ_INT(fcclPeerInfoValidate(infos, N, 0), fcclRemoteError);
-  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 3 says 5 ranks");
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 3 says 5 ranks, this rank says 4");
 
   fakeRanks(infos, N);
   infos[2].fcclVersion = FCCL_VERSION(0, 2, 0);
