@@ -43,6 +43,10 @@ void fcclClearError(void) { threadLastError[0] = '\0'; }
 
 const char* fcclThreadLastError(void) { return threadLastError; }
 
+void fcclRestoreThreadError(const char* text) {
+  if (text != threadLastError) snprintf(threadLastError, sizeof(threadLastError), "%s", text);
+}
+
 void fcclCommRecordThreadError(struct fcclComm* comm) {
   if (!comm || threadLastError[0] == '\0') return;
   pthread_mutex_lock(&comm->errorLock);

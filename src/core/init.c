@@ -109,6 +109,15 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   return res;
 }
 
+/* Frees a communicator whose init failed; the init's error, not a teardown step's, stays the thread's last error. */
+static void commFreeAfterFailure(struct fcclComm* comm) {
+  char cause[FCCL_LAST_ERROR_MAX];
+  snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+  __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  (void)commFree(comm);
+  fcclRestoreThreadError(cause);
+}
+
 /* ---- setup ---- */
 
 static fcclResult_t commNew(const struct commSettings* settings, int rank, int nranks, int cudaDev,
@@ -217,8 +226,7 @@ static fcclResult_t commStart(struct fcclComm* comm, int blocking, fcclComm_t* o
   if (blocking) {
     fcclResult_t res = commInitTask(comm);
     if (res != fcclSuccess) {
-      __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
-      (void)commFree(comm);
+      commFreeAfterFailure(comm);
       return res;
     }
     __atomic_store_n(&comm->asyncError, fcclSuccess, __ATOMIC_RELEASE);
@@ -472,7 +480,7 @@ FCCL_API fcclResult_t fcclCommInitExternal(fcclComm_t* comm, int nranks, int ran
   FCCLCHECK(commPrepare(config, "fcclCommInitExternal", rank, nranks, INIT_PREMADE, &settings, &created));
   fcclResult_t res = fcclBootstrapExternalInit(callbacks, rank, nranks, created->abortFlag, &created->bootstrap);
   if (res != fcclSuccess) {
-    (void)commFree(created);
+    commFreeAfterFailure(created);
     return res;
   }
   return commStart(created, settings.blocking, comm);
@@ -488,7 +496,7 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
   FCCLCHECK(commPrepare(config, "fcclCommInitFromNccl", -1, 0, INIT_PREMADE, &settings, &created));
   fcclResult_t res = fcclBootstrapNcclInit(ncclComm, settings.timeoutMs, created->abortFlag, &created->bootstrap);
   if (res != fcclSuccess) {
-    (void)commFree(created);
+    commFreeAfterFailure(created);
     return res;
   }
   created->rank = created->bootstrap->rank;

@@ -21,6 +21,9 @@ void fcclClearError(void);
 /* The thread's last error text ("" when none). */
 const char* fcclThreadLastError(void);
 
+/* Puts back a last-error text saved earlier: cleanup after a failure must not replace the failure's cause. */
+void fcclRestoreThreadError(const char* text);
+
 #define FCCL_ERROR(result, subsys, ...) fcclSetError((result), (subsys), __FILE__, __LINE__, __VA_ARGS__)
 
 #define FCCLCHECK(call)                                 \
