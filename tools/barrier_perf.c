@@ -7,7 +7,6 @@
  */
 #include "bench/runtime.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,58 +71,39 @@ static void printResults(benchAgent_t* agent, const barrierResult_t* results, in
   printf("#\n# Collective test concluded: barrier_perf\n");
 }
 
-static int writeFiles(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
-  if (agent->args.csvPath) {
-    FILE* file = fopen(agent->args.csvPath, "w");
-    if (!file) {
-      benchFail(agent, "cannot write %s: %s", agent->args.csvPath, strerror(errno));
-      return -1;
-    }
-    benchCsvHeader(file);
-    for (int r = 0; r < nResults; r++)
-      for (int engine = 0; engine < agent->nEngines; engine++)
-        fprintf(file, "barrier_perf,%s,none,%d,%d,0,0,none,none,none,%.3f,0,0,-1\n", agent->engineNames[engine],
-                results[r].launches, agent->nranks, results[r].timeUs[engine]);
-    if (fclose(file) != 0) return -1;
-  }
-  if (agent->args.jsonPath) {
-    FILE* file = fopen(agent->args.jsonPath, "w");
-    if (!file) {
-      benchFail(agent, "cannot write %s: %s", agent->args.jsonPath, strerror(errno));
-      return -1;
-    }
-    benchJson_t json;
-    benchJsonInit(&json, file);
+static int writeCsv(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
+  FILE* file = benchOpenOutput(agent, agent->args.csvPath);
+  if (!file) return -1;
+  benchCsvHeader(file);
+  for (int r = 0; r < nResults; r++)
+    for (int engine = 0; engine < agent->nEngines; engine++)
+      fprintf(file, "barrier_perf,%s,none,%d,%d,0,0,none,none,none,%.3f,0,0,-1\n", agent->engineNames[engine],
+              results[r].launches, agent->nranks, results[r].timeUs[engine]);
+  return benchCloseOutput(agent, file, agent->args.csvPath);
+}
+
+static int writeJson(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
+  benchJson_t json;
+  FILE* file = benchJsonStart(agent, &json);
+  if (!file) return -1;
+  for (int r = 0; r < nResults; r++) {
     benchJsonBeginObject(&json);
-    benchJsonPreamble(agent, &json);
-    benchJsonKey(&json, "results");
-    benchJsonBeginArray(&json);
-    for (int r = 0; r < nResults; r++) {
+    benchJsonKeyString(&json, "mode", results[r].mode);
+    benchJsonKeyInt(&json, "iterations", agent->args.iters);
+    benchJsonKeyInt(&json, "graph_launches", results[r].launches);
+    for (int engine = 0; engine < agent->nEngines; engine++) {
+      benchJsonKey(&json, agent->engineNames[engine]);
       benchJsonBeginObject(&json);
-      benchJsonKey(&json, "mode");
-      benchJsonString(&json, results[r].mode);
-      benchJsonKey(&json, "iterations");
-      benchJsonInt(&json, agent->args.iters);
-      benchJsonKey(&json, "graph_launches");
-      benchJsonInt(&json, results[r].launches);
-      for (int engine = 0; engine < agent->nEngines; engine++) {
-        benchJsonKey(&json, agent->engineNames[engine]);
-        benchJsonBeginObject(&json);
-        benchJsonKey(&json, "time");
-        benchJsonDouble(&json, results[r].timeUs[engine]);
-        benchJsonEndObject(&json);
-      }
-      if (agent->nEngines > 1) {
-        benchJsonKey(&json, "speedup");
-        benchJsonDouble(&json, results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
-      }
+      benchJsonKeyDouble(&json, "time", results[r].timeUs[engine]);
       benchJsonEndObject(&json);
     }
-    benchJsonEndArray(&json);
+    if (agent->nEngines > 1)
+      benchJsonKeyDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
     benchJsonEndObject(&json);
-    if (fclose(file) != 0) return -1;
   }
-  return 0;
+  benchJsonEndArray(&json);
+  benchJsonEndObject(&json);
+  return benchCloseOutput(agent, file, agent->args.jsonPath);
 }
 
 static int runBarrier(benchAgent_t* agent) {
@@ -152,7 +132,8 @@ static int runBarrier(benchAgent_t* agent) {
     status = measureMode(agent, &ctx, agent->args.graphLaunches, &results[nResults++]);
   if (status == 0 && agent->output) {
     printResults(agent, results, nResults);
-    status = writeFiles(agent, results, nResults);
+    if (agent->args.csvPath) status = writeCsv(agent, results, nResults);
+    if (status == 0 && agent->args.jsonPath) status = writeJson(agent, results, nResults);
   }
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (!ctx.scratch[gpu]) continue;

@@ -67,7 +67,7 @@ static const char* phaseName(int phase) {
 }
 
 /* FCCL_STAGING_BYTES, clamped to what the layout can use; the same value on every rank (checked at init). */
-static uint64_t stagingBytes(void) {
+uint64_t fcclDeviceStagingBytes(void) {
   int64_t value = fcclParamInt(FCCL_PARAM_STAGING_BYTES);
   if (value < (int64_t)FCCL_STAGING_MIN_BYTES || (uint64_t)value > FCCL_STAGING_MAX_BYTES) {
     static int warned;
@@ -83,7 +83,7 @@ static uint64_t stagingBytes(void) {
 
 size_t fcclDeviceSlotBytes(int nranks) {
   fcclSlotLayout layout;
-  fcclSlotLayoutCompute(nranks, stagingBytes(), &layout);
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
   return (size_t)layout.totalBytes;
 }
 
@@ -229,7 +229,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
 static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s) {
   const int nranks = comm->nranks;
   fcclSlotLayout* layout = &s->dev.layout;
-  fcclSlotLayoutCompute(nranks, stagingBytes(), layout);
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), layout);
   uint64_t lastEpoch = 0;
   fcclResult_t local = deviceSetupLocal(comm, s, &lastEpoch);
 

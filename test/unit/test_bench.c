@@ -9,8 +9,10 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,64 +30,115 @@ static int parse(benchArgs_t* args, char* err, size_t errLen, ...) {
   return benchParseArgs(argc, argv, args, err, errLen);
 }
 
+/* Every field of got against want, naming the field that differs. */
+static void expectArgs(const char* what, const benchArgs_t* got, const benchArgs_t* want) {
+#define EXPECT_FIELD(field)                                                                                   \
+  EXPECT_MSG(got->field == want->field, "%s: " #field " is %lld, want %lld", what, (long long)got->field, \
+             (long long)want->field)
+  EXPECT_FIELD(nThreads);
+  EXPECT_FIELD(nGpus);
+  EXPECT_FIELD(nProcs);
+  EXPECT_FIELD(minBytes);
+  EXPECT_FIELD(maxBytes);
+  EXPECT_FIELD(stepBytes);
+  EXPECT_FIELD(stepFactor);
+  EXPECT_FIELD(iters);
+  EXPECT_FIELD(warmupIters);
+  EXPECT_FIELD(check);
+  EXPECT_FIELD(blocking);
+  EXPECT_FIELD(graphLaunches);
+  EXPECT_FIELD(average);
+  EXPECT_FIELD(timeoutSec);
+  EXPECT_FIELD(unalign);
+  EXPECT_FIELD(parallelInit);
+  EXPECT_FIELD(root);
+  EXPECT_FIELD(cputime);
+  EXPECT_FIELD(localRegister);
+  EXPECT_FIELD(type);
+  EXPECT_FIELD(op);
+  EXPECT_FIELD(compareNccl);
+  EXPECT_FIELD(shareGpu);
+  EXPECT_FIELD(injectCorruption);
+  EXPECT_FIELD(progress);
+#undef EXPECT_FIELD
+  const char* paths[2][2] = {{got->jsonPath, want->jsonPath}, {got->csvPath, want->csvPath}};
+  for (int i = 0; i < 2; i++)
+    EXPECT_MSG((!paths[i][0] && !paths[i][1]) || (paths[i][0] && paths[i][1] && strcmp(paths[i][0], paths[i][1]) == 0),
+               "%s: %s is '%s', want '%s'", what, i ? "csvPath" : "jsonPath", paths[i][0] ? paths[i][0] : "(none)",
+               paths[i][1] ? paths[i][1] : "(none)");
+}
+
 static void testDefaultsAndFlags(void) {
-  benchArgs_t args;
+  benchArgs_t args, want;
   char err[256];
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), NULL), BENCH_PARSE_OK);
-  EXPECT_EQ_INT(args.minBytes, 32 << 20);
-  EXPECT_EQ_INT(args.maxBytes, 32 << 20);
-  EXPECT_EQ_INT(args.stepBytes, 1 << 20);
-  EXPECT_EQ_INT(args.stepFactor, 1);
-  EXPECT_EQ_INT(args.iters, 20);
-  EXPECT_EQ_INT(args.warmupIters, 5);
-  EXPECT_EQ_INT(args.check, 1);
-  EXPECT_EQ_INT(args.type, benchFloat32);
-  EXPECT_EQ_INT(args.op, benchSum);
-  EXPECT_EQ_INT(args.average, 1);
-  EXPECT_EQ_INT(args.nProcs, 0);
-  EXPECT_EQ_INT(args.progress, -1);
+  /* nccl-tests' defaults, written out rather than taken from benchArgsDefaults. */
+  memset(&want, 0, sizeof(want));
+  want.nThreads = 1;
+  want.nGpus = 1;
+  want.minBytes = want.maxBytes = 32 << 20;
+  want.stepBytes = 1 << 20;
+  want.stepFactor = 1;
+  want.iters = 20;
+  want.warmupIters = 5;
+  want.check = 1;
+  want.type = benchFloat32;
+  want.op = benchSum;
+  want.average = 1;
+  want.progress = -1;
+  expectArgs("defaults", &args, &want);
+  const benchArgs_t defaults = want;
 
   /* A typical nccl-tests command line, every flag it shares with fccl. */
   int status = parse(&args, err, sizeof(err), "-b", "8", "-e", "128M", "-f", "2", "-g", "2", "-t", "3", "-n",
                      "50", "-w", "10", "-c", "0", "-d", "bfloat16", "-o", "all", "-z", "1", "-G", "20", "-a", "3",
-                     "-T", "30", "-u", "3", "-R", "2", "-J", "out.json", NULL);
+                     "-T", "30", "-u", "3", "-R", "2", "-J", "out.json", "-p", "1", "-C", "1", "-r", "0", NULL);
   EXPECT_EQ_INT(status, BENCH_PARSE_OK);
-  EXPECT_EQ_INT(args.minBytes, 8);
-  EXPECT_EQ_INT(args.maxBytes, 128 << 20);
-  EXPECT_EQ_INT(args.stepFactor, 2);
-  EXPECT_EQ_INT(args.nGpus, 2);
-  EXPECT_EQ_INT(args.nThreads, 3);
-  EXPECT_EQ_INT(args.iters, 50);
-  EXPECT_EQ_INT(args.warmupIters, 10);
-  EXPECT_EQ_INT(args.check, 0);
-  EXPECT_EQ_INT(args.type, benchBfloat16);
-  EXPECT_EQ_INT(args.op, BENCH_ALL);
-  EXPECT_EQ_INT(args.blocking, 1);
-  EXPECT_EQ_INT(args.graphLaunches, 20);
-  EXPECT_EQ_INT(args.average, 3);
-  EXPECT_EQ_INT(args.timeoutSec, 30);
-  EXPECT_EQ_INT(args.unalign, 3);
-  EXPECT_EQ_INT(args.localRegister, 2);
-  EXPECT(args.jsonPath && strcmp(args.jsonPath, "out.json") == 0);
+  want.minBytes = 8;
+  want.maxBytes = 128 << 20;
+  want.stepFactor = 2;
+  want.nGpus = 2;
+  want.nThreads = 3;
+  want.iters = 50;
+  want.warmupIters = 10;
+  want.check = 0;
+  want.type = benchBfloat16;
+  want.op = BENCH_ALL;
+  want.blocking = 1;
+  want.graphLaunches = 20;
+  want.average = 3;
+  want.timeoutSec = 30;
+  want.unalign = 3;
+  want.localRegister = 2;
+  want.jsonPath = "out.json";
+  want.parallelInit = 1;
+  want.cputime = 1;
+  expectArgs("nccl-tests flags", &args, &want);
 
   /* Long names, "=", attached short values, fccl's own flags. */
   status = parse(&args, err, sizeof(err), "--minbytes=1K", "--maxbytes", "1G", "-i4096", "--datatype=half",
                  "--op", "max", "-np", "4", "--compare", "nccl", "--share-gpu", "--csv=r.csv", NULL);
   EXPECT_EQ_INT(status, BENCH_PARSE_OK);
-  EXPECT_EQ_INT(args.minBytes, 1024);
-  EXPECT_EQ_INT(args.maxBytes, 1 << 30);
-  EXPECT_EQ_INT(args.stepBytes, 4096);
-  EXPECT_EQ_INT(args.type, benchFloat16);
-  EXPECT_EQ_INT(args.op, benchMax);
-  EXPECT_EQ_INT(args.nProcs, 4);
-  EXPECT_EQ_INT(args.compareNccl, 1);
-  EXPECT_EQ_INT(args.shareGpu, 1);
-  EXPECT(args.csvPath && strcmp(args.csvPath, "r.csv") == 0);
-  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--inject-corruption", "--progress", "0", "--np", "2", NULL),
+  want = defaults;
+  want.minBytes = 1024;
+  want.maxBytes = 1 << 30;
+  want.stepBytes = 4096;
+  want.type = benchFloat16;
+  want.op = benchMax;
+  want.nProcs = 4;
+  want.compareNccl = 1;
+  want.shareGpu = 1;
+  want.csvPath = "r.csv";
+  expectArgs("long names", &args, &want);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--inject-corruption", "--progress", "0", "--np", "2", "-T", "86400",
+                      NULL),
                 BENCH_PARSE_OK);
-  EXPECT_EQ_INT(args.injectCorruption, 1);
-  EXPECT_EQ_INT(args.progress, 0);
-  EXPECT_EQ_INT(args.nProcs, 2);
+  want = defaults;
+  want.injectCorruption = 1;
+  want.progress = 0;
+  want.nProcs = 2;
+  want.timeoutSec = BENCH_MAX_TIMEOUT_SEC;
+  expectArgs("fccl's flags", &args, &want);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-d", "fp32", NULL), BENCH_PARSE_OK);
   EXPECT_EQ_INT(args.type, benchFloat32);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-d", "all", NULL), BENCH_PARSE_OK);
@@ -93,37 +146,89 @@ static void testDefaultsAndFlags(void) {
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-h", NULL), BENCH_PARSE_HELP);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--help", NULL), BENCH_PARSE_HELP);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-m", "1", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--compare", "nccl", "--compare", "none", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.compareNccl, 0);
 }
 
-static void expectParseError(const char* what, int status, const char* err, const char* needle) {
-  EXPECT_MSG(status == BENCH_PARSE_ERROR, "%s: expected a parse error, got %d", what, status);
-  EXPECT_STR_CONTAINS(err, needle);
-}
+/* A rejected command line (up to six arguments) and a piece of the message that must say why. */
+typedef struct {
+  const char* args[7];
+  const char* needle;
+} badFlags_t;
+
+static const badFlags_t badFlags[] = {
+    {{"-q"}, "unknown flag '-q'"},
+    {{"--bogus"}, "unknown flag"},
+    {{"-b"}, "-b needs a value"},
+    {{"extra"}, "unexpected argument 'extra'"},
+    {{"--share-gpu=1"}, "takes no value"},
+    /* garbage numbers and sizes */
+    {{"-b", "12Q"}, "not a size"},
+    {{"-b", "nan"}, "not a size"},
+    {{"-e", "inf"}, "not a size"},
+    {{"-e", "9e99"}, "not a size"},
+    {{"-e", "-1M"}, "not a size"},
+    {{"--maxbytes="}, "not a size"},
+    {{"-i", "1.5.3"}, "not a size"},
+    {{"-n", "ten"}, "not an integer"},
+    {{"-n", "5x"}, "not an integer"},
+    {{"-n", ""}, "not an integer"},
+    {{"-w", "99999999999"}, "-w: 99999999999 is out of range"},
+    {{"-n", "-99999999999999999999"}, "out of range"},
+    {{"-g", "1.5"}, "not an integer"},
+    /* out of range */
+    {{"-n", "0"}, "at least one"},
+    {{"-w", "-1"}, "cannot be negative"},
+    {{"-c", "-1"}, "cannot be negative"},
+    {{"-G", "-1"}, "cannot be negative"},
+    {{"-f", "0"}, "at least 1"},
+    {{"-t", "0"}, "1 to 64"},
+    {{"-t", "65"}, "1 to 64"},
+    {{"-g", "0"}, "1 to 16"},
+    {{"-g", "99"}, "1 to 16"},
+    {{"-np", "-1"}, "0 (auto) to 1024"},
+    {{"--nprocs", "1025"}, "0 (auto) to 1024"},
+    {{"-u", "-1"}, "0 to 4096"},
+    {{"-u", "4097"}, "0 to 4096"},
+    {{"-a", "4"}, "-a"},
+    {{"-R", "3"}, "symmetric"},
+    {{"-T", "-1"}, "0 (default) to 86400 seconds"},
+    {{"-T", "86401"}, "0 (default) to 86400 seconds"},
+    {{"-r", "-1"}, "root cannot be negative"},
+    {{"-m", "4"}, "no group calls"},
+    {{"-z", "2"}, "-z: 0 or 1, not 2"},
+    {{"-C", "-1"}, "0 or 1"},
+    {{"-p", "7"}, "0 or 1"},
+    {{"--progress", "2"}, "0 or 1"},
+    {{"-J", ""}, "file name is empty"},
+    {{"--csv="}, "file name is empty"},
+    /* names */
+    {{"-d", "float8"}, "unknown datatype 'float8'"},
+    {{"-o", "mulsum"}, "unknown reduction"},
+    {{"--compare", "mpi"}, "'nccl'"},
+    /* the sweep */
+    {{"-b", "2M", "-e", "1M"}, "invalid sizes for 'minbytes' and 'maxbytes': 2097152 > 1048576"},
+    {{"-b", "0", "-e", "1M", "-f", "2"}, "above 0 bytes"},
+    {{"-b", "1", "-e", "1M", "-i", "0"}, "needs a step"},
+};
 
 static void testFlagErrors(void) {
-  benchArgs_t args;
-  char err[256];
-  expectParseError("unknown", parse(&args, err, sizeof(err), "-q", NULL), err, "unknown flag '-q'");
-  expectParseError("unknown long", parse(&args, err, sizeof(err), "--bogus", NULL), err, "unknown flag");
-  expectParseError("missing value", parse(&args, err, sizeof(err), "-b", NULL), err, "-b needs a value");
-  expectParseError("bad size", parse(&args, err, sizeof(err), "-b", "12Q", NULL), err, "not a size");
-  expectParseError("bad int", parse(&args, err, sizeof(err), "-n", "ten", NULL), err, "not an integer");
-  expectParseError("zero iters", parse(&args, err, sizeof(err), "-n", "0", NULL), err, "at least one");
-  expectParseError("type", parse(&args, err, sizeof(err), "-d", "float8", NULL), err, "unknown datatype 'float8'");
-  expectParseError("op", parse(&args, err, sizeof(err), "-o", "mulsum", NULL), err, "unknown reduction");
-  expectParseError("order", parse(&args, err, sizeof(err), "-b", "2M", "-e", "1M", NULL), err,
-                   "invalid sizes for 'minbytes' and 'maxbytes': 2097152 > 1048576");
-  expectParseError("factor from 0", parse(&args, err, sizeof(err), "-b", "0", "-e", "1M", "-f", "2", NULL), err,
-                   "above 0 bytes");
-  expectParseError("no step", parse(&args, err, sizeof(err), "-b", "1", "-e", "1M", "-i", "0", NULL), err,
-                   "needs a step");
-  expectParseError("average", parse(&args, err, sizeof(err), "-a", "4", NULL), err, "-a");
-  expectParseError("register", parse(&args, err, sizeof(err), "-R", "3", NULL), err, "symmetric");
-  expectParseError("gpus", parse(&args, err, sizeof(err), "-g", "99", NULL), err, "1 to 16");
-  expectParseError("agg", parse(&args, err, sizeof(err), "-m", "4", NULL), err, "no group calls");
-  expectParseError("compare", parse(&args, err, sizeof(err), "--compare", "mpi", NULL), err, "'nccl'");
-  expectParseError("flag value", parse(&args, err, sizeof(err), "--share-gpu=1", NULL), err, "takes no value");
-  expectParseError("positional", parse(&args, err, sizeof(err), "extra", NULL), err, "unexpected argument 'extra'");
+  for (size_t c = 0; c < sizeof(badFlags) / sizeof(badFlags[0]); c++) {
+    char* argv[8] = {"all_reduce_perf"};
+    int argc = 1;
+    char line[256] = "";
+    for (const char* const* a = badFlags[c].args; *a; a++) {
+      argv[argc++] = (char*)*a;
+      snprintf(line + strlen(line), sizeof(line) - strlen(line), " '%s'", *a);
+    }
+    benchArgs_t args;
+    char err[256] = "";
+    benchArgsDefaults(&args);
+    int status = benchParseArgs(argc, argv, &args, err, sizeof(err));
+    EXPECT_MSG(status == BENCH_PARSE_ERROR, "%s: expected a parse error, got %d", line, status);
+    EXPECT_MSG(strstr(err, badFlags[c].needle) != NULL, "%s: the message '%s' does not say '%s'", line, err,
+               badFlags[c].needle);
+  }
 
   char* text = NULL;
   size_t len = 0;
@@ -134,6 +239,36 @@ static void testFlagErrors(void) {
   EXPECT_STR_CONTAINS(text, "--compare nccl");
   EXPECT_STR_CONTAINS(text, "-G,--cudagraph");
   free(text);
+}
+
+/* -J and --csv are checked before the run; nothing is created by the check. */
+static void testWritable(void) {
+  char err[256], dir[64], path[128];
+  snprintf(dir, sizeof(dir), "/tmp/fccl-bench-test-XXXXXX");
+  EXPECT(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof(path), "%s/out.json", dir);
+  EXPECT_EQ_INT(benchCheckWritable(path, err, sizeof(err)), 0);
+  EXPECT_MSG(access(path, F_OK) != 0, "the check created %s", path);
+  EXPECT_EQ_INT(benchCheckWritable("relative-name.csv", err, sizeof(err)), 0);
+  EXPECT_EQ_INT(benchCheckWritable(dir, err, sizeof(err)), -1);
+  EXPECT_STR_CONTAINS(err, "is a directory");
+  snprintf(path, sizeof(path), "%s/missing/out.json", dir);
+  EXPECT_EQ_INT(benchCheckWritable(path, err, sizeof(err)), -1);
+  EXPECT_STR_CONTAINS(err, "missing");
+  EXPECT_EQ_INT(benchCheckWritable("", err, sizeof(err)), -1);
+  /* An existing file that cannot be written (root writes anything: then only the positive case is checked). */
+  snprintf(path, sizeof(path), "%s/readonly.csv", dir);
+  FILE* file = fopen(path, "w");
+  EXPECT(file != NULL);
+  if (file) fclose(file);
+  EXPECT_EQ_INT(benchCheckWritable(path, err, sizeof(err)), 0);
+  chmod(path, 0444);
+  if (geteuid() != 0) {
+    EXPECT_EQ_INT(benchCheckWritable(path, err, sizeof(err)), -1);
+    EXPECT_STR_CONTAINS(err, "cannot write");
+  }
+  unlink(path);
+  rmdir(dir);
 }
 
 static void testSizes(void) {
@@ -323,8 +458,7 @@ static void writeJsonCase(FILE* out, void* ctx) {
   benchJson_t json;
   benchJsonInit(&json, out);
   benchJsonBeginObject(&json);
-  benchJsonKey(&json, "name");
-  benchJsonString(&json, "a \"q\"\\\n\x01");
+  benchJsonKeyString(&json, "name", "a \"q\"\\\n\x01");
   benchJsonKey(&json, "list");
   benchJsonBeginArray(&json);
   benchJsonInt(&json, -3);
@@ -336,6 +470,14 @@ static void writeJsonCase(FILE* out, void* ctx) {
   benchJsonEndArray(&json);
   benchJsonKey(&json, "empty");
   benchJsonBeginObject(&json);
+  benchJsonEndObject(&json);
+  benchJsonKey(&json, "fields");
+  benchJsonBeginObject(&json);
+  benchJsonKeyInt(&json, "int", -7);
+  benchJsonKeyDouble(&json, "double", 0.25);
+  benchJsonKeyDouble(&json, "infinite", INFINITY);
+  benchJsonKeyBool(&json, "bool", 0);
+  benchJsonKeyString(&json, "null", NULL);
   benchJsonEndObject(&json);
   benchJsonKey(&json, "results");
   benchJsonBeginArray(&json);
@@ -371,6 +513,13 @@ static void testCsvAndJson(void) {
       "    null\n"
       "  ],\n"
       "  \"empty\":{},\n"
+      "  \"fields\":{\n"
+      "    \"int\":-7,\n"
+      "    \"double\":0.25,\n"
+      "    \"infinite\":null,\n"
+      "    \"bool\":false,\n"
+      "    \"null\":null\n"
+      "  },\n"
       "  \"results\":[\n"
       "    {\"size\":8,\"count\":2,\"type\":\"float\",\"redop\":\"sum\",\"root\":-1,"
       "\"out_of_place\":{\"time\":6.21,\"alg_bw\":0.00128824477,\"bus_bw\":0.00128824477,\"nwrong\":0},"
@@ -730,6 +879,15 @@ static int bodyExit(int proc, void* arg) {
   return 0;
 }
 
+/* Rank 1 dies (SIGKILL, as the OOM killer would) before it reaches the exchange the others wait in. */
+static int bodyDiesBeforeExchange(int proc, void* arg) {
+  if (proc == 1) kill(getpid(), SIGKILL);
+  benchOob_t oob;
+  benchOobShmInit(&oob, arg, proc, 60);
+  if (benchOobBarrier(&oob) == 0) return 10;                  /* passed a barrier a dead rank never reached */
+  return strstr(oob.error, "another rank gave up") ? 12 : 11; /* 12: released by the launcher's abort */
+}
+
 static int probeFive(char* msg, size_t len) {
   snprintf(msg, len, "hello");
   return 5;
@@ -741,26 +899,58 @@ static int probeDies(char* msg, size_t len) {
   _exit(4);
 }
 
+static int probeHangs(char* msg, size_t len) {
+  (void)msg;
+  (void)len;
+  sleep(60);
+  return 1;
+}
+
+static double secondsSince(const struct timespec* start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - start->tv_sec) + 1e-9 * (double)(now.tv_nsec - start->tv_nsec);
+}
+
 static void testForkLauncher(void) {
   int failing = -1;
-  EXPECT_EQ_INT(benchForkRun(3, bodyExit, &failing, 1), 0);
+  EXPECT_EQ_INT(benchForkRun(3, bodyExit, &failing, NULL, 1), 0);
   failing = 1;
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  EXPECT_EQ_INT(benchForkRun(3, bodyExit, &failing, 1), 3);
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  EXPECT_MSG(b.tv_sec - a.tv_sec < 10, "the hanging ranks were not killed after the grace period");
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  EXPECT_EQ_INT(benchForkRun(3, bodyExit, &failing, NULL, 1), 3);
+  EXPECT_MSG(secondsSince(&start) < 10, "the hanging ranks were not killed after the grace period");
+  EXPECT_EQ_INT(benchForkRun(0, bodyExit, &failing, NULL, 1), 1);
+
+  /* A dead rank must not hang the others: the launcher aborts the exchange at once, long before the 30 s grace
+   * period or the 60 s exchange timeout, and the survivors end on their own with the exchange's error. */
+  void* region = benchShmCreate(3);
+  EXPECT(region != NULL);
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  int code = benchForkRun(3, bodyDiesBeforeExchange, region, benchShmAbort, 30);
+  double seconds = secondsSince(&start);
+  EXPECT_MSG(code == 128 + SIGKILL, "a rank killed by SIGKILL gave exit code %d", code);
+  EXPECT_MSG(seconds < 10, "the survivors of a dead rank took %.1f s to stop", seconds);
+  benchShmDestroy(region);
+
   int value = 0;
   char msg[64] = "";
-  EXPECT_EQ_INT(benchProbeInChild(probeFive, &value, msg, sizeof(msg)), 0);
+  EXPECT_EQ_INT(benchProbeInChild(probeFive, &value, msg, sizeof(msg), 30), 0);
   EXPECT_EQ_INT(value, 5);
   EXPECT(strcmp(msg, "hello") == 0);
-  EXPECT_EQ_INT(benchProbeInChild(probeDies, &value, msg, sizeof(msg)), -1);
+  EXPECT_EQ_INT(benchProbeInChild(probeDies, &value, msg, sizeof(msg), 30), -1);
+  /* A probe that hangs (a wedged driver) is killed at the bound. */
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  EXPECT_EQ_INT(benchProbeInChild(probeHangs, &value, msg, sizeof(msg), 1), -1);
+  EXPECT_EQ_INT(errno, ETIMEDOUT);
+  seconds = secondsSince(&start);
+  EXPECT_MSG(seconds >= 0.9 && seconds < 10, "the hanging probe was given up after %.1f s, not 1", seconds);
 }
 
 int main(void) {
   testDefaultsAndFlags();
   testFlagErrors();
+  testWritable();
   testSizes();
   testFloatColumns();
   testTable();

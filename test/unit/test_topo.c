@@ -472,43 +472,80 @@ static void testFactsRoundTrip(void) {
 /* ---- the command line
  * ------------------------------------------------------------------------------------------------ */
 
+/* A command line fccl-topo refuses: its exit status, and a piece of the one-line message on standard error. DATA in
+ * an argument stands for the data directory. */
+typedef struct {
+  const char* args[6];
+  int code;
+  const char* message;
+} badCommand_t;
+
+static const badCommand_t badCommands[] = {
+    {{"--colour"}, 2, "fccl-topo: unknown option --colour"},
+    {{"--json", "--xml"}, 2, "--json and --xml are alternatives"},
+    {{"--no-cuda", "--verify-p2p"}, 2, "--verify-p2p needs the GPUs themselves"},
+    {{"--gpu-facts", "DATA/h200x2.facts", "--no-cuda"}, 2, "--gpu-facts and --no-cuda are alternatives"},
+    {{"--record", "/tmp/x", "--no-cuda"}, 2, "--record saves this machine"},
+    {{"--nranks", "0"}, 2, "--nranks wants a number from 1 to 64, not '0'"},
+    {{"--nranks", "65"}, 2, "not '65'"},
+    {{"--nranks", "-2"}, 2, "not '-2'"},
+    {{"--nranks", "two"}, 2, "not 'two'"},
+    {{"--nranks", "2x"}, 2, "not '2x'"},
+    {{"--nranks", ""}, 2, "not ''"},
+    {{"--nranks", "99999999999999999999"}, 2, "--nranks wants a number"},
+    {{"--nranks"}, 2, "--nranks needs a value"},
+    {{"--input-xml"}, 2, "--input-xml needs a value"},
+    {{"-o"}, 2, "-o needs a value"},
+    {{"--no-cuda", "--input-xml", "/nonexistent/topology.xml"}, 1, "/nonexistent/topology.xml"},
+    {{"--gpu-facts", "/nonexistent/facts", "--input-xml", "DATA/local.xml"}, 1, "cannot open /nonexistent/facts"},
+    {{"--no-cuda", "--input-xml", "DATA/local.xml", "-o", "/nonexistent/dir/report"}, 1,
+     "cannot write /nonexistent/dir/report"},
+    {{"--no-cuda", "--gpu-archs", "nine"}, 2, "--gpu-archs wants compute capabilities like '9.0'"},
+    {{"--no-cuda", "--gpu-archs", "9.0 x"}, 2, "not '9.0 x'"},
+    {{"--no-cuda", "--gpu-archs", "9.0.1"}, 2, "not '9.0.1'"},
+    {{"--no-cuda", "--gpu-archs", " "}, 2, "not ' '"},
+    {{"--no-cuda", "--gpu-archs", "90"}, 2, "not '90'"},
+    {{"--no-cuda", "--input-xml", ""}, 2, "--input-xml needs a value, not an empty one"},
+    {{"--no-cuda", "-o", ""}, 2, "-o needs a value, not an empty one"},
+};
+
 static void testCommandLine(void) {
   char *out, *err;
   char* help[] = {"fccl-topo", "--help", NULL};
   EXPECT_EQ_INT(runTopo(help, &out, &err), 0);
   EXPECT_STR_CONTAINS(out, "usage: fccl-topo");
+  EXPECT(err[0] == '\0');
   free(out);
   free(err);
-  char* unknown[] = {"fccl-topo", "--colour", NULL};
-  EXPECT_EQ_INT(runTopo(unknown, &out, &err), 2);
-  EXPECT_STR_CONTAINS(err, "unknown option --colour");
+  char xml[1024];
+  snprintf(xml, sizeof(xml), "%s/local.xml", dataDir);
+  char* archs[] = {"fccl-topo", "--no-cuda", "--input-xml", xml, "--gpu-archs", " 8.0, 9.0\t10.0 ", NULL};
+  EXPECT_EQ_INT(runTopo(archs, &out, &err), 0);
+  EXPECT_MSG(err[0] == '\0', "--gpu-archs list: %s", err);
   free(out);
   free(err);
-  char* both[] = {"fccl-topo", "--json", "--xml", NULL};
-  EXPECT_EQ_INT(runTopo(both, &out, &err), 2);
-  EXPECT_STR_CONTAINS(err, "alternatives");
-  free(out);
-  free(err);
-  char* verify[] = {"fccl-topo", "--no-cuda", "--verify-p2p", NULL};
-  EXPECT_EQ_INT(runTopo(verify, &out, &err), 2);
-  free(out);
-  free(err);
-  char* nranks[] = {"fccl-topo", "--nranks", "0", NULL};
-  EXPECT_EQ_INT(runTopo(nranks, &out, &err), 2);
-  EXPECT_STR_CONTAINS(err, "--nranks wants a number");
-  free(out);
-  free(err);
-  char* missingValue[] = {"fccl-topo", "--input-xml", NULL};
-  EXPECT_EQ_INT(runTopo(missingValue, &out, &err), 2);
-  EXPECT_STR_CONTAINS(err, "--input-xml needs a value");
-  free(out);
-  free(err);
-  char* noXml[] = {"fccl-topo", "--no-cuda", "--input-xml", "/nonexistent/topology.xml", NULL};
-  EXPECT_EQ_INT(runTopo(noXml, &out, &err), 1);
-  EXPECT_STR_CONTAINS(err, "/nonexistent/topology.xml");
-  EXPECT(out[0] == '\0'); /* nothing half-written */
-  free(out);
-  free(err);
+  for (size_t c = 0; c < sizeof(badCommands) / sizeof(badCommands[0]); c++) {
+    const badCommand_t* bad = &badCommands[c];
+    char* argv[8] = {"fccl-topo"};
+    char expanded[6][1024], line[512] = "fccl-topo";
+    int argc = 1;
+    for (const char* const* a = bad->args; *a; a++, argc++) {
+      if (strncmp(*a, "DATA/", 5) == 0)
+        snprintf(expanded[argc - 1], sizeof(expanded[0]), "%s/%s", dataDir, *a + 5);
+      else
+        snprintf(expanded[argc - 1], sizeof(expanded[0]), "%s", *a);
+      argv[argc] = expanded[argc - 1];
+      snprintf(line + strlen(line), sizeof(line) - strlen(line), " '%s'", *a);
+    }
+    argv[argc] = NULL;
+    int code = runTopo(argv, &out, &err);
+    EXPECT_MSG(code == bad->code, "%s: exit %d, want %d", line, code, bad->code);
+    EXPECT_MSG(strstr(err, bad->message) != NULL, "%s: the message '%s' does not say '%s'", line, err, bad->message);
+    EXPECT_MSG(strncmp(err, "fccl-topo: ", 11) == 0, "%s: the message does not name the program: %s", line, err);
+    EXPECT_MSG(out[0] == '\0', "%s: a failure wrote to standard output: %.200s", line, out); /* nothing half-written */
+    free(out);
+    free(err);
+  }
 }
 
 /* GPU facts that do not belong to the hwloc topology: the GPUs still appear, with unknown locality. And -o. */

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char* const typeNames[BENCH_NUM_TYPES] = {"int8",   "uint8", "int32", "uint32", "int64",
                                                        "uint64", "half",  "float", "double", "bfloat16"};
@@ -67,7 +69,7 @@ int benchParseSize(const char* text, size_t* bytes) {
   errno = 0;
   char* end = NULL;
   double value = strtod(text, &end);
-  if (errno != 0 || end == text || value < 0) return -1;
+  if (errno != 0 || end == text || !(value >= 0)) return -1; /* also NaN */
   double unit = 1;
   switch (*end) {
     case '\0': break;
@@ -134,23 +136,38 @@ static const struct {
 };
 #define FLAG_COUNT ((int)(sizeof(flags) / sizeof(flags[0])))
 
-static int fail(char* err, size_t errLen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char* err, size_t errLen, const char* fmt, ...) {
+int benchError(char* err, size_t errLen, const char* fmt, ...) {
   if (err && errLen) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errLen, fmt, ap);
     va_end(ap);
   }
-  return BENCH_PARSE_ERROR;
+  return -1;
+}
+/* benchError's -1 is the parse error. */
+_Static_assert(BENCH_PARSE_ERROR == -1, "benchError returns BENCH_PARSE_ERROR");
+
+/* -d and -o: "all", or a name fromName knows. BENCH_ALL, the value, or -1. */
+static int nameOrAll(const char* value, int (*fromName)(const char* name)) {
+  return strcasecmp(value, "all") == 0 ? BENCH_ALL : fromName(value);
 }
 
+/* The 0/1 flags (-z, -C, -p, --progress): anything else is a mistake worth saying (nccl-tests reads -z 2 as 1). */
+static int parseSwitch(int n, const char* name, int* out, char* err, size_t errLen) {
+  if (n != 0 && n != 1) return benchError(err, errLen, "%s: 0 or 1, not %d", name, n);
+  *out = n;
+  return BENCH_PARSE_OK;
+}
+
+/* 0, -1 (not an integer), or -2 (an integer outside [minValue, maxValue]). Base prefixes as strtol's (0x10). */
 static int parseInt(const char* text, long long minValue, long long maxValue, long long* value) {
   if (!text || !*text) return -1;
   errno = 0;
   char* end = NULL;
   long long parsed = strtoll(text, &end, 0);
-  if (errno != 0 || *end != '\0' || parsed < minValue || parsed > maxValue) return -1;
+  if (end == text || *end != '\0') return -1;
+  if (errno == ERANGE || parsed < minValue || parsed > maxValue) return -2;
   *value = parsed;
   return 0;
 }
@@ -187,86 +204,89 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
   int arg = ARG_NONE;
   for (int i = 0; i < FLAG_COUNT; i++)
     if (flags[i].id == id) arg = flags[i].arg;
-  if (arg == ARG_INT && parseInt(value, INT_MIN, INT_MAX, &number) != 0)
-    return fail(err, errLen, "%s: '%s' is not an integer", name, value);
+  int parsedInt = arg == ARG_INT ? parseInt(value, INT_MIN, INT_MAX, &number) : 0;
+  if (parsedInt == -1) return benchError(err, errLen, "%s: '%s' is not an integer", name, value);
+  if (parsedInt == -2) return benchError(err, errLen, "%s: %s is out of range", name, value);
   if (arg == ARG_SIZE && benchParseSize(value, &bytes) != 0)
-    return fail(err, errLen, "%s: '%s' is not a size (bytes, or a number followed by K, M or G)", name, value);
+    return benchError(err, errLen, "%s: '%s' is not a size (bytes, or a number followed by K, M or G)", name, value);
   int n = (int)number;
   switch (id) {
     case FLAG_NTHREADS:
-      if (n < 1 || n > 64) return fail(err, errLen, "%s: threads per process must be 1 to 64", name);
+      if (n < 1 || n > 64) return benchError(err, errLen, "%s: threads per process must be 1 to 64", name);
       args->nThreads = n;
       break;
     case FLAG_NGPUS:
       if (n < 1 || n > BENCH_MAX_LOCAL)
-        return fail(err, errLen, "%s: GPUs per thread must be 1 to %d", name, BENCH_MAX_LOCAL);
+        return benchError(err, errLen, "%s: GPUs per thread must be 1 to %d", name, BENCH_MAX_LOCAL);
       args->nGpus = n;
       break;
     case FLAG_MINBYTES: args->minBytes = bytes; break;
     case FLAG_MAXBYTES: args->maxBytes = bytes; break;
     case FLAG_STEPBYTES: args->stepBytes = bytes; break;
     case FLAG_STEPFACTOR:
-      if (n < 1) return fail(err, errLen, "%s: the step factor must be at least 1", name);
+      if (n < 1) return benchError(err, errLen, "%s: the step factor must be at least 1", name);
       args->stepFactor = (size_t)n;
       break;
     case FLAG_ITERS:
-      if (n < 1) return fail(err, errLen, "%s: at least one iteration is needed", name);
+      if (n < 1) return benchError(err, errLen, "%s: at least one iteration is needed", name);
       args->iters = n;
       break;
     case FLAG_AGGITERS:
-      if (n != 1) return fail(err, errLen, "%s: fccl has no group calls; only -m 1 is supported", name);
+      if (n != 1) return benchError(err, errLen, "%s: fccl has no group calls; only -m 1 is supported", name);
       break;
     case FLAG_WARMUP:
-      if (n < 0) return fail(err, errLen, "%s: warmup iterations cannot be negative", name);
+      if (n < 0) return benchError(err, errLen, "%s: warmup iterations cannot be negative", name);
       args->warmupIters = n;
       break;
-    case FLAG_PARALLELINIT: args->parallelInit = n != 0; break;
+    case FLAG_PARALLELINIT: return parseSwitch(n, name, &args->parallelInit, err, errLen);
     case FLAG_CHECK:
-      if (n < 0) return fail(err, errLen, "%s: the check count cannot be negative", name);
+      if (n < 0) return benchError(err, errLen, "%s: the check count cannot be negative", name);
       args->check = n;
       break;
     case FLAG_OP:
-      if (strcasecmp(value, "all") == 0) {
-        args->op = BENCH_ALL;
-      } else if ((args->op = benchOpFromName(value)) < 0) {
-        return fail(err, errLen, "%s: unknown reduction '%s' (sum, prod, max, min, avg or all)", name, value);
-      }
+      if ((args->op = nameOrAll(value, benchOpFromName)) == -1)
+        return benchError(err, errLen, "%s: unknown reduction '%s' (sum, prod, max, min, avg or all)", name, value);
       break;
     case FLAG_DATATYPE:
-      if (strcasecmp(value, "all") == 0) {
-        args->type = BENCH_ALL;
-      } else if ((args->type = benchTypeFromName(value)) < 0) {
-        return fail(err, errLen,
+      if ((args->type = nameOrAll(value, benchTypeFromName)) == -1)
+        return benchError(err, errLen,
                     "%s: unknown datatype '%s' (int8, uint8, int32, uint32, int64, uint64, half, float, double, "
                     "bfloat16 or all)", name, value);
-      }
       break;
-    case FLAG_ROOT: args->root = n; break;
-    case FLAG_BLOCKING: args->blocking = n != 0; break;
+    case FLAG_ROOT:
+      if (n < 0) return benchError(err, errLen, "%s: the root cannot be negative", name);
+      args->root = n;
+      break;
+    case FLAG_BLOCKING: return parseSwitch(n, name, &args->blocking, err, errLen);
     case FLAG_TIMEOUT:
-      if (n < 0) return fail(err, errLen, "%s: the timeout cannot be negative", name);
+      /* The bound becomes fcclConfig_t.timeoutMs (an int of milliseconds): a day is far beyond any useful wait. */
+      if (n < 0 || n > BENCH_MAX_TIMEOUT_SEC)
+        return benchError(err, errLen, "%s: the timeout must be 0 (default) to %d seconds", name, BENCH_MAX_TIMEOUT_SEC);
       args->timeoutSec = n;
       break;
     case FLAG_GRAPH:
-      if (n < 0) return fail(err, errLen, "%s: graph launches cannot be negative", name);
+      if (n < 0) return benchError(err, errLen, "%s: graph launches cannot be negative", name);
       args->graphLaunches = n;
       break;
-    case FLAG_CPUTIME: args->cputime = n != 0; break;
+    case FLAG_CPUTIME: return parseSwitch(n, name, &args->cputime, err, errLen);
     case FLAG_AVERAGE:
-      if (n < 0 || n > 3) return fail(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
+      if (n < 0 || n > 3) return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
       args->average = n;
       break;
     case FLAG_UNALIGN:
-      if (n < 0 || n > 4096) return fail(err, errLen, "%s: the offset must be 0 to 4096 elements", name);
+      if (n < 0 || n > 4096) return benchError(err, errLen, "%s: the offset must be 0 to 4096 elements", name);
       args->unalign = n;
       break;
     case FLAG_REGISTER:
-      if (n < 0 || n > 2) return fail(err, errLen, "%s: 0 (plain), 1 (registered) or 2 (symmetric)", name);
+      if (n < 0 || n > 2) return benchError(err, errLen, "%s: 0 (plain), 1 (registered) or 2 (symmetric)", name);
       args->localRegister = n;
       break;
-    case FLAG_JSON: args->jsonPath = value; break;
+    case FLAG_JSON:
+      if (!*value) return benchError(err, errLen, "%s: the file name is empty", name);
+      args->jsonPath = value;
+      break;
     case FLAG_NPROCS:
-      if (n < 0 || n > 1024) return fail(err, errLen, "%s: the process count must be 0 (auto) to 1024", name);
+      if (n < 0 || n > 1024) return benchError(err, errLen, "%s: the process count must be 0 (auto) to 1024", name);
       args->nProcs = n;
       break;
     case FLAG_COMPARE:
@@ -275,13 +295,16 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       } else if (strcasecmp(value, "none") == 0) {
         args->compareNccl = 0;
       } else {
-        return fail(err, errLen, "%s: can compare with 'nccl' (or 'none'), not '%s'", name, value);
+        return benchError(err, errLen, "%s: can compare with 'nccl' (or 'none'), not '%s'", name, value);
       }
       break;
-    case FLAG_CSV: args->csvPath = value; break;
+    case FLAG_CSV:
+      if (!*value) return benchError(err, errLen, "%s: the file name is empty", name);
+      args->csvPath = value;
+      break;
     case FLAG_SHARE: args->shareGpu = 1; break;
     case FLAG_CORRUPT: args->injectCorruption = 1; break;
-    case FLAG_PROGRESS: args->progress = n != 0; break;
+    case FLAG_PROGRESS: return parseSwitch(n, name, &args->progress, err, errLen);
     default: break;
   }
   return BENCH_PARSE_OK;
@@ -294,29 +317,54 @@ int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, si
     const char* value = NULL;
     int index = lookupFlag(arg, &value);
     if (index < 0) {
-      if (arg[0] == '-') return fail(err, errLen, "unknown flag '%s' (see --help)", arg);
-      return fail(err, errLen, "unexpected argument '%s' (see --help)", arg);
+      if (arg[0] == '-') return benchError(err, errLen, "unknown flag '%s' (see --help)", arg);
+      return benchError(err, errLen, "unexpected argument '%s' (see --help)", arg);
     }
     if (flags[index].id == FLAG_HELP) return BENCH_PARSE_HELP;
     if (flags[index].arg == ARG_NONE) {
-      if (value) return fail(err, errLen, "%s takes no value", arg);
+      if (value) return benchError(err, errLen, "%s takes no value", arg);
     } else if (!value) {
-      if (i + 1 >= argc) return fail(err, errLen, "%s needs a value", arg);
+      if (i + 1 >= argc) return benchError(err, errLen, "%s needs a value", arg);
       value = argv[++i];
     }
     int status = applyFlag(args, flags[index].id, arg, value, err, errLen);
     if (status != BENCH_PARSE_OK) return status;
   }
   if (args->minBytes > args->maxBytes)
-    return fail(err, errLen, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", args->minBytes,
+    return benchError(err, errLen, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", args->minBytes,
                 args->maxBytes);
   if (args->minBytes < args->maxBytes) {
     if (args->stepFactor > 1 && args->minBytes == 0)
-      return fail(err, errLen, "a size sweep by factor (-f) must start above 0 bytes (-b)");
+      return benchError(err, errLen, "a size sweep by factor (-f) must start above 0 bytes (-b)");
     if (args->stepFactor <= 1 && args->stepBytes == 0)
-      return fail(err, errLen, "the sweep needs a step: -i above 0 or -f above 1");
+      return benchError(err, errLen, "the sweep needs a step: -i above 0 or -f above 1");
   }
   return BENCH_PARSE_OK;
+}
+
+int benchCheckWritable(const char* path, char* err, size_t errLen) {
+  if (!path || !*path) return benchError(err, errLen, "an empty file name");
+  if (access(path, F_OK) == 0) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return benchError(err, errLen, "%s is a directory", path);
+    if (access(path, W_OK) != 0) return benchError(err, errLen, "cannot write %s: %s", path, strerror(errno));
+    return 0;
+  }
+  if (errno != ENOENT) return benchError(err, errLen, "cannot write %s: %s", path, strerror(errno));
+  char dir[4096];
+  const char* slash = strrchr(path, '/');
+  if (!slash) {
+    snprintf(dir, sizeof(dir), ".");
+  } else if (slash == path) {
+    snprintf(dir, sizeof(dir), "/");
+  } else if ((size_t)(slash - path) < sizeof(dir)) {
+    snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+  } else {
+    return benchError(err, errLen, "cannot write %s: the name is too long", path);
+  }
+  if (access(dir, W_OK | X_OK) != 0)
+    return benchError(err, errLen, "cannot write %s: directory %s: %s", path, dir, strerror(errno));
+  return 0;
 }
 
 void benchPrintUsage(FILE* out, const char* program) {
@@ -337,7 +385,7 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  -z,--blocking <0/1>       wait and barrier after every operation (0)\n"
           "  -G,--cudagraph <n>        capture the iterations in a CUDA graph, launch it n times (0: eager)\n"
           "  -a,--average <0/1/2/3>    time across ranks: rank 0, average, minimum, maximum (1)\n"
-          "  -T,--timeout <seconds>    bound on every wait (0: 300 s)\n"
+          "  -T,--timeout <seconds>    bound on every wait (0: 300 s; at most 86400)\n"
           "  -u,--unalign <n>          offset the buffers by n elements (0)\n"
           "  -R,--local_register <n>   0 plain buffers, 1 registered, 2 registered symmetric (0)\n"
           "  -C,--report_cputime <0/1> report host launch time instead of GPU time (0)\n"

@@ -62,11 +62,18 @@ typedef struct {
 void benchArgsDefaults(benchArgs_t* args);
 
 enum { BENCH_PARSE_OK = 0, BENCH_PARSE_HELP = 1, BENCH_PARSE_ERROR = -1 };
+#define BENCH_MAX_TIMEOUT_SEC 86400 /* -T: a day */
 /* Parses nccl-tests' flags plus fccl's own (see benchPrintUsage). Returns BENCH_PARSE_*; on error err says why. */
 int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen);
-/* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else. */
+/* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else (negative, NaN, beyond 8 EiB). */
 int benchParseSize(const char* text, size_t* bytes);
 void benchPrintUsage(FILE* out, const char* program);
+/* Whether an output file (-J, --csv) can be written, checked before the run so that a typo does not cost the whole
+ * benchmark: an existing file must be writable, a new one needs a writable directory. Nothing is created. 0, or -1
+ * with err. */
+int benchCheckWritable(const char* path, char* err, size_t errLen);
+/* Formats the message into err (when err is not NULL) and returns -1: the error convention of this library. */
+int benchError(char* err, size_t errLen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- size sweep and bandwidth ----------------------------------------------------------------------------------- */
 
@@ -161,6 +168,11 @@ void benchJsonInt(benchJson_t* json, long long value);
 void benchJsonDouble(benchJson_t* json, double value);     /* NaN and infinities write null */
 void benchJsonBool(benchJson_t* json, int value);
 void benchJsonNull(benchJson_t* json);
+/* A key and its value in one call. */
+void benchJsonKeyString(benchJson_t* json, const char* key, const char* value);
+void benchJsonKeyInt(benchJson_t* json, const char* key, long long value);
+void benchJsonKeyDouble(benchJson_t* json, const char* key, double value);
+void benchJsonKeyBool(benchJson_t* json, const char* key, int value);
 /* One result row as nccl-tests' JSON does it, with an object per engine and the speedups. */
 void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row);
 
@@ -224,6 +236,9 @@ struct benchOob {
 /* Shared memory for nAgents agents, mapped so that it survives fork(). NULL on failure (errno set). */
 void* benchShmCreate(int nAgents);
 void benchShmDestroy(void* region);
+/* Marks the exchange aborted: every agent's current or next exchange fails at once ("another rank gave up"). The
+ * launcher calls it when a rank process dies, so that the others stop instead of waiting for the dead one. */
+void benchShmAbort(void* region);
 void benchOobShmInit(benchOob_t* oob, void* region, int agent, int timeoutSec);
 
 int benchOobBarrier(benchOob_t* oob);
@@ -265,12 +280,16 @@ int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout,
 /* The device of local rank index (proc-local ranks counted from firstLocal): (firstLocal + index) % nDevices. */
 int benchDeviceOf(const benchLayout_t* layout, int firstLocal, int index);
 
-/* Runs body(proc, arg) in nProcs forked children and waits; when one fails, the rest get graceSec seconds and are
- * then killed. Children die with the parent (PR_SET_PDEATHSIG). Returns 0 when all exited 0, otherwise the first
- * failure's exit code (or 128 + signal). */
-int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int graceSec);
+/* Runs body(proc, arg) in nProcs forked children and waits. When one fails (non-zero exit or a signal),
+ * onFailure(arg) runs at once (may be NULL; the benchmark aborts the shared exchange with it, so the others stop
+ * waiting for the dead rank), and the rest get graceSec seconds before they are killed; children that do not go
+ * even then (stuck in a driver) are left after a further 30 s. Children die with the parent (PR_SET_PDEATHSIG).
+ * Returns 0 when all exited 0, otherwise the first failure's exit code (or 128 + signal). */
+int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, void (*onFailure)(void* arg),
+                 int graceSec);
 /* Runs probe in a child process (so that the parent never initialises CUDA before forking its ranks) and returns
- * its int result; the child's message (up to len bytes) lands in msg. Returns 0, or -1 if the child failed. */
-int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len);
+ * its int result; the child's message (up to len bytes) lands in msg. Returns 0, or -1 if the child failed or gave
+ * no answer within timeoutSec (it is killed then; errno is ETIMEDOUT). */
+int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len, int timeoutSec);
 
 #endif /* FCCL_BENCH_H_ */

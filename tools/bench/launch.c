@@ -6,8 +6,8 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -15,17 +15,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int launchError(char* err, size_t errLen, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static int launchError(char* err, size_t errLen, const char* fmt, ...) {
-  if (err && errLen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errLen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 /* 1: present and a non-negative integer; 0: absent; -1: present but not a number. */
 static int readCount(benchGetenv_t getenvFn, const char* name, int* value) {
@@ -60,13 +49,13 @@ int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, 
     int size = 0, rank = 0;
     int hasSize = readCount(getenvFn, launchers[i].size, &size);
     if (hasSize == 0) continue;
-    if (hasSize < 0 || size < 1) return launchError(err, errLen, "%s is not a positive number", launchers[i].size);
+    if (hasSize < 0 || size < 1) return benchError(err, errLen, "%s is not a positive number", launchers[i].size);
     int hasRank = readCount(getenvFn, launchers[i].rank, &rank);
     if (hasRank <= 0)
-      return launchError(err, errLen, "%s is set but %s is %s", launchers[i].size, launchers[i].rank,
+      return benchError(err, errLen, "%s is set but %s is %s", launchers[i].size, launchers[i].rank,
                          hasRank == 0 ? "missing" : "not a number");
     if (rank >= size)
-      return launchError(err, errLen, "%s=%d is not below %s=%d", launchers[i].rank, rank, launchers[i].size, size);
+      return benchError(err, errLen, "%s=%d is not below %s=%d", launchers[i].rank, rank, launchers[i].size, size);
     env->kind = BENCH_LAUNCH_ENV;
     env->source = launchers[i].source;
     env->rank = rank;
@@ -76,16 +65,16 @@ int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, 
     env->fromMpiLauncher = launchers[i].fromMpi;
     for (int k = 0; k < 2 && launchers[i].localRank[k]; k++) {
       int status = readCount(getenvFn, launchers[i].localRank[k], &env->localRank);
-      if (status < 0) return launchError(err, errLen, "%s is not a number", launchers[i].localRank[k]);
+      if (status < 0) return benchError(err, errLen, "%s is not a number", launchers[i].localRank[k]);
       if (status > 0) break;
     }
     for (int k = 0; k < 2 && launchers[i].localSize[k]; k++) {
       int status = readCount(getenvFn, launchers[i].localSize[k], &env->localSize);
-      if (status < 0) return launchError(err, errLen, "%s is not a number", launchers[i].localSize[k]);
+      if (status < 0) return benchError(err, errLen, "%s is not a number", launchers[i].localSize[k]);
       if (status > 0) break;
     }
     if (env->localSize < 1 || env->localRank >= env->localSize)
-      return launchError(err, errLen, "local rank %d is not below the local size %d (%s)", env->localRank,
+      return benchError(err, errLen, "local rank %d is not below the local size %d (%s)", env->localRank,
                          env->localSize, env->source);
     return 0;
   }
@@ -94,7 +83,7 @@ int benchDetectLaunch(benchGetenv_t getenvFn, benchLaunchEnv_t* env, char* err, 
 
 int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout, char* err, size_t errLen) {
   memset(layout, 0, sizeof(*layout));
-  if (nDevices < 1) return launchError(err, errLen, "no GPU is visible");
+  if (nDevices < 1) return benchError(err, errLen, "no GPU is visible");
   int perProc = args->nThreads * args->nGpus;
   int nProcs = args->nProcs > 0 ? args->nProcs : (nDevices / perProc > 0 ? nDevices / perProc : 1);
   layout->nProcs = nProcs;
@@ -104,7 +93,7 @@ int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout,
   layout->nDevices = nDevices;
   layout->shared = layout->nRanks > nDevices;
   if (layout->shared && !args->shareGpu)
-    return launchError(err, errLen,
+    return benchError(err, errLen,
                        "%d ranks (-np %d, -t %d, -g %d) need %d GPUs but %d %s visible; --share-gpu lets ranks "
                        "share a GPU",
                        layout->nRanks, nProcs, args->nThreads, args->nGpus, layout->nRanks, nDevices,
@@ -127,10 +116,19 @@ static double nowSec(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int graceSec) {
+/* After SIGKILL, how long the launcher waits for the processes to go (one stuck in a driver may never). */
+#define REAP_AFTER_KILL_SEC 30
+
+int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, void (*onFailure)(void* arg),
+                 int graceSec) {
+  if (nProcs < 1) {
+    fprintf(stderr, "launcher: %d processes to start\n", nProcs);
+    return 1;
+  }
   pid_t* pids = (pid_t*)calloc((size_t)nProcs, sizeof(pid_t));
   int* done = (int*)calloc((size_t)nProcs, sizeof(int));
   if (!pids || !done) {
+    fprintf(stderr, "launcher: out of memory for %d processes\n", nProcs);
     free(pids);
     free(done);
     return 1;
@@ -152,14 +150,15 @@ int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int gr
       _exit(code & 0xff);
     }
     if (pid < 0) {
-      fprintf(stderr, "fork failed: %s\n", strerror(errno));
+      fprintf(stderr, "launcher: fork failed after %d of %d processes: %s\n", started, nProcs, strerror(errno));
       result = 1;
       break;
     }
     pids[started] = pid;
   }
   int remaining = started;
-  double failedAt = result ? nowSec() : 0;
+  double failedAt = result ? nowSec() : 0, killedAt = 0;
+  if (result && onFailure) onFailure(arg);
   while (remaining > 0) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -177,16 +176,26 @@ int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, int gr
         if (code != 0 && result == 0) {
           result = code;
           failedAt = nowSec();
+          if (onFailure) onFailure(arg);
         }
       }
       continue;
     }
-    if (pid < 0 && errno != EINTR) break;
-    if (result != 0 && nowSec() - failedAt > graceSec) {
+    if (pid < 0 && errno != EINTR) {
+      fprintf(stderr, "launcher: waitpid failed: %s\n", strerror(errno));
+      if (result == 0) result = 1;
+      break;
+    }
+    if (result != 0 && !killedAt && nowSec() - failedAt > graceSec) {
       fprintf(stderr, "launcher: a process failed %d s ago; stopping the %d still running\n", graceSec, remaining);
       for (int p = 0; p < started; p++)
         if (!done[p]) kill(pids[p], SIGKILL);
-      failedAt = nowSec() + 3600; /* killed: now only reap */
+      killedAt = nowSec();
+    }
+    if (killedAt && nowSec() - killedAt > REAP_AFTER_KILL_SEC) {
+      fprintf(stderr, "launcher: %d process%s still there %d s after SIGKILL (stuck in a driver?); giving up on them\n",
+              remaining, remaining == 1 ? " is" : "es are", REAP_AFTER_KILL_SEC);
+      break;
     }
     sleepMs(10);
   }
@@ -200,7 +209,7 @@ typedef struct {
   char msg[512];
 } probeReply_t;
 
-int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len) {
+int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* msg, size_t len, int timeoutSec) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   fflush(stdout);
@@ -212,6 +221,7 @@ int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* ms
     return -1;
   }
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(fds[0]);
     probeReply_t reply;
     memset(&reply, 0, sizeof(reply));
@@ -222,7 +232,20 @@ int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* ms
   close(fds[1]);
   probeReply_t reply;
   size_t got = 0;
+  int timedOut = 0;
+  double deadline = nowSec() + timeoutSec;
   while (got < sizeof(reply)) {
+    /* A probe that hangs (a wedged driver) must not hang the launcher. */
+    double left = deadline - nowSec();
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      timedOut = 1;
+      kill(pid, SIGKILL);
+      break;
+    }
+    if (ready < 0) break;
     ssize_t n = read(fds[0], (char*)&reply + got, sizeof(reply) - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -230,6 +253,13 @@ int benchProbeInChild(int (*probe)(char* msg, size_t len), int* result, char* ms
   }
   close(fds[0]);
   int status = 0;
+  if (timedOut) {
+    /* Killed: reap it if it goes within a few seconds (one stuck in a driver may not; it is left then). */
+    double reapBy = nowSec() + 5;
+    while (waitpid(pid, &status, WNOHANG) == 0 && nowSec() < reapBy) sleepMs(10);
+    errno = ETIMEDOUT;
+    return -1;
+  }
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (got != sizeof(reply) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;

@@ -110,7 +110,11 @@ static int shmAllgather(benchOob_t* oob, const void* mine, size_t bytes, void* a
   return 0;
 }
 
-static void shmAbort(benchOob_t* oob) { atomic_store(&((shmRegion_t*)oob->state)->aborted, 1); }
+void benchShmAbort(void* region) {
+  if (region) atomic_store(&((shmRegion_t*)region)->aborted, 1);
+}
+
+static void shmAbort(benchOob_t* oob) { benchShmAbort(oob->state); }
 
 void benchOobShmInit(benchOob_t* oob, void* region, int agent, int timeoutSec) {
   memset(oob, 0, sizeof(*oob));

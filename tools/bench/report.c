@@ -282,14 +282,31 @@ void benchJsonNull(benchJson_t* json) {
   fputs("null", json->out);
 }
 
+void benchJsonKeyString(benchJson_t* json, const char* key, const char* value) {
+  benchJsonKey(json, key);
+  benchJsonString(json, value);
+}
+
+void benchJsonKeyInt(benchJson_t* json, const char* key, long long value) {
+  benchJsonKey(json, key);
+  benchJsonInt(json, value);
+}
+
+void benchJsonKeyDouble(benchJson_t* json, const char* key, double value) {
+  benchJsonKey(json, key);
+  benchJsonDouble(json, value);
+}
+
+void benchJsonKeyBool(benchJson_t* json, const char* key, int value) {
+  benchJsonKey(json, key);
+  benchJsonBool(json, value);
+}
+
 static void jsonMeasure(benchJson_t* json, const benchTable_t* table, const benchMeasure_t* m) {
   benchJsonBeginObject(json);
-  benchJsonKey(json, table->cputime ? "cpu_time" : "time");
-  benchJsonDouble(json, m->timeUs);
-  benchJsonKey(json, "alg_bw");
-  benchJsonDouble(json, m->algBw);
-  benchJsonKey(json, "bus_bw");
-  benchJsonDouble(json, m->busBw);
+  benchJsonKeyDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
+  benchJsonKeyDouble(json, "alg_bw", m->algBw);
+  benchJsonKeyDouble(json, "bus_bw", m->busBw);
   benchJsonKey(json, "nwrong");
   if (m->wrong < 0)
     benchJsonNull(json);
@@ -301,16 +318,11 @@ static void jsonMeasure(benchJson_t* json, const benchTable_t* table, const benc
 void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row) {
   static const char* const placeKeys[2] = {"out_of_place", "in_place"};
   benchJsonBeginObject(json);
-  benchJsonKey(json, "size");
-  benchJsonInt(json, (long long)row->bytes);
-  benchJsonKey(json, "count");
-  benchJsonInt(json, (long long)row->count);
-  benchJsonKey(json, "type");
-  benchJsonString(json, benchTypeName(row->type));
-  benchJsonKey(json, "redop");
-  benchJsonString(json, benchOpName(row->op));
-  benchJsonKey(json, "root");
-  benchJsonInt(json, row->root);
+  benchJsonKeyInt(json, "size", (long long)row->bytes);
+  benchJsonKeyInt(json, "count", (long long)row->count);
+  benchJsonKeyString(json, "type", benchTypeName(row->type));
+  benchJsonKeyString(json, "redop", benchOpName(row->op));
+  benchJsonKeyInt(json, "root", row->root);
   /* The first engine (fccl) in nccl-tests' shape, so readers of nccl-tests' JSON find its numbers. */
   for (int place = 0; place < 2; place++) {
     benchJsonKey(json, placeKeys[place]);

@@ -34,6 +34,8 @@
 #endif
 
 #define DEFAULT_TIMEOUT_SEC 300
+#define PROBE_TIMEOUT_SEC 60 /* counting the GPUs in a child process (CUDA initialisation included) */
+#define RANK_GRACE_SEC 10    /* after a rank process fails, the others have this long before they are killed */
 #define STAGING_BYTES ((size_t)64 << 20)
 #define DEVICE_LINE 256
 
@@ -911,18 +913,16 @@ static void printHeader(benchAgent_t* agent) {
   }
 }
 
-void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json) {
+/* The preamble common to both programs (config, devices, communicator creation). */
+static void jsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   const benchArgs_t* args = &agent->args;
   int version = 0;
   fcclGetVersion(&version);
   char text[64];
-  benchJsonKey(json, "tool");
-  benchJsonString(json, agent->test->program);
-  benchJsonKey(json, "json_version");
-  benchJsonInt(json, 1);
+  benchJsonKeyString(json, "tool", agent->test->program);
+  benchJsonKeyInt(json, "json_version", 1);
   snprintf(text, sizeof(text), "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
-  benchJsonKey(json, "fccl_version");
-  benchJsonString(json, text);
+  benchJsonKeyString(json, "fccl_version", text);
   benchJsonKey(json, "nccl_version");
   if (agent->ncclVersion)
     benchJsonInt(json, agent->ncclVersion);
@@ -932,51 +932,34 @@ void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  benchJsonKey(json, "time");
-  benchJsonString(json, text);
+  benchJsonKeyString(json, "time", text);
   benchJsonKey(json, "args");
   benchJsonBeginArray(json);
   for (int i = 0; i < process.argc; i++) benchJsonString(json, process.argv[i]);
   benchJsonEndArray(json);
   benchJsonKey(json, "config");
   benchJsonBeginObject(json);
-  benchJsonKey(json, "nranks");
-  benchJsonInt(json, agent->nranks);
-  benchJsonKey(json, "launch");
-  benchJsonString(json, process.launchText);
-  benchJsonKey(json, "nthreads");
-  benchJsonInt(json, args->nThreads);
-  benchJsonKey(json, "ngpus");
-  benchJsonInt(json, args->nGpus);
-  benchJsonKey(json, "minimum_bytes");
-  benchJsonInt(json, (long long)args->minBytes);
-  benchJsonKey(json, "maximum_bytes");
-  benchJsonInt(json, (long long)args->maxBytes);
-  benchJsonKey(json, args->stepFactor > 1 ? "step_factor" : "step_bytes");
-  benchJsonInt(json, (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
-  benchJsonKey(json, "warmup_iters");
-  benchJsonInt(json, args->warmupIters);
-  benchJsonKey(json, "iterations");
-  benchJsonInt(json, args->iters);
-  benchJsonKey(json, "validation");
-  benchJsonInt(json, args->check);
-  benchJsonKey(json, "graph");
-  benchJsonInt(json, args->graphLaunches);
-  benchJsonKey(json, "blocking_collectives");
-  benchJsonBool(json, args->blocking);
-  benchJsonKey(json, "unalign");
-  benchJsonInt(json, args->unalign);
+  benchJsonKeyInt(json, "nranks", agent->nranks);
+  benchJsonKeyString(json, "launch", process.launchText);
+  benchJsonKeyInt(json, "nthreads", args->nThreads);
+  benchJsonKeyInt(json, "ngpus", args->nGpus);
+  benchJsonKeyInt(json, "minimum_bytes", (long long)args->minBytes);
+  benchJsonKeyInt(json, "maximum_bytes", (long long)args->maxBytes);
+  benchJsonKeyInt(json, args->stepFactor > 1 ? "step_factor" : "step_bytes",
+                  (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
+  benchJsonKeyInt(json, "warmup_iters", args->warmupIters);
+  benchJsonKeyInt(json, "iterations", args->iters);
+  benchJsonKeyInt(json, "validation", args->check);
+  benchJsonKeyInt(json, "graph", args->graphLaunches);
+  benchJsonKeyBool(json, "blocking_collectives", args->blocking);
+  benchJsonKeyInt(json, "unalign", args->unalign);
   benchJsonKey(json, "buffers");
   benchJsonBeginObject(json);
-  for (int engine = 0; engine < agent->nEngines; engine++) {
-    benchJsonKey(json, agent->engineNames[engine]);
-    benchJsonString(json, agent->buffersText[engine]);
-  }
+  for (int engine = 0; engine < agent->nEngines; engine++)
+    benchJsonKeyString(json, agent->engineNames[engine], agent->buffersText[engine]);
   benchJsonEndObject(json);
-  benchJsonKey(json, "shared_gpus");
-  benchJsonBool(json, agent->sharedGpus);
-  benchJsonKey(json, "compare");
-  benchJsonString(json, agent->nEngines > 1 ? agent->engineNames[1] : NULL);
+  benchJsonKeyBool(json, "shared_gpus", agent->sharedGpus);
+  benchJsonKeyString(json, "compare", agent->nEngines > 1 ? agent->engineNames[1] : NULL);
   benchJsonEndObject(json);
   benchJsonKey(json, "devices");
   benchJsonBeginArray(json);
@@ -987,10 +970,8 @@ void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   for (int engine = 0; engine < agent->nEngines; engine++) {
     benchJsonKey(json, agent->engineNames[engine]);
     benchJsonBeginObject(json);
-    benchJsonKey(json, "time_ms");
-    benchJsonDouble(json, agent->init[engine].timeMs);
-    benchJsonKey(json, "device_bytes");
-    benchJsonDouble(json, agent->init[engine].deviceBytes);
+    benchJsonKeyDouble(json, "time_ms", agent->init[engine].timeMs);
+    benchJsonKeyDouble(json, "device_bytes", agent->init[engine].deviceBytes);
     benchJsonKey(json, "self_reported_bytes");
     if (agent->init[engine].selfBytes >= 0)
       benchJsonDouble(json, agent->init[engine].selfBytes);
@@ -999,6 +980,33 @@ void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json) {
     benchJsonEndObject(json);
   }
   benchJsonEndObject(json);
+}
+
+FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
+  FILE* file = fopen(path, "w");
+  if (!file) benchFail(agent, "cannot write %s: %s", path, strerror(errno));
+  return file;
+}
+
+FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json) {
+  FILE* file = benchOpenOutput(agent, agent->args.jsonPath);
+  if (!file) return NULL;
+  benchJsonInit(json, file);
+  benchJsonBeginObject(json);
+  jsonPreamble(agent, json);
+  benchJsonKey(json, "results");
+  benchJsonBeginArray(json);
+  return file;
+}
+
+int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path) {
+  int failed = ferror(file);
+  errno = 0;
+  if (fclose(file) != 0 || failed) {
+    benchFail(agent, "writing %s failed%s%s", path, errno ? ": " : "", errno ? strerror(errno) : "");
+    return -1;
+  }
+  return 0;
 }
 
 /* ---- an agent's life -------------------------------------------------------------------------------------------- */
@@ -1104,6 +1112,8 @@ static void* agentThread(void* arg) {
   agentPlan_t* plan = (agentPlan_t*)arg;
   benchAgent_t* agent = (benchAgent_t*)calloc(1, sizeof(benchAgent_t));
   if (!agent) {
+    fprintf(stderr, "%s: rank %d: out of memory\n", process.test->program, plan->firstRank);
+    benchOobAbort(plan->oob);
     plan->status = -1;
     return NULL;
   }
@@ -1200,7 +1210,12 @@ static int probeGpus(char* msg, size_t len) {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    snprintf(msg, len, "%s", cudaGetErrorString(status));
+    /* Without the NVIDIA driver the runtime says "insufficient driver"; say what that means here. */
+    const char* meaning = status == cudaErrorInsufficientDriver ? "no usable NVIDIA driver"
+                          : status == cudaErrorNoDevice         ? "no CUDA device is visible"
+                                                                : "CUDA cannot count the GPUs";
+    snprintf(msg, len, "%s (cudaGetDeviceCount: %s, %s)", meaning, cudaGetErrorName(status),
+             cudaGetErrorString(status));
     return 0;
   }
   if (count == 0) snprintf(msg, len, "no CUDA device is visible");
@@ -1208,6 +1223,18 @@ static int probeGpus(char* msg, size_t len) {
 }
 
 static const char* realGetenv(const char* name) { return getenv(name); }
+
+/* What this build makes of --compare and -R 2, said once (by the launcher, or rank 0) when the run starts. */
+static void printBuildNotes(const benchArgs_t* args) {
+#if !FCCL_HAVE_NCCL
+  if (args->compareNccl) printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
+#elif !BENCH_NCCL_WINDOWS
+  if (args->localRegister == 2 && args->compareNccl)
+    printf("# -R 2: this NCCL has no symmetric windows (2.27+); NCCL's buffers are registered plainly\n");
+#else
+  (void)args;
+#endif
+}
 
 int benchMain(int argc, char** argv, const benchTest_t* test) {
   const char* program = test->program;
@@ -1231,25 +1258,30 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
    * service, and fccl does not use them either, so the comparison is like for like. */
   setenv("NCCL_NVLS_ENABLE", "0", 1);
 #if !FCCL_HAVE_NCCL
-  if (args->compareNccl) {
-    printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
-    process.compareSkipped = 1;
-  }
-#endif
-#if FCCL_HAVE_NCCL && !BENCH_NCCL_WINDOWS
-  if (args->localRegister == 2 && args->compareNccl)
-    printf("# -R 2: this NCCL has no symmetric windows (2.27+); NCCL's buffers are registered plainly\n");
+  if (args->compareNccl) process.compareSkipped = 1;
 #endif
   if (benchDetectLaunch(realGetenv, &process.env, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;
   }
+  /* The output files are written at the end: a name that cannot be written fails now, not after the run. */
+  const char* const outputs[2] = {args->jsonPath, args->csvPath};
+  for (int i = 0; i < 2; i++) {
+    if (outputs[i] && benchCheckWritable(outputs[i], err, sizeof(err)) != 0) {
+      fprintf(stderr, "%s: %s %s\n", program, i == 0 ? "-J:" : "--csv:", err);
+      return 2;
+    }
+  }
   int code = 0;
   if (process.env.kind == BENCH_LAUNCH_LOCAL) {
     int nDevices = 0;
     char msg[512] = "";
-    if (benchProbeInChild(probeGpus, &nDevices, msg, sizeof(msg)) != 0) {
-      fprintf(stderr, "%s: could not count the GPUs (the probe process failed)\n", program);
+    if (benchProbeInChild(probeGpus, &nDevices, msg, sizeof(msg), PROBE_TIMEOUT_SEC) != 0) {
+      if (errno == ETIMEDOUT)
+        fprintf(stderr, "%s: counting the GPUs took more than %d s (the probe process hangs in CUDA); giving up\n",
+                program, PROBE_TIMEOUT_SEC);
+      else
+        fprintf(stderr, "%s: could not count the GPUs (the probe process failed)\n", program);
       return 2;
     }
     if (nDevices == 0) {
@@ -1261,6 +1293,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
       return 2;
     }
     process.mode = BENCH_LAUNCH_LOCAL;
+    printBuildNotes(args);
     if (nDevices == 1 && process.layout.nRanks == 1)
       printf("# One GPU visible: running one rank, where an all-reduce is a copy; -np 2 --share-gpu runs two "
              "ranks on it\n");
@@ -1283,7 +1316,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     if (process.layout.nProcs == 1)
       code = processMain(0, NULL);
     else
-      code = benchForkRun(process.layout.nProcs, processMain, NULL, 10);
+      code = benchForkRun(process.layout.nProcs, processMain, process.shm, benchShmAbort, RANK_GRACE_SEC);
     benchShmDestroy(process.shm);
     return code;
   }
@@ -1314,6 +1347,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
             process.env.localSize * process.layout.nGpus, nVisible);
     return 2;
   }
+  if (process.env.rank == 0) printBuildNotes(args);
   if (process.layout.shared && args->compareNccl && !process.compareSkipped) {
     if (process.env.rank == 0)
       printf("# --compare nccl: NCCL does not run two ranks on one GPU; measuring fccl alone\n");

@@ -118,8 +118,14 @@ int benchBarrier(benchAgent_t* agent);
 /* The progress line on stderr (output agent, terminal only); NULL text clears it. */
 void benchProgress(benchAgent_t* agent, const char* text);
 
-/* Writes the JSON preamble common to both programs (config, devices, communicator creation) after the caller's
- * benchJsonBeginObject; the caller adds its results. */
-void benchJsonPreamble(benchAgent_t* agent, benchJson_t* json);
+/* The output agent's -J and --csv files: benchOpenOutput returns NULL after benchFail says why; benchCloseOutput
+ * returns -1 after benchFail when anything written was lost. */
+FILE* benchOpenOutput(benchAgent_t* agent, const char* path);
+int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path);
+
+/* Opens the -J file and writes what both programs share, up to an open results array: {"tool", versions, time,
+ * args, config, devices, comm_init, "results": [. The caller writes its results, ends the array, adds what else it
+ * has, ends the object and calls benchCloseOutput. NULL after benchFail when the file cannot be opened. */
+FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json);
 
 #endif /* FCCL_BENCH_RUNTIME_H_ */

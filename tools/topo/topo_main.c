@@ -48,6 +48,25 @@ static void usage(FILE* out) {
       FCCL_BUILD_GPU_ARCHS);
 }
 
+/* --gpu-archs: compute capabilities as the gpu_archs build option takes them (meson.build): MAJOR.MINOR, separated
+ * by spaces or commas ("9.0", "8.0 9.0"). */
+static int validArchList(const char* list) {
+  int archs = 0;
+  for (const char* p = list; *p;) {
+    if (*p == ' ' || *p == ',' || *p == '\t') {
+      p++;
+      continue;
+    }
+    size_t major = strspn(p, "0123456789");
+    size_t minor = p[major] == '.' ? strspn(p + major + 1, "0123456789") : 0;
+    if (major == 0 || major > 3 || minor == 0 || minor > 2) return 0;
+    p += major + 1 + minor;
+    if (*p && *p != ' ' && *p != ',' && *p != '\t') return 0;
+    archs++;
+  }
+  return archs > 0 && strlen(list) < sizeof(((topoSystem_t*)0)->gpuArchs);
+}
+
 static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* exitCode) {
   memset(opt, 0, sizeof(*opt));
   opt->format = FORMAT_HUMAN;
@@ -99,10 +118,21 @@ static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* e
     if (valueTarget) {
       if (i + 1 >= argc) goto missing;
       *valueTarget = argv[++i];
+      if (**valueTarget == '\0') {
+        fprintf(err, "fccl-topo: %s needs a value, not an empty one\n", arg);
+        *exitCode = 2;
+        return -1;
+      }
     }
     continue;
   missing:
     fprintf(err, "fccl-topo: %s needs a value\n", arg);
+    *exitCode = 2;
+    return -1;
+  }
+  if (!validArchList(opt->gpuArchs)) {
+    fprintf(err, "fccl-topo: --gpu-archs wants compute capabilities like '9.0' or '8.0 9.0', not '%s'\n",
+            opt->gpuArchs);
     *exitCode = 2;
     return -1;
   }
@@ -139,10 +169,10 @@ static int recordFacts(const topoSystem_t* sys, const char* prefix, char* err, s
   return 0;
 }
 
-static int anyVerifyFailed(const topoSystem_t* sys) {
-  for (int p = 0; p < sys->ngpus * sys->ngpus; p++)
-    if (sys->peers[p].verified == TOPO_VERIFY_FAILED) return 1;
-  return 0;
+static int verifyFailures(const topoSystem_t* sys) {
+  int failed = 0;
+  for (int p = 0; p < sys->ngpus * sys->ngpus; p++) failed += sys->peers[p].verified == TOPO_VERIFY_FAILED;
+  return failed;
 }
 
 int fcclTopoMain(int argc, char** argv, FILE* out, FILE* err) {
@@ -208,7 +238,14 @@ int fcclTopoMain(int argc, char** argv, FILE* out, FILE* err) {
     snprintf(message, sizeof(message), "cannot write the report");
     goto done;
   }
-  status = anyVerifyFailed(&sys) ? 1 : 0;
+  int failed = verifyFailures(&sys);
+  if (failed) {
+    /* The report shows which pairs; the exit status and this line are for scripts. */
+    snprintf(message, sizeof(message), "the P2P check failed for %d GPU pair%s (see the report)", failed,
+             failed == 1 ? "" : "s");
+    goto done;
+  }
+  status = 0;
 done:
   if (file && fclose(file) != 0 && status == 0) {
     snprintf(message, sizeof(message), "cannot write %s", opt.output);

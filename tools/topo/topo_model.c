@@ -77,15 +77,22 @@ void topoInit(topoSystem_t* sys) {
   sys->nranks = -1;
 }
 
-void topoFree(topoSystem_t* sys) {
-  free(sys->pci);
+/* The per-GPU arrays, sized by the GPU count. */
+static void freeGpuArrays(topoSystem_t* sys) {
   free(sys->gpus);
   free(sys->peers);
   free(sys->paths);
-  sys->pci = NULL;
   sys->gpus = NULL;
   sys->peers = NULL;
   sys->paths = NULL;
+  sys->ngpus = 0;
+}
+
+void topoFree(topoSystem_t* sys) {
+  free(sys->pci);
+  sys->pci = NULL;
+  sys->npci = sys->pciCapacity = 0;
+  freeGpuArrays(sys);
 }
 
 void topoNote(topoSystem_t* sys, const char* fmt, ...) {
@@ -102,13 +109,7 @@ int topoSetGpuCount(topoSystem_t* sys, int ngpus, char* err, size_t errLen) {
     snprintf(err, errLen, "%d GPUs: fccl-topo handles at most %d", ngpus, TOPO_MAX_GPUS);
     return -1;
   }
-  free(sys->gpus);
-  free(sys->peers);
-  free(sys->paths);
-  sys->gpus = NULL;
-  sys->peers = NULL;
-  sys->paths = NULL;
-  sys->ngpus = 0;
+  freeGpuArrays(sys);
   if (ngpus == 0) return 0;
   sys->gpus = calloc((size_t)ngpus, sizeof(topoGpu_t));
   sys->peers = calloc((size_t)ngpus * (size_t)ngpus, sizeof(topoPeer_t));
@@ -416,20 +417,11 @@ int topoAlgoAvailable(const topoSystem_t* sys, char* reason, size_t len) {
 
 const char* topoAlgoRequest(void) { return fcclParamString(FCCL_PARAM_ALGO); }
 
-/* FCCL_STAGING_BYTES as the collectives use it (src/core/collectives.c clamps it to what a slot layout can hold). */
-static uint64_t stagingBytes(void) {
-  const uint64_t minBytes = (uint64_t)4 * FCCL_DEVICE_MAX_RANKS * FCCL_SLOT_ALIGN, maxBytes = (uint64_t)1 << 32;
-  int64_t value = fcclParamInt(FCCL_PARAM_STAGING_BYTES);
-  if (value < (int64_t)minBytes) return minBytes;
-  if ((uint64_t)value > maxBytes) return maxBytes;
-  return (uint64_t)value;
-}
-
 int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_t* algo) {
   char reason[128];
   if (!topoAlgoAvailable(sys, reason, sizeof(reason)) || bytes == 0) return -1;
   fcclSlotLayout layout;
-  fcclSlotLayoutCompute(sys->nranks, stagingBytes(), &layout);
+  fcclSlotLayoutCompute(sys->nranks, fcclDeviceStagingBytes(), &layout);
   fcclAlgoQuery query;
   memset(&query, 0, sizeof(query));
   query.bytes = bytes;

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The benchmark's command line from outside, without a GPU: scripts/bench says plainly that there is nothing to run
+on (before installing or building anything) and exits 2; all_reduce_perf and barrier_perf, when given, reject bad
+flags, unwritable output files, inconsistent launcher variables and a machine without a visible GPU with exit status
+2 and one line on standard error that names the program, and write nothing to standard output (that is for the
+table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on the GPU machine. scripts/plot-perf
+reports a missing or malformed CSV in one line.
+
+  test_bench_cli.py --script scripts/bench [--plot scripts/plot-perf] [--program build/tools/all_reduce_perf ...]
+"""
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+failures = 0
+passed = 0
+
+
+def check(condition, what):
+    global failures, passed
+    if condition:
+        passed += 1
+    else:
+        failures += 1
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def run(command, env_changes, timeout=60):
+    env = dict(os.environ)
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    start = time.monotonic()
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    return result, time.monotonic() - start
+
+
+def expect_refusal(command, env_changes, program, needle, code=2):
+    result, _ = run(command, env_changes)
+    what = " ".join(command)
+    check(result.returncode == code, f"{what}: exit {result.returncode}, want {code} (stderr: {result.stderr!r})")
+    check(result.stdout == "", f"{what}: wrote to standard output: {result.stdout[:200]!r}")
+    check(result.stderr.startswith(program + ": "), f"{what}: the message does not name {program}: {result.stderr!r}")
+    check(needle in result.stderr, f"{what}: the message does not say {needle!r}: {result.stderr!r}")
+    check(result.stderr.count("\n") == 1, f"{what}: not one line on standard error: {result.stderr!r}")
+
+
+def check_script(script):
+    # A build directory that must not appear: the script gives up before installing or building.
+    scratch = tempfile.mkdtemp(prefix="fccl-bench-cli-")
+    build = os.path.join(scratch, "build")
+    try:
+        cases = [("hidden", {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES='' hides every GPU"),
+                 ("hidden -1", {"CUDA_VISIBLE_DEVICES": "-1"}, "hides every GPU")]
+        if not glob.glob("/dev/nvidia[0-9]*") and not os.path.exists("/dev/dxg") and not shutil.which("nvidia-smi"):
+            cases.append(("this machine", {"CUDA_VISIBLE_DEVICES": None}, "no NVIDIA GPU device"))
+        for name, env, needle in cases:
+            env = dict(env, BUILDDIR=build)
+            result, seconds = run([script, "-G", "20"], env)
+            check(result.returncode == 2, f"scripts/bench ({name}): exit {result.returncode}, want 2: {result.stderr!r}")
+            check(result.stdout == "", f"scripts/bench ({name}): wrote to standard output: {result.stdout[:200]!r}")
+            check(result.stderr.startswith("bench: no GPU to run on: ") and needle in result.stderr,
+                  f"scripts/bench ({name}): message {result.stderr!r} does not say {needle!r}")
+            check(not os.path.exists(build) and seconds < 10,
+                  f"scripts/bench ({name}): built or installed before saying there is no GPU ({seconds:.1f} s)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_program(path):
+    program = os.path.basename(path)
+    no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
+    help_result, _ = run([path, "--help"], no_gpu)
+    check(help_result.returncode == 0 and f"USAGE: {program}" in help_result.stdout and help_result.stderr == "",
+          f"{program} --help: exit {help_result.returncode}, stderr {help_result.stderr!r}")
+    expect_refusal([path, "-q"], no_gpu, program, "unknown flag '-q'")
+    expect_refusal([path, "-n", "ten"], no_gpu, program, "'ten' is not an integer")
+    expect_refusal([path, "-z", "2"], no_gpu, program, "0 or 1")
+    expect_refusal([path, "-b", "nan"], no_gpu, program, "not a size")
+    expect_refusal([path, "-T", "100000"], no_gpu, program, "86400")
+    expect_refusal([path, "-J", "/nonexistent/dir/out.json"], no_gpu, program, "cannot write /nonexistent/dir/out.json")
+    expect_refusal([path, "--csv", "/"], no_gpu, program, "is a directory")
+    expect_refusal([path], {"CUDA_VISIBLE_DEVICES": "", "WORLD_SIZE": "2", "RANK": None}, program,
+                   "RANK is missing")
+    expect_refusal([path, "-n", "1"], no_gpu, program, "no GPU to run on")
+
+
+def check_plot(plot):
+    """scripts/plot-perf: a missing or malformed CSV is one line on standard error and exit 1, not a traceback."""
+    scratch = tempfile.mkdtemp(prefix="fccl-plot-cli-")
+    try:
+        malformed = os.path.join(scratch, "bad.csv")
+        with open(malformed, "w") as handle:
+            handle.write("collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,"
+                         "busbw_gbs,wrong\nall_reduce_perf,fccl,plain,x,2,8,2,bfloat16,sum,out-of-place,1,1,1,0\n")
+        for path, needle in ((os.path.join(scratch, "missing.csv"), "cannot read"), (malformed, "bad.csv:2:")):
+            result, _ = run([plot, path, "-o", scratch], {})
+            what = f"plot-perf {os.path.basename(path)}"
+            check(result.returncode == 1, f"{what}: exit {result.returncode}, want 1")
+            if shutil.which("gnuplot"):
+                check(result.stderr.startswith("plot-perf: ") and needle in result.stderr
+                      and "Traceback" not in result.stderr, f"{what}: message {result.stderr!r}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--script", required=True)
+    parser.add_argument("--plot")
+    parser.add_argument("--program", action="append", default=[])
+    args = parser.parse_args()
+    check_script(args.script)
+    if args.plot:
+        check_plot(args.plot)
+    for program in args.program:
+        check_program(program)
+    print(f"bench_cli: {passed} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
