@@ -138,10 +138,14 @@ static __device__ __noinline__ void recordError(uint64_t stateAddr, uint64_t hos
 /*
  * The bound of every spin loop. Call spin() once per unsuccessful poll; it returns true when the wait must stop:
  * the host set the abort word, another wait of this communicator already failed, or FCCL_TIMEOUT passed (then
- * the failure is recorded as fcclTimeout). The clock and the words are read every 256 polls: a poll of local
- * memory costs well under a microsecond, so an abort is seen within about a hundred microseconds.
+ * the failure is recorded as fcclTimeout). The clock is read every 256 polls; the abort word and the error claim
+ * only once a wait has lasted kQuietNs. The abort word lives in host memory: when every waiting block of a large
+ * grid read it at once, the reads went over PCIe one after another (about 0.65 us each) and a wait of a few tens
+ * of microseconds (a peer that started late) grew into 90-400 us per call, which then made the peer late in turn.
+ * An abort is still seen about a millisecond into a wait.
  */
 struct Spin {
+  static constexpr uint64_t kQuietNs = 1000000; /* 1 ms: far longer than any skew a healthy call absorbs */
   uint64_t stateAddr;
   uint64_t hostAddr;
   uint64_t abortAddr;
@@ -160,23 +164,23 @@ struct Spin {
 
   __device__ __forceinline__ bool spin() {
     if ((++polls & 255u) != 0) return false;
-    start = check(stateAddr, hostAddr, abortAddr, timeoutNs, start, rank, kernel, phase, peer, epoch);
-    return start == 0;
-  }
-
-  /* Returns 0 when the wait must stop, else the time of the first check (pass it back in; 0 before the first). */
-  __device__ __noinline__ static uint64_t check(uint64_t stateAddr, uint64_t hostAddr, uint64_t abortAddr,
-                                                uint64_t timeoutNs, uint64_t start, int rank, int kernel, int phase,
-                                                int peer, uint64_t epoch) {
     const uint64_t now = globaltimer_ns();
     if (start == 0) start = now;
-    if (ld_relaxed_sys(ptr<const int32_t>(abortAddr)) != 0) return 0;
-    if (ld_relaxed_sys(&ptr<fcclDevState>(stateAddr)->errorClaim) != 0) return 0;
+    if (now - start < kQuietNs) return false;
+    return !check(stateAddr, hostAddr, abortAddr, timeoutNs, start, now, rank, kernel, phase, peer, epoch);
+  }
+
+  /* Whether the wait may go on (false: aborted, failed elsewhere, or timed out, which is recorded here). */
+  __device__ __noinline__ static bool check(uint64_t stateAddr, uint64_t hostAddr, uint64_t abortAddr,
+                                            uint64_t timeoutNs, uint64_t start, uint64_t now, int rank, int kernel,
+                                            int phase, int peer, uint64_t epoch) {
+    if (ld_relaxed_sys(ptr<const int32_t>(abortAddr)) != 0) return false;
+    if (ld_relaxed_sys(&ptr<fcclDevState>(stateAddr)->errorClaim) != 0) return false;
     if (now - start > timeoutNs) {
       recordError(stateAddr, hostAddr, fcclTimeout, rank, kernel, phase, peer, epoch, now - start);
-      return 0;
+      return false;
     }
-    return start;
+    return true;
   }
 };
 
