@@ -342,8 +342,8 @@ int main(int argc, char** argv) {
   const char* modes[] = {"sweep", "ranks", "large", "wrap", "reinit", "invalid"};
   int known = 0;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= strcmp(args.mode, modes[i]) == 0;
-  if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid [nranks 2..8]\n", argv[0]);
+  if (!known || nranks < 1 || nranks > REF_MAX_RANKS) {
+    fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid [nranks 1..8]\n", argv[0]);
     return 2;
   }
   args.gpus = testGpuCount();

@@ -1,0 +1,220 @@
+/*
+ * fccl-call-cost: the host time of an eager collective call, step by step, on one GPU. A communicator of one rank
+ * makes the GPU side trivial, so what is timed is what the calling thread spends: the CUDA queries a call makes
+ * (device, stream, pointer checks), the kernel launch, and fcclBarrier / fcclAllReduce as a whole, beside
+ * ncclAllReduce on a one-rank NCCL communicator when NCCL is built in. Calls are timed in batches of BATCH without
+ * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing.
+ *   fccl-call-cost [-n batches] [-b bytes] [-d device]
+ * Prints one line per step: median and minimum nanoseconds per call over the batches.
+ */
+#include "fccl.h"
+#include "fccl_build_config.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if FCCL_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#define BATCH 256
+#define MAX_BATCHES 1000
+
+struct context {
+  cudaStream_t stream;
+  void* send;
+  void* recv;
+  void* registered;
+  size_t bytes;
+  fcclComm_t comm;
+  CUresult (*pointerGetAttributes)(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr);
+#if FCCL_HAVE_NCCL
+  ncclComm_t nccl;
+#endif
+  int failed;
+};
+
+typedef int (*stepFn)(struct context* ctx);
+
+static double nowNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int compareDoubles(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* Times `batches` batches of BATCH calls of step; the stream is synchronised after each batch, untimed. */
+static void measure(const char* name, stepFn step, struct context* ctx, int batches) {
+  static double perCall[MAX_BATCHES];
+  for (int b = 0; b < batches; b++) {
+    double start = nowNs();
+    for (int i = 0; i < BATCH; i++) {
+      if (step(ctx) != 0) {
+        printf("%-44s failed\n", name);
+        ctx->failed = 1;
+        (void)cudaStreamSynchronize(ctx->stream);
+        return;
+      }
+    }
+    perCall[b] = (nowNs() - start) / BATCH;
+    if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) {
+      printf("%-44s stream failed\n", name);
+      ctx->failed = 1;
+      return;
+    }
+  }
+  qsort(perCall, (size_t)batches, sizeof(double), compareDoubles);
+  printf("%-44s %9.0f %9.0f\n", name, perCall[batches / 2], perCall[0]);
+}
+
+static int stepGetDevice(struct context* ctx) {
+  (void)ctx;
+  int dev = -1;
+  return cudaGetDevice(&dev) != cudaSuccess;
+}
+
+static int stepStreamChecks(struct context* ctx) {
+  enum cudaStreamCaptureStatus capture;
+  int dev = -1;
+  return cudaStreamIsCapturing(ctx->stream, &capture) != cudaSuccess ||
+         cudaStreamGetDevice(ctx->stream, &dev) != cudaSuccess;
+}
+
+static int stepRuntimePointer(struct context* ctx) {
+  struct cudaPointerAttributes attr;
+  return cudaPointerGetAttributes(&attr, ctx->send) != cudaSuccess || attr.type != cudaMemoryTypeDevice;
+}
+
+static int stepDriverPointer(struct context* ctx) {
+  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  unsigned memoryType = 0, managed = 0;
+  int ordinal = -1;
+  void* data[3] = {&memoryType, &ordinal, &managed};
+  return ctx->pointerGetAttributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ctx->send) != CUDA_SUCCESS ||
+         memoryType != CU_MEMORYTYPE_DEVICE;
+}
+
+static int stepMemset(struct context* ctx) { return cudaMemsetAsync(ctx->recv, 0, 4, ctx->stream) != cudaSuccess; }
+
+static int stepBarrier(struct context* ctx) { return fcclBarrier(ctx->comm, ctx->stream) != fcclSuccess; }
+
+static int stepAllReduce(struct context* ctx) {
+  return fcclAllReduce(ctx->send, ctx->recv, ctx->bytes / 2, fcclBfloat16, fcclSum, ctx->comm, ctx->stream) !=
+         fcclSuccess;
+}
+
+static int stepAllReduceInPlace(struct context* ctx) {
+  return fcclAllReduce(ctx->recv, ctx->recv, ctx->bytes / 2, fcclBfloat16, fcclSum, ctx->comm, ctx->stream) !=
+         fcclSuccess;
+}
+
+static int stepAllReduceRegistered(struct context* ctx) {
+  return fcclAllReduce(ctx->registered, ctx->registered, ctx->bytes / 2, fcclBfloat16, fcclSum, ctx->comm,
+                       ctx->stream) != fcclSuccess;
+}
+
+#if FCCL_HAVE_NCCL
+static int stepNcclAllReduce(struct context* ctx) {
+  return ncclAllReduce(ctx->send, ctx->recv, ctx->bytes / 2, ncclBfloat16, ncclSum, ctx->nccl, ctx->stream) !=
+         ncclSuccess;
+}
+#endif
+
+static int usage(const char* program) {
+  fprintf(stderr, "usage: %s [-n batches (1..%d, default 200)] [-b bytes (2..1048576, default 1024)] [-d device]\n",
+          program, MAX_BATCHES);
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  int batches = 200, device = 0;
+  long bytes = 1024;
+  for (int i = 1; i < argc; i++) {
+    if (i + 1 >= argc) return usage(argv[0]);
+    char* end = NULL;
+    long value = strtol(argv[i + 1], &end, 10);
+    if (*end != '\0') return usage(argv[0]);
+    if (strcmp(argv[i], "-n") == 0 && value >= 1 && value <= MAX_BATCHES)
+      batches = (int)value;
+    else if (strcmp(argv[i], "-b") == 0 && value >= 2 && value <= (1 << 20) && value % 2 == 0)
+      bytes = value;
+    else if (strcmp(argv[i], "-d") == 0 && value >= 0)
+      device = (int)value;
+    else
+      return usage(argv[0]);
+    i++;
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    fprintf(stderr, "fccl-call-cost: no CUDA GPU to run on\n");
+    return 2;
+  }
+  if (device >= count) {
+    fprintf(stderr, "fccl-call-cost: device %d is not one of the %d visible\n", device, count);
+    return 2;
+  }
+  struct context ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.bytes = (size_t)bytes;
+  if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) ||
+      cudaMalloc(&ctx.send, ctx.bytes) != cudaSuccess || cudaMalloc(&ctx.recv, ctx.bytes) != cudaSuccess ||
+      cudaMemset(ctx.send, 0, ctx.bytes) != cudaSuccess) {
+    fprintf(stderr, "fccl-call-cost: CUDA setup failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", (void**)&ctx.pointerGetAttributes, 12000,
+                                       cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    fprintf(stderr, "fccl-call-cost: the driver has no cuPointerGetAttributes\n");
+    return 1;
+  }
+  int devlist[1] = {device};
+  if (fcclCommInitAll(&ctx.comm, 1, devlist) != fcclSuccess) {
+    fprintf(stderr, "fccl-call-cost: fcclCommInitAll: %s\n", fcclGetLastError(NULL));
+    return 1;
+  }
+  fcclRegHandle_t handle = NULL;
+  if (fcclMemAlloc(&ctx.registered, ctx.bytes) != fcclSuccess ||
+      fcclCommRegister(ctx.comm, ctx.registered, ctx.bytes, &handle) != fcclSuccess) {
+    fprintf(stderr, "fccl-call-cost: registering a buffer: %s\n", fcclGetLastError(ctx.comm));
+    return 1;
+  }
+#if FCCL_HAVE_NCCL
+  if (ncclCommInitAll(&ctx.nccl, 1, devlist) != ncclSuccess) {
+    fprintf(stderr, "fccl-call-cost: ncclCommInitAll failed\n");
+    return 1;
+  }
+#endif
+  printf("# fccl-call-cost: host time per call, device %d, %d batches of %d calls, %ld-byte bf16 sum, 1 rank\n",
+         device, batches, BATCH, bytes);
+  printf("%-44s %9s %9s\n", "# step", "median ns", "min ns");
+  measure("cudaGetDevice", stepGetDevice, &ctx, batches);
+  measure("cudaStreamIsCapturing + cudaStreamGetDevice", stepStreamChecks, &ctx, batches);
+  measure("cudaPointerGetAttributes", stepRuntimePointer, &ctx, batches);
+  measure("cuPointerGetAttributes (3 attributes)", stepDriverPointer, &ctx, batches);
+  measure("cudaMemsetAsync (4 bytes)", stepMemset, &ctx, batches);
+  measure("fcclBarrier", stepBarrier, &ctx, batches);
+  measure("fcclAllReduce out of place", stepAllReduce, &ctx, batches);
+  measure("fcclAllReduce in place", stepAllReduceInPlace, &ctx, batches);
+  measure("fcclAllReduce registered", stepAllReduceRegistered, &ctx, batches);
+#if FCCL_HAVE_NCCL
+  measure("ncclAllReduce out of place", stepNcclAllReduce, &ctx, batches);
+  (void)ncclCommDestroy(ctx.nccl);
+#endif
+  (void)fcclCommDeregister(ctx.comm, handle);
+  (void)fcclMemFree(ctx.registered);
+  if (fcclCommDestroy(ctx.comm) != fcclSuccess) ctx.failed = 1;
+  (void)cudaFree(ctx.send);
+  (void)cudaFree(ctx.recv);
+  (void)cudaStreamDestroy(ctx.stream);
+  return ctx.failed;
+}
