@@ -1,11 +1,13 @@
 /*
  * fccl-call-cost: the host time of an eager collective call, step by step, on one GPU. A communicator of one rank
  * makes the GPU side trivial, so what is timed is what the calling thread spends: the CUDA queries a call makes
- * (device, stream, pointer checks), the kernel launch, and fcclBarrier / fcclAllReduce as a whole, beside
+ * (device, stream, pointer checks), an empty kernel's launch (the floor: a one-line PTX kernel taking as many
+ * parameter bytes as fccl's all-reduce kernels), and fcclBarrier / fcclAllReduce as a whole, beside
  * ncclAllReduce on a one-rank NCCL communicator when NCCL is built in. Calls are timed in batches of BATCH without
  * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing.
  *   fccl-call-cost [-n batches] [-b bytes] [-d device]
- * Prints one line per step: median and minimum nanoseconds per call over the batches.
+ * Prints one line per step: median and minimum nanoseconds per call over the batches. FCCL_ALGO is set to ll
+ * unless given: a one-rank all-reduce would otherwise be a plain copy, not the kernel launch of a real call.
  */
 #include "fccl.h"
 #include "fccl_build_config.h"
@@ -22,6 +24,27 @@
 
 #define BATCH 256
 #define MAX_BATCHES 1000
+#define EMPTY_PARAM_BYTES 352 /* sizeof(fcclDevComm) + sizeof(fcclDevArgs) */
+
+/* JIT-compiled by the driver: no nvcc in a C tool. */
+static const char kEmptyKernelPtx[] =
+    ".version 7.8\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry fcclCallCostEmpty(.param .align 8 .b8 args[352])\n"
+    "{\n"
+    "  ret;\n"
+    "}\n";
+
+struct driverApi {
+  CUresult (*pointerGetAttributes)(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr);
+  CUresult (*moduleLoadData)(CUmodule* module, const void* image);
+  CUresult (*moduleGetFunction)(CUfunction* function, CUmodule module, const char* name);
+  CUresult (*moduleUnload)(CUmodule module);
+  CUresult (*launchKernel)(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ, unsigned blockX,
+                           unsigned blockY, unsigned blockZ, unsigned sharedBytes, CUstream stream, void** params,
+                           void** extra);
+};
 
 struct context {
   cudaStream_t stream;
@@ -30,7 +53,10 @@ struct context {
   void* registered;
   size_t bytes;
   fcclComm_t comm;
-  CUresult (*pointerGetAttributes)(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr);
+  struct driverApi cu;
+  CUmodule module;
+  CUfunction empty;
+  unsigned char emptyArgs[EMPTY_PARAM_BYTES];
 #if FCCL_HAVE_NCCL
   ncclComm_t nccl;
 #endif
@@ -98,11 +124,16 @@ static int stepDriverPointer(struct context* ctx) {
   unsigned memoryType = 0, managed = 0;
   int ordinal = -1;
   void* data[3] = {&memoryType, &ordinal, &managed};
-  return ctx->pointerGetAttributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ctx->send) != CUDA_SUCCESS ||
+  return ctx->cu.pointerGetAttributes(3, attributes, data, (CUdeviceptr)(uintptr_t)ctx->send) != CUDA_SUCCESS ||
          memoryType != CU_MEMORYTYPE_DEVICE;
 }
 
 static int stepMemset(struct context* ctx) { return cudaMemsetAsync(ctx->recv, 0, 4, ctx->stream) != cudaSuccess; }
+
+static int stepEmptyKernel(struct context* ctx) {
+  void* params[] = {ctx->emptyArgs};
+  return ctx->cu.launchKernel(ctx->empty, 1, 1, 1, 32, 1, 1, 0, (CUstream)ctx->stream, params, NULL) != CUDA_SUCCESS;
+}
 
 static int stepBarrier(struct context* ctx) { return fcclBarrier(ctx->comm, ctx->stream) != fcclSuccess; }
 
@@ -128,6 +159,20 @@ static int stepNcclAllReduce(struct context* ctx) {
 }
 #endif
 
+static int loadSymbol(const char* name, void** target) {
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  return cudaGetDriverEntryPointByVersion(name, target, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+         found == cudaDriverEntryPointSuccess && *target != NULL;
+}
+
+static int loadDriver(struct driverApi* cu) {
+  return loadSymbol("cuPointerGetAttributes", (void**)&cu->pointerGetAttributes) &&
+         loadSymbol("cuModuleLoadData", (void**)&cu->moduleLoadData) &&
+         loadSymbol("cuModuleGetFunction", (void**)&cu->moduleGetFunction) &&
+         loadSymbol("cuModuleUnload", (void**)&cu->moduleUnload) &&
+         loadSymbol("cuLaunchKernel", (void**)&cu->launchKernel);
+}
+
 static int usage(const char* program) {
   fprintf(stderr, "usage: %s [-n batches (1..%d, default 200)] [-b bytes (2..1048576, default 1024)] [-d device]\n",
           program, MAX_BATCHES);
@@ -152,6 +197,7 @@ int main(int argc, char** argv) {
       return usage(argv[0]);
     i++;
   }
+  setenv("FCCL_ALGO", "ll", 0);
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
     fprintf(stderr, "fccl-call-cost: no CUDA GPU to run on\n");
@@ -170,11 +216,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "fccl-call-cost: CUDA setup failed: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 1;
   }
-  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", (void**)&ctx.pointerGetAttributes, 12000,
-                                       cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    fprintf(stderr, "fccl-call-cost: the driver has no cuPointerGetAttributes\n");
+  if (!loadDriver(&ctx.cu)) {
+    fprintf(stderr, "fccl-call-cost: the CUDA driver lacks an entry point this tool needs\n");
+    return 1;
+  }
+  if (ctx.cu.moduleLoadData(&ctx.module, kEmptyKernelPtx) != CUDA_SUCCESS ||
+      ctx.cu.moduleGetFunction(&ctx.empty, ctx.module, "fcclCallCostEmpty") != CUDA_SUCCESS) {
+    fprintf(stderr, "fccl-call-cost: the driver could not load the empty kernel's PTX\n");
     return 1;
   }
   int devlist[1] = {device};
@@ -194,15 +242,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 #endif
-  printf("# fccl-call-cost: host time per call, device %d, %d batches of %d calls, %ld-byte bf16 sum, 1 rank\n",
-         device, batches, BATCH, bytes);
+  printf("# fccl-call-cost: host time per call, device %d, %d batches of %d calls, %ld-byte bf16 sum, 1 rank, "
+         "FCCL_ALGO=%s\n", device, batches, BATCH, bytes, getenv("FCCL_ALGO"));
   printf("%-44s %9s %9s\n", "# step", "median ns", "min ns");
   measure("cudaGetDevice", stepGetDevice, &ctx, batches);
   measure("cudaStreamIsCapturing + cudaStreamGetDevice", stepStreamChecks, &ctx, batches);
   measure("cudaPointerGetAttributes", stepRuntimePointer, &ctx, batches);
   measure("cuPointerGetAttributes (3 attributes)", stepDriverPointer, &ctx, batches);
   measure("cudaMemsetAsync (4 bytes)", stepMemset, &ctx, batches);
-  measure("fcclBarrier", stepBarrier, &ctx, batches);
+  measure("cuLaunchKernel (empty, 352 B of parameters)", stepEmptyKernel, &ctx, batches);
+  measure("fcclBarrier (1 rank: checks, no launch)", stepBarrier, &ctx, batches);
   measure("fcclAllReduce out of place", stepAllReduce, &ctx, batches);
   measure("fcclAllReduce in place", stepAllReduceInPlace, &ctx, batches);
   measure("fcclAllReduce registered", stepAllReduceRegistered, &ctx, batches);
@@ -216,5 +265,6 @@ int main(int argc, char** argv) {
   (void)cudaFree(ctx.send);
   (void)cudaFree(ctx.recv);
   (void)cudaStreamDestroy(ctx.stream);
+  (void)ctx.cu.moduleUnload(ctx.module);
   return ctx.failed;
 }

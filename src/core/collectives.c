@@ -483,6 +483,14 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   if (recvbuf != sendbuf) FCCLCHECKGOTO(checkBuffer(comm, recvbuf, "recvbuf", caller), res, out);
 
   const uint64_t bytes = (uint64_t)count * size;
+  if (comm->nranks == 1 && algo < 0 && s->algoRequest == FCCL_ALGO_REQUEST_AUTO) {
+    /* Every op of one contribution is the identity (avg divides by 1): a copy, or nothing in place. A forced
+     * algorithm (FCCL_ALGO, tests) still runs its kernel. */
+    if (recvbuf != sendbuf)
+      CUDACHECKGOTO(cudaMemcpyAsync(recvbuf, sendbuf, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream), res,
+                    out);
+    goto out;
+  }
   fcclDevArgs args;
   memset(&args, 0, sizeof(args));
   args.sendbuf = (uint64_t)(uintptr_t)sendbuf;
@@ -543,7 +551,8 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   struct callDevice cd = {-1};
   FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
   res = checkStream(comm, stream, "fcclBarrier");
-  if (res == fcclSuccess) res = fcclDeviceLaunchBarrier(&comm->device->dev, (cudaStream_t)stream);
+  /* A barrier of one rank has nobody to wait for: nothing to launch. */
+  if (res == fcclSuccess && comm->nranks > 1) res = fcclDeviceLaunchBarrier(&comm->device->dev, (cudaStream_t)stream);
   leaveDevice(comm, &cd);
   if (res == fcclSuccess) return res;
 fail:

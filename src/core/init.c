@@ -294,7 +294,6 @@ struct initAllRank {
   int dev;
   int rank;
   int ndev;
-  int allowSharedDevice;
   fcclUniqueId id;
   fcclComm_t comm;
   fcclResult_t result;
@@ -333,9 +332,7 @@ static void* initAllThread(void* arg) {
     snprintf(r->error, sizeof(r->error), "cudaSetDevice(%d) failed: %s", r->dev, cudaGetErrorString(err));
     return NULL;
   }
-  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
-  config.allowSharedDevice = r->allowSharedDevice;
-  r->result = fcclCommInitRankConfig(&r->comm, r->ndev, r->id, r->rank, &config);
+  r->result = fcclCommInitRankConfig(&r->comm, r->ndev, r->id, r->rank, NULL);
   if (r->result != fcclSuccess) snprintf(r->error, sizeof(r->error), "%s", fcclThreadLastError());
   return NULL;
 }
@@ -355,10 +352,6 @@ static void commAbort(struct fcclComm* comm) {
 }
 
 FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* devlist) {
-  return fcclCommInitAllShared(comms, ndev, devlist, 0);
-}
-
-fcclResult_t fcclCommInitAllShared(fcclComm_t* comms, int ndev, const int* devlist, int allowSharedDevice) {
   fcclClearError();
   FCCL_REQUIRE(comms != NULL, "fcclCommInitAll: comms is NULL");
   /* Checked before any CUDA call: the communicators of one process form a group of at most this many. */
@@ -370,7 +363,7 @@ fcclResult_t fcclCommInitAllShared(fcclComm_t* comms, int ndev, const int* devli
     int dev = devlist ? devlist[i] : i;
     FCCL_REQUIRE(dev >= 0 && dev < count, "fcclCommInitAll: device %d (entry %d) is not one of the %d visible", dev,
                  i, count);
-    for (int j = 0; j < i && devlist && !allowSharedDevice; j++)
+    for (int j = 0; j < i && devlist; j++)
       FCCL_REQUIRE(devlist[j] != dev, "fcclCommInitAll: device %d is listed twice (entries %d and %d)", dev, j, i);
   }
   struct initAllRank* ranks = calloc((size_t)ndev, sizeof(*ranks));
@@ -384,8 +377,7 @@ fcclResult_t fcclCommInitAllShared(fcclComm_t* comms, int ndev, const int* devli
   fcclResult_t res = fcclBootstrapGetUniqueId(&id, fcclBootstrapTimeoutMs(-1));
   int started = 0;
   for (int i = 0; i < ndev && res == fcclSuccess; i++) {
-    ranks[i] = (struct initAllRank){
-        .dev = devlist ? devlist[i] : i, .rank = i, .ndev = ndev, .allowSharedDevice = allowSharedDevice, .id = id};
+    ranks[i] = (struct initAllRank){.dev = devlist ? devlist[i] : i, .rank = i, .ndev = ndev, .id = id};
     int err = pthread_create(&threads[i], NULL, initAllThread, &ranks[i]);
     if (err != 0)
       res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "fcclCommInitAll: cannot start thread %d: %s", i,

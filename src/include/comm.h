@@ -61,10 +61,4 @@ fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
 /* Copies the calling thread's last error into the communicator, so any thread can read it later. */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
-/*
- * fcclCommInitAll, where allowSharedDevice = 1 lets devlist name one GPU several times (tests: a group of ranks on
- * a machine with fewer GPUs; every member gets config.allowSharedDevice). The public call passes 0.
- */
-fcclResult_t fcclCommInitAllShared(fcclComm_t* comms, int ndev, const int* devlist, int allowSharedDevice);
-
 #endif /* FCCL_COMM_H_ */

@@ -10,6 +10,9 @@
  *   wrap        epochs across the 32-bit wrap of the LL flags: stale packets must never satisfy a later call
  *   reinit      communicators destroyed and created again over the same slot: epochs start past the old ones
  *   invalid     argument errors: fcclInvalidArgument, nothing launched, the next call still right
+ *   overrun     for scripts/gpu-sanitize only: every rank's all-reduce reads and writes 256 bytes past its
+ *               cudaMalloc'd buffers, which compute-sanitizer memcheck must report from the forked ranks (proof that
+ *               the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
  * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
  */
 #include "device.h"
@@ -322,6 +325,27 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
+static int modeOverrun(int rank, int nranks, const struct testArgs* args) {
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  const size_t count = 4096; /* floats: 16 KiB, and the call covers 64 more */
+  float* send = NULL;
+  float* recv = NULL;
+  cudaStream_t stream = NULL;
+  EXPECT_EQ_INT(cudaMalloc((void**)&send, count * sizeof(float)), cudaSuccess);
+  EXPECT_EQ_INT(cudaMalloc((void**)&recv, count * sizeof(float)), cudaSuccess);
+  EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ_INT(cudaMemset(send, 0, count * sizeof(float)), cudaSuccess);
+  EXPECT_EQ_INT(fcclAllReduceAlgo(send, recv, count + 64, fcclFloat32, fcclSum, comm, stream, FCCL_ALGO_LL),
+                fcclSuccess);
+  EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
+  EXPECT_EQ_INT(cudaFree(send), cudaSuccess);
+  EXPECT_EQ_INT(cudaFree(recv), cudaSuccess);
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return 0;
+}
+
 static int rankMain(int rank, int nranks, void* arg) {
   const struct testArgs* args = arg;
   int code = 0;
@@ -331,6 +355,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   else if (strcmp(args->mode, "wrap") == 0) code = modeWrap(rank, nranks, args);
   else if (strcmp(args->mode, "reinit") == 0) code = modeReinit(rank, nranks, args);
   else if (strcmp(args->mode, "invalid") == 0) code = modeInvalid(rank, nranks, args);
+  else if (strcmp(args->mode, "overrun") == 0) code = modeOverrun(rank, nranks, args);
   char name[64];
   snprintf(name, sizeof(name), "allreduce %s rank %d", args->mode, rank);
   return testSummary(name) != 0 || code != 0;
@@ -339,11 +364,11 @@ static int rankMain(int rank, int nranks, void* arg) {
 int main(int argc, char** argv) {
   struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
   int nranks = argc > 2 ? atoi(argv[2]) : 2;
-  const char* modes[] = {"sweep", "ranks", "large", "wrap", "reinit", "invalid"};
+  const char* modes[] = {"sweep", "ranks", "large", "wrap", "reinit", "invalid", "overrun"};
   int known = 0;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= strcmp(args.mode, modes[i]) == 0;
   if (!known || nranks < 1 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid [nranks 1..8]\n", argv[0]);
+    fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid|overrun [nranks 1..8]\n", argv[0]);
     return 2;
   }
   args.gpus = testGpuCount();

@@ -5,10 +5,7 @@
  *              completion; two ranks on one GPU refused without allowSharedDevice.
  *   failures - one process: a missing rank times out (the message names it), fcclCommAbort ends a non-blocking
  *              init that waits for a missing rank promptly, bad ids and configs are refused.
- *   all      - fcclCommInitAll over every visible GPU (up to 8), with and without a device list; then groups of
- *              2 and 4 ranks sharing the GPUs (the internal shared-device variant): an all-reduce across the
- *              members from one thread, and their destroys called one after another from that thread, in order,
- *              in reverse, and after an abort of one member.
+ *   all      - fcclCommInitAll over every visible GPU (up to 8), with and without a device list.
  *   env      - fcclCommInitFromEnv in 2 processes with torchrun's variables: the device follows LOCAL_RANK, or the
  *              device the caller chose first.
  *   external - fcclCommInitExternal with an all-gather over a socketpair between 2 processes.
@@ -16,14 +13,12 @@
  *              "built without NCCL" error.
  * Every wait is bounded: config.timeoutMs, and testForkRanks' limit.
  */
-#include "comm.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
 #include "test.h"
 #include "test_bootstrap_util.h"
 
 #include <cuda_runtime.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -247,79 +242,6 @@ static void testAll(void) {
   for (int i = 0; i < n; i++) EXPECT_EQ_INT(fcclCommDestroy(comms[i]), fcclSuccess);
 }
 
-/* One all-reduce (float sum, random data) across a group's members, enqueued from this thread on one stream per
- * member before any is waited for: the members' kernels wait for each other, as ranks in processes do. */
-static void groupAllReduce(fcclComm_t* comms, const int* devlist, int n) {
-  enum { COUNT = 4099 };
-  float* host = malloc(sizeof(float) * COUNT);
-  double* expected = calloc(COUNT, sizeof(double));
-  float* data[8] = {0};
-  cudaStream_t streams[8] = {0};
-  unsigned seed = 12345;
-  for (int r = 0; r < n; r++) {
-    EXPECT_EQ_INT(cudaSetDevice(devlist[r]), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), cudaSuccess);
-    EXPECT_EQ_INT(cudaMalloc((void**)&data[r], sizeof(float) * COUNT), cudaSuccess);
-    for (int i = 0; i < COUNT; i++) {
-      seed = seed * 1103515245u + 12345u;
-      host[i] = (float)((int)(seed >> 8) % 20001 - 10000) / 64.0f; /* multiples of 1/64: float sums are exact */
-      expected[i] += host[i];
-    }
-    EXPECT_EQ_INT(cudaMemcpy(data[r], host, sizeof(float) * COUNT, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  for (int r = 0; r < n; r++)
-    EXPECT_MSG(fcclAllReduce(data[r], data[r], COUNT, fcclFloat32, fcclSum, comms[r], streams[r]) == fcclSuccess,
-               "member %d: fcclAllReduce: %s", r, fcclGetLastError(comms[r]));
-  for (int r = 0; r < n; r++) {
-    EXPECT_EQ_INT(cudaSetDevice(devlist[r]), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamSynchronize(streams[r]), cudaSuccess);
-    EXPECT_EQ_INT(cudaMemcpy(host, data[r], sizeof(float) * COUNT, cudaMemcpyDeviceToHost), cudaSuccess);
-    int wrong = 0;
-    for (int i = 0; i < COUNT; i++) wrong += fabs((double)host[i] - expected[i]) > 0.0;
-    EXPECT_MSG(wrong == 0, "member %d: %d of %d sums wrong", r, wrong, COUNT);
-    EXPECT_EQ_INT(cudaFree(data[r]), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamDestroy(streams[r]), cudaSuccess);
-  }
-  free(host);
-  free(expected);
-}
-
-/* The members of one process's group, destroyed one after another from one thread: teardown is collective, so
- * each destroy but the last must return at once and the last tear them all down (a 60 s wait before 5929f54). */
-static void testAllShared(void) {
-  const int sizes[] = {2, 4};
-  for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
-    for (int order = 0; order < 3; order++) { /* in order, reversed, member 1 aborted first */
-      const int n = sizes[s];
-      int devlist[8];
-      for (int i = 0; i < n; i++) devlist[i] = i % gpus;
-      fcclComm_t comms[8];
-      int64_t start = bootNowMs();
-      fcclResult_t res = fcclCommInitAllShared(comms, n, devlist, 1);
-      EXPECT_MSG(res == fcclSuccess, "shared group of %d: %s", n, fcclGetLastError(NULL));
-      if (res != fcclSuccess) return;
-      int64_t created = bootNowMs();
-      for (int i = 0; i < n; i++) checkComm(comms[i], n, i, devlist[i]);
-      groupAllReduce(comms, devlist, n);
-      int64_t destroyStart = bootNowMs();
-      if (order == 2) EXPECT_EQ_INT(fcclCommAbort(comms[1]), fcclSuccess);
-      for (int k = 0; k < n; k++) {
-        int i = order == 1 ? n - 1 - k : k;
-        if (order == 2 && i == 1) continue;
-        int64_t before = bootNowMs();
-        res = fcclCommDestroy(comms[i]);
-        EXPECT_MSG(res == fcclSuccess, "group of %d, order %d: destroy of member %d: %s", n, order, i,
-                   fcclGetLastError(NULL));
-        /* Not a timing assertion: a destroy that waited for its peers would wait the bootstrap timeout (60 s). */
-        EXPECT_MSG(k == n - 1 || bootNowMs() - before < 30000, "destroy of member %d waited %lld ms", i,
-                   (long long)(bootNowMs() - before));
-      }
-      printf("group of %d on %d GPU(s), order %d: init %lld ms, all-reduce, destroys %lld ms\n", n, gpus, order,
-             (long long)(created - start), (long long)(bootNowMs() - destroyStart));
-    }
-  }
-}
-
 /* ---- env ---- */
 
 struct envArgs {
@@ -511,10 +433,8 @@ int main(int argc, char** argv) {
     testRank();
   else if (strcmp(mode, "failures") == 0)
     testFailures();
-  else if (strcmp(mode, "all") == 0) {
+  else if (strcmp(mode, "all") == 0)
     testAll();
-    testAllShared();
-  }
   else if (strcmp(mode, "env") == 0)
     testEnv();
   else if (strcmp(mode, "external") == 0)

@@ -29,7 +29,6 @@ static inline void testCommMake(struct fcclComm* comm, int rank, int nranks, int
   pthread_mutex_init(&comm->errorLock, NULL);
 }
 
-/* Visible CUDA devices, counted in a child so that this process can still fork ranks that use CUDA. */
 /* The 8-byte word at byte offset (a multiple of 8) of buffer `buffer` of rank `rank`: data no one else has. */
 static inline uint64_t testWord(uint64_t seed, int rank, int buffer, size_t offset) {
   uint64_t state = seed ^ ((uint64_t)(rank + 1) << 48) ^ ((uint64_t)(buffer + 1) << 40) ^ (offset / 8);
@@ -43,6 +42,38 @@ static inline void testFill(uint64_t* host, size_t bytes, uint64_t seed, int ran
 static inline long testEnvLong(const char* name, long fallback) {
   const char* text = getenv(name);
   return text && *text ? strtol(text, NULL, 0) : fallback;
+}
+
+/* What every forked rank of a transport test gets: the shared page, the GPU count, the mode (argv[1]). */
+struct testIpcArgs {
+  struct testShm* shm;
+  int gpus;
+  const char* mode;
+};
+
+/*
+ * The main of a two-rank transport test: skips without a GPU, forks the ranks into rankMain (device rank % gpus),
+ * bounded by FCCLTEST_TIMEOUT seconds (defaultTimeoutS unless set), and reports under name.
+ */
+static inline int testIpcMain(int argc, char** argv, const char* name, int shmTimeoutMs, long defaultTimeoutS,
+                              int (*rankMain)(int rank, int nranks, void* args)) {
+  enum { IPC_TEST_RANKS = 2 };
+  int gpus = testGpuCount();
+  if (gpus < 1) {
+    printf("SKIP: needs a GPU\n");
+    return TEST_SKIP;
+  }
+  if (gpus < IPC_TEST_RANKS) printf("note: %d GPU: both ranks share it (two processes on one GPU)\n", gpus);
+  struct testIpcArgs args = {
+      .shm = testShmCreate(IPC_TEST_RANKS, shmTimeoutMs), .gpus = gpus, .mode = argc > 1 ? argv[1] : "all"};
+  EXPECT(args.shm != NULL);
+  if (!args.shm) return testSummary(name);
+  int codes[IPC_TEST_RANKS];
+  const int timeout = (int)testEnvLong("FCCLTEST_TIMEOUT", defaultTimeoutS);
+  EXPECT_EQ_INT(testForkRanks(IPC_TEST_RANKS, rankMain, &args, timeout, codes), 0);
+  for (int r = 0; r < IPC_TEST_RANKS; r++) EXPECT_MSG(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
+  testShmDestroy(args.shm);
+  return testSummary(name);
 }
 
 #endif /* FCCL_TEST_IPC_COMMON_H_ */

@@ -19,12 +19,6 @@
 #define NRANKS 2
 #define SLOT_BYTES (256u << 10)
 
-struct testArgs {
-  struct testShm* shm;
-  int gpus;
-  const char* mode;
-};
-
 struct rankCtx {
   struct testShmRank shmRank;
   struct fcclTransportExchange ex;
@@ -401,7 +395,7 @@ static void testRegister(struct rankCtx* ctx) {
 }
 
 static int rankMain(int rank, int nranks, void* argp) {
-  struct testArgs* args = argp;
+  struct testIpcArgs* args = argp;
   struct rankCtx ctx = {.rank = rank, .nranks = nranks, .dev = rank % args->gpus};
   ctx.shmRank = (struct testShmRank){.shm = args->shm, .rank = rank};
   ctx.ex = testShmExchange(&ctx.shmRank);
@@ -423,20 +417,5 @@ static int rankMain(int rank, int nranks, void* argp) {
 }
 
 int main(int argc, char** argv) {
-  const char* mode = argc > 1 ? argv[1] : "all";
-  int gpus = testGpuCount();
-  if (gpus < 1) {
-    printf("SKIP: needs a GPU\n");
-    return TEST_SKIP;
-  }
-  if (gpus < NRANKS) printf("note: %d GPU: both ranks share it (two processes on one GPU)\n", gpus);
-  struct testArgs args = {.shm = testShmCreate(NRANKS, 60000), .gpus = gpus, .mode = mode};
-  EXPECT(args.shm != NULL);
-  if (!args.shm) return testSummary("ipc_transport");
-  int codes[NRANKS];
-  int timeout = (int)testEnvLong("FCCLTEST_TIMEOUT", 550);
-  EXPECT_EQ_INT(testForkRanks(NRANKS, rankMain, &args, timeout, codes), 0);
-  for (int r = 0; r < NRANKS; r++) EXPECT_MSG(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
-  testShmDestroy(args.shm);
-  return testSummary("ipc_transport");
+  return testIpcMain(argc, argv, "ipc_transport", 60000, 550, rankMain);
 }

@@ -15,12 +15,6 @@
 
 #define NRANKS 2
 
-struct testArgs {
-  struct testShm* shm;
-  int gpus;
-  const char* mode;
-};
-
 struct rankCtx {
   struct testShmRank shmRank;
   int rank, nranks, dev;
@@ -201,7 +195,7 @@ static void testTwo(struct rankCtx* ctx) {
 }
 
 static int rankMain(int rank, int nranks, void* argp) {
-  struct testArgs* args = argp;
+  struct testIpcArgs* args = argp;
   struct rankCtx ctx = {.rank = rank, .nranks = nranks, .dev = rank % args->gpus};
   ctx.shmRank = (struct testShmRank){.shm = args->shm, .rank = rank};
   if (cudaSetDevice(ctx.dev) != cudaSuccess) {
@@ -217,17 +211,5 @@ static int rankMain(int rank, int nranks, void* argp) {
 }
 
 int main(int argc, char** argv) {
-  int gpus = testGpuCount();
-  if (gpus < 1) {
-    printf("SKIP: needs a GPU\n");
-    return TEST_SKIP;
-  }
-  struct testArgs args = {.shm = testShmCreate(NRANKS, 120000), .gpus = gpus, .mode = argc > 1 ? argv[1] : "all"};
-  EXPECT(args.shm != NULL);
-  if (!args.shm) return testSummary("reinit");
-  int codes[NRANKS];
-  EXPECT_EQ_INT(testForkRanks(NRANKS, rankMain, &args, (int)testEnvLong("FCCLTEST_TIMEOUT", 880), codes), 0);
-  for (int r = 0; r < NRANKS; r++) EXPECT_MSG(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
-  testShmDestroy(args.shm);
-  return testSummary("reinit");
+  return testIpcMain(argc, argv, "reinit", 120000, 880, rankMain);
 }
