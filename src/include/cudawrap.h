@@ -39,6 +39,8 @@
   X(cuMemGetAllocationPropertiesFromHandle, CUresult,                                                           \
     (CUmemAllocationProp * prop, CUmemGenericAllocationHandle handle))                                          \
   X(cuPointerGetAttribute, CUresult, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr))              \
+  X(cuPointerGetAttributes, CUresult,                                                                           \
+    (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr))                        \
   X(cuMemGetAddressRange, CUresult, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr))
 
 #define FCCL_CU_DECLARE(name, ret, params) extern ret(CUDAAPI* pfn_##name) params;

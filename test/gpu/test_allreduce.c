@@ -338,11 +338,21 @@ static int modeOverrun(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(cudaMemset(send, 0, count * sizeof(float)), cudaSuccess);
   EXPECT_EQ_INT(fcclAllReduceAlgo(send, recv, count + 64, fcclFloat32, fcclSum, comm, stream, FCCL_ALGO_LL),
                 fcclSuccess);
-  EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
-  EXPECT_EQ_INT(cudaFree(send), cudaSuccess);
-  EXPECT_EQ_INT(cudaFree(recv), cudaSuccess);
-  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  /* Under memcheck the kernel is stopped and this rank's context is lost; its peer's kernel then times out
+   * (FCCL_TIMEOUT). Either way the communicator is aborted, which waits for no peer. */
+  cudaError_t synced = cudaStreamSynchronize(stream);
+  fcclResult_t async = fcclInternalError;
+  (void)fcclCommGetAsyncError(comm, &async);
+  printf("rank %d: the overrunning call ended with %s, communicator state %s\n", rank, cudaGetErrorName(synced),
+         fcclGetErrorString(async));
+  if (synced == cudaSuccess && async == fcclSuccess) {
+    EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  } else {
+    (void)fcclCommAbort(comm);
+  }
+  (void)cudaStreamDestroy(stream);
+  (void)cudaFree(send);
+  (void)cudaFree(recv);
   return 0;
 }
 
