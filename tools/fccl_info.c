@@ -2,13 +2,19 @@
  * fccl-info: what this build of fccl is and what it sees. Runs without a GPU (it says so and prints the rest).
  *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs
  *   fccl-info --params   also every environment parameter with its current value and default
+ *   fccl-info --algo N [--sms S]
+ *                        which all-reduce algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB,
+ *                        plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs: the
+ *                        first GPU's, or 132 without one). Nothing else is printed; scripts/gpu-tune reads it.
  */
+#include "device.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
 #include "param.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void printVersion(int code) { printf("%d.%d.%d", code / 10000, (code / 100) % 100, code % 100); }
@@ -86,13 +92,81 @@ static void printParams(void) {
   }
 }
 
+/* One cell of the --algo table: "name BxT", or why the call cannot run. */
+static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
+                           const fcclSlotLayout* layout, char* text, size_t size) {
+  if (nranks == 1 && request == FCCL_ALGO_REQUEST_AUTO) { /* collectives.c: one rank copies, no kernel */
+    snprintf(text, size, "copy");
+    return;
+  }
+  fcclAlgoQuery query;
+  memset(&query, 0, sizeof(query));
+  query.bytes = bytes;
+  query.nranks = nranks;
+  query.registered = registered;
+  query.smCount = smCount;
+  query.llBytes = layout->llBytes;
+  query.chunkBytes = layout->chunkBytes;
+  query.forced = fcclAlgoResolveRequest(request, registered);
+  fcclAlgoChoice choice;
+  if (fcclAlgoSelect(&query, &choice) != fcclSuccess)
+    snprintf(text, size, "error");
+  else
+    snprintf(text, size, "%s %dx%d", fcclAlgoName(choice.algo), choice.blocks, choice.threads);
+}
+
+static int printAlgoTable(int nranks, int smCount) {
+  const char* requestText = fcclParamString(FCCL_PARAM_ALGO);
+  const int request = fcclAlgoParseRequest(requestText);
+  if (request < 0) {
+    fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot or an algorithm's name\n",
+            requestText);
+    return 2;
+  }
+  if (smCount <= 0) {
+    smCount = 132;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
+      (void)cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0);
+    (void)cudaGetLastError();
+  }
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  printf("# all-reduce choice: %d ranks, %d SMs, FCCL_ALGO=%s, LL area %llu B, staging chunk %llu B per peer\n",
+         nranks, smCount, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
+         (unsigned long long)layout.chunkBytes);
+  printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
+  for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
+    char plain[64], registered[64];
+    describeChoice(nranks, 0, bytes, request, smCount, &layout, plain, sizeof(plain));
+    describeChoice(nranks, 1, bytes, request, smCount, &layout, registered, sizeof(registered));
+    printf("  %12llu  %-24s  %s\n", (unsigned long long)bytes, plain, registered);
+  }
+  return 0;
+}
+
+static int parseCount(const char* text, int lo, int hi) {
+  char* end = NULL;
+  long value = text ? strtol(text, &end, 10) : 0;
+  return text && *text && *end == '\0' && value >= lo && value <= hi ? (int)value : -1;
+}
+
 int main(int argc, char** argv) {
-  int showParams = 0;
+  int showParams = 0, algoRanks = 0, smCount = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--params") == 0) {
       showParams = 1;
+    } else if (strcmp(argv[i], "--algo") == 0 || strcmp(argv[i], "--sms") == 0) {
+      const int algo = argv[i][2] == 'a';
+      const int value = parseCount(i + 1 < argc ? argv[i + 1] : NULL, 1, algo ? FCCL_DEVICE_MAX_RANKS : 100000);
+      if (value < 0) {
+        fprintf(stderr, "%s: %s needs a number in 1..%d\n", argv[0], argv[i], algo ? FCCL_DEVICE_MAX_RANKS : 100000);
+        return 2;
+      }
+      *(algo ? &algoRanks : &smCount) = value;
+      i++;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: %s [--params]\n", argv[0]);
+      printf("usage: %s [--params] | --algo NRANKS [--sms N]\n", argv[0]);
       return 0;
     } else {
       fprintf(stderr, "%s: unknown option %s (try --help)\n", argv[0], argv[i]);
@@ -100,6 +174,11 @@ int main(int argc, char** argv) {
     }
   }
   fcclParamWarnUnknown();
+  if (algoRanks > 0) return printAlgoTable(algoRanks, smCount);
+  if (smCount > 0) {
+    fprintf(stderr, "%s: --sms goes with --algo\n", argv[0]);
+    return 2;
+  }
   printBuild();
   printDevices();
   if (showParams) printParams();

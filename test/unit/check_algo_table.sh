@@ -1,0 +1,57 @@
+#!/bin/sh
+# fccl-info --algo prints the selection that fcclAllReduce makes: it must match the table in docs/collectives.md
+# (2, 4 and 8 ranks), one rank's copy, FCCL_ALGO's forcing and fallback, and refuse bad arguments.
+# usage: check_algo_table.sh FCCL_INFO
+info=$1
+failures=0
+# "plain registered" algorithm names at one size.
+choice() {
+  "$info" --algo "$1" --sms 132 | awk -v b="$2" '$1 == b { print $2, ($2 == "copy" ? $3 : $4) }'
+}
+expect() { # ranks bytes "plain registered" [FCCL_ALGO]
+  got=$(FCCL_ALGO=${4:-} choice "$1" "$2")
+  if [ "$got" != "$3" ]; then
+    echo "FAIL: $1 ranks, $2 bytes, FCCL_ALGO='${4:-}': got '$got', expected '$3'"
+    failures=$((failures + 1))
+  fi
+}
+expect 2 65536 "ll ll"
+expect 2 131072 "oneshot_push oneshot_pull"
+expect 2 1048576 "oneshot_push oneshot_pull"
+expect 2 2097152 "twoshot_staged twoshot_reg"
+expect 4 32768 "ll ll"
+expect 4 65536 "oneshot_push oneshot_pull"
+expect 4 262144 "oneshot_push oneshot_pull"
+expect 4 524288 "twoshot_staged twoshot_reg"
+expect 8 16384 "ll ll"
+expect 8 32768 "oneshot_push oneshot_pull"
+expect 8 131072 "oneshot_push oneshot_pull"
+expect 8 262144 "twoshot_staged twoshot_reg"
+expect 1 1024 "copy copy"
+expect 1 1024 "ll ll" ll
+expect 2 1024 "twoshot_staged twoshot_reg" twoshot
+expect 2 262144 "ll ll" ll
+# The LL area of 2 ranks holds 256 KiB: beyond it FCCL_ALGO=ll falls back to the table.
+expect 2 524288 "oneshot_push oneshot_pull" ll
+expect 2 8 "oneshot_push oneshot_pull" oneshot
+rows=$("$info" --algo 8 | grep -c '^ ')
+if [ "$rows" != 28 ]; then
+  echo "FAIL: --algo 8 printed $rows sizes, expected 28 (8 B .. 1 GiB)"
+  failures=$((failures + 1))
+fi
+for bad in "--algo 9" "--algo 0" "--algo x" "--sms 10" "--algo 2 --sms 0"; do
+  # shellcheck disable=SC2086
+  "$info" $bad > /dev/null 2>&1
+  code=$?
+  if [ $code != 2 ]; then
+    echo "FAIL: fccl-info $bad exited $code, expected 2"
+    failures=$((failures + 1))
+  fi
+done
+FCCL_ALGO=bogus "$info" --algo 2 > /dev/null 2>&1
+if [ $? != 2 ]; then
+  echo "FAIL: FCCL_ALGO=bogus was accepted"
+  failures=$((failures + 1))
+fi
+echo "algo table: $failures failed"
+[ $failures = 0 ]
