@@ -1,0 +1,54 @@
+#!/bin/sh
+# scripts/gpu-tune end to end without a GPU: a stand-in all_reduce_perf (made-up times from FCCL_ALGO, the size and
+# FCCL_STAGING_BYTES, in all_reduce_perf's CSV format) beside the real fccl-info. Checks the sizes each forced
+# algorithm was run at (fccl-info --algo's ranges), the suggestion, the staging table and the files written.
+# usage: check_gpu_tune.sh SOURCE_ROOT FCCL_INFO
+root=$1
+info=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/build/tools" "$dir/out"
+cp "$info" "$dir/build/tools/fccl-info"
+cat > "$dir/build/tools/all_reduce_perf" <<'FAKE'
+#!/bin/sh
+# Records its arguments; writes one out-of-place fccl row per size from -b to -e (factor -f) into --csv.
+echo "FCCL_ALGO=${FCCL_ALGO:-} FCCL_STAGING_BYTES=${FCCL_STAGING_BYTES:-} $*" >> "$FAKE_LOG"
+b=0 e=0 f=2 csv=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    -b) b=$2; shift ;; -e) e=$2; shift ;; -f) f=$2; shift ;; --csv) csv=$2; shift ;;
+  esac
+  shift
+done
+bytes() { case $1 in *K) echo $((${1%K} << 10)) ;; *M) echo $((${1%M} << 20)) ;; *G) echo $((${1%G} << 30)) ;; *) echo "$1" ;; esac; }
+awk -v b="$(bytes "$b")" -v e="$(bytes "$e")" -v f="$f" -v algo="${FCCL_ALGO:-}" -v staging="${FCCL_STAGING_BYTES:-16777216}" 'BEGIN {
+  print "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong"
+  for (s = b; s <= e; s *= f) {
+    ll = 2.5 + s / 40000; one = 4.0 + s / 160000; two = 6.0 + s / 250000 + (s / staging) * 2
+    t = algo == "ll" ? ll : algo == "oneshot" ? one : algo == "twoshot" ? two : (s <= 65536 ? ll : s <= 524288 ? one : two)
+    printf "all_reduce_perf,fccl,plain,20,2,%d,%d,bfloat16,sum,out-of-place,%.3f,0,0,0\n", s, s / 2, t
+  }
+}' > "$csv"
+FAKE
+chmod +x "$dir/build/tools/all_reduce_perf"
+export FAKE_LOG="$dir/calls.txt"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+bash "$root/scripts/gpu-tune" "$dir/build" "$dir/out" 2 > "$dir/stdout.txt" 2>&1 || fail "gpu-tune exited non-zero"
+cat "$dir/stdout.txt"
+# LL runs up to its 256 KiB area for 2 ranks, plain one-shot up to one 2 MiB chunk, registered one-shot and the
+# rest up to the 256 MiB cap.
+grep -q "^FCCL_ALGO=ll .* -e 262144 .*plain\|^FCCL_ALGO=ll .* -e 262144 " "$dir/calls.txt" || fail "LL was not run up to 262144"
+grep -q "^FCCL_ALGO=oneshot .*-e 2097152 " "$dir/calls.txt" || fail "plain one-shot was not run up to 2097152"
+grep -q "^FCCL_ALGO=oneshot .*-e 268435456 .*-R 2" "$dir/calls.txt" || fail "registered one-shot not up to 256 MiB"
+[ "$(grep -c "FCCL_STAGING_BYTES=[0-9]" "$dir/calls.txt")" = 4 ] || fail "expected 4 staging runs"
+grep -q "suggested for 2 ranks, plain: ll up to 65536 B, oneshot up to 524288 B" "$dir/out/tune.txt" ||
+  fail "wrong or missing suggestion"
+# The staging table: 1 GiB at 128 MiB of staging is faster than at 16 MiB (fewer rounds in the made-up model).
+awk '/FCCL_STAGING_BYTES \(MiB\)/ { t = 1 } t && $1 == 1073741824 { found = ($5 < $2) } END { exit !found }' \
+  "$dir/out/tune.txt" || fail "staging table missing or wrong"
+files=$(ls "$dir/out" | tr '\n' ' ')
+[ "$files" = "tune.csv tune.txt " ] || fail "gpu-tune wrote '$files', expected tune.csv and tune.txt"
+head -1 "$dir/out/tune.csv" | grep -q "^ranks,buffers,algo,collective," || fail "tune.csv header"
+echo "gpu-tune: $failures failed"
+[ $failures = 0 ]
