@@ -210,7 +210,8 @@ int main(int argc, char** argv) {
   struct context ctx;
   memset(&ctx, 0, sizeof(ctx));
   ctx.bytes = (size_t)bytes;
-  if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) ||
+  if (cudaSetDevice(device) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) != cudaSuccess ||
       cudaMalloc(&ctx.send, ctx.bytes) != cudaSuccess || cudaMalloc(&ctx.recv, ctx.bytes) != cudaSuccess ||
       cudaMemset(ctx.send, 0, ctx.bytes) != cudaSuccess) {
     fprintf(stderr, "fccl-call-cost: CUDA setup failed: %s\n", cudaGetErrorString(cudaGetLastError()));

@@ -92,10 +92,10 @@ static void printParams(void) {
   }
 }
 
-/* One cell of the --algo table: "name BxT", or why the call cannot run. */
+/* One cell of the --algo table: "name BxT", "copy" (no kernel), or "error" when the call cannot run. */
 static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
                            const fcclSlotLayout* layout, char* text, size_t size) {
-  if (nranks == 1 && request == FCCL_ALGO_REQUEST_AUTO) { /* collectives.c: one rank copies, no kernel */
+  if (fcclAlgoIsCopy(nranks, fcclAlgoResolveRequest(request, registered))) {
     snprintf(text, size, "copy");
     return;
   }
@@ -157,13 +157,13 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--params") == 0) {
       showParams = 1;
     } else if (strcmp(argv[i], "--algo") == 0 || strcmp(argv[i], "--sms") == 0) {
-      const int algo = argv[i][2] == 'a';
-      const int value = parseCount(i + 1 < argc ? argv[i + 1] : NULL, 1, algo ? FCCL_DEVICE_MAX_RANKS : 100000);
-      if (value < 0) {
-        fprintf(stderr, "%s: %s needs a number in 1..%d\n", argv[0], argv[i], algo ? FCCL_DEVICE_MAX_RANKS : 100000);
+      int* target = strcmp(argv[i], "--algo") == 0 ? &algoRanks : &smCount;
+      const int max = target == &algoRanks ? FCCL_DEVICE_MAX_RANKS : 100000;
+      *target = parseCount(i + 1 < argc ? argv[i + 1] : NULL, 1, max);
+      if (*target < 0) {
+        fprintf(stderr, "%s: %s needs a number in 1..%d\n", argv[0], argv[i], max);
         return 2;
       }
-      *(algo ? &algoRanks : &smCount) = value;
       i++;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       printf("usage: %s [--params] | --algo NRANKS [--sms N]\n", argv[0]);

@@ -57,6 +57,8 @@ int fcclAlgoResolveRequest(int request, int registered) {
   }
 }
 
+int fcclAlgoIsCopy(int nranks, int forced) { return nranks == 1 && forced < 0; }
+
 static uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 static int clampInt(uint64_t value, int lo, int hi) {

@@ -491,9 +491,9 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   if (recvbuf != sendbuf) FCCLCHECKGOTO(checkBuffer(comm, recvbuf, "recvbuf", caller), res, out);
 
   const uint64_t bytes = (uint64_t)count * size;
-  if (comm->nranks == 1 && algo < 0 && s->algoRequest == FCCL_ALGO_REQUEST_AUTO) {
-    /* Every op of one contribution is the identity (avg divides by 1): a copy, or nothing in place. A forced
-     * algorithm (FCCL_ALGO, tests) still runs its kernel. */
+  /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
+   * request is forced does not depend on registration. */
+  if (fcclAlgoIsCopy(comm->nranks, algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, 0))) {
     if (recvbuf != sendbuf)
       CUDACHECKGOTO(cudaMemcpyAsync(recvbuf, sendbuf, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream), res,
                     out);

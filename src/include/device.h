@@ -128,6 +128,10 @@ int fcclAlgoParseRequest(const char* name);
 /* The forced algorithm for a request and this call's registration (-1 for auto). */
 int fcclAlgoResolveRequest(int request, int registered);
 
+/* Whether a call needs no kernel: one rank and no forced algorithm (forced as for fcclAlgoQuery.forced). Every op
+ * of one contribution is the identity (avg divides by 1), so the call is a copy, or nothing in place. */
+int fcclAlgoIsCopy(int nranks, int forced);
+
 /*
  * fcclAllReduce with the algorithm chosen by the caller: algo -1 chooses as fcclAllReduce does (FCCL_ALGO
  * included), otherwise that fcclDevKernel_t exactly (fcclInvalidArgument when it cannot run the call). For tests.

@@ -339,17 +339,14 @@ static int modeOverrun(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclAllReduceAlgo(send, recv, count + 64, fcclFloat32, fcclSum, comm, stream, FCCL_ALGO_LL),
                 fcclSuccess);
   /* Under memcheck the kernel is stopped and this rank's context is lost; its peer's kernel then times out
-   * (FCCL_TIMEOUT). Either way the communicator is aborted, which waits for no peer. */
+   * (FCCL_TIMEOUT), or finishes if our packets reached it first. Either way the communicator is aborted: a destroy
+   * would wait (up to the bootstrap timeout) for a peer that aborted. */
   cudaError_t synced = cudaStreamSynchronize(stream);
   fcclResult_t async = fcclInternalError;
   (void)fcclCommGetAsyncError(comm, &async);
   printf("rank %d: the overrunning call ended with %s, communicator state %s\n", rank, cudaGetErrorName(synced),
          fcclGetErrorString(async));
-  if (synced == cudaSuccess && async == fcclSuccess) {
-    EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
-  } else {
-    (void)fcclCommAbort(comm);
-  }
+  (void)fcclCommAbort(comm);
   (void)cudaStreamDestroy(stream);
   (void)cudaFree(send);
   (void)cudaFree(recv);
