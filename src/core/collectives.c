@@ -30,6 +30,7 @@ struct fcclDeviceState {
   void* abortPage;           /* comm->abortFlag's page, registered (mapped) for the kernels; NULL if not ours */
   int smCount;
   int algoRequest;           /* FCCL_ALGO, parsed once */
+  int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int reported;              /* the kernels' error was described once (atomic) */
 };
 
@@ -203,6 +204,9 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->dev.nranks = nranks;
   s->dev.timeoutNs = timeoutNs();
   CUDACHECK(cudaDeviceGetAttribute(&s->smCount, cudaDevAttrMultiProcessorCount, comm->cudaDev));
+  int ccMajor = 0;
+  CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
+  s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
   cudaError_t err = cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable);
@@ -281,10 +285,10 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   }
   FCCL_INFO(FCCL_SUBSYS_COLL,
             "collectives ready: %d ranks, slot %llu bytes (LL %llu B/peer, staging chunk %llu B), first epoch %llu, "
-            "%d SMs, timeout %llu ms",
+            "%d SMs, timeout %llu ms, programmatic dependent launch %s",
             nranks, (unsigned long long)layout->totalBytes, (unsigned long long)layout->llBytes,
             (unsigned long long)layout->chunkBytes, (unsigned long long)start, s->smCount,
-            (unsigned long long)(s->dev.timeoutNs / 1000000ull));
+            (unsigned long long)(s->dev.timeoutNs / 1000000ull), s->pdl ? "on" : "off");
   return fcclSuccess;
 }
 
@@ -531,7 +535,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);
   FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
-                                          (cudaStream_t)stream),
+                                          s->pdl, (cudaStream_t)stream),
                 res, out);
 out:
   leaveDevice(comm, &cd);
@@ -560,7 +564,7 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
   res = checkStream(comm, stream, "fcclBarrier");
   /* A barrier of one rank has nobody to wait for: nothing to launch. */
-  if (res == fcclSuccess && comm->nranks > 1) res = fcclDeviceLaunchBarrier(&comm->device->dev, (cudaStream_t)stream);
+  if (res == fcclSuccess && comm->nranks > 1) res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);
   leaveDevice(comm, &cd);
   if (res == fcclSuccess) return res;
 fail:

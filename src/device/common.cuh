@@ -18,13 +18,16 @@
 #include "primitives.cuh"
 #include "reduce.cuh"
 
+#include <type_traits>
+
 namespace fccl {
 
 __device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_t offset) {
   return ptr<char>(c.slots[rank] + offset);
 }
 
-/* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header. */
+/* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header.
+ * Call after gridDependencyEnter. */
 __device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c) {
   __shared__ uint64_t blockEpoch;
   if (threadIdx.x == 0) {
@@ -157,22 +160,60 @@ struct UnitIO {
 template <class TT>
 using Unit16 = typename UnitIO<TT, 16>::Unit;
 
-/* Reduces unit u of every rank's buffer (bases[r], r < nranks) in rank order into out. The loads of all ranks are
- * issued before the first add, so up to 8 remote loads are in flight per thread. */
+/*
+ * Reduces K units of every rank's buffer (bases[r], r < n <= NR) in rank order: units u0 + k * step, k < K, those
+ * below end. All ranks' loads of all K units are issued before the first add, so a thread keeps K * n 16-byte
+ * loads in flight: remote loads need many bytes in flight to fill NVLink (kPullUnits).
+ */
+template <class TT, class OT, int NR, int K>
+__device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t u0,
+                                                 uint64_t step, uint64_t end, uint64_t bytes, Unit16<TT> (&out)[K]) {
+  using IO = UnitIO<TT, 16>;
+  Unit16<TT> v[K][NR];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const uint64_t u = u0 + (uint64_t)k * step;
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+      if (r < n && u < end) IO::load(bases[r], u, bytes, v[k][r]);
+  }
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    UnitReducer<TT, OT, 16> acc;
+    acc.first(v[k][0]);
+#pragma unroll
+    for (int r = 1; r < NR; r++)
+      if (r < n) acc.add(v[k][r]);
+    acc.result(out[k], n);
+  }
+}
+
+/* Reduces unit u of every rank's buffer (bases[r], r < nranks) in rank order into out. */
 template <class TT, class OT>
 __device__ __forceinline__ void reduceRanks16(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int nranks,
                                               uint64_t u, uint64_t bytes, Unit16<TT>& out) {
-  using IO = UnitIO<TT, 16>;
-  Unit16<TT> v[FCCL_DEVICE_MAX_RANKS];
-#pragma unroll
-  for (int r = 0; r < FCCL_DEVICE_MAX_RANKS; r++)
-    if (r < nranks) IO::load(bases[r], u, bytes, v[r]);
-  UnitReducer<TT, OT, 16> acc;
-  acc.first(v[0]);
-#pragma unroll
-  for (int r = 1; r < FCCL_DEVICE_MAX_RANKS; r++)
-    if (r < nranks) acc.add(v[r]);
-  acc.result(out, nranks);
+  Unit16<TT> outs[1];
+  reduceRanksUnits<TT, OT, FCCL_DEVICE_MAX_RANKS, 1>(bases, nranks, u, 0, u + 1, bytes, outs);
+  out = outs[0];
+}
+
+/* Units a thread of a pulling kernel loads at once for a rank bound NR: 8 loads in flight whatever the rank count
+ * (one unit per rank left about 1 MB in flight across the GPU, near what NVLink's latency needs under load). */
+template <int NR>
+struct PullDepth {
+  static constexpr int kUnits = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+};
+
+/* Calls f(std::integral_constant<int, NR>{}) with NR the smallest of 2, 4 and 8 that holds n: loops compiled for
+ * each bound keep their register arrays no larger than the rank count needs. */
+template <class F>
+__device__ __forceinline__ void withRankBound(int n, F&& f) {
+  if (n <= 2)
+    f(std::integral_constant<int, 2>{});
+  else if (n <= 4)
+    f(std::integral_constant<int, 4>{});
+  else
+    f(std::integral_constant<int, FCCL_DEVICE_MAX_RANKS>{});
 }
 
 __device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

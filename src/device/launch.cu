@@ -10,11 +10,14 @@ extern "C" {
 #include "check.h"
 }
 
+#include <string.h>
+
 namespace fccl {
 
 /* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
  * no data written in this kernel; work before it on each stream completed before the kernel started. */
 __global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c) {
+  gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
   (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
@@ -33,13 +36,27 @@ static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fc
   }
 }
 
-static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** args, cudaStream_t stream,
+/* With pdl, the kernel may be scheduled while the kernel before it on the stream finishes; every kernel waits for
+ * that one's memory before touching anything (gridDependencyEnter), so only the launch latency is overlapped. */
+static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** args, int pdl, cudaStream_t stream,
                            const char* what) {
-  cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, 0, stream);
+  cudaLaunchAttribute attribute;
+  memset(&attribute, 0, sizeof(attribute));
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config;
+  memset(&config, 0, sizeof(config));
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  cudaError_t err = cudaLaunchKernelExC(&config, kernel, args);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "launching the %s kernel (%u x %u) failed: %s (%s)",
-                      what, grid.x, block.x, cudaGetErrorName(err), cudaGetErrorString(err));
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "launching the %s kernel (%u x %u%s) failed: %s (%s)",
+                      what, grid.x, block.x, pdl ? ", programmatic dependent launch" : "", cudaGetErrorName(err),
+                      cudaGetErrorString(err));
   }
   return fcclSuccess;
 }
@@ -48,7 +65,7 @@ static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** arg
 
 extern "C" fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
                                                   const fcclDevComm* comm, const fcclDevArgs* args, int blocks,
-                                                  int threads, cudaStream_t stream) {
+                                                  int threads, int pdl, cudaStream_t stream) {
   const void* kernel = fccl::allReduceKernel(algo, type, op);
   if (kernel == nullptr || comm == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no all-reduce kernel for algorithm %d, type %d, op %d",
@@ -60,13 +77,13 @@ extern "C" fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclData
   fcclDevComm c = *comm;
   fcclDevArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(kernel, dim3(blocks), dim3(threads), params, stream, "all-reduce");
+  return fccl::launch(kernel, dim3(blocks), dim3(threads), params, pdl, stream, "all-reduce");
 }
 
-extern "C" fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, cudaStream_t stream) {
+extern "C" fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, int pdl, cudaStream_t stream) {
   if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier launch without comm");
   fcclDevComm c = *comm;
   void* params[] = {&c};
   return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
-                      dim3(FCCL_DEVICE_BARRIER_THREADS), params, stream, "barrier");
+                      dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
 }

@@ -18,21 +18,26 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
   using OT = OpTraits<OP>;
   using IO = UnitIO<TT, 8>;
   using Unit = typename IO::Unit;
+  gridDependencyEnter();
+  const uint64_t packets = divUp(a.bytes, FCCL_LL_DATA_BYTES);
+  const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  /* The thread's first packet of input is loaded before the epoch: both loads are on the way to the first packet
+   * store and neither needs the other, so they overlap. The reduction reuses it. */
+  Unit mine;
+  if (first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
   const uint64_t epoch = epochBegin(c);
   const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
-  const uint64_t packets = divUp(a.bytes, FCCL_LL_DATA_BYTES);
   const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-  const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   /* Push: our region in each peer's slot is [parity][me]. */
   const uint64_t pushOffset = c.layout.llOffset + (parity * n + me) * perWriter;
   for (uint64_t i = first; i < packets; i += stride) {
-    Unit d;
-    IO::load(a.sendbuf, i, a.bytes, d);
+    Unit d = mine;
+    if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
     const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
     const uint64_t hi = (d.words[0] >> 32) | flag;
 #pragma unroll
@@ -40,8 +45,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
       if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
   }
 
-  /* Receive and reduce in rank order; our own contribution is read again from sendbuf (same thread, same bytes,
-   * not yet overwritten in place). */
+  /* Receive and reduce in rank order; our own contribution is the first packet loaded above, or read again from
+   * sendbuf (same thread, same bytes, not yet overwritten in place). */
   const char* inbox = slotPtr(c, me, c.layout.llOffset + parity * n * perWriter);
   bool failed = false;
   for (uint64_t i = first; i < packets && !failed; i += stride) {
@@ -49,7 +54,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
     for (int w = 0; w < n; w++) {
       Unit d;
       if (w == me) {
-        IO::load(a.sendbuf, i, a.bytes, d);
+        d = mine;
+        if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
       } else {
         const char* packet = inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES;
         uint64_t lo, hi;

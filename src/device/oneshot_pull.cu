@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
+  gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
   const int n = c.nranks;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
@@ -33,11 +34,17 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   }
 
   if (!a.inPlace) {
-    for (uint64_t u = first; u < units; u += stride) {
-      Unit out;
-      reduceRanks16<TT, OpTraits<OP>>(a.peerSend, n, u, a.bytes, out);
-      IO::store(a.recvbuf, u, a.bytes, out);
-    }
+    withRankBound(n, [&](auto bound) {
+      constexpr int NR = decltype(bound)::value;
+      constexpr int K = PullDepth<NR>::kUnits;
+      for (uint64_t u = first; u < units; u += K * stride) {
+        Unit out[K];
+        reduceRanksUnits<TT, OpTraits<OP>, NR, K>(a.peerSend, n, u, stride, units, a.bytes, out);
+#pragma unroll
+        for (int k = 0; k < K; k++)
+          if (u + k * stride < units) IO::store(a.recvbuf, u + k * stride, a.bytes, out[k]);
+      }
+    });
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
     (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), false, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_DONE,

@@ -95,6 +95,19 @@ __device__ __forceinline__ void st_data8(void* p, uint64_t v) {
   asm volatile("st.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/*
+ * Programmatic dependent launch (launch.cu sets the attribute when FCCL_PDL=1; both instructions are no-ops for a
+ * launch without it). First thing in every kernel: let the next kernel on the stream be scheduled now (it cannot
+ * start work before this grid has finished: it waits here in turn), then wait until the kernel before this one
+ * has finished and its memory is visible. Nothing a kernel reads (inputs, epochs, flags) may be read before.
+ */
+__device__ __forceinline__ void gridDependencyEnter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* Nanoseconds of the GPU's global timer (the same clock on every SM). */
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;

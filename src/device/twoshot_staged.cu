@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
+  gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
   const int n = c.nranks;
   const int me = c.rank;

@@ -143,15 +143,16 @@ fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count,
 
 /*
  * Launches the all-reduce kernel of algorithm algo for (type, op) with blocks x threads on stream (the current
- * device must be comm's). fcclInvalidArgument for an unknown algorithm/type/op or a grid outside
- * [1, FCCL_DEVICE_MAX_BLOCKS] x [32, FCCL_DEVICE_THREADS]; fcclUnhandledCudaError when the launch fails.
+ * device must be comm's); pdl != 0 adds programmatic dependent launch (FCCL_PDL; compute capability >= 9.0).
+ * fcclInvalidArgument for an unknown algorithm/type/op or a grid outside [1, FCCL_DEVICE_MAX_BLOCKS] x
+ * [32, FCCL_DEVICE_THREADS]; fcclUnhandledCudaError when the launch fails.
  */
 fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
                                        const fcclDevComm* comm, const fcclDevArgs* args, int blocks, int threads,
-                                       cudaStream_t stream);
+                                       int pdl, cudaStream_t stream);
 
-/* Launches the barrier kernel (one warp) on stream. */
-fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, cudaStream_t stream);
+/* Launches the barrier kernel (one warp) on stream; pdl as for fcclDeviceLaunchAllReduce. */
+fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -34,5 +34,8 @@ FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
            "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg); one that cannot run a call falls back to auto.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
+FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
+           "1: launch the collective kernels with programmatic dependent launch (compute capability 9.0 and up), so "
+           "a kernel's launch overlaps the end of the kernel before it on the stream; 0: plain launches.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "16777216",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")

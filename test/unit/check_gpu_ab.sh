@@ -1,0 +1,30 @@
+#!/bin/sh
+# scripts/gpu-ab end to end without a GPU: two "builds" holding the stand-in all_reduce_perf, three variants (one
+# with an environment setting that adds 1 us to every time). Checks the turns, the settings reaching the runs, the
+# table's ratios and the files written; a variant naming no build must be refused.
+# usage: check_gpu_ab.sh SOURCE_ROOT
+root=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for build in a b; do
+  mkdir -p "$dir/$build/tools"
+  cp "$(dirname "$0")/fake_all_reduce_perf.sh" "$dir/$build/tools/all_reduce_perf"
+  chmod +x "$dir/$build/tools/all_reduce_perf"
+done
+export FAKE_LOG="$dir/calls.txt"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+AB_MAX=64K AB_BUFFERS=plain bash "$root/scripts/gpu-ab" "$dir/out" base="$dir/a" same="$dir/b" \
+  slow="$dir/b,FAKE_EXTRA_US=1,FCCL_ALGO=ll" > "$dir/stdout.txt" 2>&1 || fail "gpu-ab exited non-zero"
+cat "$dir/stdout.txt"
+[ "$(grep -c . "$dir/calls.txt")" = 6 ] || fail "expected 3 variants x 2 turns = 6 runs"
+[ "$(grep -c "^FCCL_ALGO=ll " "$dir/calls.txt")" = 2 ] || fail "the slow variant's settings did not reach its runs"
+grep -q -- "-R 2" "$dir/calls.txt" && fail "AB_BUFFERS=plain ran registered buffers"
+# 1 KiB: base and same 2.5 + 1024 / 40000 = 2.53 us; slow (FCCL_ALGO=ll, +1 us) 3.53 us, ratio 1.40.
+awk '$1 == 1024 && $2 == "2.53" && $4 == "2.53" && $6 == "3.53" && $7 == "(1.396)" { found = 1 } END { exit !found }' \
+  "$dir/out/ab.txt" || fail "wrong table row for 1024 bytes"
+[ "$(ls "$dir/out" | tr '\n' ' ')" = "ab.csv ab.txt " ] || fail "gpu-ab wrote $(ls "$dir/out")"
+[ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 6 ] || fail "ab.csv does not hold 6 rows for 1024 bytes"
+bash "$root/scripts/gpu-ab" "$dir/out2" base="$dir/none" > /dev/null 2>&1 && fail "a variant without a build ran"
+echo "gpu-ab: $failures failed"
+[ $failures = 0 ]
