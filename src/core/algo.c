@@ -10,19 +10,23 @@
 #include <string.h>
 
 /*
- * Up to llMax bytes: LL (one hop, data carries its flags, 2x the bytes on the wire). Up to oneshotMax: one-shot
- * (push through staging, or pull from registered buffers; one flag hop, (n - 1) x the bytes). Beyond: two-shot
- * (2 (n - 1) / n x the bytes, two flag hops). One-shot moves fewer bytes than two-shot only for n = 2, hence the
- * smaller limits for more ranks.
+ * Up to llMax bytes: LL (one hop, data carries its flags, 2x the bytes on the wire). Then one-shot up to
+ * oneshotMax (plain: push through staging; registered: pull in place; one flag hop, (n - 1) x the bytes), and
+ * two-shot beyond (2 (n - 1) / n x the bytes, two flag hops). One-shot moves fewer bytes than two-shot only for
+ * n = 2, hence the smaller limits for more ranks. 2 ranks: measured on 2x H200 (docs/perf/2026-11-30-h200x2-tune):
+ * LL is fastest up to its whole area (256 KiB), plain one-shot up to 2 MiB, and with registered buffers two-shot
+ * is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is never chosen. 4 and 8 ranks:
+ * not measured on as many GPUs yet (#8).
  */
 static const struct {
   int maxRanks;
   uint64_t llMax;
-  uint64_t oneshotMax;
+  uint64_t oneshotMaxPlain;
+  uint64_t oneshotMaxRegistered;
 } algoTable[] = {
-    {2, 64u << 10, 1u << 20},
-    {4, 32u << 10, 256u << 10},
-    {8, 16u << 10, 128u << 10},
+    {2, 256u << 10, 2u << 20, 0},
+    {4, 32u << 10, 256u << 10, 256u << 10},
+    {8, 16u << 10, 128u << 10, 128u << 10},
 };
 
 /* LL blocks are capped lower than the data kernels': small messages gain nothing from a full-device grid. */
@@ -74,11 +78,15 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
   return clampInt(divUp(unitsPerGrid, FCCL_DEVICE_THREADS), 1, maxBlocks);
 }
 
+/* Units per owner in a round of the staged two-shot: its inbox and result areas are cut into 4 buffers of half a
+ * chunk per writer (twoshot_staged.cu). */
+static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / 2 / FCCL_UNIT_BYTES; }
+
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
   c->algo = algo;
   c->threads = FCCL_DEVICE_THREADS;
-  c->roundUnits = q->chunkBytes / FCCL_UNIT_BYTES;
+  c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
   switch (algo) {
     case FCCL_ALGO_LL: {
       const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
@@ -121,7 +129,7 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char*
       }
       break;
     case FCCL_ALGO_TWOSHOT_STAGED: {
-      const uint64_t roundUnits = q->chunkBytes / FCCL_UNIT_BYTES;
+      const uint64_t roundUnits = stagedRoundUnits(q);
       if (roundUnits == 0)
         reason = "there is no staging (FCCL_STAGING_BYTES too small)";
       else if (divUp(units, roundUnits * (uint64_t)q->nranks) > FCCL_MAX_STEPS)
@@ -142,11 +150,11 @@ static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
   while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
   if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
   if (q->registered) {
-    if (q->bytes <= algoTable[row].oneshotMax && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
+    if (q->bytes <= algoTable[row].oneshotMaxRegistered && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
       return FCCL_ALGO_ONESHOT_PULL;
     return FCCL_ALGO_TWOSHOT_REG;
   }
-  if (q->bytes <= algoTable[row].oneshotMax && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PUSH, q, NULL))
+  if (q->bytes <= algoTable[row].oneshotMaxPlain && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PUSH, q, NULL))
     return FCCL_ALGO_ONESHOT_PUSH;
   return FCCL_ALGO_TWOSHOT_STAGED;
 }

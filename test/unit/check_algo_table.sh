@@ -15,10 +15,10 @@ expect() { # ranks bytes "plain registered" [FCCL_ALGO]
     failures=$((failures + 1))
   fi
 }
-expect 2 65536 "ll ll"
-expect 2 131072 "oneshot_push oneshot_pull"
-expect 2 1048576 "oneshot_push oneshot_pull"
-expect 2 2097152 "twoshot_staged twoshot_reg"
+expect 2 262144 "ll ll"
+expect 2 524288 "oneshot_push twoshot_reg"
+expect 2 2097152 "oneshot_push twoshot_reg"
+expect 2 4194304 "twoshot_staged twoshot_reg"
 expect 4 32768 "ll ll"
 expect 4 65536 "oneshot_push oneshot_pull"
 expect 4 262144 "oneshot_push oneshot_pull"
@@ -32,7 +32,7 @@ expect 1 1024 "ll ll" ll
 expect 2 1024 "twoshot_staged twoshot_reg" twoshot
 expect 2 262144 "ll ll" ll
 # The LL area of 2 ranks holds 256 KiB: beyond it FCCL_ALGO=ll falls back to the table.
-expect 2 524288 "oneshot_push oneshot_pull" ll
+expect 2 524288 "oneshot_push twoshot_reg" ll
 expect 2 8 "oneshot_push oneshot_pull" oneshot
 rows=$("$info" --algo 8 | grep -c '^ ')
 if [ "$rows" != 28 ]; then

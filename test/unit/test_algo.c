@@ -33,15 +33,15 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 64 KiB, one-shot up to 1 MiB, two-shot beyond. */
+  /* 2 ranks: LL up to 256 KiB, plain one-shot up to 2 MiB, two-shot beyond; registered: two-shot after LL. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
-  EXPECT_EQ_INT(pick(64 << 10, 2, 0), FCCL_ALGO_LL);
-  EXPECT_EQ_INT(pick((64 << 10) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
-  EXPECT_EQ_INT(pick(1 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
-  EXPECT_EQ_INT(pick((1 << 20) + 1, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
+  EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
+  EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick(2 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick((2 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(1ull << 30, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(4 << 10, 2, 1), FCCL_ALGO_LL);
-  EXPECT_EQ_INT(pick(512 << 10, 2, 1), FCCL_ALGO_ONESHOT_PULL);
+  EXPECT_EQ_INT(pick((256 << 10) + 2, 2, 1), FCCL_ALGO_TWOSHOT_REG);
   EXPECT_EQ_INT(pick(4 << 20, 2, 1), FCCL_ALGO_TWOSHOT_REG);
   /* More ranks: smaller one-shot limits. */
   EXPECT_EQ_INT(pick(16 << 10, 8, 0), FCCL_ALGO_LL);
@@ -57,7 +57,7 @@ static void testTable(void) {
   fcclAlgoChoice c;
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_ALGO_TWOSHOT_STAGED);
-  EXPECT_EQ_INT(c.roundUnits, (64 << 10) / 16);
+  EXPECT_EQ_INT(c.roundUnits, (64 << 10) / 2 / 16); /* half a chunk: the staged two-shot keeps 4 buffers */
 }
 
 static void testGrids(void) {
@@ -81,11 +81,16 @@ static void testGrids(void) {
     }
   }
   /* Large messages fill the device: one block of 512 threads per SM. */
-  fcclAlgoQuery q = query(256u << 20, 2, 0);
+  fcclAlgoQuery q = query(256u << 20, 2, 1);
   fcclAlgoChoice c;
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.blocks, 132);
   EXPECT_EQ_INT(c.threads, 512);
+  /* The staged two-shot: one thread per unit of an owner's round (1 MiB at the default staging), 128 blocks. */
+  q = query(256u << 20, 2, 0);
+  EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_ALGO_TWOSHOT_STAGED);
+  EXPECT_EQ_INT(c.blocks, 128);
   /* Tiny LL messages: one block, one warp. */
   q = query(40, 2, 0);
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
