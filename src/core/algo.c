@@ -78,9 +78,8 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
   return clampInt(divUp(unitsPerGrid, FCCL_DEVICE_THREADS), 1, maxBlocks);
 }
 
-/* Units per owner in a round of the staged two-shot: its inbox and result areas are cut into 4 buffers of half a
- * chunk per writer (twoshot_staged.cu). */
-static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / 2 / FCCL_UNIT_BYTES; }
+/* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
+static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / FCCL_UNIT_BYTES; }
 
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);

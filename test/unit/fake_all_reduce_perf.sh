@@ -11,7 +11,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 bytes() { case $1 in *K) echo $((${1%K} << 10)) ;; *M) echo $((${1%M} << 20)) ;; *G) echo $((${1%G} << 30)) ;; *) echo "$1" ;; esac; }
-awk -v b="$(bytes "$b")" -v e="$(bytes "$e")" -v f="$f" -v algo="${FCCL_ALGO:-}" -v staging="${FCCL_STAGING_BYTES:-16777216}" \
+awk -v b="$(bytes "$b")" -v e="$(bytes "$e")" -v f="$f" -v algo="${FCCL_ALGO:-}" -v staging="${FCCL_STAGING_BYTES:-33554432}" \
   -v extra="${FAKE_EXTRA_US:-0}" 'BEGIN {
   print "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong"
   for (s = b; s <= e; s *= f) {

@@ -12,7 +12,7 @@
 
 static fcclAlgoQuery query(uint64_t bytes, int nranks, int registered) {
   fcclSlotLayout layout;
-  fcclSlotLayoutCompute(nranks, 16u << 20, &layout);
+  fcclSlotLayoutCompute(nranks, 32u << 20, &layout);
   fcclAlgoQuery q;
   memset(&q, 0, sizeof(q));
   q.bytes = bytes;
@@ -57,7 +57,7 @@ static void testTable(void) {
   fcclAlgoChoice c;
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_ALGO_TWOSHOT_STAGED);
-  EXPECT_EQ_INT(c.roundUnits, (64 << 10) / 2 / 16); /* half a chunk: the staged two-shot keeps 4 buffers */
+  EXPECT_EQ_INT(c.roundUnits, (64 << 10) / 16);
 }
 
 static void testGrids(void) {
@@ -86,11 +86,10 @@ static void testGrids(void) {
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.blocks, 132);
   EXPECT_EQ_INT(c.threads, 512);
-  /* The staged two-shot: one thread per unit of an owner's round (1 MiB at the default staging), 128 blocks. */
   q = query(256u << 20, 2, 0);
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_ALGO_TWOSHOT_STAGED);
-  EXPECT_EQ_INT(c.blocks, 128);
+  EXPECT_EQ_INT(c.blocks, 132);
   /* Tiny LL messages: one block, one warp. */
   q = query(40, 2, 0);
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
@@ -160,7 +159,7 @@ static void testNames(void) {
 static void testLayout(void) {
   for (int n = 1; n <= FCCL_DEVICE_MAX_RANKS; n++) {
     fcclSlotLayout l;
-    fcclSlotLayoutCompute(n, 16u << 20, &l);
+    fcclSlotLayoutCompute(n, 32u << 20, &l);
     EXPECT(l.signalAOffset >= sizeof(fcclSlotHeader));
     EXPECT_EQ_INT(l.signalBOffset - l.signalAOffset, FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * 8);
     EXPECT(l.llOffset >= l.signalBOffset + FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * 8);
@@ -169,15 +168,15 @@ static void testLayout(void) {
     EXPECT_EQ_INT(l.inboxOffset, l.llOffset + FCCL_LL_AREA_BYTES);
     EXPECT_EQ_INT(l.resultOffset, l.inboxOffset + 2 * (uint64_t)n * l.chunkBytes);
     EXPECT_EQ_INT(l.totalBytes, l.resultOffset + 2 * (uint64_t)n * l.chunkBytes);
-    EXPECT(4 * (uint64_t)n * l.chunkBytes <= (16u << 20));
+    EXPECT(4 * (uint64_t)n * l.chunkBytes <= (32u << 20));
     EXPECT(l.chunkBytes % FCCL_SLOT_ALIGN == 0 && l.llBytes % FCCL_SLOT_ALIGN == 0);
     EXPECT(l.llOffset % FCCL_SLOT_ALIGN == 0 && l.inboxOffset % FCCL_SLOT_ALIGN == 0);
     EXPECT_EQ_INT(fcclDeviceSlotBytes(n), l.totalBytes); /* FCCL_STAGING_BYTES at its default */
   }
   fcclSlotLayout two;
-  fcclSlotLayoutCompute(2, 16u << 20, &two);
+  fcclSlotLayoutCompute(2, 32u << 20, &two);
   EXPECT_EQ_INT(two.llBytes, 256 << 10);
-  EXPECT_EQ_INT(two.chunkBytes, 2 << 20);
+  EXPECT_EQ_INT(two.chunkBytes, 4 << 20);
 }
 
 static void testEpochs(void) {
