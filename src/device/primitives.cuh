@@ -12,8 +12,7 @@
  *                writer wrote before its flag. Polls spin relaxed and make one acquire load once the flag is
  *                seen, so the L1 invalidation an acquire implies is paid once, not per iteration.
  *
- * A fence.acq_rel.sys followed by relaxed flag stores is a release for each of them: the staged two-shot posts
- * two flags after one fence. No __threadfence_system() (fence.sc) on the hot path; that one sits on the error path.
+ * No __threadfence_system() on the hot path; the only fence sits on the error path.
  */
 #ifndef FCCL_DEVICE_PRIMITIVES_CUH_
 #define FCCL_DEVICE_PRIMITIVES_CUH_
@@ -51,10 +50,6 @@ __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
 __device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-
-/* System-scope acquire-release fence: with relaxed flag stores after it, one fence hands over everything before it
- * with several flags (a release store per flag would wait for the stores to drain once per flag). */
-__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 /* Relaxed system-scope 32-bit store: the error details written to host-mapped memory. */
 __device__ __forceinline__ void st_relaxed_sys(int32_t* p, int32_t v) {

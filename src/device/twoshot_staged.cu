@@ -2,16 +2,14 @@
  * Two-shot all-reduce through staging, for buffers that are not registered, in rounds of at most n * roundUnits
  * units. In round k (staging parity (epoch + k) & 1) each rank owns 1/n of the round's units:
  *
- *   push(k)    send the units every other owner owns to that owner's inbox [parity][me]; post pad A.
+ *   push(k)    send the units every other owner owns to that owner's inbox [parity][me]; post pad A (release).
  *   wait A     every writer's part of our units arrived (acquire).
  *   reduce(k)  our units: own input + inbox [parity][w], in rank order; store the result in our output and push it
- *              to every peer's result area [parity][me]; post pad B.
+ *              to every peer's result area [parity][me]; post pad B (release).
  *   wait B     every owner's result arrived (acquire); copy them from our result area into our output.
  *
  * push(k + 1) is issued right after wait A of round k, so the link carries the next round while this one is
- * reduced. Its pad A is posted with round k's pad B, after one system fence for both: a peer needs pad A of
- * round k + 1 only after pad B of round k, and each fence waits for the block's stores to drain, with the link
- * idle at its end. Reuse of a parity is safe: push(k + 1) writes the owner's inbox [parity of k - 1] after we received the
+ * reduced. Reuse of a parity is safe: push(k + 1) writes the owner's inbox [parity of k - 1] after we received the
  * owner's result of round k - 1 (sent after it read that inbox), and the owner writes our result area of that
  * parity only after our push(k + 1), which we send after having copied round k - 1 out. Across calls, the first
  * round uses the call's own parity, and round 1 (the other parity, possibly still read by a peer in a one-shot
@@ -61,7 +59,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const uint64_t ownSlot = c.slots[me];
 
-  /* Pushes round k's units of every other owner into its inbox (pad A is posted by the caller). */
+  /* Pushes round k's units of every other owner into its inbox, then posts pad A with step k + 1. */
   auto push = [&](uint64_t k) {
     const Round r(k, roundCap, units, n);
     const uint64_t parity = (epoch + k) & 1;
@@ -76,13 +74,11 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
         st_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
       }
     }
+    __syncthreads();
+    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
   };
 
-  if (rounds > 0) {
-    push(0);
-    __syncthreads();
-    postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true);
-  }
+  if (rounds > 0) push(0);
   for (uint64_t k = 0; k < rounds; k++) {
     if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, FCCL_ALGO_TWOSHOT_STAGED,
                   FCCL_PHASE_INBOX, epoch))
@@ -114,13 +110,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
       }
     }
     __syncthreads();
-    /* One fence, then pad B of round k (the results) and pad A of round k + 1 (its push): thread p posts to peer p. */
-    if (threadIdx.x < n && threadIdx.x != me) {
-      fence_acq_rel_sys();
-      st_relaxed_sys(signalPad(c, threadIdx.x, c.layout.signalBOffset, me), sigValue(epoch, (uint32_t)k + 1));
-      if (k + 1 < rounds)
-        st_relaxed_sys(signalPad(c, threadIdx.x, c.layout.signalAOffset, me), sigValue(epoch, (uint32_t)k + 2));
-    }
+    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
     if (waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true, FCCL_ALGO_TWOSHOT_STAGED,
                   FCCL_PHASE_RESULT, epoch))
       break;
