@@ -29,8 +29,12 @@ static const struct {
     {8, 16u << 10, 128u << 10, 128u << 10},
 };
 
-/* LL blocks are capped lower than the data kernels': small messages gain nothing from a full-device grid. */
+/* LL blocks are capped lower than the data kernels': small messages gain nothing from a full-device grid. The
+ * block size can be set at build time (-DFCCL_LL_THREADS=N, a multiple of 32) to time alternatives. */
 #define FCCL_LL_MAX_BLOCKS 64
+#ifndef FCCL_LL_THREADS
+#define FCCL_LL_THREADS FCCL_DEVICE_THREADS
+#endif
 
 const char* fcclAlgoName(int algo) {
   switch (algo) {
@@ -89,9 +93,10 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
   switch (algo) {
     case FCCL_ALGO_LL: {
       const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
-      int maxBlocks = q->smCount < FCCL_LL_MAX_BLOCKS ? q->smCount : FCCL_LL_MAX_BLOCKS;
-      c->blocks = clampInt(divUp(packets, FCCL_DEVICE_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
-      if (packets < FCCL_DEVICE_THREADS) c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_DEVICE_THREADS);
+      const int blockCap = FCCL_LL_MAX_BLOCKS * (FCCL_DEVICE_THREADS / FCCL_LL_THREADS);
+      int maxBlocks = q->smCount < blockCap ? q->smCount : blockCap;
+      c->blocks = clampInt(divUp(packets, FCCL_LL_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
+      c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_LL_THREADS);
       break;
     }
     case FCCL_ALGO_ONESHOT_PUSH:
