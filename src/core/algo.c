@@ -29,12 +29,14 @@ static const struct {
     {8, 16u << 10, 128u << 10, 128u << 10},
 };
 
-/* LL blocks are capped lower than the data kernels': small messages gain nothing from a full-device grid. The
- * block size can be set at build time (-DFCCL_LL_THREADS=N, a multiple of 32) to time alternatives. */
-#define FCCL_LL_MAX_BLOCKS 64
+/* LL blocks: 256 threads, 3-5% faster than 512 from 4 KiB to 256 KiB on 2x H200 and equal below; 128 was as good
+ * up to 128 KiB and 14% slower at 256 KiB (docs/perf/2026-11-30-h200x2-tune/ab-ll-threads.txt). At most 128
+ * blocks: the whole LL area of 2 ranks (32768 packets) in one pass. -DFCCL_LL_THREADS=N (a multiple of 32) sets
+ * another size at build time, to time alternatives. */
 #ifndef FCCL_LL_THREADS
-#define FCCL_LL_THREADS FCCL_DEVICE_THREADS
+#define FCCL_LL_THREADS 256
 #endif
+#define FCCL_LL_MAX_PACKETS_PER_PASS 32768
 
 const char* fcclAlgoName(int algo) {
   switch (algo) {
@@ -93,7 +95,7 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
   switch (algo) {
     case FCCL_ALGO_LL: {
       const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
-      const int blockCap = FCCL_LL_MAX_BLOCKS * (FCCL_DEVICE_THREADS / FCCL_LL_THREADS);
+      const int blockCap = FCCL_LL_MAX_PACKETS_PER_PASS / FCCL_LL_THREADS;
       int maxBlocks = q->smCount < blockCap ? q->smCount : blockCap;
       c->blocks = clampInt(divUp(packets, FCCL_LL_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
       c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_LL_THREADS);
