@@ -17,8 +17,8 @@ expect() { # ranks bytes "plain registered" [FCCL_ALGO]
 }
 expect 2 262144 "ll ll"
 expect 2 524288 "oneshot_push twoshot_reg"
-expect 2 2097152 "oneshot_push twoshot_reg"
-expect 2 4194304 "twoshot_staged twoshot_reg"
+expect 2 4194304 "oneshot_push twoshot_reg"
+expect 2 8388608 "twoshot_staged twoshot_reg"
 expect 4 32768 "ll ll"
 expect 4 65536 "oneshot_push oneshot_pull"
 expect 4 262144 "oneshot_push oneshot_pull"

@@ -33,12 +33,12 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 256 KiB, plain one-shot up to 2 MiB, two-shot beyond; registered: two-shot after LL. */
+  /* 2 ranks: LL up to 256 KiB, plain one-shot up to 4 MiB, two-shot beyond; registered: two-shot after LL. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
-  EXPECT_EQ_INT(pick(2 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
-  EXPECT_EQ_INT(pick((2 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
+  EXPECT_EQ_INT(pick(4 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick((4 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(1ull << 30, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(4 << 10, 2, 1), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick((256 << 10) + 2, 2, 1), FCCL_ALGO_TWOSHOT_REG);
