@@ -38,6 +38,8 @@ static const struct {
 #define FCCL_LL_THREADS 256
 #endif
 #define FCCL_LL_MAX_PACKETS_PER_PASS 32768
+FCCL_STATIC_ASSERT(FCCL_LL_THREADS >= 32 && FCCL_LL_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL_THREADS % 32 == 0,
+                   "FCCL_LL_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 
 const char* fcclAlgoName(int algo) {
   switch (algo) {

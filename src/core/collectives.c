@@ -564,7 +564,8 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
   res = checkStream(comm, stream, "fcclBarrier");
   /* A barrier of one rank has nobody to wait for: nothing to launch. */
-  if (res == fcclSuccess && comm->nranks > 1) res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);
+  if (res == fcclSuccess && comm->nranks > 1)
+    res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);
   leaveDevice(comm, &cd);
   if (res == fcclSuccess) return res;
 fail:

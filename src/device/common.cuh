@@ -163,7 +163,7 @@ using Unit16 = typename UnitIO<TT, 16>::Unit;
 /*
  * Reduces K units of every rank's buffer (bases[r], r < n <= NR) in rank order: units u0 + k * step, k < K, those
  * below end. All ranks' loads of all K units are issued before the first add, so a thread keeps K * n 16-byte
- * loads in flight: remote loads need many bytes in flight to fill NVLink (kPullUnits).
+ * loads in flight: remote loads need many bytes in flight to fill NVLink (PullDepth).
  */
 template <class TT, class OT, int NR, int K>
 __device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t u0,
