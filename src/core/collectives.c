@@ -22,7 +22,6 @@
 #define FCCL_STAGING_MIN_BYTES ((uint64_t)4 * FCCL_DEVICE_MAX_RANKS * FCCL_SLOT_ALIGN)
 #define FCCL_STAGING_MAX_BYTES ((uint64_t)1 << 32)
 #define FCCL_DEVICE_LAYOUT_VERSION 1
-#define FCCL_CE_MAX_STREAMS 4
 
 struct fcclDeviceState {
   fcclDevComm dev;           /* passed by value to every kernel */
@@ -34,11 +33,9 @@ struct fcclDeviceState {
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int reported;              /* the kernels' error was described once (atomic) */
   uint64_t ceChunkBytes;     /* FCCL_CE_CHUNK_BYTES (0 when not positive) */
-  int ceStreamCount;         /* FCCL_CE_STREAMS: chunk k goes to stream k % ceStreamCount */
-  cudaStream_t ceStreams[FCCL_CE_MAX_STREAMS]; /* the copy-engine all-reduce's copies, forked from and joined to the
-                                                  call's stream */
+  cudaStream_t ceStream;     /* the copy-engine all-reduce's copies, forked from and joined to the call's stream */
   cudaEvent_t ceFork;
-  cudaEvent_t ceJoins[FCCL_CE_MAX_STREAMS];
+  cudaEvent_t ceJoin;
 };
 
 size_t fcclTypeSize(fcclDataType_t type) {
@@ -128,13 +125,10 @@ struct deviceHello {
 static fcclResult_t destroyCeObjects(struct fcclDeviceState* s) {
   cudaError_t err = cudaSuccess, e;
   if (s->ceFork && (e = cudaEventDestroy(s->ceFork)) != cudaSuccess && err == cudaSuccess) err = e;
-  s->ceFork = NULL;
-  for (int i = 0; i < FCCL_CE_MAX_STREAMS; i++) {
-    if (s->ceJoins[i] && (e = cudaEventDestroy(s->ceJoins[i])) != cudaSuccess && err == cudaSuccess) err = e;
-    if (s->ceStreams[i] && (e = cudaStreamDestroy(s->ceStreams[i])) != cudaSuccess && err == cudaSuccess) err = e;
-    s->ceJoins[i] = NULL;
-    s->ceStreams[i] = NULL;
-  }
+  if (s->ceJoin && (e = cudaEventDestroy(s->ceJoin)) != cudaSuccess && err == cudaSuccess) err = e;
+  if (s->ceStream && (e = cudaStreamDestroy(s->ceStream)) != cudaSuccess && err == cudaSuccess) err = e;
+  s->ceFork = s->ceJoin = NULL;
+  s->ceStream = NULL;
   if (err == cudaSuccess) return fcclSuccess;
   (void)cudaGetLastError();
   return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "destroying the copy-engine stream or its events failed: %s",
@@ -256,18 +250,9 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->dev.state = (uint64_t)(uintptr_t)s->state;
   int64_t ceChunk = fcclParamInt(FCCL_PARAM_CE_CHUNK_BYTES);
   s->ceChunkBytes = ceChunk > 0 ? (uint64_t)ceChunk : 0;
-  int64_t ceStreams = fcclParamInt(FCCL_PARAM_CE_STREAMS);
-  if (ceStreams < 1 || ceStreams > FCCL_CE_MAX_STREAMS) {
-    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_CE_STREAMS=%lld is outside [1, %d]; using 2", (long long)ceStreams,
-              FCCL_CE_MAX_STREAMS);
-    ceStreams = 2;
-  }
-  s->ceStreamCount = (int)ceStreams;
+  CUDACHECK(cudaStreamCreateWithFlags(&s->ceStream, cudaStreamNonBlocking));
   CUDACHECK(cudaEventCreateWithFlags(&s->ceFork, cudaEventDisableTiming));
-  for (int i = 0; i < s->ceStreamCount; i++) {
-    CUDACHECK(cudaStreamCreateWithFlags(&s->ceStreams[i], cudaStreamNonBlocking));
-    CUDACHECK(cudaEventCreateWithFlags(&s->ceJoins[i], cudaEventDisableTiming));
-  }
+  CUDACHECK(cudaEventCreateWithFlags(&s->ceJoin, cudaEventDisableTiming));
 
   return cleanOwnSlot((char*)(uintptr_t)s->dev.slots[comm->rank], layout, lastEpoch);
 }
@@ -523,16 +508,14 @@ static fcclResult_t launchCe(struct fcclDeviceState* s, const fcclDevArgs* args,
   const uint64_t chunk = choice->roundUnits * FCCL_UNIT_BYTES;
   const uint64_t entries = (uint64_t)choice->ceEntries;
   const uint64_t chunks = (args->bytes + chunk - 1) / chunk;
+  const CUstream copies = (CUstream)s->ceStream;
   FCCLCHECK(fcclDeviceLaunchCeStart(dev, s->pdl, stream));
   CUDACHECK(cudaEventRecord(s->ceFork, stream));
   FCCLCHECK(fcclDeviceLaunchAllReduce(FCCL_ALGO_CE, type, op, dev, args, choice->blocks, choice->threads, s->pdl,
                                       stream));
-  for (int i = 0; i < s->ceStreamCount; i++) CUDACHECK(cudaStreamWaitEvent(s->ceStreams[i], s->ceFork, 0));
+  CUDACHECK(cudaStreamWaitEvent(s->ceStream, s->ceFork, 0));
   fcclResult_t res = fcclSuccess;
   for (uint64_t k = 0; k < chunks; k++) {
-    /* Chunks alternate between the copy streams: one stream's flag and fence overlap the next chunk's copy. */
-    cudaStream_t copyStream = s->ceStreams[k % (uint64_t)s->ceStreamCount];
-    const CUstream copies = (CUstream)copyStream;
     const uint64_t entry = k % entries;
     const cuuint32_t use = (cuuint32_t)(k / entries);
     const uint64_t offset = k * chunk;
@@ -545,7 +528,7 @@ static fcclResult_t launchCe(struct fcclDeviceState* s, const fcclDevArgs* args,
       const uint64_t ring = dev->slots[p] + fcclCeRingOffset(&dev->layout, n, me, p) + entry * chunk;
       if (use > 0) CUCHECKGOTO(cuStreamWaitValue32(copies, freed, use, CU_STREAM_WAIT_VALUE_GEQ), res, join);
       CUDACHECKGOTO(cudaMemcpyAsync((void*)(uintptr_t)ring, (const char*)(uintptr_t)args->sendbuf + offset, len,
-                                    cudaMemcpyDeviceToDevice, copyStream),
+                                    cudaMemcpyDeviceToDevice, s->ceStream),
                     res, join);
       CUCHECKGOTO(cuStreamWriteValue32(copies, arrived, use + 1, CU_STREAM_WRITE_VALUE_DEFAULT), res, join);
     }
@@ -556,11 +539,8 @@ static fcclResult_t launchCe(struct fcclDeviceState* s, const fcclDevArgs* args,
   }
 join:;
   /* Joined even after a failure: a capture must not end with a forked stream. */
-  cudaError_t err = cudaSuccess;
-  for (int i = 0; i < s->ceStreamCount && err == cudaSuccess; i++) {
-    err = cudaEventRecord(s->ceJoins[i], s->ceStreams[i]);
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, s->ceJoins[i], 0);
-  }
+  cudaError_t err = cudaEventRecord(s->ceJoin, s->ceStream);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, s->ceJoin, 0);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     if (res == fcclSuccess)

@@ -41,7 +41,5 @@ FCCL_PARAM(CE_CHUNK_BYTES, FCCL_PARAM_INT, "4194304",
            "Bytes per copy of the copy-engine all-reduce (FCCL_ALGO=ce), the step of its pipeline between the copy "
            "engines and the reduction kernel: at most this, and at most half of each peer's share of the staging; "
            "a multiple of 4096, equal on every rank.")
-FCCL_PARAM(CE_STREAMS, FCCL_PARAM_INT, "2",
-           "Streams of the copy-engine all-reduce's copies (1..4): chunk k goes to stream k modulo this.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")
