@@ -19,17 +19,15 @@
  * registered buffers two-shot is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is
  * never chosen. 4 and 8 ranks: not measured on as many GPUs yet (#8).
  */
-#define FCCL_CE_NEVER UINT64_MAX
 static const struct {
   int maxRanks;
   uint64_t llMax;
   uint64_t oneshotMaxPlain;
   uint64_t oneshotMaxRegistered;
-  uint64_t ceMin; /* the copy-engine one-shot from this size on, plain or registered (FCCL_CE_NEVER: not chosen) */
 } algoTable[] = {
-    {2, 256u << 10, 4u << 20, 0, FCCL_CE_NEVER},
-    {4, 32u << 10, 256u << 10, 256u << 10, FCCL_CE_NEVER},
-    {8, 16u << 10, 128u << 10, 128u << 10, FCCL_CE_NEVER},
+    {2, 256u << 10, 4u << 20, 0},
+    {4, 32u << 10, 256u << 10, 256u << 10},
+    {8, 16u << 10, 128u << 10, 128u << 10},
 };
 
 /* LL blocks: 256 threads, 3-5% faster than 512 from 4 KiB to 256 KiB on 2x H200 and equal below; 128 was as good
@@ -50,7 +48,6 @@ const char* fcclAlgoName(int algo) {
     case FCCL_ALGO_ONESHOT_PULL: return "oneshot_pull";
     case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
     case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
-    case FCCL_ALGO_CE: return "ce";
     case FCCL_KERNEL_BARRIER: return "barrier";
     default: return "unknown";
   }
@@ -90,21 +87,6 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
   return clampInt(divUp(unitsPerGrid, FCCL_DEVICE_THREADS), 1, maxBlocks);
 }
 
-/* The copy-engine all-reduce's chunk: FCCL_CE_CHUNK_BYTES, or less when each writer's ring (its share of the
- * staging) would hold fewer than two (many ranks, little staging). */
-static uint64_t ceChunk(const fcclAlgoQuery* q) {
-  const uint64_t half = q->ceRingBytes / 2 / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
-  return q->ceChunkBytes < half ? q->ceChunkBytes : half;
-}
-
-/* Entries of the ring: as many chunks as it holds, at most FCCL_CE_MAX_ENTRIES (the flags' words per rank). */
-static uint64_t ceEntries(const fcclAlgoQuery* q) {
-  const uint64_t chunk = ceChunk(q);
-  if (chunk == 0) return 0;
-  uint64_t entries = q->ceRingBytes / chunk;
-  return entries < FCCL_CE_MAX_ENTRIES ? entries : FCCL_CE_MAX_ENTRIES;
-}
-
 /* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
 static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / FCCL_UNIT_BYTES; }
 
@@ -113,7 +95,6 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
   c->algo = algo;
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
-  c->ceEntries = 0;
   switch (algo) {
     case FCCL_ALGO_LL: {
       const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
@@ -129,13 +110,6 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
       uint64_t perOwner = divUp(units, (uint64_t)q->nranks);
       if (c->roundUnits > 0 && perOwner > c->roundUnits) perOwner = c->roundUnits;
       c->blocks = dataBlocks(q, perOwner);
-      break;
-    }
-    case FCCL_ALGO_CE: {
-      /* The blocks share each chunk as it lands. */
-      c->roundUnits = ceChunk(q) / FCCL_UNIT_BYTES;
-      c->ceEntries = (int)ceEntries(q);
-      c->blocks = dataBlocks(q, units < c->roundUnits ? units : c->roundUnits);
       break;
     }
     case FCCL_ALGO_TWOSHOT_REG:
@@ -174,16 +148,6 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char*
     case FCCL_ALGO_TWOSHOT_REG:
       if (!q->registered) reason = "the buffers are not registered";
       break;
-    case FCCL_ALGO_CE:
-      if (q->nranks < 2)
-        reason = "it needs peers";
-      else if (q->ceChunkBytes == 0 || q->ceChunkBytes % FCCL_SLOT_ALIGN != 0)
-        reason = "FCCL_CE_CHUNK_BYTES is not a positive multiple of 4096";
-      else if (ceEntries(q) < 2)
-        reason = "the staging holds less than two pages per peer (FCCL_STAGING_BYTES)";
-      else if (divUp(q->bytes, ceChunk(q)) > FCCL_MAX_STEPS)
-        reason = "the message needs too many chunks (FCCL_CE_CHUNK_BYTES too small)";
-      break;
     default: reason = "unknown algorithm"; break;
   }
   if (why) *why = reason;
@@ -194,7 +158,6 @@ static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
   size_t row = 0;
   while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
   if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
-  if (q->bytes >= algoTable[row].ceMin && fcclAlgoApplicable(FCCL_ALGO_CE, q, NULL)) return FCCL_ALGO_CE;
   if (q->registered) {
     if (q->bytes <= algoTable[row].oneshotMaxRegistered && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
       return FCCL_ALGO_ONESHOT_PULL;

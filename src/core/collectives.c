@@ -32,10 +32,6 @@ struct fcclDeviceState {
   int algoRequest;           /* FCCL_ALGO, parsed once */
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int reported;              /* the kernels' error was described once (atomic) */
-  uint64_t ceChunkBytes;     /* FCCL_CE_CHUNK_BYTES (0 when not positive) */
-  cudaStream_t ceStream;     /* the copy-engine all-reduce's copies, forked from and joined to the call's stream */
-  cudaEvent_t ceFork;
-  cudaEvent_t ceJoin;
 };
 
 size_t fcclTypeSize(fcclDataType_t type) {
@@ -68,8 +64,6 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_INBOX: return "the peer's staged input";
     case FCCL_PHASE_RESULT: return "the owner's reduced chunk";
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
-    case FCCL_PHASE_CHUNK: return "the peer's chunk from its copy engine";
-    case FCCL_PHASE_SENT: return "our copy engine to send a chunk";
     default: return "unknown";
   }
 }
@@ -116,29 +110,13 @@ struct deviceHello {
   uint64_t slotBytes;
   uint64_t chunkBytes;
   uint64_t llBytes;
-  uint64_t ceChunkBytes;
   int32_t nranks;
   int32_t layoutVersion;
 };
 
-/* cudaEventDestroy / cudaStreamDestroy of the CE stream's objects: the first failure is the result. */
-static fcclResult_t destroyCeObjects(struct fcclDeviceState* s) {
-  cudaError_t err = cudaSuccess, e;
-  if (s->ceFork && (e = cudaEventDestroy(s->ceFork)) != cudaSuccess && err == cudaSuccess) err = e;
-  if (s->ceJoin && (e = cudaEventDestroy(s->ceJoin)) != cudaSuccess && err == cudaSuccess) err = e;
-  if (s->ceStream && (e = cudaStreamDestroy(s->ceStream)) != cudaSuccess && err == cudaSuccess) err = e;
-  s->ceFork = s->ceJoin = NULL;
-  s->ceStream = NULL;
-  if (err == cudaSuccess) return fcclSuccess;
-  (void)cudaGetLastError();
-  return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "destroying the copy-engine stream or its events failed: %s",
-                    cudaGetErrorString(err));
-}
-
 static fcclResult_t freeState(struct fcclDeviceState* s) {
   fcclResult_t res = fcclSuccess;
   if (!s) return res;
-  res = destroyCeObjects(s);
   if (s->state) {
     cudaError_t err = cudaFree(s->state);
     if (err != cudaSuccess) {
@@ -196,8 +174,9 @@ static fcclResult_t cleanOwnSlot(char* ownSlot, const fcclSlotLayout* layout, ui
   header.magic = FCCL_SLOT_MAGIC;
   header.lastEpoch = *lastEpoch;
   CUDACHECKGOTO(cudaMemcpyAsync(ownSlot, &header, sizeof(header), cudaMemcpyHostToDevice, stream), res, out);
-  /* Everything between the header and the staging: the CE flags of the first page, signal pads, LL area. */
-  CUDACHECKGOTO(cudaMemsetAsync(ownSlot + sizeof(header), 0, layout->inboxOffset - sizeof(header), stream), res, out);
+  CUDACHECKGOTO(cudaMemsetAsync(ownSlot + layout->signalAOffset, 0, layout->inboxOffset - layout->signalAOffset,
+                                stream),
+                res, out);
   CUDACHECKGOTO(cudaStreamSynchronize(stream), res, out);
 out:
   (void)cudaStreamDestroy(stream);
@@ -248,11 +227,6 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->dev.hostWords = (uint64_t)(uintptr_t)wordsDev;
   CUDACHECK(cudaMalloc((void**)&s->state, sizeof(fcclDevState)));
   s->dev.state = (uint64_t)(uintptr_t)s->state;
-  int64_t ceChunk = fcclParamInt(FCCL_PARAM_CE_CHUNK_BYTES);
-  s->ceChunkBytes = ceChunk > 0 ? (uint64_t)ceChunk : 0;
-  CUDACHECK(cudaStreamCreateWithFlags(&s->ceStream, cudaStreamNonBlocking));
-  CUDACHECK(cudaEventCreateWithFlags(&s->ceFork, cudaEventDisableTiming));
-  CUDACHECK(cudaEventCreateWithFlags(&s->ceJoin, cudaEventDisableTiming));
 
   return cleanOwnSlot((char*)(uintptr_t)s->dev.slots[comm->rank], layout, lastEpoch);
 }
@@ -274,7 +248,6 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->slotBytes = layout->totalBytes;
   mine->chunkBytes = layout->chunkBytes;
   mine->llBytes = layout->llBytes;
-  mine->ceChunkBytes = s->ceChunkBytes;
   mine->nranks = nranks;
   mine->layoutVersion = FCCL_DEVICE_LAYOUT_VERSION;
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
@@ -292,10 +265,6 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "%llu vs %llu): set the same FCCL_STAGING_BYTES on every rank",
                        r, comm->rank, (unsigned long long)h->slotBytes, (unsigned long long)mine->slotBytes,
                        (unsigned long long)h->chunkBytes, (unsigned long long)mine->chunkBytes);
-    else if (h->ceChunkBytes != mine->ceChunkBytes)
-      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
-                       "rank %d has FCCL_CE_CHUNK_BYTES=%llu, rank %d %llu: set the same value on every rank", r,
-                       (unsigned long long)h->ceChunkBytes, comm->rank, (unsigned long long)mine->ceChunkBytes);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);
@@ -494,62 +463,6 @@ static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
   return fcclSuccess;
 }
 
-/*
- * The copy-engine all-reduce (src/device/ce.cu has the protocol): the opening kernel, then the reduction kernel on
- * the call's stream, and the copies with their flags on the CE stream, forked after the opening kernel and joined
- * back at the end. The kernel is queued before the copies: should queuing a copy fail half-way, the kernel still
- * runs, gives up on the missing chunks after FCCL_TIMEOUT, and releases the copy stream's waits.
- */
-static fcclResult_t launchCe(struct fcclDeviceState* s, const fcclDevArgs* args, const fcclAlgoChoice* choice,
-                             fcclDataType_t type, fcclRedOp_t op, cudaStream_t stream) {
-  const fcclDevComm* dev = &s->dev;
-  const int n = dev->nranks;
-  const int me = dev->rank;
-  const uint64_t chunk = choice->roundUnits * FCCL_UNIT_BYTES;
-  const uint64_t entries = (uint64_t)choice->ceEntries;
-  const uint64_t chunks = (args->bytes + chunk - 1) / chunk;
-  const CUstream copies = (CUstream)s->ceStream;
-  FCCLCHECK(fcclDeviceLaunchCeStart(dev, s->pdl, stream));
-  CUDACHECK(cudaEventRecord(s->ceFork, stream));
-  FCCLCHECK(fcclDeviceLaunchAllReduce(FCCL_ALGO_CE, type, op, dev, args, choice->blocks, choice->threads, s->pdl,
-                                      stream));
-  CUDACHECK(cudaStreamWaitEvent(s->ceStream, s->ceFork, 0));
-  fcclResult_t res = fcclSuccess;
-  for (uint64_t k = 0; k < chunks; k++) {
-    const uint64_t entry = k % entries;
-    const cuuint32_t use = (cuuint32_t)(k / entries);
-    const uint64_t offset = k * chunk;
-    const size_t len = (size_t)(args->bytes - offset < chunk ? args->bytes - offset : chunk);
-    for (int i = 1; i < n; i++) {
-      const int p = (me + i) % n;
-      const uint64_t freed = dev->slots[me] + FCCL_CE_FREED_OFFSET + ((uint64_t)p * FCCL_CE_MAX_ENTRIES + entry) * 4;
-      const uint64_t arrived =
-          dev->slots[p] + FCCL_CE_ARRIVED_OFFSET + ((uint64_t)me * FCCL_CE_MAX_ENTRIES + entry) * 4;
-      const uint64_t ring = dev->slots[p] + fcclCeRingOffset(&dev->layout, n, me, p) + entry * chunk;
-      if (use > 0) CUCHECKGOTO(cuStreamWaitValue32(copies, freed, use, CU_STREAM_WAIT_VALUE_GEQ), res, join);
-      CUDACHECKGOTO(cudaMemcpyAsync((void*)(uintptr_t)ring, (const char*)(uintptr_t)args->sendbuf + offset, len,
-                                    cudaMemcpyDeviceToDevice, s->ceStream),
-                    res, join);
-      CUCHECKGOTO(cuStreamWriteValue32(copies, arrived, use + 1, CU_STREAM_WRITE_VALUE_DEFAULT), res, join);
-    }
-    if (args->inPlace) {
-      const uint64_t sent = dev->slots[me] + FCCL_CE_SENT_OFFSET + entry * 4;
-      CUCHECKGOTO(cuStreamWriteValue32(copies, sent, use + 1, CU_STREAM_WRITE_VALUE_DEFAULT), res, join);
-    }
-  }
-join:;
-  /* Joined even after a failure: a capture must not end with a forked stream. */
-  cudaError_t err = cudaEventRecord(s->ceJoin, s->ceStream);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(stream, s->ceJoin, 0);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (res == fcclSuccess)
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "joining the copy-engine stream failed: %s",
-                       cudaGetErrorString(err));
-  }
-  return res;
-}
-
 static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                               fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo, const char* caller) {
   FCCLCHECK(checkComm(comm, caller));
@@ -613,22 +526,17 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   query.smCount = s->smCount;
   query.llBytes = s->dev.layout.llBytes;
   query.chunkBytes = s->dev.layout.chunkBytes;
-  query.ceChunkBytes = s->ceChunkBytes;
-  query.ceRingBytes = fcclCeRingBytes(&s->dev.layout, comm->nranks);
   query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
   query.strict = algo >= 0;
   fcclAlgoChoice choice;
   FCCLCHECKGOTO(fcclAlgoSelect(&query, &choice), res, out);
   args.roundUnits = choice.roundUnits;
-  args.ceEntries = choice.ceEntries;
   FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);
-  if (choice.algo == FCCL_ALGO_CE)
-    res = launchCe(s, &args, &choice, datatype, op, (cudaStream_t)stream);
-  else
-    res = fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads, s->pdl,
-                                    (cudaStream_t)stream);
+  FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
+                                          s->pdl, (cudaStream_t)stream),
+                res, out);
 out:
   leaveDevice(comm, &cd);
   return res;

@@ -15,10 +15,6 @@ const void* oneshotPushKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op);
-const void* ceKernel(fcclDataType_t type, fcclRedOp_t op);
-
-/* Opens a copy-engine all-reduce (ce.cu); one warp. */
-__global__ void ceStartKernel(fcclDevComm c);
 
 }  // namespace fccl
 

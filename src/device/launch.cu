@@ -32,7 +32,6 @@ static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fc
     case FCCL_ALGO_ONESHOT_PULL: return oneshotPullKernel(type, op);
     case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op);
     case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op);
-    case FCCL_ALGO_CE: return ceKernel(type, op);
     default: return nullptr;
   }
 }
@@ -87,12 +86,4 @@ extern "C" fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, int pdl
   void* params[] = {&c};
   return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
                       dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
-}
-
-extern "C" fcclResult_t fcclDeviceLaunchCeStart(const fcclDevComm* comm, int pdl, cudaStream_t stream) {
-  if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "CE start launch without comm");
-  fcclDevComm c = *comm;
-  void* params[] = {&c};
-  return fccl::launch(reinterpret_cast<const void*>(&fccl::ceStartKernel), dim3(1),
-                      dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "CE start");
 }

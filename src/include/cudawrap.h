@@ -41,9 +41,7 @@
   X(cuPointerGetAttribute, CUresult, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr))              \
   X(cuPointerGetAttributes, CUresult,                                                                           \
     (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr))                        \
-  X(cuMemGetAddressRange, CUresult, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr))                       \
-  X(cuStreamWaitValue32, CUresult, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))    \
-  X(cuStreamWriteValue32, CUresult, (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags))
+  X(cuMemGetAddressRange, CUresult, (CUdeviceptr * base, size_t* size, CUdeviceptr ptr))
 
 #define FCCL_CU_DECLARE(name, ret, params) extern ret(CUDAAPI* pfn_##name) params;
 FCCL_CU_FUNCTIONS(FCCL_CU_DECLARE)

@@ -94,8 +94,6 @@ typedef struct {
   int smCount;         /* multiprocessors of the device */
   uint64_t llBytes;    /* LL capacity per writer (fcclSlotLayout.llBytes) */
   uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
-  uint64_t ceChunkBytes; /* copy-engine all-reduce: bytes per copy (FCCL_CE_CHUNK_BYTES) */
-  uint64_t ceRingBytes;  /* copy-engine all-reduce: bytes of each writer's ring (fcclCeRingBytes) */
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
@@ -104,8 +102,7 @@ typedef struct {
   fcclDevKernel_t algo;
   int blocks;
   int threads;
-  uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round; CE: units per chunk */
-  int ceEntries;       /* CE: entries of each writer's ring */
+  uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
 } fcclAlgoChoice;
 
 /*
@@ -156,9 +153,6 @@ fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type
 
 /* Launches the barrier kernel (one warp) on stream; pdl as for fcclDeviceLaunchAllReduce. */
 fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, int pdl, cudaStream_t stream);
-
-/* Launches the kernel that opens a copy-engine all-reduce (src/device/ce.cu): resets our CE flags, then a barrier. */
-fcclResult_t fcclDeviceLaunchCeStart(const fcclDevComm* comm, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

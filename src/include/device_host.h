@@ -43,26 +43,6 @@
 
 #define FCCL_SLOT_MAGIC 0x66636c736c6f7431ull /* "fclslot1" */
 
-/*
- * The copy-engine one-shot (FCCL_ALGO_CE) keeps its flags in the slot's first page, behind the header: 32-bit
- * words, indexed [rank][ring entry], so that stream memory operations (cuStreamWriteValue32 / WaitValue32) can
- * write and wait on them. Its ring of chunks overlays the staging areas (inbox and result), which no other
- * algorithm uses during a CE call (a barrier opens it, another closes it).
- *   arrived [writer][entry]    written by the writer's copy stream after a chunk landed here: the entry's use + 1
- *   freed   [receiver][entry]  written by the receiver's kernel once it read our chunk from the entry: use + 1
- *   count   [entry]            our blocks finished with the entry (atomic; local)
- *   sent    [entry]            our copy stream finished sending the entry's chunk to every peer: use + 1 (local)
- */
-#define FCCL_CE_MAX_ENTRIES 32
-#define FCCL_CE_ARRIVED_OFFSET 1024
-#define FCCL_CE_FREED_OFFSET 2048
-#define FCCL_CE_COUNT_OFFSET 3072
-#define FCCL_CE_SENT_OFFSET 3328
-FCCL_STATIC_ASSERT(FCCL_CE_SENT_OFFSET + 4 * FCCL_CE_MAX_ENTRIES <= FCCL_SLOT_ALIGN,
-                   "the CE flags must fit in the slot's first page");
-/* A freed word the failing kernel writes so that every wait of its copy stream passes (they compare with >=). */
-#define FCCL_CE_POISON 0x3fffffffu
-
 /* Start of every slot. The kernels keep lastEpoch current, so a communicator that later reuses the slot can start
  * past every flag value this one left behind. */
 typedef struct {
@@ -128,17 +108,6 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
   layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
 }
 
-/* Bytes of each writer's CE ring: the staging areas (inbox and result, contiguous) split among the n - 1 writers.
- * Writer w's ring in receiver r's slot is number (w - r - 1 + n) % n. */
-static inline FCCL_HOST_DEVICE uint64_t fcclCeRingBytes(const fcclSlotLayout* layout, int nranks) {
-  if (nranks < 2) return 0;
-  return 4 * (uint64_t)nranks * layout->chunkBytes / (uint64_t)(nranks - 1) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
-}
-static inline FCCL_HOST_DEVICE uint64_t fcclCeRingOffset(const fcclSlotLayout* layout, int nranks, int writer, int receiver) {
-  return layout->inboxOffset +
-         (uint64_t)((writer - receiver - 1 + nranks) % nranks) * fcclCeRingBytes(layout, nranks);
-}
-
 /*
  * Error report of the communicator's kernels, in host memory mapped into the device (cudaHostAlloc(...,
  * cudaHostAllocMapped)): written once, by the first kernel that gives up, the code last and after a system fence,
@@ -172,9 +141,7 @@ typedef enum {
   FCCL_PHASE_READY = 3,   /* a peer reaching the call (registered buffers) */
   FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
   FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
-  FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
-  FCCL_PHASE_CHUNK = 7,   /* a peer's chunk through the copy engine */
-  FCCL_PHASE_SENT = 8     /* our own copy stream sending a chunk (in place) */
+  FCCL_PHASE_DONE = 6     /* a peer finishing with this rank's buffers */
 } fcclDevPhase_t;
 
 /* Kernels and algorithms. The names are what FCCL_ALGO and the logs use. */
@@ -184,8 +151,7 @@ typedef enum {
   FCCL_ALGO_ONESHOT_PULL = 2,   /* one-shot pull from the peers' registered buffers */
   FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
   FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
-  FCCL_ALGO_CE = 5,             /* one-shot push by the copy engines into the peers' rings, reduced by a kernel */
-  FCCL_ALGO_COUNT = 6,
+  FCCL_ALGO_COUNT = 5,
   FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
 } fcclDevKernel_t;
 
@@ -211,9 +177,9 @@ typedef struct {
   uint64_t peerRecv[FCCL_DEVICE_MAX_RANKS]; /* registered algorithms: every rank's output, mapped here */
   uint64_t count;                          /* elements */
   uint64_t bytes;                          /* count * element size */
-  uint64_t roundUnits;                     /* staged two-shot: units per owner and round; CE: units per chunk */
+  uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
-  int32_t ceEntries;                       /* CE: entries of each writer's ring (chunk k uses entry k % ceEntries) */
+  int32_t reserved;
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
 

@@ -31,15 +31,11 @@ FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "4",
 /* ---- collectives ---- */
 FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
            "All-reduce algorithm: empty or auto (by size), ll, oneshot, twoshot, or an exact variant "
-           "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg, ce); one that cannot run a call falls back to auto.")
+           "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg); one that cannot run a call falls back to auto.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
            "1: launch the collective kernels with programmatic dependent launch (compute capability 9.0 and up), so "
            "a kernel's launch overlaps the end of the kernel before it on the stream; 0: plain launches.")
-FCCL_PARAM(CE_CHUNK_BYTES, FCCL_PARAM_INT, "4194304",
-           "Bytes per copy of the copy-engine all-reduce (FCCL_ALGO=ce), the step of its pipeline between the copy "
-           "engines and the reduction kernel: at most this, and at most half of each peer's share of the staging; "
-           "a multiple of 4096, equal on every rank.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")

@@ -22,11 +22,9 @@
 
 #include <unistd.h>
 
-static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_CE,
-                                         -1};
+static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED, -1};
 static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,          FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                                       FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  FCCL_ALGO_CE,
-                                       -1};
+                                       FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  -1};
 
 struct testArgs {
   const char* mode;
@@ -46,7 +44,7 @@ struct sweepSpec {
 
 static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, int registered, uint64_t* call) {
   const int* algos = registered ? kRegisteredAlgos : kUnregisteredAlgos;
-  const int nalgos = registered ? 7 : 5;
+  const int nalgos = registered ? 6 : 4;
   int problems = 0;
   unsigned k = 0;
   for (int t = 0; t < spec->ntypes; t++) {
@@ -131,11 +129,6 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       {1, {fcclFloat32, fcclAvg, FCCL_ALGO_ONESHOT_PULL, 1, mid, 4, 4}},
       {1, {fcclInt32, fcclMax, -1, 1, mid + 1, 0, 0}},
       {1, {fcclFloat16, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big - 1, 6, 10}},
-      /* Copy engines: more chunks than ring entries (entries are reused within the call), in place and not. */
-      {0, {fcclBfloat16, fcclSum, FCCL_ALGO_CE, 1, big + 9, 2, 2}},
-      {0, {fcclFloat32, fcclMin, FCCL_ALGO_CE, 0, mid + 5, 4, 8}},
-      {1, {fcclFloat32, fcclSum, FCCL_ALGO_CE, 0, big, 0, 0}},
-      {1, {fcclInt64, fcclSum, FCCL_ALGO_CE, 1, mid / 2 + 3, 0, 0}},
   };
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;

@@ -256,8 +256,6 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   q.smCount = 132;
   q.llBytes = layout.llBytes;
   q.chunkBytes = layout.chunkBytes;
-  q.ceChunkBytes = (uint64_t)fcclParamInt(FCCL_PARAM_CE_CHUNK_BYTES);
-  q.ceRingBytes = fcclCeRingBytes(&layout, nranks);
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }

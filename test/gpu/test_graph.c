@@ -27,7 +27,7 @@ struct node {
   size_t recvOffset;
 };
 
-#define NODES 8
+#define NODES 6
 static const struct node kNodes[NODES] = {
     {FCCL_ALGO_LL, fcclFloat32, fcclSum, 1000, 0, 0, 4},
     {FCCL_ALGO_ONESHOT_PUSH, fcclBfloat16, fcclSum, 5001, 1, 2, 2},
@@ -35,10 +35,6 @@ static const struct node kNodes[NODES] = {
     {FCCL_ALGO_ONESHOT_PULL, fcclFloat16, fcclAvg, 20000, 0, 0, 0},
     {FCCL_ALGO_TWOSHOT_REG, fcclInt32, fcclSum, 30001, 1, 0, 0},
     {-1, fcclFloat32, fcclProd, 333, 0, 8, 12},
-    /* The copy engines: a forked copy stream inside the graph; with FCCL_CE_CHUNK_BYTES=16384 (meson.build) more
-     * chunks than ring entries. */
-    {FCCL_ALGO_CE, fcclBfloat16, fcclSum, 300001, 1, 2, 2},
-    {FCCL_ALGO_CE, fcclFloat32, fcclMax, 200003, 0, 4, 8},
 };
 #define REGION (1u << 20) /* bytes of each node's region in the shared buffers */
 
