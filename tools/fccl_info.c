@@ -105,8 +105,7 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
   query.nranks = nranks;
   query.registered = registered;
   query.smCount = smCount;
-  query.llBytes = layout->llBytes;
-  query.chunkBytes = layout->chunkBytes;
+  fcclAlgoQuerySetLayout(&query, layout);
   query.forced = fcclAlgoResolveRequest(request, registered);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)

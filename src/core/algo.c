@@ -24,10 +24,11 @@ static const struct {
   uint64_t llMax;
   uint64_t oneshotMaxPlain;
   uint64_t oneshotMaxRegistered;
+  uint64_t ll128Max; /* LL128 after LL up to this size, plain or registered */
 } algoTable[] = {
-    {2, 256u << 10, 4u << 20, 0},
-    {4, 32u << 10, 256u << 10, 256u << 10},
-    {8, 16u << 10, 128u << 10, 128u << 10},
+    {2, 256u << 10, 4u << 20, 0, 0},
+    {4, 32u << 10, 256u << 10, 256u << 10, 0},
+    {8, 16u << 10, 128u << 10, 128u << 10, 0},
 };
 
 /* LL blocks: 256 threads, 3-5% faster than 512 from 4 KiB to 256 KiB on 2x H200 and equal below; 128 was as good
@@ -38,6 +39,12 @@ static const struct {
 #define FCCL_LL_THREADS 256
 #endif
 #define FCCL_LL_MAX_PACKETS_PER_PASS 32768
+/* LL128 blocks: 256 threads, as LL (-DFCCL_LL128_THREADS=N, a multiple of 32, to time others). */
+#ifndef FCCL_LL128_THREADS
+#define FCCL_LL128_THREADS 256
+#endif
+FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL128_THREADS % 32 == 0,
+                   "FCCL_LL128_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 FCCL_STATIC_ASSERT(FCCL_LL_THREADS >= 32 && FCCL_LL_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL_THREADS % 32 == 0,
                    "FCCL_LL_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 
@@ -48,6 +55,7 @@ const char* fcclAlgoName(int algo) {
     case FCCL_ALGO_ONESHOT_PULL: return "oneshot_pull";
     case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
     case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
+    case FCCL_ALGO_LL128: return "ll128";
     case FCCL_KERNEL_BARRIER: return "barrier";
     default: return "unknown";
   }
@@ -104,6 +112,14 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
       c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_LL_THREADS);
       break;
     }
+    case FCCL_ALGO_LL128: {
+      /* A warp moves 4 lines per instruction; blocks of FCCL_LL128_THREADS, one per SM at most. */
+      const uint64_t threads = divUp(divUp(q->bytes, FCCL_LL128_LINE_DATA), 4) * 32;
+      int maxBlocks = q->smCount < FCCL_DEVICE_MAX_BLOCKS ? q->smCount : FCCL_DEVICE_MAX_BLOCKS;
+      c->blocks = clampInt(divUp(threads, FCCL_LL128_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
+      c->threads = clampInt(threads, 32, FCCL_LL128_THREADS);
+      break;
+    }
     case FCCL_ALGO_ONESHOT_PUSH:
     case FCCL_ALGO_ONESHOT_PULL: c->blocks = dataBlocks(q, units); break;
     case FCCL_ALGO_TWOSHOT_STAGED: {
@@ -123,6 +139,12 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char*
   switch (algo) {
     case FCCL_ALGO_LL:
       if (q->bytes > q->llBytes) reason = "the message is larger than the LL area";
+      break;
+    case FCCL_ALGO_LL128:
+      if (q->nranks < 2)
+        reason = "one rank has no LL128 area";
+      else if (q->bytes > q->ll128Bytes)
+        reason = "the message is larger than the LL128 area";
       break;
     case FCCL_ALGO_ONESHOT_PUSH:
       if (q->bytes > q->chunkBytes) reason = "the message is larger than one staging chunk (FCCL_STAGING_BYTES)";
@@ -158,6 +180,7 @@ static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
   size_t row = 0;
   while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
   if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
+  if (q->bytes <= algoTable[row].ll128Max && fcclAlgoApplicable(FCCL_ALGO_LL128, q, NULL)) return FCCL_ALGO_LL128;
   if (q->registered) {
     if (q->bytes <= algoTable[row].oneshotMaxRegistered && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
       return FCCL_ALGO_ONESHOT_PULL;

@@ -64,6 +64,7 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_INBOX: return "the peer's staged input";
     case FCCL_PHASE_RESULT: return "the owner's reduced chunk";
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
+    case FCCL_PHASE_LL128: return "LL128 lines";
     default: return "unknown";
   }
 }
@@ -280,7 +281,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   s->algoRequest = fcclAlgoParseRequest(algo);
   if (s->algoRequest < 0) {
     FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot, oneshot_push, oneshot_pull, "
-              "twoshot_staged, twoshot_reg; choosing by size", algo);
+              "twoshot_staged, twoshot_reg, ll128; choosing by size", algo);
     s->algoRequest = FCCL_ALGO_REQUEST_AUTO;
   }
   FCCL_INFO(FCCL_SUBSYS_COLL,
@@ -524,8 +525,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   query.registered = registered;
   query.inPlace = args.inPlace;
   query.smCount = s->smCount;
-  query.llBytes = s->dev.layout.llBytes;
-  query.chunkBytes = s->dev.layout.chunkBytes;
+  fcclAlgoQuerySetLayout(&query, &s->dev.layout);
   query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
   query.strict = algo >= 0;
   fcclAlgoChoice choice;

@@ -15,6 +15,7 @@ const void* oneshotPushKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op);
+const void* ll128Kernel(fcclDataType_t type, fcclRedOp_t op);
 
 }  // namespace fccl
 

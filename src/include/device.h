@@ -94,9 +94,17 @@ typedef struct {
   int smCount;         /* multiprocessors of the device */
   uint64_t llBytes;    /* LL capacity per writer (fcclSlotLayout.llBytes) */
   uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
+  uint64_t ll128Bytes; /* LL128 capacity per writer (fcclSlotLayout.ll128Lines x FCCL_LL128_LINE_DATA) */
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
+
+/* Sets the query's capacities (LL, LL128, staging) from the slot layout. */
+static inline void fcclAlgoQuerySetLayout(fcclAlgoQuery* query, const fcclSlotLayout* layout) {
+  query->llBytes = layout->llBytes;
+  query->ll128Bytes = layout->ll128Lines * FCCL_LL128_LINE_DATA;
+  query->chunkBytes = layout->chunkBytes;
+}
 
 typedef struct {
   fcclDevKernel_t algo;

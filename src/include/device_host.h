@@ -37,6 +37,14 @@
 #define FCCL_LL_DATA_BYTES 8
 /* The LL area of a slot holds 2 parities x nranks writers x (capacity x 2) bytes; it is this size for any nranks. */
 #define FCCL_LL_AREA_BYTES (2u << 20)
+/*
+ * LL128: lines of 128 bytes, 120 of data and the epoch in the last 8. The area holds 2 parities x (n - 1) writers
+ * (writer w's region in receiver r's slot is number (w - r - 1 + n) % n) of ll128Lines lines each; 16 MiB in all,
+ * so 7.5 MiB of data per writer for 2 ranks, 1.07 MiB for 8.
+ */
+#define FCCL_LL128_LINE_BYTES 128
+#define FCCL_LL128_LINE_DATA 120
+#define FCCL_LL128_AREA_BYTES (16u << 20)
 /* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
 #define FCCL_UNIT_BYTES 16
 #define FCCL_SLOT_ALIGN 4096
@@ -59,6 +67,7 @@ FCCL_STATIC_ASSERT(sizeof(fcclSlotHeader) == 64, "fcclSlotHeader layout");
  *   signalA   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "ready"/"inbox full"/barrier
  *   signalB   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "done"/"result ready"
  *   ll        LL packets [2 parities][nranks writers][llBytes / 8 packets]
+ *   ll128     LL128 lines [2 parities][nranks - 1 writers][ll128Lines] (no area for one rank)
  *   inbox     [2 parities][nranks writers][chunkBytes]: staged inputs pushed to their owner
  *   result    [2 parities][nranks owners][chunkBytes]: reduced chunks pushed by their owner
  */
@@ -67,12 +76,14 @@ typedef struct {
   uint64_t signalBOffset;
   uint64_t llOffset;
   uint64_t llBytes;       /* LL data capacity per writer and parity (bytes of user data) */
+  uint64_t ll128Offset;
+  uint64_t ll128Lines;    /* LL128 lines per writer and parity (FCCL_LL128_LINE_DATA bytes of user data each) */
   uint64_t inboxOffset;
   uint64_t resultOffset;
   uint64_t chunkBytes;    /* staging capacity per writer (inbox) or owner (result) and parity */
   uint64_t totalBytes;    /* the whole slot */
 } fcclSlotLayout;
-FCCL_STATIC_ASSERT(sizeof(fcclSlotLayout) == 64, "fcclSlotLayout layout");
+FCCL_STATIC_ASSERT(sizeof(fcclSlotLayout) == 80, "fcclSlotLayout layout");
 
 #if defined(__CUDACC__)
 #define FCCL_HOST_DEVICE __host__ __device__
@@ -102,7 +113,9 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
   layout->llOffset = fcclAlignUp64(layout->signalBOffset + signalBytes, FCCL_SLOT_ALIGN);
   /* 2 parities x n writers x (llBytes x 2 packet bytes per data byte) == FCCL_LL_AREA_BYTES */
   layout->llBytes = (uint64_t)FCCL_LL_AREA_BYTES / (4 * n) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
-  layout->inboxOffset = layout->llOffset + FCCL_LL_AREA_BYTES;
+  layout->ll128Offset = layout->llOffset + FCCL_LL_AREA_BYTES;
+  layout->ll128Lines = n > 1 ? (uint64_t)FCCL_LL128_AREA_BYTES / (2 * (n - 1)) / FCCL_LL128_LINE_BYTES : 0;
+  layout->inboxOffset = layout->ll128Offset + (n > 1 ? FCCL_LL128_AREA_BYTES : 0);
   layout->chunkBytes = stagingBytes / (4 * n) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
   layout->resultOffset = layout->inboxOffset + 2 * n * layout->chunkBytes;
   layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
@@ -141,7 +154,8 @@ typedef enum {
   FCCL_PHASE_READY = 3,   /* a peer reaching the call (registered buffers) */
   FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
   FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
-  FCCL_PHASE_DONE = 6     /* a peer finishing with this rank's buffers */
+  FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
+  FCCL_PHASE_LL128 = 7    /* LL128 lines of a peer */
 } fcclDevPhase_t;
 
 /* Kernels and algorithms. The names are what FCCL_ALGO and the logs use. */
@@ -151,7 +165,8 @@ typedef enum {
   FCCL_ALGO_ONESHOT_PULL = 2,   /* one-shot pull from the peers' registered buffers */
   FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
   FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
-  FCCL_ALGO_COUNT = 5,
+  FCCL_ALGO_LL128 = 5,          /* one-shot push of 128-byte lines (120 data bytes, the epoch in the last 8) */
+  FCCL_ALGO_COUNT = 6,
   FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
 } fcclDevKernel_t;
 
@@ -167,7 +182,8 @@ typedef struct {
   int32_t nranks;
   uint64_t reserved;
 } fcclDevComm;
-FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + 64 + 16, "fcclDevComm layout");
+FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + sizeof(fcclSlotLayout) + 16,
+                   "fcclDevComm layout");
 
 /* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */
 typedef struct {

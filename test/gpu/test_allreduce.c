@@ -22,9 +22,11 @@
 
 #include <unistd.h>
 
-static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED, -1};
-static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,          FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                                       FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  -1};
+static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_LL128, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
+                                         -1};
+static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128,       FCCL_ALGO_ONESHOT_PUSH,
+                                       FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,
+                                       -1};
 
 struct testArgs {
   const char* mode;
@@ -44,7 +46,7 @@ struct sweepSpec {
 
 static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, int registered, uint64_t* call) {
   const int* algos = registered ? kRegisteredAlgos : kUnregisteredAlgos;
-  const int nalgos = registered ? 6 : 4;
+  const int nalgos = registered ? 7 : 5;
   int problems = 0;
   unsigned k = 0;
   for (int t = 0; t < spec->ntypes; t++) {
@@ -129,6 +131,9 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       {1, {fcclFloat32, fcclAvg, FCCL_ALGO_ONESHOT_PULL, 1, mid, 4, 4}},
       {1, {fcclInt32, fcclMax, -1, 1, mid + 1, 0, 0}},
       {1, {fcclFloat16, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big - 1, 6, 10}},
+      /* LL128 near its capacity (7.5 MiB per peer for 2 ranks, 1 MiB+ for 8): many line groups per warp. */
+      {0, {fcclBfloat16, fcclSum, FCCL_ALGO_LL128, 1, (1u << 19) + 13, 2, 2}},
+      {1, {fcclFloat32, fcclMax, FCCL_ALGO_LL128, 0, (1u << 18) - 5, 4, 8}},
   };
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
@@ -204,7 +209,7 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
   EXPECT_EQ_INT(epoch, wrap2 + 3);
   const int kinds[] = {FCCL_ALGO_LL, FCCL_KERNEL_BARRIER, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                       FCCL_ALGO_LL, FCCL_ALGO_LL};
+                       FCCL_ALGO_LL128, FCCL_ALGO_LL};
   for (int i = 0; i < 6; i++) smallCall(&ctx, kinds[i], 3000 + (size_t)i, &call);
   collContextFini(&ctx);
   args->shared->flags[0] = (int)call;

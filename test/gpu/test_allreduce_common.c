@@ -254,8 +254,7 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   q.registered = registered;
   q.inPlace = inPlace;
   q.smCount = 132;
-  q.llBytes = layout.llBytes;
-  q.chunkBytes = layout.chunkBytes;
+  fcclAlgoQuerySetLayout(&q, &layout);
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }

@@ -4,9 +4,9 @@
  *                (a slow rank's stream holds a 50 ms host function before its barrier; timestamps compared)
  *   stress [n]   10,000 all-reduces back to back on one stream without host synchronisation, every algorithm in
  *                turn, interleaved with barriers; all 10,000 outputs checked at the end (FCCLTEST_QUICK: 1,000)
- *   timeout      rank 1 never joins: rank 0's barrier, LL and two-shot kernels give up after FCCL_TIMEOUT (set to
- *                300 ms here), record fcclTimeout, fcclCommGetAsyncError reports it, later calls return it
- *   abort        rank 1 never joins: fcclCommAbort on rank 0 stops its waiting kernels at once
+ *   timeout      rank 1 never joins: rank 0's barrier, LL, LL128 and two-shot kernels give up after FCCL_TIMEOUT
+ *                (set to 300 ms here), record fcclTimeout, fcclCommGetAsyncError reports it, later calls return it
+ *   abort        rank 1 never joins: fcclCommAbort on rank 0 stops its waiting barrier, LL and LL128 kernels at once
  */
 #include "device.h"
 #include "test_allreduce_common.h"
@@ -90,11 +90,13 @@ static int modeStress(int rank, int nranks, const struct barrierArgs* args) {
   cudaStream_t stream;
   EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   static const int algos[] = {FCCL_ALGO_LL,          FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                              FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  -1};
+                              FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  FCCL_ALGO_LL128,
+                              -1};
+  const int nalgos = (int)(sizeof(algos) / sizeof(algos[0]));
   const int64_t start = collNowNs();
   for (int i = 0; i < iterations; i++) {
     fcclResult_t res = fcclAllReduceAlgo(in + (size_t)(i % (int)slices) * bytes, out + (size_t)i * bytes, count,
-                                         fcclFloat32, fcclSum, comm, stream, algos[i % 6]);
+                                         fcclFloat32, fcclSum, comm, stream, algos[i % nalgos]);
     if (res != fcclSuccess) {
       testFail(__FILE__, __LINE__, "rank %d: call %d: %s: %s", rank, i, fcclGetErrorString(res),
                fcclGetLastError(NULL));
@@ -119,7 +121,7 @@ static int modeStress(int rank, int nranks, const struct barrierArgs* args) {
                                   message, sizeof(message));
     if (wrong && wrongCalls++ < 5)
       testFail(__FILE__, __LINE__, "rank %d: call %d (%s): %zu wrong: %s", rank, i,
-               algos[i % 6] < 0 ? "auto" : fcclAlgoName(algos[i % 6]), wrong, message);
+               algos[i % nalgos] < 0 ? "auto" : fcclAlgoName(algos[i % nalgos]), wrong, message);
     args->shared->hashes[i][rank] = refHash(got, bytes) | 1;
   }
   EXPECT_EQ_INT(wrongCalls, 0);
@@ -188,6 +190,7 @@ static int modeTimeout(int rank, int nranks, const struct barrierArgs* args) {
   timeoutScenario(rank, nranks, args, 1, FCCL_KERNEL_BARRIER);
   timeoutScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
   timeoutScenario(rank, nranks, args, 3, FCCL_ALGO_TWOSHOT_STAGED);
+  timeoutScenario(rank, nranks, args, 4, FCCL_ALGO_LL128);
   return 0;
 }
 
@@ -226,6 +229,7 @@ static void abortScenario(int rank, int nranks, const struct barrierArgs* args, 
 static int modeAbort(int rank, int nranks, const struct barrierArgs* args) {
   abortScenario(rank, nranks, args, 1, FCCL_KERNEL_BARRIER);
   abortScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
+  abortScenario(rank, nranks, args, 3, FCCL_ALGO_LL128);
   return 0;
 }
 

@@ -19,8 +19,7 @@ static fcclAlgoQuery query(uint64_t bytes, int nranks, int registered) {
   q.nranks = nranks;
   q.registered = registered;
   q.smCount = 132;
-  q.llBytes = layout.llBytes;
-  q.chunkBytes = layout.chunkBytes;
+  fcclAlgoQuerySetLayout(&q, &layout);
   q.forced = -1;
   return q;
 }
@@ -165,7 +164,10 @@ static void testLayout(void) {
     EXPECT(l.llOffset >= l.signalBOffset + FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * 8);
     EXPECT(4 * (uint64_t)n * l.llBytes <= FCCL_LL_AREA_BYTES);
     EXPECT(l.llBytes >= 64 << 10); /* the table's LL limits fit */
-    EXPECT_EQ_INT(l.inboxOffset, l.llOffset + FCCL_LL_AREA_BYTES);
+    EXPECT_EQ_INT(l.ll128Offset, l.llOffset + FCCL_LL_AREA_BYTES);
+    EXPECT_EQ_INT(l.inboxOffset, l.ll128Offset + (n > 1 ? FCCL_LL128_AREA_BYTES : 0));
+    EXPECT(2 * (uint64_t)(n > 1 ? n - 1 : 0) * l.ll128Lines * FCCL_LL128_LINE_BYTES <= FCCL_LL128_AREA_BYTES);
+    EXPECT(l.ll128Offset % FCCL_SLOT_ALIGN == 0);
     EXPECT_EQ_INT(l.resultOffset, l.inboxOffset + 2 * (uint64_t)n * l.chunkBytes);
     EXPECT_EQ_INT(l.totalBytes, l.resultOffset + 2 * (uint64_t)n * l.chunkBytes);
     EXPECT(4 * (uint64_t)n * l.chunkBytes <= (32u << 20));
@@ -177,6 +179,7 @@ static void testLayout(void) {
   fcclSlotLayoutCompute(2, 32u << 20, &two);
   EXPECT_EQ_INT(two.llBytes, 256 << 10);
   EXPECT_EQ_INT(two.chunkBytes, 4 << 20);
+  EXPECT_EQ_INT(two.ll128Lines * FCCL_LL128_LINE_DATA, 7680 << 10); /* 7.5 MiB of data per peer */
 }
 
 static void testEpochs(void) {

@@ -429,8 +429,7 @@ int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_
   query.registered = registered;
   query.inPlace = 0;
   query.smCount = sys->gpus[0].smCount;
-  query.llBytes = layout.llBytes;
-  query.chunkBytes = layout.chunkBytes;
+  fcclAlgoQuerySetLayout(&query, &layout);
   query.forced = fcclAlgoResolveRequest(fcclAlgoParseRequest(topoAlgoRequest()), registered);
   query.strict = 0; /* as fcclAllReduce: a forced algorithm that cannot run falls back to the table */
   fcclAlgoChoice choice;
