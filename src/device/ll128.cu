@@ -67,28 +67,20 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL128(fcclDev
   const int n = c.nranks;
   const int me = c.rank;
 
-  /* Push kGroups groups at a time: their input loads are all issued before the first store (a store's asm memory
-   * clobber would otherwise hold the next load back). Every lane runs the same iterations, and the lanes of a line
-   * store it together. */
-  for (uint64_t g0 = warp; g0 < groups; g0 += kGroups * groupStride) {
-    uint64_t lo[kGroups], hi[kGroups], line[kGroups];
+  /* Push: every lane runs the same iterations, and the lanes of a line store it together. */
+  for (uint64_t g = warp; g < groups; g += groupStride) {
+    const uint64_t line = g * kLinesPerWarp + (lane >> 3);
+    const bool active = line < lines;
+    Unit d0 = first0, d1 = first1;
+    if (active && line != firstLine) loadOwn(line, d0, d1);
+    const uint64_t lo = d0.words[0];
+    const uint64_t hi = flagPart ? epoch : d1.words[0];
+    const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
 #pragma unroll
-    for (int k = 0; k < kGroups; k++) {
-      line[k] = (g0 + (uint64_t)k * groupStride) * kLinesPerWarp + (lane >> 3);
-      Unit d0 = first0, d1 = first1;
-      if (line[k] < lines && line[k] != firstLine) loadOwn(line[k], d0, d1);
-      lo[k] = d0.words[0];
-      hi[k] = flagPart ? epoch : d1.words[0];
-    }
-#pragma unroll
-    for (int k = 0; k < kGroups; k++) {
-      const uint64_t at = line[k] * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
-#pragma unroll
-      for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
-        if (p >= n || p == me) continue;
-        __syncwarp();
-        if (line[k] < lines) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo[k], hi[k]);
-      }
+    for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
+      if (p >= n || p == me) continue;
+      __syncwarp();
+      if (active) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
     }
   }
 
