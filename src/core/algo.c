@@ -17,7 +17,9 @@
  * LL is fastest up to its whole area (256 KiB), plain one-shot up to 4 MiB (18.05 us against 19.58 two-shot; it
  * needs the message to fit one staging chunk, 4 MiB at the default staging, else two-shot runs), and with
  * registered buffers two-shot is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is
- * never chosen. 4 and 8 ranks: not measured on as many GPUs yet (#8).
+ * never chosen. LL128 (fourth session, docs/perf/2026-11-30-h200x2-s4) beats all of them from 512 KiB to 1 MiB,
+ * plain and registered (1 MiB: 6.75 us against 7.49 one-shot and 8.12 registered two-shot), and loses from 2 MiB
+ * and below 256 KiB. 4 and 8 ranks: not measured on as many GPUs yet (#8), so no LL128.
  */
 static const struct {
   int maxRanks;
@@ -26,7 +28,7 @@ static const struct {
   uint64_t oneshotMaxRegistered;
   uint64_t ll128Max; /* LL128 after LL up to this size, plain or registered */
 } algoTable[] = {
-    {2, 256u << 10, 4u << 20, 0, 0},
+    {2, 256u << 10, 4u << 20, 0, 1u << 20},
     {4, 32u << 10, 256u << 10, 256u << 10, 0},
     {8, 16u << 10, 128u << 10, 128u << 10, 0},
 };

@@ -16,7 +16,9 @@ expect() { # ranks bytes "plain registered" [FCCL_ALGO]
   fi
 }
 expect 2 262144 "ll ll"
-expect 2 524288 "oneshot_push twoshot_reg"
+expect 2 524288 "ll128 ll128"
+expect 2 1048576 "ll128 ll128"
+expect 2 2097152 "oneshot_push twoshot_reg"
 expect 2 4194304 "oneshot_push twoshot_reg"
 expect 2 8388608 "twoshot_staged twoshot_reg"
 expect 4 32768 "ll ll"
@@ -32,7 +34,10 @@ expect 1 1024 "ll ll" ll
 expect 2 1024 "twoshot_staged twoshot_reg" twoshot
 expect 2 262144 "ll ll" ll
 # The LL area of 2 ranks holds 256 KiB: beyond it FCCL_ALGO=ll falls back to the table.
-expect 2 524288 "oneshot_push twoshot_reg" ll
+expect 2 524288 "ll128 ll128" ll
+expect 2 1024 "ll128 ll128" ll128
+# LL128 holds 7.5 MiB per peer for 2 ranks: beyond it FCCL_ALGO=ll128 falls back to the table.
+expect 2 8388608 "twoshot_staged twoshot_reg" ll128
 expect 2 8 "oneshot_push oneshot_pull" oneshot
 rows=$("$info" --algo 8 | grep -c '^ ')
 if [ "$rows" != 28 ]; then

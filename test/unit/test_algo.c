@@ -32,15 +32,19 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 256 KiB, plain one-shot up to 4 MiB, two-shot beyond; registered: two-shot after LL. */
+  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 4 MiB, two-shot beyond; registered:
+   * two-shot after LL128. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
-  EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_LL128);
+  EXPECT_EQ_INT(pick(1 << 20, 2, 1), FCCL_ALGO_LL128);
+  EXPECT_EQ_INT(pick((1 << 20) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick((1 << 20) + 1, 2, 1), FCCL_ALGO_TWOSHOT_REG);
   EXPECT_EQ_INT(pick(4 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
   EXPECT_EQ_INT(pick((4 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(1ull << 30, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(4 << 10, 2, 1), FCCL_ALGO_LL);
-  EXPECT_EQ_INT(pick((256 << 10) + 2, 2, 1), FCCL_ALGO_TWOSHOT_REG);
+  EXPECT_EQ_INT(pick((256 << 10) + 2, 2, 1), FCCL_ALGO_LL128);
   EXPECT_EQ_INT(pick(4 << 20, 2, 1), FCCL_ALGO_TWOSHOT_REG);
   /* More ranks: smaller one-shot limits. */
   EXPECT_EQ_INT(pick(16 << 10, 8, 0), FCCL_ALGO_LL);
@@ -51,7 +55,7 @@ static void testTable(void) {
   EXPECT_EQ_INT(pick(100, 3, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(100, 1, 0), FCCL_ALGO_LL);
   /* A one-shot size beyond a small staging chunk goes two-shot. */
-  fcclAlgoQuery q = query(512 << 10, 2, 0);
+  fcclAlgoQuery q = query(2 << 20, 2, 0);
   q.chunkBytes = 64 << 10;
   fcclAlgoChoice c;
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
@@ -74,6 +78,7 @@ static void testGrids(void) {
           EXPECT(c.threads >= nranks);
           EXPECT(fcclAlgoApplicable(c.algo, &q, NULL));
           if (c.algo == FCCL_ALGO_LL) EXPECT(bytes <= q.llBytes);
+          if (c.algo == FCCL_ALGO_LL128) EXPECT(bytes <= q.ll128Bytes && nranks > 1);
           if (c.algo == FCCL_ALGO_ONESHOT_PULL || c.algo == FCCL_ALGO_TWOSHOT_REG) EXPECT(registered);
         }
       }
@@ -97,7 +102,7 @@ static void testGrids(void) {
 }
 
 static void testForced(void) {
-  fcclAlgoQuery q = query(1 << 20, 2, 0);
+  fcclAlgoQuery q = query(2 << 20, 2, 0);
   fcclAlgoChoice c;
   q.forced = FCCL_ALGO_LL;
   q.strict = 1;
