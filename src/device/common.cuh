@@ -216,6 +216,29 @@ __device__ __forceinline__ void withRankBound(int n, F&& f) {
     f(std::integral_constant<int, FCCL_DEVICE_MAX_RANKS>{});
 }
 
+/*
+ * The pulling loop of one-shot pull and registered two-shot: units [begin, end) of every rank's buffer (bases),
+ * this thread's share (first, first + stride, ...), reduced in rank order PullDepth units at a time;
+ * store(bound, u, out) writes each result wherever the algorithm needs it (bound: the rank bound of withRankBound,
+ * for loops over ranks).
+ */
+template <class TT, class OT, class Store>
+__device__ __forceinline__ void reducePulled(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t begin,
+                                             uint64_t end, uint64_t first, uint64_t stride, uint64_t bytes,
+                                             Store&& store) {
+  withRankBound(n, [&](auto bound) {
+    constexpr int NR = decltype(bound)::value;
+    constexpr int K = PullDepth<NR>::kUnits;
+    for (uint64_t u = begin + first; u < end; u += K * stride) {
+      Unit16<TT> out[K];
+      reduceRanksUnits<TT, OT, NR, K>(bases, n, u, stride, end, bytes, out);
+#pragma unroll
+      for (int k = 0; k < K; k++)
+        if (u + k * stride < end) store(bound, u + k * stride, out[k]);
+    }
+  });
+}
+
 __device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 }  // namespace fccl

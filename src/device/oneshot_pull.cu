@@ -34,17 +34,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   }
 
   if (!a.inPlace) {
-    withRankBound(n, [&](auto bound) {
-      constexpr int NR = decltype(bound)::value;
-      constexpr int K = PullDepth<NR>::kUnits;
-      for (uint64_t u = first; u < units; u += K * stride) {
-        Unit out[K];
-        reduceRanksUnits<TT, OpTraits<OP>, NR, K>(a.peerSend, n, u, stride, units, a.bytes, out);
-#pragma unroll
-        for (int k = 0; k < K; k++)
-          if (u + k * stride < units) IO::store(a.recvbuf, u + k * stride, a.bytes, out[k]);
-      }
-    });
+    reducePulled<TT, OpTraits<OP>>(a.peerSend, n, 0, units, first, stride, a.bytes,
+                                   [&](auto, uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
     (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), false, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_DONE,

@@ -32,21 +32,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
                  epoch)) {
     const uint64_t begin = (uint64_t)me * share;
     const uint64_t end = begin + share < units ? begin + share : units;
-    withRankBound(n, [&](auto bound) {
-      constexpr int NR = decltype(bound)::value;
-      constexpr int K = PullDepth<NR>::kUnits;
-      for (uint64_t u = begin + first; u < end; u += K * stride) {
-        Unit out[K];
-        reduceRanksUnits<TT, OpTraits<OP>, NR, K>(a.peerSend, n, u, stride, end, a.bytes, out);
+    reducePulled<TT, OpTraits<OP>>(a.peerSend, n, begin, end, first, stride, a.bytes,
+                                   [&](auto bound, uint64_t u, const Unit& out) {
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-          if (u + k * stride >= end) break;
-#pragma unroll
-          for (int p = 0; p < NR; p++)
-            if (p < n) IO::store(a.peerRecv[p], u + k * stride, a.bytes, out[k]);
-        }
-      }
-    });
+                                     for (int p = 0; p < decltype(bound)::value; p++)
+                                       if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
+                                   });
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
     (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_DONE,
