@@ -26,11 +26,6 @@ constexpr int kLinesPerWarp = 4;
 /* Line groups a warp handles at once: their polls are in flight together. */
 constexpr int kGroups = 4;
 
-/* A pause between unsuccessful polls (0: none); -DFCCL_LL128_POLL_SLEEP_NS=N to time others. */
-#ifndef FCCL_LL128_POLL_SLEEP_NS
-#define FCCL_LL128_POLL_SLEEP_NS 0
-#endif
-
 /* Byte offset of writer w's region in receiver r's LL128 area of one parity. */
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
   const int n = c.nranks;
@@ -113,36 +108,26 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL128(fcclDev
       } else {
         const char* region = ptr<const char>(c.slots[me] + ll128Region(c, parity, w, me));
         Spin spin(c, FCCL_ALGO_LL128, FCCL_PHASE_LL128, w, epoch);
-        /* Lines already seen whole are not loaded again: every poll of a line the NVLink writes are landing in
-         * takes L2 bandwidth from them. The 8 lanes of a line share its pending state (the flag lane decides). */
-        bool pending[kGroups];
-#pragma unroll
-        for (int k = 0; k < kGroups; k++) {
-          pending[k] = active[k];
-          lo[k] = 0;
-          hi[k] = epoch;
-        }
         for (;;) {
+          bool ready = true;
 #pragma unroll
           for (int k = 0; k < kGroups; k++) {
+            lo[k] = 0;
+            hi[k] = epoch;
             __syncwarp();
-            if (pending[k]) ld_ll_packet(region + line[k] * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16, lo[k], hi[k]);
+            if (active[k]) ld_ll_packet(region + line[k] * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16, lo[k], hi[k]);
           }
-          bool waiting = false;
 #pragma unroll
           for (int k = 0; k < kGroups; k++) {
+            /* The flag lane of each line speaks for its 8 lanes. */
             const bool lineReady = __shfl_sync(kFullWarp, !flagPart || hi[k] == epoch, lane | 7);
-            pending[k] = pending[k] && !lineReady;
-            waiting = waiting || pending[k];
+            ready = ready && lineReady;
           }
-          if (!__any_sync(kFullWarp, waiting)) break;
+          if (__all_sync(kFullWarp, ready)) break;
           if (__any_sync(kFullWarp, spin.spin())) {
             failed = true;
             break;
           }
-#if FCCL_LL128_POLL_SLEEP_NS > 0
-          __nanosleep(FCCL_LL128_POLL_SLEEP_NS);
-#endif
         }
         if (failed) break;
       }
