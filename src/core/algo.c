@@ -41,12 +41,6 @@ static const struct {
 #define FCCL_LL_THREADS 256
 #endif
 #define FCCL_LL_MAX_PACKETS_PER_PASS 32768
-/* LL128 blocks: 256 threads, as LL (-DFCCL_LL128_THREADS=N, a multiple of 32, to time others). */
-#ifndef FCCL_LL128_THREADS
-#define FCCL_LL128_THREADS 256
-#endif
-FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL128_THREADS % 32 == 0,
-                   "FCCL_LL128_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 FCCL_STATIC_ASSERT(FCCL_LL_THREADS >= 32 && FCCL_LL_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL_THREADS % 32 == 0,
                    "FCCL_LL_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 

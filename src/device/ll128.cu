@@ -37,7 +37,7 @@ __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t p
 }  // namespace
 
 template <int DT, int OP>
-__global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL128(fcclDevComm c, fcclDevArgs a) {
+__global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevComm c, fcclDevArgs a) {
   using TT = TypeTraits<DT>;
   using OT = OpTraits<OP>;
   using IO = UnitIO<TT, 8>;

@@ -45,6 +45,14 @@
 #define FCCL_LL128_LINE_BYTES 128
 #define FCCL_LL128_LINE_DATA 120
 #define FCCL_LL128_AREA_BYTES (16u << 20)
+/* Threads per LL128 block, as for LL; also the kernel's launch bound, which leaves it the registers its 4 line
+ * groups of accumulators need without spilling (1-byte types spilled 312 bytes per thread under the 512-thread
+ * bound). -DFCCL_LL128_THREADS=N (host and device) to time others. */
+#ifndef FCCL_LL128_THREADS
+#define FCCL_LL128_THREADS 256
+#endif
+FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL128_THREADS % 32 == 0,
+                   "FCCL_LL128_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 /* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
 #define FCCL_UNIT_BYTES 16
 #define FCCL_SLOT_ALIGN 4096
