@@ -49,7 +49,7 @@ size_t fcclTypeSize(fcclDataType_t type);
 
 /*
  * Bytes of the slot each communicator needs in every rank's arena for nranks ranks: header, signal pads, LL area
- * (2 MiB), LL128 area (16 MiB; none for one rank) and FCCL_STAGING_BYTES of staging. The same on every rank as long
+ * (2 MiB), LL128 area (4 MiB; none for one rank) and FCCL_STAGING_BYTES of staging. The same on every rank as long
  * as FCCL_STAGING_BYTES is.
  */
 size_t fcclDeviceSlotBytes(int nranks);

@@ -39,12 +39,13 @@
 #define FCCL_LL_AREA_BYTES (2u << 20)
 /*
  * LL128: lines of 128 bytes, 120 of data and the epoch in the last 8. The area holds 2 parities x (n - 1) writers
- * (writer w's region in receiver r's slot is number (w - r - 1 + n) % n) of ll128Lines lines each; 16 MiB in all,
- * so 7.5 MiB of data per writer for 2 ranks, 1.07 MiB for 8.
+ * (writer w's region in receiver r's slot is number (w - r - 1 + n) % n) of ll128Lines lines each; 4 MiB in all,
+ * so 1.875 MiB of data per writer for 2 ranks (the table uses LL128 up to 1 MiB), 274 KiB for 8. Every byte here
+ * costs FCCL_ARENA_SLOTS bytes per GPU (the arena allocates that many slots at once).
  */
 #define FCCL_LL128_LINE_BYTES 128
 #define FCCL_LL128_LINE_DATA 120
-#define FCCL_LL128_AREA_BYTES (16u << 20)
+#define FCCL_LL128_AREA_BYTES (4u << 20)
 /* Threads per LL128 block, as for LL; also the kernel's launch bound, which leaves it the registers its 4 line
  * groups of accumulators need without spilling (1-byte types spilled 312 bytes per thread under the 512-thread
  * bound). -DFCCL_LL128_THREADS=N (host and device) to time others. */

@@ -131,7 +131,7 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       {1, {fcclFloat32, fcclAvg, FCCL_ALGO_ONESHOT_PULL, 1, mid, 4, 4}},
       {1, {fcclInt32, fcclMax, -1, 1, mid + 1, 0, 0}},
       {1, {fcclFloat16, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big - 1, 6, 10}},
-      /* LL128 near its capacity (7.5 MiB per peer for 2 ranks, 1 MiB+ for 8): many line groups per warp. */
+      /* LL128 at the table's limit (1 MiB; 1.875 MiB fit per peer for 2 ranks): many line groups per warp. */
       {0, {fcclBfloat16, fcclSum, FCCL_ALGO_LL128, 1, (1u << 19) + 13, 2, 2}},
       {1, {fcclFloat32, fcclMax, FCCL_ALGO_LL128, 0, (1u << 18) - 5, 4, 8}},
   };

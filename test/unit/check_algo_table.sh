@@ -36,7 +36,7 @@ expect 2 262144 "ll ll" ll
 # The LL area of 2 ranks holds 256 KiB: beyond it FCCL_ALGO=ll falls back to the table.
 expect 2 524288 "ll128 ll128" ll
 expect 2 1024 "ll128 ll128" ll128
-# LL128 holds 7.5 MiB per peer for 2 ranks: beyond it FCCL_ALGO=ll128 falls back to the table.
+# LL128 holds 1.875 MiB per peer for 2 ranks: beyond it FCCL_ALGO=ll128 falls back to the table.
 expect 2 8388608 "twoshot_staged twoshot_reg" ll128
 expect 2 8 "oneshot_push oneshot_pull" oneshot
 rows=$("$info" --algo 8 | grep -c '^ ')

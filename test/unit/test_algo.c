@@ -184,7 +184,8 @@ static void testLayout(void) {
   fcclSlotLayoutCompute(2, 32u << 20, &two);
   EXPECT_EQ_INT(two.llBytes, 256 << 10);
   EXPECT_EQ_INT(two.chunkBytes, 4 << 20);
-  EXPECT_EQ_INT(two.ll128Lines * FCCL_LL128_LINE_DATA, 7680 << 10); /* 7.5 MiB of data per peer */
+  EXPECT_EQ_INT(two.ll128Lines * FCCL_LL128_LINE_DATA, 1920 << 10); /* 1.875 MiB of data per peer */
+  EXPECT(two.ll128Lines * FCCL_LL128_LINE_DATA >= 1 << 20);             /* the table's LL128 limit fits */
 }
 
 static void testEpochs(void) {
