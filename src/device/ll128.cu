@@ -26,12 +26,8 @@ constexpr int kLinesPerWarp = 4;
 /* Line groups a warp handles at once: their polls are in flight together. */
 constexpr int kGroups = 4;
 
-/* Byte offset of writer w's region in receiver r's LL128 area of one parity. */
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
-  const int n = c.nranks;
-  return c.layout.ll128Offset +
-         (parity * (uint64_t)(n - 1) + (uint64_t)((writer - receiver - 1 + n) % n)) * c.layout.ll128Lines *
-             FCCL_LL128_LINE_BYTES;
+  return fcclLL128RegionOffset(&c.layout, c.nranks, parity, writer, receiver);
 }
 
 }  // namespace

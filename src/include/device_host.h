@@ -130,6 +130,13 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
   layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
 }
 
+/* Byte offset, in receiver's slot, of writer's LL128 region of one parity (writer != receiver). */
+static inline FCCL_HOST_DEVICE uint64_t fcclLL128RegionOffset(const fcclSlotLayout* layout, int nranks, uint64_t parity,
+                                                            int writer, int receiver) {
+  return layout->ll128Offset + (parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks)) *
+                                   layout->ll128Lines * FCCL_LL128_LINE_BYTES;
+}
+
 /*
  * Error report of the communicator's kernels, in host memory mapped into the device (cudaHostAlloc(...,
  * cudaHostAllocMapped)): written once, by the first kernel that gives up, the code last and after a system fence,

@@ -188,6 +188,35 @@ static void testLayout(void) {
   EXPECT(two.ll128Lines * FCCL_LL128_LINE_DATA >= 1 << 20);             /* the table's LL128 limit fits */
 }
 
+/* Every writer's LL128 region of each parity in a receiver's slot: inside the area, line-aligned, and disjoint from
+ * every other writer's and parity's (a write into a shared region would tear another writer's lines). */
+static void testLL128Regions(void) {
+  for (int n = 2; n <= FCCL_DEVICE_MAX_RANKS; n++) {
+    fcclSlotLayout l;
+    fcclSlotLayoutCompute(n, 32u << 20, &l);
+    const uint64_t regionBytes = l.ll128Lines * FCCL_LL128_LINE_BYTES;
+    EXPECT(regionBytes > 0);
+    for (int receiver = 0; receiver < n; receiver++) {
+      uint64_t starts[2 * FCCL_DEVICE_MAX_RANKS];
+      int count = 0;
+      for (uint64_t parity = 0; parity < 2; parity++) {
+        for (int writer = 0; writer < n; writer++) {
+          if (writer == receiver) continue;
+          const uint64_t start = fcclLL128RegionOffset(&l, n, parity, writer, receiver);
+          EXPECT(start >= l.ll128Offset && start + regionBytes <= l.ll128Offset + FCCL_LL128_AREA_BYTES);
+          EXPECT(start % FCCL_LL128_LINE_BYTES == 0);
+          for (int i = 0; i < count; i++)
+            EXPECT_MSG(start + regionBytes <= starts[i] || starts[i] + regionBytes <= start,
+                       "%d ranks, receiver %d: writer %d parity %d overlaps another region", n, receiver, writer,
+                       (int)parity);
+          starts[count++] = start;
+        }
+      }
+      EXPECT_EQ_INT(count, 2 * (n - 1));
+    }
+  }
+}
+
 static void testEpochs(void) {
   EXPECT_EQ_INT(fcclEpochNext(0), 1);
   EXPECT_EQ_INT(fcclEpochNext(1), 2);
@@ -258,6 +287,7 @@ int main(void) {
   testForced();
   testNames();
   testLayout();
+  testLL128Regions();
   testEpochs();
   testArguments();
   return testSummary("algo");
