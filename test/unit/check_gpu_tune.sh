@@ -19,10 +19,11 @@ cat "$dir/stdout.txt"
 # LL runs up to its 256 KiB area for 2 ranks, plain one-shot up to one 4 MiB chunk, registered one-shot and the
 # rest up to the 256 MiB cap.
 grep -q "^FCCL_ALGO=ll .* -e 262144 " "$dir/calls.txt" || fail "LL was not run up to 262144"
+grep -q "^FCCL_ALGO=ll128 .* -e 1048576 " "$dir/calls.txt" || fail "LL128 was not run up to 1048576 (its area)"
 grep -q "^FCCL_ALGO=oneshot .*-e 4194304 " "$dir/calls.txt" || fail "plain one-shot was not run up to 4194304"
 grep -q "^FCCL_ALGO=oneshot .*-e 268435456 .*-R 2" "$dir/calls.txt" || fail "registered one-shot not up to 256 MiB"
 [ "$(grep -c "FCCL_STAGING_BYTES=[0-9]" "$dir/calls.txt")" = 4 ] || fail "expected 4 staging runs"
-grep -q "suggested for 2 ranks, plain: ll up to 65536 B, oneshot up to 524288 B" "$dir/out/tune.txt" ||
+grep -q "suggested for 2 ranks, plain: ll up to 65536 B, ll128 up to 262144 B, oneshot up to 524288 B" "$dir/out/tune.txt" ||
   fail "wrong or missing suggestion"
 # The staging table: 1 GiB at 128 MiB of staging is faster than at 16 MiB (fewer rounds in the made-up model).
 awk '/FCCL_STAGING_BYTES \(MiB\)/ { t = 1 } t && $1 == 1073741824 { found = ($5 < $2) } END { exit !found }' \

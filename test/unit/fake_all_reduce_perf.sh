@@ -15,8 +15,8 @@ awk -v b="$(bytes "$b")" -v e="$(bytes "$e")" -v f="$f" -v algo="${FCCL_ALGO:-}"
   -v extra="${FAKE_EXTRA_US:-0}" 'BEGIN {
   print "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong"
   for (s = b; s <= e; s *= f) {
-    ll = 2.5 + s / 40000; one = 4.0 + s / 160000; two = 6.0 + s / 250000 + (s / staging) * 2
-    t = algo == "ll" ? ll : algo == "oneshot" ? one : algo == "twoshot" ? two : (s <= 65536 ? ll : s <= 524288 ? one : two)
+    ll = 2.5 + s / 40000; ll128 = 3.8 + s / 140000; one = 4.0 + s / 160000; two = 6.0 + s / 250000 + (s / staging) * 2
+    t = algo == "ll" ? ll : algo == "ll128" ? ll128 : algo == "oneshot" ? one : algo == "twoshot" ? two : (s <= 65536 ? ll : s <= 524288 ? one : two)
     printf "all_reduce_perf,fccl,plain,20,2,%d,%d,bfloat16,sum,out-of-place,%.3f,0,0,0\n", s, s / 2, t + extra
   }
 }' > "$csv"
