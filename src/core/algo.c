@@ -176,7 +176,8 @@ static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
   size_t row = 0;
   while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
   if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
-  if (q->bytes <= algoTable[row].ll128Max && fcclAlgoApplicable(FCCL_ALGO_LL128, q, NULL)) return FCCL_ALGO_LL128;
+  if (q->ll128Auto && q->bytes <= algoTable[row].ll128Max && fcclAlgoApplicable(FCCL_ALGO_LL128, q, NULL))
+    return FCCL_ALGO_LL128;
   if (q->registered) {
     if (q->bytes <= algoTable[row].oneshotMaxRegistered && fcclAlgoApplicable(FCCL_ALGO_ONESHOT_PULL, q, NULL))
       return FCCL_ALGO_ONESHOT_PULL;

@@ -31,6 +31,7 @@ struct fcclDeviceState {
   int smCount;
   int algoRequest;           /* FCCL_ALGO, parsed once */
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
+  int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
   int reported;              /* the kernels' error was described once (atomic) */
 };
 
@@ -113,6 +114,8 @@ struct deviceHello {
   uint64_t llBytes;
   int32_t nranks;
   int32_t layoutVersion;
+  int32_t ll128Auto;
+  int32_t reserved2;
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -208,6 +211,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   int ccMajor = 0;
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
+  s->ll128Auto = fcclParamInt(FCCL_PARAM_LL128) != 0;
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
   cudaError_t err = cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable);
@@ -251,6 +255,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->llBytes = layout->llBytes;
   mine->nranks = nranks;
   mine->layoutVersion = FCCL_DEVICE_LAYOUT_VERSION;
+  mine->ll128Auto = s->ll128Auto;
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
   uint64_t start = 0;
@@ -266,6 +271,10 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "%llu vs %llu): set the same FCCL_STAGING_BYTES on every rank",
                        r, comm->rank, (unsigned long long)h->slotBytes, (unsigned long long)mine->slotBytes,
                        (unsigned long long)h->chunkBytes, (unsigned long long)mine->chunkBytes);
+    else if (h->ll128Auto != mine->ll128Auto)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d has FCCL_LL128=%d, rank %d %d: set the same value on every rank (the ranks of a call "
+                       "must choose the same algorithm)", r, h->ll128Auto, comm->rank, mine->ll128Auto);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);
@@ -526,6 +535,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   query.inPlace = args.inPlace;
   query.smCount = s->smCount;
   fcclAlgoQuerySetLayout(&query, &s->dev.layout);
+  query.ll128Auto = s->ll128Auto;
   query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
   query.strict = algo >= 0;
   fcclAlgoChoice choice;

@@ -96,6 +96,7 @@ typedef struct {
   uint64_t llBytes;    /* LL capacity per writer (fcclSlotLayout.llBytes) */
   uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
   uint64_t ll128Bytes; /* LL128 capacity per writer (fcclSlotLayout.ll128Lines x FCCL_LL128_LINE_DATA) */
+  int ll128Auto;       /* the table may choose LL128 (FCCL_LL128) */
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;

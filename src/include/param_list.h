@@ -37,5 +37,9 @@ FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
            "1: launch the collective kernels with programmatic dependent launch (compute capability 9.0 and up), so "
            "a kernel's launch overlaps the end of the kernel before it on the stream; 0: plain launches.")
+FCCL_PARAM(LL128, FCCL_PARAM_INT, "1",
+           "1: the automatic choice may use LL128, which relies (as NCCL's LL128 does) on NVLink delivering a warp's "
+           "128-byte line store whole; 0: never chosen automatically (FCCL_ALGO=ll128 still forces it), for GPUs that "
+           "reach each other over PCIe. Equal on every rank.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")

@@ -8,16 +8,18 @@ failures=0
 choice() {
   "$info" --algo "$1" --sms 132 | awk -v b="$2" '$1 == b { print $2, ($2 == "copy" ? $3 : $4) }'
 }
-expect() { # ranks bytes "plain registered" [FCCL_ALGO]
-  got=$(FCCL_ALGO=${4:-} choice "$1" "$2")
+expect() { # ranks bytes "plain registered" [FCCL_ALGO [FCCL_LL128]]
+  got=$(FCCL_ALGO=${4:-} FCCL_LL128=${5:-1} choice "$1" "$2")
   if [ "$got" != "$3" ]; then
-    echo "FAIL: $1 ranks, $2 bytes, FCCL_ALGO='${4:-}': got '$got', expected '$3'"
+    echo "FAIL: $1 ranks, $2 bytes, FCCL_ALGO='${4:-}' FCCL_LL128='${5:-1}': got '$got', expected '$3'"
     failures=$((failures + 1))
   fi
 }
 expect 2 262144 "ll ll"
 expect 2 524288 "ll128 ll128"
 expect 2 1048576 "ll128 ll128"
+expect 2 1048576 "oneshot_push twoshot_reg" "" 0
+expect 2 1048576 "ll128 ll128" ll128 0
 expect 2 2097152 "oneshot_push twoshot_reg"
 expect 2 4194304 "oneshot_push twoshot_reg"
 expect 2 8388608 "twoshot_staged twoshot_reg"

@@ -20,6 +20,7 @@ static fcclAlgoQuery query(uint64_t bytes, int nranks, int registered) {
   q.registered = registered;
   q.smCount = 132;
   fcclAlgoQuerySetLayout(&q, &layout);
+  q.ll128Auto = 1;
   q.forced = -1;
   return q;
 }
@@ -54,6 +55,18 @@ static void testTable(void) {
   EXPECT_EQ_INT(pick(300 << 10, 4, 1), FCCL_ALGO_TWOSHOT_REG);
   EXPECT_EQ_INT(pick(100, 3, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(100, 1, 0), FCCL_ALGO_LL);
+  /* FCCL_LL128=0: the table skips LL128; forcing it still works. */
+  fcclAlgoQuery off = query(1 << 20, 2, 0);
+  off.ll128Auto = 0;
+  fcclAlgoChoice offChoice;
+  EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
+  EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_ONESHOT_PUSH);
+  off.registered = 1;
+  EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
+  EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_TWOSHOT_REG);
+  off.forced = FCCL_ALGO_LL128;
+  EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
+  EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_LL128);
   /* A one-shot size beyond a small staging chunk goes two-shot. */
   fcclAlgoQuery q = query(2 << 20, 2, 0);
   q.chunkBytes = 64 << 10;
