@@ -52,7 +52,8 @@
 #ifndef FCCL_LL128_THREADS
 #define FCCL_LL128_THREADS 256
 #endif
-FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL128_THREADS % 32 == 0,
+FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS &&
+                       FCCL_LL128_THREADS % 32 == 0,
                    "FCCL_LL128_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 /* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
 #define FCCL_UNIT_BYTES 16
@@ -133,8 +134,9 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
 /* Byte offset, in receiver's slot, of writer's LL128 region of one parity (writer != receiver). */
 static inline FCCL_HOST_DEVICE uint64_t fcclLL128RegionOffset(const fcclSlotLayout* layout, int nranks, uint64_t parity,
                                                             int writer, int receiver) {
-  return layout->ll128Offset + (parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks)) *
-                                   layout->ll128Lines * FCCL_LL128_LINE_BYTES;
+  return layout->ll128Offset +
+         (parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks)) *
+             layout->ll128Lines * FCCL_LL128_LINE_BYTES;
 }
 
 /*

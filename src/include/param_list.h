@@ -31,7 +31,8 @@ FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "4",
 /* ---- collectives ---- */
 FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
            "All-reduce algorithm: empty or auto (by size), ll, oneshot, twoshot, or an exact variant "
-           "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg), or ll128; one that cannot run a call falls back to auto.")
+           "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg), or ll128; one that cannot run a call falls back "
+           "to auto.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",

@@ -22,8 +22,8 @@
 
 #include <unistd.h>
 
-static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_LL128, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                                         -1};
+static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_LL128, FCCL_ALGO_ONESHOT_PUSH,
+                                         FCCL_ALGO_TWOSHOT_STAGED, -1};
 static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128,       FCCL_ALGO_ONESHOT_PUSH,
                                        FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,
                                        -1};
