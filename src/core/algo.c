@@ -84,11 +84,16 @@ static int clampInt(uint64_t value, int lo, int hi) {
   return (int)value;
 }
 
+/* Blocks of perBlock threads for `threads` threads of work: at least one, at most one per SM and at most cap. */
+static int blocksFor(const fcclAlgoQuery* q, uint64_t threads, int perBlock, int cap) {
+  int maxBlocks = q->smCount < cap ? q->smCount : cap;
+  if (maxBlocks < 1) maxBlocks = 1;
+  return clampInt(divUp(threads, (uint64_t)perBlock), 1, maxBlocks);
+}
+
 /* Blocks of the data kernels: one thread per 16-byte unit of the largest per-block share, up to one per SM. */
 static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
-  int maxBlocks = q->smCount < FCCL_DEVICE_MAX_BLOCKS ? q->smCount : FCCL_DEVICE_MAX_BLOCKS;
-  if (maxBlocks < 1) maxBlocks = 1;
-  return clampInt(divUp(unitsPerGrid, FCCL_DEVICE_THREADS), 1, maxBlocks);
+  return blocksFor(q, unitsPerGrid, FCCL_DEVICE_THREADS, FCCL_DEVICE_MAX_BLOCKS);
 }
 
 /* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
@@ -102,17 +107,14 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
   switch (algo) {
     case FCCL_ALGO_LL: {
       const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
-      const int blockCap = FCCL_LL_MAX_PACKETS_PER_PASS / FCCL_LL_THREADS;
-      int maxBlocks = q->smCount < blockCap ? q->smCount : blockCap;
-      c->blocks = clampInt(divUp(packets, FCCL_LL_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
+      c->blocks = blocksFor(q, packets, FCCL_LL_THREADS, FCCL_LL_MAX_PACKETS_PER_PASS / FCCL_LL_THREADS);
       c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_LL_THREADS);
       break;
     }
     case FCCL_ALGO_LL128: {
       /* A warp moves 4 lines per instruction; blocks of FCCL_LL128_THREADS, one per SM at most. */
       const uint64_t threads = divUp(divUp(q->bytes, FCCL_LL128_LINE_DATA), 4) * 32;
-      int maxBlocks = q->smCount < FCCL_DEVICE_MAX_BLOCKS ? q->smCount : FCCL_DEVICE_MAX_BLOCKS;
-      c->blocks = clampInt(divUp(threads, FCCL_LL128_THREADS), 1, maxBlocks < 1 ? 1 : maxBlocks);
+      c->blocks = blocksFor(q, threads, FCCL_LL128_THREADS, FCCL_DEVICE_MAX_BLOCKS);
       c->threads = clampInt(threads, 32, FCCL_LL128_THREADS);
       break;
     }
