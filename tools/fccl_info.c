@@ -106,7 +106,7 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
   query.registered = registered;
   query.smCount = smCount;
   fcclAlgoQuerySetLayout(&query, layout);
-  query.ll128Auto = fcclParamInt(FCCL_PARAM_LL128) != 0;
+  query.ll128Auto = fcclDeviceLL128Auto();
   query.forced = fcclAlgoResolveRequest(request, registered);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)

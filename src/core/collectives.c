@@ -85,6 +85,8 @@ uint64_t fcclDeviceStagingBytes(void) {
   return (uint64_t)value;
 }
 
+int fcclDeviceLL128Auto(void) { return fcclParamInt(FCCL_PARAM_LL128) != 0; }
+
 size_t fcclDeviceSlotBytes(int nranks) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
@@ -211,7 +213,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   int ccMajor = 0;
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
-  s->ll128Auto = fcclParamInt(FCCL_PARAM_LL128) != 0;
+  s->ll128Auto = fcclDeviceLL128Auto();
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
   cudaError_t err = cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable);

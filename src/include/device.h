@@ -57,6 +57,9 @@ size_t fcclDeviceSlotBytes(int nranks);
 /* FCCL_STAGING_BYTES as the collectives use it: clamped to what a slot layout can hold (warned once). */
 uint64_t fcclDeviceStagingBytes(void);
 
+/* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
+int fcclDeviceLL128Auto(void);
+
 /*
  * Creates comm->device once comm->transport is up: the device communicator (slot pointers of every rank), epoch
  * counters in device memory, host-mapped abort and error words. Cleans this rank's slot (signal pads, LL area),

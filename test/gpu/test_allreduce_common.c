@@ -255,7 +255,7 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   q.inPlace = inPlace;
   q.smCount = 132;
   fcclAlgoQuerySetLayout(&q, &layout);
-  q.ll128Auto = fcclParamInt(FCCL_PARAM_LL128) != 0;
+  q.ll128Auto = fcclDeviceLL128Auto();
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }

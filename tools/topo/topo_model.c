@@ -430,7 +430,7 @@ int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_
   query.inPlace = 0;
   query.smCount = sys->gpus[0].smCount;
   fcclAlgoQuerySetLayout(&query, &layout);
-  query.ll128Auto = fcclParamInt(FCCL_PARAM_LL128) != 0;
+  query.ll128Auto = fcclDeviceLL128Auto();
   query.forced = fcclAlgoResolveRequest(fcclAlgoParseRequest(topoAlgoRequest()), registered);
   query.strict = 0; /* as fcclAllReduce: a forced algorithm that cannot run falls back to the table */
   fcclAlgoChoice choice;
