@@ -52,7 +52,6 @@ const char* fcclAlgoName(int algo) {
     case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
     case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
     case FCCL_ALGO_LL128: return "ll128";
-    case FCCL_ALGO_ONESHOT_PIPE: return "oneshot_pipe";
     case FCCL_KERNEL_BARRIER: return "barrier";
     default: return "unknown";
   }
@@ -97,21 +96,6 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
   return blocksFor(q, unitsPerGrid, FCCL_DEVICE_THREADS, FCCL_DEVICE_MAX_BLOCKS);
 }
 
-/* Streamed one-shot (oneshot_pipe.cu): steps of at most FCCL_PIPE_STEP_BYTES per block, and at least 2 slots in
- * each block's ring (one chunk per writer and parity, split between the blocks). */
-#ifndef FCCL_PIPE_STEP_BYTES
-#define FCCL_PIPE_STEP_BYTES (8u << 10)
-#endif
-#include <stdlib.h>
-static uint64_t pipeStepUnits(const fcclAlgoQuery* q, int blocks) {
-  uint64_t step = FCCL_PIPE_STEP_BYTES / FCCL_UNIT_BYTES;
-  const char* e = getenv("FCCL_PIPE_STEP_BYTES"); /* EXPERIMENT: not equal-checked across ranks */
-  if (e && atoi(e) >= 16) step = (uint64_t)atoi(e) / FCCL_UNIT_BYTES;
-  const uint64_t ring = fcclPipeRingUnits(q->chunkBytes, (uint64_t)blocks);
-  if (step > ring / 2) step = ring / 2 / 8 * 8; /* 128-byte slots */
-  return step;
-}
-
 /* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
 static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / FCCL_UNIT_BYTES; }
 
@@ -136,10 +120,6 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
     }
     case FCCL_ALGO_ONESHOT_PUSH:
     case FCCL_ALGO_ONESHOT_PULL: c->blocks = dataBlocks(q, units); break;
-    case FCCL_ALGO_ONESHOT_PIPE:
-      c->blocks = dataBlocks(q, units);
-      c->roundUnits = pipeStepUnits(q, c->blocks);
-      break;
     case FCCL_ALGO_TWOSHOT_STAGED: {
       uint64_t perOwner = divUp(units, (uint64_t)q->nranks);
       if (c->roundUnits > 0 && perOwner > c->roundUnits) perOwner = c->roundUnits;
@@ -188,17 +168,6 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char*
     case FCCL_ALGO_TWOSHOT_REG:
       if (!q->registered) reason = "the buffers are not registered";
       break;
-    case FCCL_ALGO_ONESHOT_PIPE: {
-      fcclAlgoChoice c;
-      grid(algo, q, &c);
-      if (q->nranks < 2)
-        reason = "one rank has no staging ring";
-      else if (c.roundUnits == 0)
-        reason = "the staging rings are too small (FCCL_STAGING_BYTES)";
-      else if (divUp(divUp(units, c.roundUnits), (uint64_t)c.blocks) > FCCL_MAX_STEPS)
-        reason = "the message needs too many ring steps (count too large for FCCL_STAGING_BYTES)";
-      break;
-    }
     default: reason = "unknown algorithm"; break;
   }
   if (why) *why = reason;

@@ -66,7 +66,6 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_RESULT: return "the owner's reduced chunk";
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
     case FCCL_PHASE_LL128: return "LL128 lines";
-    case FCCL_PHASE_CREDIT: return "a returned staging slot";
     default: return "unknown";
   }
 }

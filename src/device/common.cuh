@@ -72,13 +72,11 @@ __device__ __forceinline__ uint64_t* signalPad(const fcclDevComm& c, int slotRan
 }
 
 /*
- * Posts value to every peer's pad [this block][our rank]: thread p of the posting group (groupThread) signals peer
- * p. With release, call it after a barrier of the group so that everything the group stored (and loaded) before is
- * ordered before the flag.
+ * Posts value to every peer's pad [this block][our rank]: thread p signals peer p. With release, call it after a
+ * __syncthreads so that everything the block stored (and loaded) before is ordered before the flag.
  */
-__device__ __forceinline__ void postPeersFrom(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release,
-                                              int groupThread) {
-  const int p = groupThread;
+__device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release) {
+  const int p = threadIdx.x;
   if (p < c.nranks && p != c.rank) {
     uint64_t* pad = signalPad(c, p, areaOffset, c.rank);
     if (release)
@@ -88,33 +86,26 @@ __device__ __forceinline__ void postPeersFrom(const fcclDevComm& c, uint64_t are
   }
 }
 
-/* postPeersFrom for the whole block (call it after a __syncthreads). */
-__device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release) {
-  postPeersFrom(c, areaOffset, value, release, threadIdx.x);
-}
-
 /*
- * Thread groupThread's part of a wait for every peer's pad [this block][peer] >= value: thread p waits for peer p
- * (relaxed polls; with acquire, one acquire load once seen). Returns true when it has to give up (timeout, abort
- * or an earlier failure; the cause is already recorded). The group then combines the results in a barrier.
+ * Waits until every peer posted >= value to our pad [this block][peer]: thread p waits for peer p (relaxed
+ * polls; with acquire, one acquire load once seen). All threads of the block must call it. Returns true, on every
+ * thread, when the block has to give up (timeout, abort or an earlier failure); the cause is already recorded.
  */
-__device__ __forceinline__ bool pollPeer(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
-                                         int kernel, int phase, uint64_t epoch, int groupThread) {
-  const int p = groupThread;
-  if (p >= c.nranks || p == c.rank) return false;
-  const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
-  Spin spin(c, kernel, phase, p, epoch);
-  while (ld_relaxed_sys(pad) < value)
-    if (spin.spin()) return true;
-  if (acquire) (void)ld_acquire_sys(pad);
-  return false;
-}
-
-/* Waits, with the whole block, for every peer's pad [this block][peer] >= value (pollPeer). Returns true, on every
- * thread, when the block has to give up. */
 __device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
                                           int kernel, int phase, uint64_t epoch) {
-  const bool failed = pollPeer(c, areaOffset, value, acquire, kernel, phase, epoch, threadIdx.x);
+  bool failed = false;
+  const int p = threadIdx.x;
+  if (p < c.nranks && p != c.rank) {
+    const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
+    Spin spin(c, kernel, phase, p, epoch);
+    while (ld_relaxed_sys(pad) < value) {
+      if (spin.spin()) {
+        failed = true;
+        break;
+      }
+    }
+    if (!failed && acquire) (void)ld_acquire_sys(pad);
+  }
   return __syncthreads_or(failed) != 0;
 }
 

@@ -16,7 +16,6 @@ const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* ll128Kernel(fcclDataType_t type, fcclRedOp_t op);
-const void* oneshotPipeKernel(fcclDataType_t type, fcclRedOp_t op);
 
 }  // namespace fccl
 

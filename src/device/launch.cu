@@ -33,7 +33,6 @@ static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fc
     case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op);
     case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op);
     case FCCL_ALGO_LL128: return ll128Kernel(type, op);
-    case FCCL_ALGO_ONESHOT_PIPE: return oneshotPipeKernel(type, op);
     default: return nullptr;
   }
 }

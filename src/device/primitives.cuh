@@ -122,19 +122,6 @@ __device__ __forceinline__ T* ptr(uint64_t address) {
 
 __device__ __forceinline__ fcclDevState* devState(const fcclDevComm& c) { return ptr<fcclDevState>(c.state); }
 
-/* Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads, a multiple of 32: lets a group of warps
- * synchronise without the rest of the block. Returns whether pred was true on any of them. */
-__device__ __forceinline__ bool barrierOr(int id, int threads, bool pred) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
-      " selp.u32 %0, 1, 0, q;\n}"
-      : "=r"(any)
-      : "r"((uint32_t)pred), "r"(id), "r"(threads)
-      : "memory");
-  return any != 0;
-}
-
 /* Signal value of step `step` (>= 1) of the call with epoch `epoch`. */
 __device__ __forceinline__ uint64_t sigValue(uint64_t epoch, uint32_t step) {
   return (epoch << FCCL_STEP_BITS) | step;

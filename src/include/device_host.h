@@ -131,12 +131,6 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
   layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
 }
 
-/* 16-byte units of each block's staging ring in the streamed one-shot (oneshot_pipe.cu): its share of one chunk,
- * rounded down to whole 4 KiB so that every ring and slot starts on a full 128-byte line. */
-static inline FCCL_HOST_DEVICE uint64_t fcclPipeRingUnits(uint64_t chunkBytes, uint64_t blocks) {
-  return chunkBytes / blocks / FCCL_SLOT_ALIGN * (FCCL_SLOT_ALIGN / FCCL_UNIT_BYTES);
-}
-
 /* Byte offset, in receiver's slot, of writer's LL128 region of one parity (writer != receiver). */
 static inline FCCL_HOST_DEVICE uint64_t fcclLL128RegionOffset(const fcclSlotLayout* layout, int nranks, uint64_t parity,
                                                             int writer, int receiver) {
@@ -179,8 +173,7 @@ typedef enum {
   FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
   FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
   FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
-  FCCL_PHASE_LL128 = 7,   /* LL128 lines of a peer */
-  FCCL_PHASE_CREDIT = 8   /* a peer returning a slot of a staging ring */
+  FCCL_PHASE_LL128 = 7    /* LL128 lines of a peer */
 } fcclDevPhase_t;
 
 /* Kernels and algorithms. The names are what FCCL_ALGO and the logs use. */
@@ -191,8 +184,7 @@ typedef enum {
   FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
   FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
   FCCL_ALGO_LL128 = 5,          /* one-shot push of 128-byte lines (120 data bytes, the epoch in the last 8) */
-  FCCL_ALGO_ONESHOT_PIPE = 6,   /* one-shot push streamed through per-block staging rings: any size */
-  FCCL_ALGO_COUNT = 7,
+  FCCL_ALGO_COUNT = 6,
   FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
 } fcclDevKernel_t;
 

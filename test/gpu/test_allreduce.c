@@ -22,11 +22,11 @@
 
 #include <unistd.h>
 
-static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128,        FCCL_ALGO_ONESHOT_PUSH,
-                                         FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_ONESHOT_PIPE, -1};
-static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128,        FCCL_ALGO_ONESHOT_PUSH,
+static const int kUnregisteredAlgos[] = {FCCL_ALGO_LL, FCCL_ALGO_LL128, FCCL_ALGO_ONESHOT_PUSH,
+                                         FCCL_ALGO_TWOSHOT_STAGED, -1};
+static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128,       FCCL_ALGO_ONESHOT_PUSH,
                                        FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,
-                                       FCCL_ALGO_ONESHOT_PIPE,   -1};
+                                       -1};
 
 struct testArgs {
   const char* mode;
@@ -134,11 +134,6 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       /* LL128 at the table's limit (1 MiB; 1.875 MiB fit per peer for 2 ranks): many line groups per warp. */
       {0, {fcclBfloat16, fcclSum, FCCL_ALGO_LL128, 1, (1u << 19) + 13, 2, 2}},
       {1, {fcclFloat32, fcclMax, FCCL_ALGO_LL128, 0, (1u << 18) - 5, 4, 8}},
-      /* The streamed one-shot: many steps per block, so every ring slot is reused after its credit. */
-      {0, {fcclBfloat16, fcclSum, FCCL_ALGO_ONESHOT_PIPE, 1, big + 5, 2, 2}},
-      {0, {fcclFloat64, fcclMin, FCCL_ALGO_ONESHOT_PIPE, 0, mid / 2 + 7, 8, 0}},
-      {1, {fcclFloat32, fcclSum, FCCL_ALGO_ONESHOT_PIPE, 0, big, 0, 0}},
-      {1, {fcclFloat16, fcclAvg, FCCL_ALGO_ONESHOT_PIPE, 1, mid + 1, 6, 10}},
   };
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
@@ -213,9 +208,9 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
   for (int i = 0; i < 6; i++) smallCall(&ctx, FCCL_ALGO_LL, fullLL - 7 * (size_t)i, &call);
   EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
   EXPECT_EQ_INT(epoch, wrap2 + 3);
-  const int kinds[] = {FCCL_ALGO_LL,    FCCL_KERNEL_BARRIER,    FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
-                       FCCL_ALGO_LL128, FCCL_ALGO_ONESHOT_PIPE, FCCL_ALGO_LL};
-  for (int i = 0; i < 7; i++) smallCall(&ctx, kinds[i], 3000 + (size_t)i, &call);
+  const int kinds[] = {FCCL_ALGO_LL, FCCL_KERNEL_BARRIER, FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
+                       FCCL_ALGO_LL128, FCCL_ALGO_LL};
+  for (int i = 0; i < 6; i++) smallCall(&ctx, kinds[i], 3000 + (size_t)i, &call);
   collContextFini(&ctx);
   args->shared->flags[0] = (int)call;
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);

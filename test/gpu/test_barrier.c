@@ -91,7 +91,7 @@ static int modeStress(int rank, int nranks, const struct barrierArgs* args) {
   EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   static const int algos[] = {FCCL_ALGO_LL,          FCCL_ALGO_ONESHOT_PUSH, FCCL_ALGO_TWOSHOT_STAGED,
                               FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,  FCCL_ALGO_LL128,
-                              FCCL_ALGO_ONESHOT_PIPE, -1};
+                              -1};
   const int nalgos = (int)(sizeof(algos) / sizeof(algos[0]));
   const int64_t start = collNowNs();
   for (int i = 0; i < iterations; i++) {
@@ -191,7 +191,6 @@ static int modeTimeout(int rank, int nranks, const struct barrierArgs* args) {
   timeoutScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
   timeoutScenario(rank, nranks, args, 3, FCCL_ALGO_TWOSHOT_STAGED);
   timeoutScenario(rank, nranks, args, 4, FCCL_ALGO_LL128);
-  timeoutScenario(rank, nranks, args, 5, FCCL_ALGO_ONESHOT_PIPE);
   return 0;
 }
 
@@ -231,7 +230,6 @@ static int modeAbort(int rank, int nranks, const struct barrierArgs* args) {
   abortScenario(rank, nranks, args, 1, FCCL_KERNEL_BARRIER);
   abortScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
   abortScenario(rank, nranks, args, 3, FCCL_ALGO_LL128);
-  abortScenario(rank, nranks, args, 4, FCCL_ALGO_ONESHOT_PIPE);
   return 0;
 }
 
