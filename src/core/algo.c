@@ -26,11 +26,12 @@ static const struct {
   uint64_t llMax;
   uint64_t oneshotMaxPlain;
   uint64_t oneshotMaxRegistered;
-  uint64_t ll128Max; /* LL128 after LL up to this size, plain or registered */
+  uint64_t ll128Max;      /* LL128 after LL up to this size, plain or registered */
+  uint64_t pushScatterMin; /* registered two-shot out of place: reduce-scatter by push from this size (0: never) */
 } algoTable[] = {
-    {2, 256u << 10, 4u << 20, 0, 1u << 20},
-    {4, 32u << 10, 256u << 10, 256u << 10, 0},
-    {8, 16u << 10, 128u << 10, 128u << 10, 0},
+    {2, 256u << 10, 4u << 20, 0, 1u << 20, 16u << 20},
+    {4, 32u << 10, 256u << 10, 256u << 10, 0, 0},
+    {8, 16u << 10, 128u << 10, 128u << 10, 0, 0},
 };
 
 /* LL blocks: 256 threads, 3-5% faster than 512 from 4 KiB to 256 KiB on 2x H200 and equal below; 128 was as good
@@ -99,9 +100,19 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
 /* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
 static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / FCCL_UNIT_BYTES; }
 
+static size_t tableRow(const fcclAlgoQuery* q) {
+  size_t row = 0;
+  while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
+  return row;
+}
+
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
+  const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
   c->algo = algo;
+  /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
+  c->scatterByPush = algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace && pushScatterMin > 0 &&
+                     q->bytes >= pushScatterMin;
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
   switch (algo) {
@@ -175,8 +186,7 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* q, const char*
 }
 
 static fcclDevKernel_t tableChoice(const fcclAlgoQuery* q) {
-  size_t row = 0;
-  while (row + 1 < sizeof(algoTable) / sizeof(algoTable[0]) && q->nranks > algoTable[row].maxRanks) row++;
+  const size_t row = tableRow(q);
   if (q->bytes <= algoTable[row].llMax && fcclAlgoApplicable(FCCL_ALGO_LL, q, NULL)) return FCCL_ALGO_LL;
   if (q->ll128Auto && q->bytes <= algoTable[row].ll128Max && fcclAlgoApplicable(FCCL_ALGO_LL128, q, NULL))
     return FCCL_ALGO_LL128;

@@ -213,7 +213,7 @@ typedef struct {
   uint64_t bytes;                          /* count * element size */
   uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
-  int32_t reserved;
+  int32_t scatterByPush;                   /* registered two-shot: reduce-scatter by push (2 ranks, out of place) */
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
 

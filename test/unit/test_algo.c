@@ -67,6 +67,26 @@ static void testTable(void) {
   off.forced = FCCL_ALGO_LL128;
   EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
   EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_LL128);
+  /* Registered two-shot: reduce-scatter by push for 2 ranks out of place from 16 MiB, also when forced; by pull in
+   * place, below 16 MiB and for more ranks. */
+  const struct {
+    uint64_t bytes;
+    int nranks;
+    int inPlace;
+    int forced;
+    int push;
+  } scatter[] = {{16 << 20, 2, 0, -1, 1},   {1ull << 30, 2, 0, -1, 1},           {(16 << 20) - 2, 2, 0, -1, 0},
+                 {16 << 20, 2, 1, -1, 0},   {64 << 20, 4, 0, -1, 0},             {64 << 20, 8, 0, -1, 0},
+                 {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_REG, 1}, {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_STAGED, 0}};
+  for (size_t i = 0; i < sizeof(scatter) / sizeof(scatter[0]); i++) {
+    fcclAlgoQuery r = query(scatter[i].bytes, scatter[i].nranks, 1);
+    r.inPlace = scatter[i].inPlace;
+    r.forced = scatter[i].forced;
+    fcclAlgoChoice rc;
+    EXPECT_EQ_INT(fcclAlgoSelect(&r, &rc), fcclSuccess);
+    EXPECT_EQ_INT(rc.algo, scatter[i].forced >= 0 ? scatter[i].forced : FCCL_ALGO_TWOSHOT_REG);
+    EXPECT_MSG(rc.scatterByPush == scatter[i].push, "case %zu: scatterByPush %d", i, rc.scatterByPush);
+  }
   /* A one-shot size beyond a small staging chunk goes two-shot. */
   fcclAlgoQuery q = query(2 << 20, 2, 0);
   q.chunkBytes = 64 << 10;
