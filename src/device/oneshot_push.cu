@@ -27,13 +27,16 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
-  const uint64_t pushOffset = c.layout.inboxOffset + (parity * n + me) * chunk;
+  /* Our inbox region [parity] in rank p's slot. */
+  auto pushRegion = [&](int p) {
+    return slotPtr(c, p, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, p) * chunk);
+  };
   for (uint64_t u = first; u < units; u += stride) {
     Unit v;
     IO::load(a.sendbuf, u, a.bytes, v);
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-      if (p < n && p != me) st_data16(slotPtr(c, p, pushOffset) + u * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
+      if (p < n && p != me) st_data16(pushRegion(p) + u * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
   }
   __syncthreads();
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true);
@@ -43,7 +46,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
     uint64_t bases[FCCL_DEVICE_MAX_RANKS];
 #pragma unroll
     for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
-      bases[w] = w == me ? a.sendbuf : c.slots[me] + c.layout.inboxOffset + (parity * n + w) * chunk;
+      bases[w] = w == me ? a.sendbuf
+                         : c.slots[me] + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk;
     for (uint64_t u = first; u < units; u += stride) {
       Unit out;
       reduceRanks16<TT, OpTraits<OP>>(bases, n, u, a.bytes, out);

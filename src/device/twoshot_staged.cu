@@ -63,11 +63,10 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   auto push = [&](uint64_t k) {
     const Round r(k, roundCap, units, n);
     const uint64_t parity = (epoch + k) & 1;
-    const uint64_t offset = c.layout.inboxOffset + (parity * n + me) * chunk;
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      char* inbox = slotPtr(c, s, offset);
+      char* inbox = slotPtr(c, s, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, s) * chunk);
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         IO::load(a.sendbuf, r.start + (uint64_t)s * r.share + j, a.bytes, v);
@@ -95,9 +94,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
 #pragma unroll
       for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
         bases[w] = w == me ? a.sendbuf
-                           : ownSlot + c.layout.inboxOffset + (parity * n + w) * chunk - myStart * FCCL_UNIT_BYTES;
+                           : ownSlot + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk -
+                                 myStart * FCCL_UNIT_BYTES;
       const uint64_t len = r.ownerLen(me);
-      const uint64_t resultOffset = c.layout.resultOffset + (parity * n + me) * chunk;
       for (uint64_t j = first; j < len; j += stride) {
         const uint64_t u = myStart + j;
         Unit out;
@@ -106,7 +105,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
 #pragma unroll
         for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
           if (p < n && p != me)
-            st_data16(slotPtr(c, p, resultOffset) + j * FCCL_UNIT_BYTES, out.words[0], out.words[1]);
+            st_data16(slotPtr(c, p, c.layout.resultOffset + fcclPeerRegion(n, parity, me, p) * chunk) +
+                          j * FCCL_UNIT_BYTES,
+                      out.words[0], out.words[1]);
       }
     }
     __syncthreads();
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      const char* result = slotPtr(c, me, c.layout.resultOffset + (parity * n + s) * chunk);
+      const char* result = slotPtr(c, me, c.layout.resultOffset + fcclPeerRegion(n, parity, s, me) * chunk);
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         ld_data16(result + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);

@@ -78,8 +78,9 @@ FCCL_STATIC_ASSERT(sizeof(fcclSlotHeader) == 64, "fcclSlotHeader layout");
  *   signalB   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "done"/"result ready"
  *   ll        LL packets [2 parities][nranks writers][llBytes / 8 packets]
  *   ll128     LL128 lines [2 parities][nranks - 1 writers][ll128Lines] (no area for one rank)
- *   inbox     [2 parities][nranks writers][chunkBytes]: staged inputs pushed to their owner
- *   result    [2 parities][nranks owners][chunkBytes]: reduced chunks pushed by their owner
+ *   inbox     [2 parities][nranks - 1 writers][chunkBytes]: staged inputs pushed to their owner
+ *   result    [2 parities][nranks - 1 owners][chunkBytes]: reduced chunks pushed by their owner
+ * (regions of other ranks only, in the order receiver + 1, receiver + 2, ... modulo nranks: fcclPeerRegion)
  */
 typedef struct {
   uint64_t signalAOffset;
@@ -126,17 +127,25 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
   layout->ll128Offset = layout->llOffset + FCCL_LL_AREA_BYTES;
   layout->ll128Lines = n > 1 ? (uint64_t)FCCL_LL128_AREA_BYTES / (2 * (n - 1)) / FCCL_LL128_LINE_BYTES : 0;
   layout->inboxOffset = layout->ll128Offset + (n > 1 ? FCCL_LL128_AREA_BYTES : 0);
-  layout->chunkBytes = stagingBytes / (4 * n) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
-  layout->resultOffset = layout->inboxOffset + 2 * n * layout->chunkBytes;
-  layout->totalBytes = layout->resultOffset + 2 * n * layout->chunkBytes;
+  /* One rank stages nothing but keeps one region per parity, so that forced staged algorithms still run. */
+  const uint64_t peers = n > 1 ? n - 1 : 1;
+  layout->chunkBytes = stagingBytes / (4 * peers) / FCCL_SLOT_ALIGN * FCCL_SLOT_ALIGN;
+  layout->resultOffset = layout->inboxOffset + 2 * peers * layout->chunkBytes;
+  layout->totalBytes = layout->resultOffset + 2 * peers * layout->chunkBytes;
+}
+
+/* Index of writer's region of one parity among a receiver's per-peer regions (writer != receiver; 0 for one
+ * rank): [2 parities][nranks - 1], peers in the order receiver + 1, receiver + 2, ... modulo nranks. */
+static inline FCCL_HOST_DEVICE uint64_t fcclPeerRegion(int nranks, uint64_t parity, int writer, int receiver) {
+  if (nranks < 2) return parity;
+  return parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks);
 }
 
 /* Byte offset, in receiver's slot, of writer's LL128 region of one parity (writer != receiver). */
 static inline FCCL_HOST_DEVICE uint64_t fcclLL128RegionOffset(const fcclSlotLayout* layout, int nranks, uint64_t parity,
                                                             int writer, int receiver) {
-  return layout->ll128Offset +
-         (parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks)) *
-             layout->ll128Lines * FCCL_LL128_LINE_BYTES;
+  return layout->ll128Offset + fcclPeerRegion(nranks, parity, writer, receiver) * layout->ll128Lines *
+                                   FCCL_LL128_LINE_BYTES;
 }
 
 /*

@@ -16,11 +16,11 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 bash "$root/scripts/gpu-tune" "$dir/build" "$dir/out" 2 > "$dir/stdout.txt" 2>&1 || fail "gpu-tune exited non-zero"
 cat "$dir/stdout.txt"
-# LL runs up to its 256 KiB area for 2 ranks, plain one-shot up to one 4 MiB chunk, registered one-shot and the
+# LL runs up to its 256 KiB area for 2 ranks, plain one-shot up to one 8 MiB chunk, registered one-shot and the
 # rest up to the 256 MiB cap.
 grep -q "^FCCL_ALGO=ll .* -e 262144 " "$dir/calls.txt" || fail "LL was not run up to 262144"
 grep -q "^FCCL_ALGO=ll128 .* -e 1048576 " "$dir/calls.txt" || fail "LL128 was not run up to 1048576 (its area)"
-grep -q "^FCCL_ALGO=oneshot .*-e 4194304 " "$dir/calls.txt" || fail "plain one-shot was not run up to 4194304"
+grep -q "^FCCL_ALGO=oneshot .*-e 8388608 " "$dir/calls.txt" || fail "plain one-shot was not run up to 8388608"
 grep -q "^FCCL_ALGO=oneshot .*-e 268435456 .*-R 2" "$dir/calls.txt" || fail "registered one-shot not up to 256 MiB"
 [ "$(grep -c "FCCL_STAGING_BYTES=[0-9]" "$dir/calls.txt")" = 4 ] || fail "expected 4 staging runs"
 grep -q "suggested for 2 ranks, plain: ll up to 65536 B, ll128 up to 262144 B, oneshot up to 524288 B" "$dir/out/tune.txt" ||

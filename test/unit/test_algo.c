@@ -206,9 +206,11 @@ static void testLayout(void) {
     EXPECT_EQ_INT(l.inboxOffset, l.ll128Offset + (n > 1 ? FCCL_LL128_AREA_BYTES : 0));
     EXPECT(2 * (uint64_t)(n > 1 ? n - 1 : 0) * l.ll128Lines * FCCL_LL128_LINE_BYTES <= FCCL_LL128_AREA_BYTES);
     EXPECT(l.ll128Offset % FCCL_SLOT_ALIGN == 0);
-    EXPECT_EQ_INT(l.resultOffset, l.inboxOffset + 2 * (uint64_t)n * l.chunkBytes);
-    EXPECT_EQ_INT(l.totalBytes, l.resultOffset + 2 * (uint64_t)n * l.chunkBytes);
-    EXPECT(4 * (uint64_t)n * l.chunkBytes <= (32u << 20));
+    const uint64_t peers = n > 1 ? (uint64_t)n - 1 : 1;
+    EXPECT_EQ_INT(l.resultOffset, l.inboxOffset + 2 * peers * l.chunkBytes);
+    EXPECT_EQ_INT(l.totalBytes, l.resultOffset + 2 * peers * l.chunkBytes);
+    EXPECT(4 * peers * l.chunkBytes <= (32u << 20));
+    EXPECT(4 * peers * l.chunkBytes > (32u << 20) - 4 * peers * FCCL_SLOT_ALIGN); /* no staging left unused */
     EXPECT(l.chunkBytes % FCCL_SLOT_ALIGN == 0 && l.llBytes % FCCL_SLOT_ALIGN == 0);
     EXPECT(l.llOffset % FCCL_SLOT_ALIGN == 0 && l.inboxOffset % FCCL_SLOT_ALIGN == 0);
     EXPECT_EQ_INT(fcclDeviceSlotBytes(n), l.totalBytes); /* FCCL_STAGING_BYTES at its default */
@@ -216,9 +218,32 @@ static void testLayout(void) {
   fcclSlotLayout two;
   fcclSlotLayoutCompute(2, 32u << 20, &two);
   EXPECT_EQ_INT(two.llBytes, 256 << 10);
-  EXPECT_EQ_INT(two.chunkBytes, 4 << 20);
+  EXPECT_EQ_INT(two.chunkBytes, 8 << 20);
   EXPECT_EQ_INT(two.ll128Lines * FCCL_LL128_LINE_DATA, 1920 << 10); /* 1.875 MiB of data per peer */
   EXPECT(two.ll128Lines * FCCL_LL128_LINE_DATA >= 1 << 20);             /* the table's LL128 limit fits */
+}
+
+/* fcclPeerRegion numbers the other ranks' regions of both parities 0 .. 2 (n - 1) - 1 in every receiver's slot,
+ * each (parity, writer) once: the staging regions and LL128 regions built on it never overlap. */
+static void testPeerRegions(void) {
+  for (int n = 2; n <= FCCL_DEVICE_MAX_RANKS; n++) {
+    for (int receiver = 0; receiver < n; receiver++) {
+      int seen[2 * FCCL_DEVICE_MAX_RANKS] = {0};
+      for (uint64_t parity = 0; parity < 2; parity++) {
+        for (int writer = 0; writer < n; writer++) {
+          if (writer == receiver) continue;
+          const uint64_t region = fcclPeerRegion(n, parity, writer, receiver);
+          EXPECT_MSG(region < 2 * (uint64_t)(n - 1), "n %d parity %d writer %d receiver %d: region %llu", n,
+                     (int)parity, writer, receiver, (unsigned long long)region);
+          if (region < 2 * (uint64_t)(n - 1)) seen[region]++;
+        }
+      }
+      for (int r = 0; r < 2 * (n - 1); r++) EXPECT_MSG(seen[r] == 1, "n %d receiver %d: region %d used %d times", n,
+                                                      receiver, r, seen[r]);
+    }
+  }
+  EXPECT_EQ_INT(fcclPeerRegion(1, 0, 0, 0), 0);
+  EXPECT_EQ_INT(fcclPeerRegion(1, 1, 0, 0), 1);
 }
 
 /* Every writer's LL128 region of each parity in a receiver's slot: inside the area, line-aligned, and disjoint from
@@ -320,6 +345,7 @@ int main(void) {
   testForced();
   testNames();
   testLayout();
+  testPeerRegions();
   testLL128Regions();
   testEpochs();
   testArguments();
