@@ -110,9 +110,16 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
   const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
   c->algo = algo;
-  /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
-  c->scatterByPush = algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace && pushScatterMin > 0 &&
-                     q->bytes >= pushScatterMin;
+  c->scatter = FCCL_SCATTER_PULL;
+  if (algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2) {
+    /* Only 2 ranks: the peer's units then go to one place that nothing else writes. Into the inbox while the share
+     * fits one chunk (no "ready" crossing), else into the owner's output, which in place still holds its input. */
+    const uint64_t shareBytes = divUp(units, 2) * FCCL_UNIT_BYTES;
+    if (shareBytes <= q->chunkBytes)
+      c->scatter = FCCL_SCATTER_PUSH_INBOX;
+    else if (!q->inPlace && pushScatterMin > 0 && q->bytes >= pushScatterMin)
+      c->scatter = FCCL_SCATTER_PUSH_RECV;
+  }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
   switch (algo) {
