@@ -108,11 +108,13 @@ static size_t tableRow(const fcclAlgoQuery* q) {
 
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
-  const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
   c->algo = algo;
-  /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
-  c->scatterByPush = algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace && pushScatterMin > 0 &&
-                     q->bytes >= pushScatterMin;
+  c->scatterByPush = 0;
+  if (algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace) {
+    /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
+    const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
+    c->scatterByPush = pushScatterMin > 0 && q->bytes >= pushScatterMin;
+  }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
   switch (algo) {
