@@ -101,14 +101,7 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
     snprintf(text, size, "copy");
     return;
   }
-  fcclAlgoQuery query;
-  memset(&query, 0, sizeof(query));
-  query.bytes = bytes;
-  query.nranks = nranks;
-  query.registered = registered;
-  query.smCount = smCount;
-  fcclAlgoQuerySetLayout(&query, layout);
-  query.ll128Auto = fcclDeviceLL128Auto();
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, layout, fcclDeviceLL128Auto());
   query.forced = fcclAlgoResolveRequest(request, registered);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)

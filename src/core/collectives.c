@@ -530,14 +530,8 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   if (registered)
     for (int r = 0; r < comm->nranks; r++) args.peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
 
-  fcclAlgoQuery query;
-  query.bytes = bytes;
-  query.nranks = comm->nranks;
-  query.registered = registered;
-  query.inPlace = args.inPlace;
-  query.smCount = s->smCount;
-  fcclAlgoQuerySetLayout(&query, &s->dev.layout);
-  query.ll128Auto = s->ll128Auto;
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, registered, args.inPlace, s->smCount,
+                                          &s->dev.layout, s->ll128Auto);
   query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
   query.strict = algo >= 0;
   fcclAlgoChoice choice;

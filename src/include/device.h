@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,11 +105,24 @@ typedef struct {
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
 
-/* Sets the query's capacities (LL, LL128, staging) from the slot layout. */
-static inline void fcclAlgoQuerySetLayout(fcclAlgoQuery* query, const fcclSlotLayout* layout) {
-  query->llBytes = layout->llBytes;
-  query->ll128Bytes = layout->ll128Lines * FCCL_LL128_LINE_DATA;
-  query->chunkBytes = layout->chunkBytes;
+/* A query for the automatic choice (forced -1, strict 0), its capacities (LL, LL128, staging) from the slot
+ * layout. Callers that force an algorithm set forced and strict afterwards. */
+static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int registered, int inPlace, int smCount,
+                                              const fcclSlotLayout* layout, int ll128Auto) {
+  fcclAlgoQuery query;
+  memset(&query, 0, sizeof(query));
+  query.bytes = bytes;
+  query.nranks = nranks;
+  query.registered = registered;
+  query.inPlace = inPlace;
+  query.smCount = smCount;
+  query.llBytes = layout->llBytes;
+  query.ll128Bytes = layout->ll128Lines * FCCL_LL128_LINE_DATA;
+  query.chunkBytes = layout->chunkBytes;
+  query.ll128Auto = ll128Auto;
+  query.forced = -1;
+  query.strict = 0;
+  return query;
 }
 
 typedef struct {

@@ -247,15 +247,7 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   if (bytes == 0) return 1;
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, (uint64_t)fcclParamInt(FCCL_PARAM_STAGING_BYTES), &layout);
-  fcclAlgoQuery q;
-  memset(&q, 0, sizeof(q));
-  q.bytes = bytes;
-  q.nranks = nranks;
-  q.registered = registered;
-  q.inPlace = inPlace;
-  q.smCount = 132;
-  fcclAlgoQuerySetLayout(&q, &layout);
-  q.ll128Auto = fcclDeviceLL128Auto();
+  fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto());
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }

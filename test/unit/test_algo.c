@@ -13,16 +13,7 @@
 static fcclAlgoQuery query(uint64_t bytes, int nranks, int registered) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, 32u << 20, &layout);
-  fcclAlgoQuery q;
-  memset(&q, 0, sizeof(q));
-  q.bytes = bytes;
-  q.nranks = nranks;
-  q.registered = registered;
-  q.smCount = 132;
-  fcclAlgoQuerySetLayout(&q, &layout);
-  q.ll128Auto = 1;
-  q.forced = -1;
-  return q;
+  return fcclAlgoQueryMake(bytes, nranks, registered, 0, 132, &layout, 1);
 }
 
 static int pick(uint64_t bytes, int nranks, int registered) {

@@ -422,17 +422,10 @@ int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_
   if (!topoAlgoAvailable(sys, reason, sizeof(reason)) || bytes == 0) return -1;
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(sys->nranks, fcclDeviceStagingBytes(), &layout);
-  fcclAlgoQuery query;
-  memset(&query, 0, sizeof(query));
-  query.bytes = bytes;
-  query.nranks = sys->nranks;
-  query.registered = registered;
-  query.inPlace = 0;
-  query.smCount = sys->gpus[0].smCount;
-  fcclAlgoQuerySetLayout(&query, &layout);
-  query.ll128Auto = fcclDeviceLL128Auto();
+  fcclAlgoQuery query =
+      fcclAlgoQueryMake(bytes, sys->nranks, registered, 0, sys->gpus[0].smCount, &layout, fcclDeviceLL128Auto());
+  /* As fcclAllReduce: a forced algorithm that cannot run falls back to the table (strict 0). */
   query.forced = fcclAlgoResolveRequest(fcclAlgoParseRequest(topoAlgoRequest()), registered);
-  query.strict = 0; /* as fcclAllReduce: a forced algorithm that cannot run falls back to the table */
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess) return -1;
   snprintf(algo->name, sizeof(algo->name), "%s", fcclAlgoName(choice.algo));
