@@ -7,7 +7,6 @@
 #include "debug.h"
 #include "device.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -120,12 +119,6 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
       c->scatter = FCCL_SCATTER_PUSH_INBOX;
     else if (!q->inPlace && pushScatterMin > 0 && q->bytes >= pushScatterMin)
       c->scatter = FCCL_SCATTER_PUSH_RECV;
-    /* EXPERIMENT (branch only, remove before merging: not checked equal across ranks): FCCL_SCATTER_TRY=pull,
-     * inbox or recv forces a form where it can run, for scripts/gpu-ab. */
-    const char* tryForm = getenv("FCCL_SCATTER_TRY");
-    if (tryForm && strcmp(tryForm, "pull") == 0) c->scatter = FCCL_SCATTER_PULL;
-    if (tryForm && strcmp(tryForm, "inbox") == 0 && shareBytes <= q->chunkBytes) c->scatter = FCCL_SCATTER_PUSH_INBOX;
-    if (tryForm && strcmp(tryForm, "recv") == 0 && !q->inPlace) c->scatter = FCCL_SCATTER_PUSH_RECV;
   }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;
