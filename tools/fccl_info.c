@@ -92,9 +92,8 @@ static void printParams(void) {
   }
 }
 
-/* One cell of the --algo table: "name BxT" (out of place; "push-scatter" or "inbox-scatter" after it when the
- * registered two-shot scatters by push into the output or into the staging inbox), "copy" (no kernel), or "error"
- * when the call cannot run. */
+/* One cell of the --algo table: "name BxT" (out of place; "push-scatter" after it when the registered two-shot
+ * scatters by push), "copy" (no kernel), or "error" when the call cannot run. */
 static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
                            const fcclSlotLayout* layout, char* text, size_t size) {
   if (fcclAlgoIsCopy(nranks, fcclAlgoResolveRequest(request, registered))) {
@@ -108,9 +107,7 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
     snprintf(text, size, "error");
   else
     snprintf(text, size, "%s %dx%d%s", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
-             choice.scatter == FCCL_SCATTER_PUSH_RECV    ? " push-scatter"
-             : choice.scatter == FCCL_SCATTER_PUSH_INBOX ? " inbox-scatter"
-                                                         : "");
+             choice.scatterByPush ? " push-scatter" : "");
 }
 
 static int printAlgoTable(int nranks, int smCount) {
@@ -133,8 +130,7 @@ static int printAlgoTable(int nranks, int smCount) {
   printf("# all-reduce choice: %d ranks, %d SMs, FCCL_ALGO=%s, LL area %llu B, staging chunk %llu B per peer\n",
          nranks, smCount, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
          (unsigned long long)layout.chunkBytes);
-  printf("# out of place; push-scatter, inbox-scatter: the registered two-shot's reduce-scatter by push into the "
-         "output, into the staging inbox (2 ranks)\n");
+  printf("# out of place; push-scatter: the registered two-shot's reduce-scatter by push (2 ranks)\n");
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char plain[64], registered[64];

@@ -109,16 +109,11 @@ static size_t tableRow(const fcclAlgoQuery* q) {
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
   c->algo = algo;
-  c->scatter = FCCL_SCATTER_PULL;
-  if (algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2) {
-    /* Only 2 ranks: the peer's units then go to one place that nothing else writes. Into the inbox while the share
-     * fits one chunk (no "ready" crossing), else into the owner's output, which in place still holds its input. */
-    const uint64_t shareBytes = divUp(units, 2) * FCCL_UNIT_BYTES;
+  c->scatterByPush = 0;
+  if (algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace) {
+    /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
     const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
-    if (shareBytes <= q->chunkBytes)
-      c->scatter = FCCL_SCATTER_PUSH_INBOX;
-    else if (!q->inPlace && pushScatterMin > 0 && q->bytes >= pushScatterMin)
-      c->scatter = FCCL_SCATTER_PUSH_RECV;
+    c->scatterByPush = pushScatterMin > 0 && q->bytes >= pushScatterMin;
   }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;

@@ -537,7 +537,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   fcclAlgoChoice choice;
   FCCLCHECKGOTO(fcclAlgoSelect(&query, &choice), res, out);
   args.roundUnits = choice.roundUnits;
-  args.scatter = choice.scatter;
+  args.scatterByPush = choice.scatterByPush;
   FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);

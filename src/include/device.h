@@ -130,7 +130,7 @@ typedef struct {
   int blocks;
   int threads;
   uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
-  int scatter;         /* registered two-shot: fcclScatter_t (twoshot_reg.cu) */
+  int scatterByPush;   /* registered two-shot: reduce-scatter by push (twoshot_reg.cu) */
 } fcclAlgoChoice;
 
 /*

@@ -197,14 +197,6 @@ typedef enum {
   FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
 } fcclDevKernel_t;
 
-/* How the registered two-shot does its reduce-scatter (twoshot_reg.cu; the host picks one per call, the same on
- * every rank). */
-typedef enum {
-  FCCL_SCATTER_PULL = 0,       /* the owner loads its units from every rank's input (any rank count, any placement) */
-  FCCL_SCATTER_PUSH_RECV = 1,  /* 2 ranks, out of place: the peer's units stored into the owner's output */
-  FCCL_SCATTER_PUSH_INBOX = 2  /* 2 ranks, the peer's units stored into the owner's staging inbox (share <= chunk) */
-} fcclScatter_t;
-
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
 typedef struct {
   uint64_t slots[FCCL_DEVICE_MAX_RANKS]; /* device address of each rank's slot (ours at [rank]) */
@@ -230,7 +222,7 @@ typedef struct {
   uint64_t bytes;                          /* count * element size */
   uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
-  int32_t scatter;                         /* registered two-shot: fcclScatter_t (twoshot_reg.cu) */
+  int32_t scatterByPush;                   /* registered two-shot: reduce-scatter by push (2 ranks, out of place) */
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
 
