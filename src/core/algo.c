@@ -14,8 +14,9 @@
  * oneshotMax (plain: push through staging; registered: pull in place; one flag hop, (n - 1) x the bytes), and
  * two-shot beyond (2 (n - 1) / n x the bytes, two flag hops). One-shot moves fewer bytes than two-shot only for
  * n = 2, hence the smaller limits for more ranks. 2 ranks: measured on 2x H200 (docs/perf/2026-11-30-h200x2-tune):
- * LL is fastest up to its whole area (256 KiB), plain one-shot up to 4 MiB (18.05 us against 19.58 two-shot; it
- * needs the message to fit one staging chunk, 8 MiB at the default staging, else two-shot runs), and with
+ * LL is fastest up to its whole area (256 KiB), plain one-shot up to 8 MiB (4 MiB: 18.05 us against 19.58 two-shot;
+ * 8 MiB: 32.52 against 33.01, docs/perf/2026-11-30-h200x2-s6; it needs the message to fit one staging chunk, 8 MiB
+ * at the default staging since the sixth session, else two-shot runs), and with
  * registered buffers two-shot is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is
  * never chosen. LL128 (fourth session, docs/perf/2026-11-30-h200x2-s4) beats all of them from 512 KiB to 1 MiB,
  * plain and registered (1 MiB: 6.75 us against 7.49 one-shot and 8.12 registered two-shot), and loses from 2 MiB
@@ -29,7 +30,7 @@ static const struct {
   uint64_t ll128Max;      /* LL128 after LL up to this size, plain or registered */
   uint64_t pushScatterMin; /* registered two-shot out of place: reduce-scatter by push from this size (0: never) */
 } algoTable[] = {
-    {2, 256u << 10, 4u << 20, 0, 1u << 20, 16u << 20},
+    {2, 256u << 10, 8u << 20, 0, 1u << 20, 16u << 20},
     {4, 32u << 10, 256u << 10, 256u << 10, 0, 0},
     {8, 16u << 10, 128u << 10, 128u << 10, 0, 0},
 };

@@ -22,7 +22,8 @@ expect 2 1048576 "oneshot_push twoshot_reg" "" 0
 expect 2 1048576 "ll128 ll128" ll128 0
 expect 2 2097152 "oneshot_push twoshot_reg"
 expect 2 4194304 "oneshot_push twoshot_reg"
-expect 2 8388608 "twoshot_staged twoshot_reg"
+expect 2 8388608 "oneshot_push twoshot_reg"
+expect 2 16777216 "twoshot_staged twoshot_reg"
 expect 4 32768 "ll ll"
 expect 4 65536 "oneshot_push oneshot_pull"
 expect 4 262144 "oneshot_push oneshot_pull"
@@ -39,7 +40,7 @@ expect 2 262144 "ll ll" ll
 expect 2 524288 "ll128 ll128" ll
 expect 2 1024 "ll128 ll128" ll128
 # LL128 holds 1.875 MiB per peer for 2 ranks: beyond it FCCL_ALGO=ll128 falls back to the table.
-expect 2 8388608 "twoshot_staged twoshot_reg" ll128
+expect 2 16777216 "twoshot_staged twoshot_reg" ll128
 expect 2 8 "oneshot_push oneshot_pull" oneshot
 # The registered two-shot scatters by push for 2 ranks from 16 MiB (the plain column never does).
 pushRows() { "$info" --algo "$1" --sms 132 | awk '/^ / && $NF == "push-scatter" { print $1 }' | tr '\n' ' '; }

@@ -24,7 +24,7 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 4 MiB, two-shot beyond; registered:
+  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 8 MiB (one staging chunk), two-shot beyond; registered:
    * two-shot after LL128. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
@@ -33,7 +33,8 @@ static void testTable(void) {
   EXPECT_EQ_INT(pick((1 << 20) + 1, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
   EXPECT_EQ_INT(pick((1 << 20) + 1, 2, 1), FCCL_ALGO_TWOSHOT_REG);
   EXPECT_EQ_INT(pick(4 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
-  EXPECT_EQ_INT(pick((4 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
+  EXPECT_EQ_INT(pick(8 << 20, 2, 0), FCCL_ALGO_ONESHOT_PUSH);
+  EXPECT_EQ_INT(pick((8 << 20) + 2, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(1ull << 30, 2, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(pick(4 << 10, 2, 1), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick((256 << 10) + 2, 2, 1), FCCL_ALGO_LL128);
