@@ -327,6 +327,13 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * be ordered (one stream, or streams the application orders). Blocks: no (enqueued on stream); the kernel waits
  * for the peers' kernels, at most FCCL_TIMEOUT, and stops at once on fcclCommAbort. Collective: yes, the same
  * count, type and op on every rank, in the same order. Graph capture: yes; replays are correct any number of times.
+ * Captured with buffers that are not registered, at a size where registered buffers run another algorithm (2
+ * ranks: above 1 MiB) and with every rank in a process of its own, the call registers them with every rank for the
+ * graph's lifetime (FCCL_GRAPH_REGISTER=0:
+ * it stages instead), so that replays read them in place: the call then also exchanges with the peers on the host
+ * (blocks, bounded by the communicator's timeout; every rank must capture it), and the registrations are released
+ * when the graph is destroyed, at the communicator's next call. The buffers must outlive the graph, as PyTorch's
+ * graph memory pools do. Eager calls on the same buffers still stage.
  */
 FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     fcclRedOp_t op, fcclComm_t comm, void* stream);
@@ -419,6 +426,9 @@ typedef struct {
   uint64_t commRegistrations;  /**< live user registrations of this communicator (0 when comm is NULL) */
   uint64_t commDeviceBytes;    /**< device memory of this communicator's own shared-buffer slot, its share of the
                                     device's arena (0 when comm is NULL) */
+  uint64_t commGraphRegistrations; /**< buffers this communicator registered for captured CUDA graphs
+                                        (FCCL_GRAPH_REGISTER), held until each graph is destroyed and the
+                                        communicator's next call (0 when comm is NULL) */
 } fcclMemStats_t;
 
 /**

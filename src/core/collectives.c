@@ -32,6 +32,7 @@ struct fcclDeviceState {
   int algoRequest;           /* FCCL_ALGO, parsed once */
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
+  int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
   int reported;              /* the kernels' error was described once (atomic) */
 };
 
@@ -117,7 +118,7 @@ struct deviceHello {
   int32_t nranks;
   int32_t layoutVersion;
   int32_t ll128Auto;
-  int32_t reserved2;
+  int32_t graphRegister;
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -214,6 +215,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
   s->ll128Auto = fcclDeviceLL128Auto();
+  s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
   cudaError_t err = cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable);
@@ -258,6 +260,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->nranks = nranks;
   mine->layoutVersion = FCCL_DEVICE_LAYOUT_VERSION;
   mine->ll128Auto = s->ll128Auto;
+  mine->graphRegister = s->graphRegister;
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
   uint64_t start = 0;
@@ -277,6 +280,11 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                        "rank %d has FCCL_LL128=%d, rank %d %d: set the same value on every rank (the ranks of a call "
                        "must choose the same algorithm)", r, h->ll128Auto, comm->rank, mine->ll128Auto);
+    else if (h->graphRegister != mine->graphRegister)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d has FCCL_GRAPH_REGISTER=%d, rank %d %d: set the same value on every rank (a captured "
+                       "call registers its buffers with every rank or with none)", r, h->graphRegister, comm->rank,
+                       mine->graphRegister);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);
@@ -403,13 +411,14 @@ static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
   if (cd->saved >= 0 && cd->saved != comm->cudaDev) (void)cudaSetDevice(cd->saved);
 }
 
-static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller) {
+static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {
   /* While a stream is captured (global mode) most queries, cudaStreamGetDevice included, are refused and would
    * invalidate the capture; cudaStreamIsCapturing is the one made for it. A captured stream of another device is
    * then refused by the launch itself (no node is added). */
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &capture);
-  if (err == cudaSuccess && capture == cudaStreamCaptureStatusActive) return fcclSuccess;
+  *capturing = err == cudaSuccess && capture == cudaStreamCaptureStatusActive;
+  if (*capturing) return fcclSuccess;
   int dev = -1;
   if (err == cudaSuccess) err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
   if (err != cudaSuccess) {
@@ -475,6 +484,16 @@ static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
   return fcclSuccess;
 }
 
+/* Whether registered buffers would run another algorithm than staged ones at this size (LL and LL128 always stage):
+ * the same answer on every rank, so every rank of a captured call registers or none does. */
+static int registeredPays(struct fcclComm* comm, const struct fcclDeviceState* s, uint64_t bytes, int inPlace) {
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, inPlace, s->smCount, &s->dev.layout, s->ll128Auto);
+  query.forced = fcclAlgoResolveRequest(s->algoRequest, 1);
+  fcclAlgoChoice choice;
+  if (fcclAlgoSelect(&query, &choice) != fcclSuccess) return 0;
+  return choice.algo == FCCL_ALGO_TWOSHOT_REG || choice.algo == FCCL_ALGO_ONESHOT_PULL;
+}
+
 static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                               fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo, const char* caller) {
   FCCLCHECK(checkComm(comm, caller));
@@ -501,7 +520,10 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   struct callDevice cd = {-1};
   fcclResult_t res = enterDevice(comm, &cd);
   if (res != fcclSuccess) return res;
-  FCCLCHECKGOTO(checkStream(comm, stream, caller), res, out);
+  int capturing = 0;
+  FCCLCHECKGOTO(checkStream(comm, stream, caller, &capturing), res, out);
+  /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
+  FCCLCHECKGOTO(fcclTransportReleaseGraphRegistrations(comm, 0), res, out);
   if (count == 0) goto out; /* every rank has count 0: nothing to move, no epoch used */
   FCCLCHECKGOTO(checkBuffer(comm, sendbuf, "sendbuf", caller), res, out);
   if (recvbuf != sendbuf) FCCLCHECKGOTO(checkBuffer(comm, recvbuf, "recvbuf", caller), res, out);
@@ -529,6 +551,18 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   if (registered && recvbuf != sendbuf) registered = fcclTransportLookup(comm, recvbuf, bytes, peers);
   if (registered)
     for (int r = 0; r < comm->nranks; r++) args.peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
+  if (!registered && capturing && s->graphRegister && algo < 0 && registeredPays(comm, s, bytes, args.inPlace)) {
+    /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
+    void* peerSend[FCCL_DEVICE_MAX_RANKS];
+    void* peerRecv[FCCL_DEVICE_MAX_RANKS];
+    FCCLCHECKGOTO(fcclTransportGraphRegister(comm, stream, (void*)(uintptr_t)sendbuf, recvbuf, bytes, peerSend,
+                                             peerRecv, &registered),
+                  res, out);
+    for (int r = 0; registered && r < comm->nranks; r++) {
+      args.peerSend[r] = (uint64_t)(uintptr_t)peerSend[r];
+      args.peerRecv[r] = (uint64_t)(uintptr_t)peerRecv[r];
+    }
+  }
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, registered, args.inPlace, s->smCount,
                                           &s->dev.layout, s->ll128Auto);
@@ -569,7 +603,8 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   FCCLCHECKGOTO(checkReady(comm, "fcclBarrier"), res, fail);
   struct callDevice cd = {-1};
   FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
-  res = checkStream(comm, stream, "fcclBarrier");
+  int capturing = 0;
+  res = checkStream(comm, stream, "fcclBarrier", &capturing);
   /* A barrier of one rank has nobody to wait for: nothing to launch. */
   if (res == fcclSuccess && comm->nranks > 1)
     res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);

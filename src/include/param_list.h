@@ -42,5 +42,9 @@ FCCL_PARAM(LL128, FCCL_PARAM_INT, "1",
            "1: the automatic choice may use LL128, which relies (as NCCL's LL128 does) on NVLink delivering a warp's "
            "128-byte line store whole; 0: never chosen automatically (FCCL_ALGO=ll128 still forces it), for GPUs that "
            "reach each other over PCIe. Equal on every rank.")
+FCCL_PARAM(GRAPH_REGISTER, FCCL_PARAM_INT, "1",
+           "1: an all-reduce captured into a CUDA graph with unregistered buffers, at a size where registered buffers "
+           "run another algorithm, registers them with every rank for the graph's lifetime (a host exchange at "
+           "capture: every rank must capture the call); 0: captured calls stage like eager ones. Equal on every rank.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")

@@ -66,4 +66,23 @@ int fcclTransportSlotIndex(struct fcclComm* comm);
  */
 int fcclTransportLookup(struct fcclComm* comm, const void* ptr, size_t bytes, void* peerPtrs[]);
 
+/*
+ * For an all-reduce being captured into a CUDA graph on stream with unregistered buffers: registers recvbuf (and
+ * sendbuf when it differs) with every rank, held by the captured graph (a CUDA user object) until it is destroyed,
+ * and fills peerSend / peerRecv (nranks entries) like fcclTransportLookup. These registrations are not seen by
+ * fcclTransportLookup: a rank's graph may be gone while a peer's lives, so eager calls on the same buffers stage.
+ * Collective on the host (every rank captures the call; bounded by the comm's timeout). *registered = 0 with
+ * fcclSuccess when every rank skips alike: two ranks share a process (one thread may drive both), the ranks
+ * disagree on in place, or a buffer cannot be shared (the call then stages). Errors: a failed exchange (dead peer, timeout, abort), out of memory, a CUDA error.
+ */
+fcclResult_t fcclTransportGraphRegister(struct fcclComm* comm, void* stream, void* sendbuf, void* recvbuf,
+                                        size_t bytes, void* peerSend[], void* peerRecv[], int* registered);
+
+/*
+ * Releases the registrations of captured graphs that CUDA has destroyed since the last call (all != 0: every one,
+ * for teardown; graphs still alive then lose their peer mappings). Cheap when there is nothing to release. Called
+ * from the communicator's own calls, never concurrently with them.
+ */
+fcclResult_t fcclTransportReleaseGraphRegistrations(struct fcclComm* comm, int all);
+
 #endif /* FCCL_TRANSPORT_H_ */

@@ -235,7 +235,10 @@ static fcclResult_t releaseRegistration(struct fcclTransport* t, struct fcclRegi
   return res;
 }
 
-static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle) {
+/* listed: a user registration (fcclTransportLookup finds it, fcclCommDeregister releases it); else one held by a
+ * captured graph, which the caller keeps. */
+static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle,
+                                   int listed) {
   struct fcclTransport* t = comm->transport;
   const int nranks = comm->nranks, me = comm->rank;
   fcclResult_t res = fcclSuccess;
@@ -372,13 +375,19 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
   }
   reg->buf = buf;
   reg->size = size;
-  reg->next = t->registrations;
-  t->registrations = reg;
-  uint64_t registrations = __atomic_add_fetch(&t->nRegistrations, 1, __ATOMIC_RELAXED);
+  uint64_t registrations = 0;
+  if (listed) {
+    reg->next = t->registrations;
+    t->registrations = reg;
+    registrations = __atomic_add_fetch(&t->nRegistrations, 1, __ATOMIC_RELAXED);
+  } else {
+    registrations = __atomic_add_fetch(&t->nGraphRegistrations, 1, __ATOMIC_RELAXED);
+  }
   *handle = reg;
   reg = NULL;
-  FCCL_INFO(FCCL_SUBSYS_IPC, "registered %p (%zu bytes, %s, %d allocation(s)) on %s: %" PRIu64 " registrations",
-            buf, size, exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, comm->name, registrations);
+  FCCL_INFO(FCCL_SUBSYS_IPC, "registered %p (%zu bytes, %s, %d allocation(s)) on %s: %" PRIu64 " %s", buf, size,
+            exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, comm->name, registrations,
+            listed ? "registrations" : "registrations held by graphs");
 
 exit:
   if (res == fcclSuccess && local != fcclSuccess) res = local;
@@ -411,7 +420,7 @@ static fcclResult_t commWithTransport(fcclComm_t comm, const char* call) {
 FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
   fcclClearError();
   FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
-  fcclResult_t res = registerBuffer(comm, buf, size, handle);
+  fcclResult_t res = registerBuffer(comm, buf, size, handle, 1);
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;
 }
@@ -446,6 +455,218 @@ FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle
   return res;
 }
 
+/* ---- registrations held by captured graphs ---- */
+
+/*
+ * The buffers one captured all-reduce registered, owned by its graph through a CUDA user object. CUDA destroys the
+ * object on a thread of its own once the graph and every instantiation and launch of it are gone; no CUDA call may
+ * be made there, so the destructor only marks the holder and the communicator's next call releases the mappings.
+ * graphLock guards every holder's fields and the transports' lists (holders outlive their communicator when it is
+ * destroyed first: the destructor then just frees the holder).
+ */
+struct fcclGraphHolder {
+  struct fcclGraphHolder* next;
+  struct fcclTransport* transport; /* NULL: the communicator is gone */
+  int graphGone;
+  struct fcclRegistration* regs[2];
+};
+
+static pthread_mutex_t graphLock = PTHREAD_MUTEX_INITIALIZER;
+
+static void CUDART_CB graphHolderDestroy(void* arg) {
+  struct fcclGraphHolder* holder = arg;
+  pthread_mutex_lock(&graphLock);
+  struct fcclTransport* t = holder->transport;
+  if (t) {
+    holder->graphGone = 1;
+    __atomic_store_n(&t->graphsGone, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&graphLock);
+  if (!t) free(holder);
+}
+
+/* The calling thread may be capturing (global mode): mapping and unmapping are not stream work, so they are made
+ * in relaxed mode rather than invalidating the capture. */
+static enum cudaStreamCaptureMode relaxCapture(void) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaStreamCaptureModeRelaxed;
+  }
+  return mode;
+}
+
+static void restoreCapture(enum cudaStreamCaptureMode mode) {
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static fcclResult_t releaseGraphHolders(struct fcclTransport* t, int all) {
+  if (!all && !__atomic_load_n(&t->graphsGone, __ATOMIC_ACQUIRE)) return fcclSuccess;
+  /* Taken under the lock (graph registrations are chained through their unused next), released outside it: the
+   * destructor thread never waits on a CUDA call. */
+  struct fcclRegistration* regs = NULL;
+  struct fcclGraphHolder* gone = NULL;
+  int n = 0;
+  pthread_mutex_lock(&graphLock);
+  __atomic_store_n(&t->graphsGone, 0, __ATOMIC_RELAXED);
+  struct fcclGraphHolder** link = &t->graphHolders;
+  while (*link) {
+    struct fcclGraphHolder* holder = *link;
+    if (!holder->graphGone && !all) {
+      link = &holder->next;
+      continue;
+    }
+    *link = holder->next;
+    for (int i = 0; i < 2; i++) {
+      if (!holder->regs[i]) continue;
+      holder->regs[i]->next = regs;
+      regs = holder->regs[i];
+      holder->regs[i] = NULL;
+      n++;
+    }
+    if (holder->graphGone) {
+      holder->next = gone;
+      gone = holder;
+    } else {
+      holder->transport = NULL; /* the graph lives on: its destructor frees the holder */
+    }
+  }
+  pthread_mutex_unlock(&graphLock);
+  fcclResult_t res = fcclSuccess;
+  if (n > 0) {
+    const enum cudaStreamCaptureMode mode = relaxCapture();
+    while (regs) {
+      struct fcclRegistration* next = regs->next;
+      fcclResult_t released = releaseRegistration(t, regs);
+      if (res == fcclSuccess) res = released;
+      regs = next;
+    }
+    restoreCapture(mode);
+    __atomic_sub_fetch(&t->nGraphRegistrations, (uint64_t)n, __ATOMIC_RELAXED);
+    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: released %d buffer registration(s) held by %s", t->comm->name, n,
+              all ? "captured graphs (teardown)" : "destroyed graphs");
+  }
+  while (gone) {
+    struct fcclGraphHolder* next = gone->next;
+    free(gone);
+    gone = next;
+  }
+  return res;
+}
+
+fcclResult_t fcclTransportReleaseGraphRegistrations(struct fcclComm* comm, int all) {
+  if (!comm || !comm->transport) return fcclSuccess;
+  return releaseGraphHolders(comm->transport, all);
+}
+
+/* A holder owned by the graph being captured on stream, linked into t's list. */
+static fcclResult_t holderForCapture(struct fcclTransport* t, cudaStream_t stream, struct fcclGraphHolder** out) {
+  *out = NULL;
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+#if CUDART_VERSION >= 13000
+  CUDACHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL, NULL));
+#else
+  CUDACHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL));
+#endif
+  if (status != cudaStreamCaptureStatusActive || graph == NULL)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "stream %p is no longer being captured", (void*)stream);
+  struct fcclGraphHolder* holder = calloc(1, sizeof(*holder));
+  if (!holder) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  cudaUserObject_t object;
+  cudaError_t err = cudaUserObjectCreate(&object, holder, graphHolderDestroy, 1, cudaUserObjectNoDestructorSync);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    free(holder);
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaUserObjectCreate failed: %s",
+                      cudaGetErrorString(err));
+  }
+  /* Linked before the graph owns it: from then on only the destructor or teardown frees it. */
+  pthread_mutex_lock(&graphLock);
+  holder->transport = t;
+  holder->next = t->graphHolders;
+  t->graphHolders = holder;
+  pthread_mutex_unlock(&graphLock);
+  err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    /* Our reference is the only one: releasing it runs the destructor, which marks the (empty) holder gone. */
+    (void)cudaUserObjectRelease(object, 1);
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaGraphRetainUserObject failed: %s",
+                      cudaGetErrorString(err));
+  }
+  *out = holder;
+  return fcclSuccess;
+}
+
+/* What each rank says before a captured call registers: whether it can, and whether its call is in place. */
+struct graphRegRecord {
+  int32_t status;
+  int32_t inPlace;
+};
+
+fcclResult_t fcclTransportGraphRegister(struct fcclComm* comm, void* stream, void* sendbuf, void* recvbuf,
+                                        size_t bytes, void* peerSend[], void* peerRecv[], int* registered) {
+  *registered = 0;
+  struct fcclTransport* t = comm->transport;
+  /* Ranks of one process may be driven by one thread (fcclCommInitAll, the benchmark's -g): the first rank's call
+   * would wait in the exchange for calls that thread has not made yet. Every rank skips alike. */
+  if (!t || fcclTransportRanksShareProcess(t)) return fcclSuccess;
+  const int nranks = comm->nranks;
+  struct graphRegRecord* records = calloc((size_t)nranks, sizeof(*records));
+  if (!records) {
+    t->outOfStep = 1; /* the peers go on to the all-gather without us */
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  }
+  const enum cudaStreamCaptureMode mode = relaxCapture();
+  struct fcclGraphHolder* holder = NULL;
+  fcclResult_t local = holderForCapture(t, (cudaStream_t)stream, &holder);
+  records[comm->rank].status = local;
+  records[comm->rank].inPlace = sendbuf == recvbuf;
+  fcclResult_t res = fcclTransportAllGather(t, records, sizeof(*records));
+  int agree = res == fcclSuccess;
+  for (int r = 0; agree && r < nranks; r++)
+    agree = records[r].status == fcclSuccess && records[r].inPlace == records[comm->rank].inPlace;
+  if (res != fcclSuccess || local != fcclSuccess) {
+    if (res == fcclSuccess) res = local;
+  } else if (!agree) {
+    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured all-reduce of %zu bytes stages: %s", comm->name, bytes,
+              "a rank could not attach a registration to its graph, or the ranks disagree on in place");
+  } else {
+    /* Every rank registers the same buffers in the same order; every rank fails alike. */
+    struct fcclRegistration* regs[2] = {NULL, NULL};
+    res = registerBuffer(comm, recvbuf, bytes, &regs[0], 0);
+    if (res == fcclSuccess && sendbuf != recvbuf) {
+      res = registerBuffer(comm, sendbuf, bytes, &regs[1], 0);
+      if (res != fcclSuccess) {
+        (void)releaseRegistration(t, regs[0]); /* every rank drops it: the peers failed alike */
+        __atomic_sub_fetch(&t->nGraphRegistrations, 1, __ATOMIC_RELAXED);
+        regs[0] = NULL;
+      }
+    }
+    if (res == fcclSuccess) {
+      pthread_mutex_lock(&graphLock);
+      holder->regs[0] = regs[0];
+      holder->regs[1] = regs[1];
+      pthread_mutex_unlock(&graphLock);
+      const struct fcclRegistration* send = regs[1] ? regs[1] : regs[0];
+      for (int r = 0; r < nranks; r++) {
+        peerRecv[r] = regs[0]->peerBufs[r];
+        peerSend[r] = send->peerBufs[r];
+      }
+      *registered = 1;
+    } else if (fcclTransportInStep(t)) {
+      /* Memory that cannot be shared (every rank learned it in the exchange): the call stages instead. */
+      FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured all-reduce of %zu bytes stages: its buffers cannot be registered "
+                "(%s)", comm->name, bytes, fcclGetErrorString(res));
+      res = fcclSuccess;
+    }
+  }
+  restoreCapture(mode);
+  free(records);
+  return res;
+}
+
 fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* t) {
   fcclResult_t res = fcclSuccess;
   if (t->registrations)
@@ -458,6 +679,8 @@ fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* t) {
     if (res == fcclSuccess) res = released;
   }
   __atomic_store_n(&t->nRegistrations, 0, __ATOMIC_RELAXED);
+  fcclResult_t graphs = releaseGraphHolders(t, 1);
+  if (res == fcclSuccess) res = graphs;
   return res;
 }
 
@@ -553,6 +776,8 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
   struct fcclTransport* t = comm ? __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE) : NULL;
   if (t) {
     out.commRegistrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
+    if (stats->size >= offsetof(fcclMemStats_t, commGraphRegistrations) + sizeof(uint64_t))
+      out.commGraphRegistrations = __atomic_load_n(&t->nGraphRegistrations, __ATOMIC_RELAXED);
     /* The communicator's share of its arena chunk: its slot and its slot's check words. */
     struct fcclArena* arena = t->arena;
     out.commDeviceBytes = fcclArenaChunkBytes(arena) / (size_t)fcclArenaSlotsPerChunk(arena);

@@ -57,13 +57,20 @@ fcclResult_t fcclTransportBarrier(struct fcclTransport* t) {
 }
 
 /* Whether this rank may still wait for its peers: not aborted, and every exchange so far taken in step. */
-static int peersReachable(const struct fcclTransport* t) {
+int fcclTransportRanksShareProcess(const struct fcclTransport* t) {
+  for (int p = 0; p < t->comm->nranks; p++)
+    for (int q = p + 1; q < t->comm->nranks; q++)
+      if (sameProcess(&t->peers[p].info, &t->peers[q].info)) return 1;
+  return 0;
+}
+
+int fcclTransportInStep(const struct fcclTransport* t) {
   const struct fcclComm* comm = t->comm;
   return !t->outOfStep && !(comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE));
 }
 
 int fcclTransportSettle(struct fcclTransport* t) {
-  return peersReachable(t) && fcclTransportBarrier(t) == fcclSuccess;
+  return fcclTransportInStep(t) && fcclTransportBarrier(t) == fcclSuccess;
 }
 
 fcclResult_t fcclTransportAgree(struct fcclTransport* t, fcclResult_t localStatus, const char* what) {
@@ -729,7 +736,7 @@ fcclResult_t fcclTransportFini(struct fcclComm* comm) {
   fcclResult_t deviceRes = fcclIpcSetDevice(comm->cudaDev, &previous);
   if (deviceRes != fcclSuccess) previous = -1;
   /* Aborted, or an earlier exchange failed: the peers may never come, so nothing waits for them. */
-  int reachable = peersReachable(t);
+  int reachable = fcclTransportInStep(t);
   if (!reachable) {
     quarantine = 1;
   } else {

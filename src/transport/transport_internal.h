@@ -54,6 +54,9 @@ struct fcclTransport {
   uint64_t exchanges;     /* descriptor exchanges so far (all ranks count alike) */
   struct fcclRegistration* registrations;
   uint64_t nRegistrations; /* read by fcclCommGetMemStats from any thread: __atomic builtins */
+  struct fcclGraphHolder* graphHolders; /* registrations held by captured graphs (register.c; graphLock) */
+  uint64_t nGraphRegistrations;         /* buffers they hold; read by fcclCommGetMemStats (__atomic builtins) */
+  int graphsGone;                       /* a holder's graph was destroyed (set by CUDA's thread; __atomic) */
   int outOfStep;           /* an exchange failed or this rank skipped one: the ranks no longer meet step for step,
                               so nothing waits for them any more (teardown quarantines instead of barriers) */
 };
@@ -97,6 +100,12 @@ fcclResult_t fcclTransportBarrier(struct fcclTransport* transport);
  * barrier fails: the caller must then assume peers may still map its memory.
  */
 int fcclTransportSettle(struct fcclTransport* transport);
+
+/* Whether two ranks of the communicator live in one process (every rank computes the same answer). */
+int fcclTransportRanksShareProcess(const struct fcclTransport* transport);
+
+/* Whether this rank may still wait for its peers: not aborted, and every exchange so far taken in step. */
+int fcclTransportInStep(const struct fcclTransport* transport);
 
 /* An all-gather of each rank's status: fcclSuccess when every rank succeeded, else an error naming the first
  * failed rank (the exchange's own failure when it failed). */
