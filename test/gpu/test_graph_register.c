@@ -113,7 +113,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   EXPECT_EQ_INT(graphRegistrations(comm, NULL), (uint64_t)expected);
   if (testFailed) return 1;
 
-  const int replays = collQuick() ? 20 : 200;
+  const int replays = collQuick() ? 20 : 60; /* large calls: the host reference dominates */
   uint64_t call = 0;
   int bad = 0;
   for (int replay = 0; replay < replays && bad < 5; replay++) {
