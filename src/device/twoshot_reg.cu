@@ -11,7 +11,9 @@
  *     output, at their own place, which the owner then reduces in place with its input. Only stores cross NVLink:
  *     on 2x H200, stores in both directions at once move 365 GB/s per direction, loads 335 (docs/perf/
  *     2026-11-30-h200x2-s5/linkbw.txt), at the price of one more flag hop: faster
- *     from 16 MiB (64 MiB: 189.5 us against 202), slower below (4 MiB: 19.7 against 17.3).
+ *     from 16 MiB (64 MiB: 189.5 us against 202), slower below (4 MiB: 19.7 against 17.3). Pushing in parts, each
+     with its own "sent" step, was slower still: each release after remote stores costs 1.5-3 us
+     (docs/perf/2026-11-30-h200x2-s6).
  *     ready  as above.
  *     sent   (pad A step 2, release, acquire) the peer's units of our share are in our output.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
