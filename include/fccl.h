@@ -309,8 +309,9 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * 0..n-1, 16-bit floats accumulate in fp32, integers wrap around, float max/min propagate NaN, avg is the sum
  * divided once by the number of ranks. Any count and any element-aligned pointers.
  * Buffers inside a range registered with fcclCommRegister (on every rank, at the same offset, and in place on every
- * rank or on none) are read and written in place; others go through the communicator's staging buffers (FCCL_STAGING_BYTES) in rounds, so any count
- * works. The algorithm follows the size (FCCL_ALGO overrides); docs/collectives.md has the table.
+ * rank or on none) are read and written in place; others go through the communicator's staging buffers
+ * (FCCL_STAGING_BYTES) in rounds, so any count works. The algorithm follows the size (FCCL_ALGO overrides);
+ * docs/collectives.md has the table.
  * @param sendbuf   input, count elements of device memory of the communicator's device (NULL only with count 0).
  * @param recvbuf   output, likewise; may equal sendbuf.
  * @param count     elements (0 does nothing).

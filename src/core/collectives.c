@@ -196,7 +196,8 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   fcclSlotLayout* layout = &s->dev.layout;
   size_t slotBytes = fcclTransportSlotBytes(comm);
   if (slotBytes < layout->totalBytes)
-    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "the transport's slot has %zu bytes, the collectives need %llu",
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL,
+                      "the transport's slot has %zu bytes, the collectives need %llu",
                       slotBytes, (unsigned long long)layout->totalBytes);
   for (int r = 0; r < nranks; r++) {
     void* slot = fcclTransportPeerSlot(comm, r);

@@ -72,8 +72,9 @@ int fcclTransportLookup(struct fcclComm* comm, const void* ptr, size_t bytes, vo
  * and fills peerSend / peerRecv (nranks entries) like fcclTransportLookup. These registrations are not seen by
  * fcclTransportLookup: a rank's graph may be gone while a peer's lives, so eager calls on the same buffers stage.
  * Collective on the host (every rank captures the call; bounded by the comm's timeout). *registered = 0 with
- * fcclSuccess when every rank skips alike: two ranks share a process (one thread may drive both), the ranks
- * disagree on in place, or a buffer cannot be shared (the call then stages). Errors: a failed exchange (dead peer, timeout, abort), out of memory, a CUDA error.
+ * fcclSuccess when every rank skips alike: two ranks share a process (one thread may drive both), a rank could not
+ * attach a registration to its graph, the ranks disagree on in place, or a buffer cannot be shared (the call then
+ * stages). Errors: a failed exchange (dead peer, timeout, abort) and out of host memory.
  */
 fcclResult_t fcclTransportGraphRegister(struct fcclComm* comm, void* stream, void* sendbuf, void* recvbuf,
                                         size_t bytes, void* peerSend[], void* peerRecv[], int* registered);

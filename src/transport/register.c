@@ -627,11 +627,14 @@ fcclResult_t fcclTransportGraphRegister(struct fcclComm* comm, void* stream, voi
   int agree = res == fcclSuccess;
   for (int r = 0; agree && r < nranks; r++)
     agree = records[r].status == fcclSuccess && records[r].inPlace == records[comm->rank].inPlace;
-  if (res != fcclSuccess || local != fcclSuccess) {
-    if (res == fcclSuccess) res = local;
+  if (res != fcclSuccess) {
+    /* The exchange itself failed (dead peer, timeout, abort): the ranks no longer meet. */
   } else if (!agree) {
+    /* Every rank knows it from the exchange and stages alike, a local failure included (the call still works). */
     FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured all-reduce of %zu bytes stages: %s", comm->name, bytes,
-              "a rank could not attach a registration to its graph, or the ranks disagree on in place");
+              local != fcclSuccess ? "this rank could not attach a registration to its graph"
+                                   : "a rank could not attach a registration to its graph, or the ranks disagree on "
+                                     "in place");
   } else {
     /* Every rank registers the same buffers in the same order; every rank fails alike. */
     struct fcclRegistration* regs[2] = {NULL, NULL};
