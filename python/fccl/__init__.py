@@ -523,8 +523,10 @@ class Registration:
         self.buffer = buffer
 
     def deregister(self):
-        """fcclCommDeregister: collective, in registration order on every rank. Does nothing the second time."""
-        if self._handle is None:
+        """fcclCommDeregister: collective, in registration order on every rank. Does nothing the second time, nor
+        after the communicator's destroy or abort, which released it."""
+        if self._handle is None or self._comm._handle is None:
+            self._handle = self.buffer = None
             return
         handle, self._handle = self._handle, None
         comm_handle = self._comm._live_handle()

@@ -12,9 +12,10 @@ place, bitwise equal across ranks), explicit streams, a 4 MiB all-reduce capture
 fresh data, register/deregister, graph registrations in mem_stats, and from_process_group over gloo.
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_fccl.py [-v]
-FCCL_TEST_HEADER names include/fccl.h (default: found from this file's place in the tree).
+TEST_FCCL_HEADER names include/fccl.h (default: found from this file's place in the tree).
 """
 import ctypes
+import functools
 import hashlib
 import importlib
 import multiprocessing
@@ -32,7 +33,7 @@ import unittest
 import fccl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HEADER = os.environ.get("FCCL_TEST_HEADER", os.path.join(HERE, "..", "..", "include", "fccl.h"))
+HEADER = os.environ.get("TEST_FCCL_HEADER", os.path.join(HERE, "..", "..", "include", "fccl.h"))
 # Bounds every init attempt here, so that a bug shows as a failure, never as a hang.
 SHORT_TIMEOUT_MS = 5000
 
@@ -184,6 +185,7 @@ class InitErrorTest(unittest.TestCase):
             fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), {"timeout_ms": 5})
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_count():
     """CUDA devices the runtime sees, asked in a child of the libcudart that libfccl links (no torch needed, and
     this process's CUDA state stays untouched); 0 when there is no driver or no device."""
@@ -302,6 +304,10 @@ class BufferCheckTest(unittest.TestCase):
         with self.assertRaises(fccl.FcclError) as caught:
             comm.all_reduce(FakeCudaArray((4,)))
         self.assertEqual(caught.exception.result, fccl.Result.InvalidUsage)
+        with self.assertRaises(fccl.FcclError):
+            comm.register(FakeCudaArray((4,)))
+        # A registration outliving its communicator was released by the destroy: deregister must not call C.
+        fccl.Registration(comm, 0x1234, FakeCudaArray((4,))).deregister()
         comm.destroy()  # idempotent
         comm.abort()
         with comm:
@@ -363,16 +369,20 @@ class ExternalCallbackTest(unittest.TestCase):
         self.assertFalse(fccl._ExternalBootstrap(2, lambda send: send, None).callbacks.barrier)  # NULL: fccl's own
 
     def test_callback_exception_through_the_library(self):
-        # One rank whose allgather fails: fccl must return the callback's code (or fail earlier without a GPU),
-        # and the Python exception must not escape through C.
+        # Two ranks, so that fccl calls the allgather (one rank exchanges nothing): with a GPU the callback's
+        # exception comes back as fcclSystemError naming it; without one the init fails on the device first. Either
+        # way nothing waits, and the exception does not escape through C.
         def broken(send):
             raise RuntimeError("no exchange today")
 
         with self.assertRaises(fccl.FcclError) as caught:
-            fccl.Communicator.from_external(1, 0, broken, config=fccl.Config(timeout_ms=SHORT_TIMEOUT_MS))
-        self.assertIn(caught.exception.result, (fccl.Result.SystemError, fccl.Result.UnhandledCudaError))
-        if caught.exception.result == fccl.Result.SystemError:
+            fccl.Communicator.from_external(2, 0, broken, config=fccl.Config(timeout_ms=SHORT_TIMEOUT_MS))
+        if gpu_count() > 0:
+            self.assertEqual(caught.exception.result, fccl.Result.SystemError, str(caught.exception))
             self.assertIn("no exchange today", str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, RuntimeError)
+        else:
+            self.assertEqual(caught.exception.result, fccl.Result.UnhandledCudaError, str(caught.exception))
 
 
 # ---- with GPUs ----------------------------------------------------------------------------------------------------
