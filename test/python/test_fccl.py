@@ -89,6 +89,15 @@ class LibraryTest(unittest.TestCase):
     def test_version_is_the_headers(self):
         self.assertEqual(fccl.version(), header_version_code())
 
+    def test_package_version_is_the_headers(self):
+        pyproject = os.path.join(HERE, "..", "..", "python", "pyproject.toml")
+        if not os.path.exists(pyproject):
+            self.skipTest("no python/pyproject.toml beside this test")
+        with open(pyproject) as handle:
+            declared = re.search(r'^version = "([^"]+)"', handle.read(), re.M).group(1)
+        code = header_version_code()
+        self.assertEqual(declared, f"{code // 10000}.{code // 100 % 100}.{code % 100}")
+
     def test_enums_match_the_header(self):
         for python_enum, c_enum, prefix in ((fccl.Result, "fcclResult_t", "fccl"),
                                             (fccl.DataType, "fcclDataType_t", "fccl"),
