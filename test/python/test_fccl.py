@@ -330,6 +330,73 @@ class BufferCheckTest(unittest.TestCase):
         self.assertIn("rank 1 never arrived", str(error))
 
 
+class FakeTorchTest(unittest.TestCase):
+    """The torch branch of the buffer and stream rules, with a stand-in module as sys.modules["torch"]: it checks
+    the attributes the layer reads (is_cuda, is_contiguous, dtype, numel, data_ptr, device, the current stream)."""
+
+    def setUp(self):
+        if "torch" in sys.modules:
+            self.skipTest("the real torch is imported")
+        streams = []
+
+        class Tensor:
+            def __init__(self, dtype="torch.bfloat16", numel=6, pointer=0x7000, is_cuda=True, contiguous=True):
+                self.dtype, self._numel, self._pointer = dtype, numel, pointer
+                self.is_cuda, self._contiguous, self.device = is_cuda, contiguous, "cuda:1" if is_cuda else "cpu"
+
+            def is_contiguous(self):
+                return self._contiguous
+
+            def numel(self):
+                return self._numel
+
+            def data_ptr(self):
+                return self._pointer
+
+        class Stream:
+            cuda_stream = 0xBEEF
+
+        def current_stream(device):
+            streams.append(device)
+            return Stream()
+
+        module = type(sys)("torch")
+        module.Tensor = Tensor
+        module.cuda = type(sys)("torch.cuda")
+        module.cuda.current_stream = current_stream
+        sys.modules["torch"] = module
+        self.addCleanup(sys.modules.pop, "torch")
+        self.Tensor, self.streams = Tensor, streams
+
+    def test_tensor_and_its_current_stream(self):
+        send, recv, _, stream = fccl._all_reduce_arguments(self.Tensor(), self.Tensor(pointer=0x8000), "sum", None)
+        self.assertEqual((send.pointer, send.count, send.dtype, recv.pointer), (0x7000, 6, fccl.DataType.bfloat16,
+                                                                                 0x8000))
+        self.assertEqual((stream, self.streams), (0xBEEF, ["cuda:1"]))
+        _, _, _, stream = fccl._all_reduce_arguments(self.Tensor(), None, "sum", 5)
+        self.assertEqual(stream, 5)  # an explicit stream wins
+
+    def test_dtypes(self):
+        for name, dtype in (("float16", fccl.DataType.float16), ("bfloat16", fccl.DataType.bfloat16),
+                            ("float32", fccl.DataType.float32), ("float64", fccl.DataType.float64),
+                            ("int8", fccl.DataType.int8), ("uint8", fccl.DataType.uint8),
+                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64)):
+            self.assertEqual(fccl._as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
+        for name in ("torch.complex64", "torch.bool", "torch.float8_e4m3fn"):
+            with self.assertRaises(TypeError):
+                fccl._as_buffer(self.Tensor(dtype=name), "send")
+
+    def test_host_or_strided_tensors_are_refused(self):
+        with self.assertRaises(ValueError):
+            fccl._as_buffer(self.Tensor(is_cuda=False), "send")
+        with self.assertRaises(ValueError):
+            fccl._as_buffer(self.Tensor(contiguous=False), "send")
+        with self.assertRaises(ValueError):
+            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(dtype="torch.float32"), "sum", None)
+        with self.assertRaises(ValueError):
+            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(numel=7), "sum", None)
+
+
 class ExternalCallbackTest(unittest.TestCase):
     """The CFUNCTYPE callbacks called directly, as fccl would call them."""
 
@@ -397,7 +464,7 @@ class ExternalCallbackTest(unittest.TestCase):
 # ---- with GPUs ----------------------------------------------------------------------------------------------------
 
 GPU_RANKS = 2
-GPU_TIMEOUT_S = 240  # for the whole two-rank run, torch's CUDA start included
+GPU_TIMEOUT_S = 90  # for the whole two-rank run, torch's start included; under meson's 120 s for the test
 GRAPH_BYTES = 4 << 20
 GRAPH_REPLAYS = 20
 EAGER_COUNTS = (1, 7, 1000, 65536 + 3, (1 << 20) + 5)
@@ -448,6 +515,9 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
     scenario = "start"
+    # A kernel waiting for a rank that died gives up after this (default 10 minutes), well before the parent's
+    # deadline; fccl reads it once, at its first call.
+    os.environ.setdefault("FCCL_TIMEOUT", "20000")
     try:
         torch = importlib.import_module("torch")
         torch.cuda.set_device(rank)
