@@ -251,3 +251,23 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }
+
+int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int rank, int nranks, void* arg),
+                   int timeoutSeconds) {
+  int nranks = argc > 1 ? atoi(argv[1]) : 2;
+  if (nranks < 2 || nranks > REF_MAX_RANKS) {
+    fprintf(stderr, "usage: %s [nranks 2..%d]\n", argv[0], REF_MAX_RANKS);
+    return 2;
+  }
+  struct collReplayArgs args = {collSharedNew(), testSeed(), testGpuCount()};
+  if (args.gpus < 1) {
+    printf("SKIP: no GPU\n");
+    return TEST_SKIP;
+  }
+  int codes[REF_MAX_RANKS];
+  int failed = testForkRanks(nranks, rankMain, &args, timeoutSeconds, codes);
+  EXPECT_EQ_INT(failed, 0);
+  int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
+  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
+  return testSummary(name);
+}

@@ -102,6 +102,21 @@ int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call
  * the number of calls whose hashes differ. */
 int collCompareHashes(const struct collShared* shared, int nranks, uint64_t calls);
 
+/* What every rank of a replay test (graph, graph_register) gets: the shared page, the data seed, the GPU count. */
+struct collReplayArgs {
+  struct collShared* shared;
+  uint64_t seed;
+  int gpus;
+};
+
+/*
+ * main() of a replay test: argv[1] is the rank count (default 2, at most REF_MAX_RANKS); skips without a GPU; forks
+ * the ranks into rankMain (arg: a struct collReplayArgs), waits at most timeoutSeconds, then compares the output
+ * hashes of the shared->flags[0] calls the ranks recorded. Returns the process exit code.
+ */
+int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int rank, int nranks, void* arg),
+                   int timeoutSeconds);
+
 /* Whether algorithm algo can run the case (capacity, registration), with the default layout. */
 int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace);
 

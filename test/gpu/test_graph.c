@@ -11,12 +11,6 @@
 
 #include <unistd.h>
 
-struct graphArgs {
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
 struct node {
   int algo;
   fcclDataType_t type;
@@ -40,7 +34,7 @@ static const struct node kNodes[NODES] = {
 #define REGION (1u << 20) /* bytes of each node's region in the shared buffers */
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct graphArgs* args = arg;
+  const struct collReplayArgs* args = arg;
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct collBuffer send, recv;
@@ -135,21 +129,4 @@ static int rankMain(int rank, int nranks, void* arg) {
   return testSummary(name);
 }
 
-int main(int argc, char** argv) {
-  int nranks = argc > 1 ? atoi(argv[1]) : 2;
-  if (nranks < 2 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s [nranks 2..8]\n", argv[0]);
-    return 2;
-  }
-  struct graphArgs args = {collSharedNew(), testSeed(), testGpuCount()};
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, 600, codes);
-  EXPECT_EQ_INT(failed, 0);
-  int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
-  EXPECT_MSG(differ == 0, "%d replayed calls gave different bits on different ranks", differ);
-  return testSummary("graph");
-}
+int main(int argc, char** argv) { return collReplayMain(argc, argv, "graph", rankMain, 600); }

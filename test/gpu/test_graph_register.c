@@ -19,12 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-struct registerArgs {
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
 enum { MEM_CUDA_MALLOC = 0, MEM_FCCL = 1 };
 enum { PLACE_OUT = 0, PLACE_IN = 1, PLACE_RANK0_IN = 2 };
 
@@ -70,7 +64,7 @@ static int waitReleased(fcclComm_t comm, cudaStream_t stream, uint64_t* openMapp
 }
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct registerArgs* args = arg;
+  const struct collReplayArgs* args = arg;
   const char* setting = getenv("FCCL_GRAPH_REGISTER");
   const int enabled = setting == NULL || atoi(setting) != 0;
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
@@ -199,21 +193,4 @@ static int rankMain(int rank, int nranks, void* arg) {
   return testSummary(name);
 }
 
-int main(int argc, char** argv) {
-  int nranks = argc > 1 ? atoi(argv[1]) : 2;
-  if (nranks < 2 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s [nranks 2..8]\n", argv[0]);
-    return 2;
-  }
-  struct registerArgs args = {collSharedNew(), testSeed(), testGpuCount()};
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, 300, codes);
-  EXPECT_EQ_INT(failed, 0);
-  int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
-  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
-  return testSummary("graph_register");
-}
+int main(int argc, char** argv) { return collReplayMain(argc, argv, "graph_register", rankMain, 300); }
