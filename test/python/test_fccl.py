@@ -602,9 +602,15 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
             digests.append(digest(torch, static_out))
         del graph
         torch.cuda.synchronize()
-        comm.barrier()  # the communicator's next call releases a destroyed graph's registrations
-        torch.cuda.synchronize()
-        left = comm.mem_stats()["commGraphRegistrations"]
+        # CUDA runs the graph's user-object destructor on a thread of its own, soon after the graph goes; the
+        # communicator's next barrier (or all-reduce) then releases the registrations. Bounded polling.
+        for _ in range(500):
+            comm.barrier()
+            torch.cuda.synchronize()
+            left = comm.mem_stats()["commGraphRegistrations"]
+            if left == 0:
+                break
+            time.sleep(0.01)
         if left != 0:
             problems.append(f"{left} graph registrations left after the graph was destroyed")
         report(scenario, problems, digests)
