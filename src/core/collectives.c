@@ -606,6 +606,8 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
   int capturing = 0;
   res = checkStream(comm, stream, "fcclBarrier", &capturing);
+  /* As in fcclAllReduce: graphs destroyed since the last call give back what they registered. */
+  if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm, 0);
   /* A barrier of one rank has nobody to wait for: nothing to launch. */
   if (res == fcclSuccess && comm->nranks > 1)
     res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);

@@ -48,3 +48,7 @@ FCCL_PARAM(GRAPH_REGISTER, FCCL_PARAM_INT, "1",
            "capture: every rank must capture the call); 0: captured calls stage like eager ones. Equal on every rank.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")
+
+/* ---- language bindings ---- */
+FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
+           "Path of libfccl.so.0 for the Python layer (python/fccl) to load; the library itself does not use it.")

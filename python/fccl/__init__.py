@@ -1,0 +1,713 @@
+"""fccl from Python: a ctypes layer over libfccl's C API (include/fccl.h).
+
+fccl is a collective communication library for the GPUs of one NVLink domain with an NCCL-style API. This module
+wraps it with the standard library only; PyTorch is optional and imported only when a call needs it (a torch
+tensor as a buffer, ``Communicator.from_process_group``).
+
+The library is found through the environment variable FCCL_LIBRARY (a path to libfccl.so.0) or, without it, as
+``libfccl.so.0`` through the dynamic loader's search (LD_LIBRARY_PATH, the installed prefix). It is loaded at the
+first call, so ``import fccl`` itself never fails for want of it.
+
+Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 example.py``)::
+
+    import torch, torch.distributed as dist
+    import fccl
+
+    dist.init_process_group("gloo")
+    rank, nranks = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank)
+    box = [fccl.UniqueId.create() if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    comm = fccl.Communicator.init_rank(nranks, rank, box[0])
+
+    x = torch.randn(1 << 20, dtype=torch.bfloat16, device="cuda")
+    comm.all_reduce(x)                        # eager, in place, on torch's current stream
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        comm.all_reduce(x)                    # captured on the capture stream
+    g.replay()
+    del g
+    comm.destroy()                            # collective: every rank calls it
+
+An all-reduce of plain (unregistered) tensors captured into a CUDA graph registers them with every rank for the
+graph's lifetime (FCCL_GRAPH_REGISTER, docs/collectives.md), which makes replays as fast as registered buffers. That
+registration is a host exchange during capture: every rank must capture the same calls, in the same order.
+
+Buffers: a CUDA torch.Tensor (contiguous), any object with ``__cuda_array_interface__`` (C-contiguous), or an
+explicit ``(pointer, count, dtype)`` tuple. Every failing call raises FcclError with the result code and fccl's own
+words for the cause (fcclGetLastError). docs/python.md has the details.
+"""
+import ctypes
+import enum
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+__all__ = [
+    "Result", "DataType", "RedOp", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
+    "Registration", "mem_stats", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
+]
+
+UNIQUE_ID_BYTES = 128
+CONFIG_MAGIC = 0xFCC1C0F1
+_CONFIG_UNDEF_INT = -1
+
+
+class Result(enum.IntEnum):
+    """fcclResult_t; the values are stable and 0-7 match NCCL's."""
+    Success = 0
+    UnhandledCudaError = 1
+    SystemError = 2
+    InternalError = 3
+    InvalidArgument = 4
+    InvalidUsage = 5
+    RemoteError = 6
+    InProgress = 7
+    Timeout = 8
+
+
+class DataType(enum.IntEnum):
+    """fcclDataType_t; the values match NCCL's."""
+    int8 = 0
+    uint8 = 1
+    int32 = 2
+    uint32 = 3
+    int64 = 4
+    uint64 = 5
+    float16 = 6
+    float32 = 7
+    float64 = 8
+    bfloat16 = 9
+
+
+class RedOp(enum.IntEnum):
+    """fcclRedOp_t; the values match NCCL's."""
+    sum = 0
+    prod = 1
+    max = 2
+    min = 3
+    avg = 4
+
+
+_ITEM_SIZE = {
+    DataType.int8: 1, DataType.uint8: 1, DataType.int32: 4, DataType.uint32: 4, DataType.int64: 8,
+    DataType.uint64: 8, DataType.float16: 2, DataType.float32: 4, DataType.float64: 8, DataType.bfloat16: 2,
+}
+
+# __cuda_array_interface__ type strings. bfloat16 has none (CuPy and numba lack it): pass a torch tensor or a tuple.
+_TYPESTR_TO_DTYPE = {
+    "<f2": DataType.float16, "<f4": DataType.float32, "<f8": DataType.float64, "|i1": DataType.int8,
+    "|u1": DataType.uint8, "<i4": DataType.int32, "<u4": DataType.uint32, "<i8": DataType.int64,
+    "<u8": DataType.uint64,
+}
+
+# torch dtype names (str(torch.float32) == "torch.float32"): compared by name so torch need not be imported here.
+_TORCH_DTYPE_TO_DTYPE = {
+    "torch.float16": DataType.float16, "torch.bfloat16": DataType.bfloat16, "torch.float32": DataType.float32,
+    "torch.float64": DataType.float64, "torch.int8": DataType.int8, "torch.uint8": DataType.uint8,
+    "torch.int32": DataType.int32, "torch.int64": DataType.int64,
+}
+
+
+class FcclError(RuntimeError):
+    """A call into fccl returned something other than fcclSuccess.
+
+    ``result`` is the Result, ``message`` fccl's words for the cause (fcclGetLastError; may be empty)."""
+
+    def __init__(self, result, message="", call=""):
+        known = int(result) in Result._value2member_map_
+        self.result = Result(result) if known else int(result)  # a newer library may return a newer code
+        self.message = message
+        self.call = call
+        text = f"{call}: " if call else ""
+        name = self.result.name if known else f"result {self.result}"
+        text += f"{name} ({_error_string_or_name(result)})"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+    def __reduce__(self):  # so that it crosses process boundaries (multiprocessing) intact
+        return (FcclError, (int(self.result), self.message, self.call))
+
+
+# ---- the library ------------------------------------------------------------------------------------------------
+
+class _UniqueIdStruct(ctypes.Structure):
+    # c_ubyte rather than c_char: a c_char array field reads back cut at the first NUL byte.
+    _fields_ = [("internal", ctypes.c_ubyte * UNIQUE_ID_BYTES)]
+
+
+class _ConfigStruct(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("magic", ctypes.c_uint),
+        ("version", ctypes.c_uint),
+        ("blocking", ctypes.c_int),
+        ("timeoutMs", ctypes.c_int),
+        ("commName", ctypes.c_char_p),
+        ("allowSharedDevice", ctypes.c_int),
+    ]
+
+
+_ALLGATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_BARRIER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class _BootstrapCallbacksStruct(ctypes.Structure):
+    _fields_ = [("userContext", ctypes.c_void_p), ("allgather", _ALLGATHER_FN), ("barrier", _BARRIER_FN)]
+
+
+_MEM_STATS_FIELDS = ("openMappings", "mappingReferences", "bytesMapped", "totalOpens", "totalCloses",
+                     "commRegistrations", "commDeviceBytes", "commGraphRegistrations")
+
+
+class _MemStatsStruct(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in _MEM_STATS_FIELDS]
+
+
+_c_int_p = ctypes.POINTER(ctypes.c_int)
+_comm_t = ctypes.c_void_p
+_result_t = ctypes.c_int
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    "fcclGetVersion": (_result_t, [_c_int_p]),
+    "fcclGetErrorString": (ctypes.c_char_p, [_result_t]),
+    "fcclGetLastError": (ctypes.c_char_p, [_comm_t]),
+    "fcclGetUniqueId": (_result_t, [ctypes.POINTER(_UniqueIdStruct)]),
+    "fcclCommInitRankConfig": (_result_t, [ctypes.POINTER(_comm_t), ctypes.c_int, _UniqueIdStruct, ctypes.c_int,
+                                           ctypes.POINTER(_ConfigStruct)]),
+    "fcclCommInitExternal": (_result_t, [ctypes.POINTER(_comm_t), ctypes.c_int, ctypes.c_int,
+                                         ctypes.POINTER(_BootstrapCallbacksStruct), ctypes.POINTER(_ConfigStruct)]),
+    "fcclCommInitFromNccl": (_result_t, [ctypes.POINTER(_comm_t), ctypes.c_void_p, ctypes.POINTER(_ConfigStruct)]),
+    "fcclCommDestroy": (_result_t, [_comm_t]),
+    "fcclCommAbort": (_result_t, [_comm_t]),
+    "fcclCommGetAsyncError": (_result_t, [_comm_t, _c_int_p]),
+    "fcclCommCount": (_result_t, [_comm_t, _c_int_p]),
+    "fcclCommCuDevice": (_result_t, [_comm_t, _c_int_p]),
+    "fcclCommUserRank": (_result_t, [_comm_t, _c_int_p]),
+    "fcclAllReduce": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  _comm_t, ctypes.c_void_p]),
+    "fcclBarrier": (_result_t, [_comm_t, ctypes.c_void_p]),
+    "fcclCommRegister": (_result_t, [_comm_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
+    "fcclCommDeregister": (_result_t, [_comm_t, ctypes.c_void_p]),
+    "fcclCommGetMemStats": (_result_t, [_comm_t, ctypes.POINTER(_MemStatsStruct)]),
+}
+
+_library = None
+
+
+def _lib():
+    """The loaded libfccl with every prototype declared; loaded at the first call."""
+    global _library
+    if _library is None:
+        path = os.environ.get("FCCL_LIBRARY")
+        name = path or "libfccl.so.0"
+        try:
+            library = ctypes.CDLL(name)
+        except OSError as exc:
+            where = f"FCCL_LIBRARY={path}" if path else "libfccl.so.0 through the dynamic loader's search path"
+            raise OSError(f"fccl: cannot load {where} ({exc}); set FCCL_LIBRARY to the path of libfccl.so.0, "
+                          f"e.g. FCCL_LIBRARY=$PWD/build/src/libfccl.so.0") from exc
+        for function_name, (restype, argtypes) in _PROTOTYPES.items():
+            function = getattr(library, function_name)
+            function.restype = restype
+            function.argtypes = argtypes
+        _library = library
+    return _library
+
+
+def _last_error(comm_handle=None):
+    text = _lib().fcclGetLastError(comm_handle)
+    return text.decode("utf-8", "replace") if text else ""
+
+
+def _check(result, call, comm_handle=None, allowed=(Result.Success,)):
+    """Raises FcclError for a result outside allowed, with the calling thread's last error (the comm's when the
+    thread has none: an error a kernel or the init thread recorded)."""
+    if result in allowed:
+        return result
+    message = _last_error(None)
+    if not message and comm_handle:
+        message = _last_error(comm_handle)
+    raise FcclError(result, message, call)
+
+
+def _error_string_or_name(result):
+    try:
+        return error_string(result)
+    except OSError:  # the library itself failed to load: the code alone must do
+        return f"result {int(result)}"
+
+
+def version() -> int:
+    """FCCL_VERSION_CODE of the library actually loaded (major * 10000 + minor * 100 + patch)."""
+    value = ctypes.c_int()
+    _check(_lib().fcclGetVersion(ctypes.byref(value)), "fcclGetVersion")
+    return value.value
+
+
+def error_string(result) -> str:
+    """fccl's short static name for a result code."""
+    return _lib().fcclGetErrorString(int(result)).decode("utf-8", "replace")
+
+
+def mem_stats(comm: Optional["Communicator"] = None) -> dict:
+    """fcclCommGetMemStats: the process's peer-mapping numbers, and comm's own when given (else those are 0)."""
+    stats = _MemStatsStruct()
+    stats.size = ctypes.sizeof(_MemStatsStruct)  # fields beyond size are not written
+    handle = comm._live_handle() if comm is not None else None
+    _check(_lib().fcclCommGetMemStats(handle, ctypes.byref(stats)), "fcclCommGetMemStats", handle)
+    return {name: getattr(stats, name) for name in _MEM_STATS_FIELDS}
+
+
+# ---- unique id and config ---------------------------------------------------------------------------------------
+
+class UniqueId:
+    """The rendezvous token of fcclGetUniqueId: 128 opaque bytes, created on one process and sent to every rank
+    (bytes(uid) and UniqueId.from_bytes, or pickle). The creating process listens for the ranks until they arrive."""
+
+    __slots__ = ("_bytes",)
+
+    def __init__(self, data: bytes):
+        data = bytes(data)
+        if len(data) != UNIQUE_ID_BYTES:
+            raise ValueError(f"a fccl unique id has {UNIQUE_ID_BYTES} bytes, got {len(data)}")
+        self._bytes = data
+
+    @classmethod
+    def create(cls) -> "UniqueId":
+        raw = _UniqueIdStruct()
+        _check(_lib().fcclGetUniqueId(ctypes.byref(raw)), "fcclGetUniqueId")
+        return cls(bytes(raw))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "UniqueId":
+        return cls(data)
+
+    def __bytes__(self):
+        return self._bytes
+
+    def __eq__(self, other):
+        return isinstance(other, UniqueId) and self._bytes == other._bytes
+
+    def __hash__(self):
+        return hash(self._bytes)
+
+    def __reduce__(self):
+        return (UniqueId, (self._bytes,))
+
+    def __repr__(self):
+        return f"UniqueId({self._bytes[:8].hex()}...)"
+
+    def _struct(self):
+        return _UniqueIdStruct.from_buffer_copy(self._bytes)
+
+
+@dataclass
+class Config:
+    """fcclConfig_t, started like FCCL_CONFIG_INITIALIZER. timeout_ms -1 means FCCL_BOOTSTRAP_TIMEOUT; with
+    blocking False the init returns at once and Communicator.async_error() is InProgress until it is done."""
+    blocking: bool = True
+    timeout_ms: int = _CONFIG_UNDEF_INT
+    comm_name: Optional[str] = None
+    allow_shared_device: bool = False
+
+    def _struct(self):
+        """The C struct; it holds the only reference to the encoded name, so it must live while the call runs."""
+        config = _ConfigStruct()
+        config.size = ctypes.sizeof(_ConfigStruct)
+        config.magic = CONFIG_MAGIC
+        config.version = version()  # the loaded library's, as the header's initializer uses the compiled one
+        config.blocking = 1 if self.blocking else 0
+        config.timeoutMs = int(self.timeout_ms)
+        config.commName = self.comm_name.encode() if self.comm_name is not None else None
+        config.allowSharedDevice = 1 if self.allow_shared_device else 0
+        return config
+
+
+def _config_pointer(config):
+    if config is None:
+        return None
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a fccl.Config, not {type(config).__name__}")
+    return ctypes.pointer(config._struct())
+
+
+# ---- buffers and streams ----------------------------------------------------------------------------------------
+
+class _Buffer:
+    __slots__ = ("pointer", "count", "dtype", "readonly", "torch_tensor")
+
+    def __init__(self, pointer, count, dtype, readonly=False, torch_tensor=None):
+        self.pointer = pointer
+        self.count = count
+        self.dtype = dtype
+        self.readonly = readonly
+        self.torch_tensor = torch_tensor
+
+    @property
+    def nbytes(self):
+        return self.count * _ITEM_SIZE[self.dtype]
+
+
+def _is_torch_tensor(obj):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported: no import here
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _dtype_of(value):
+    if isinstance(value, DataType):
+        return value
+    if isinstance(value, str):
+        try:
+            return DataType[value]
+        except KeyError:
+            raise ValueError(f"unknown fccl data type {value!r}; one of {', '.join(d.name for d in DataType)}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return DataType(value)
+    name = str(value)
+    if name in _TORCH_DTYPE_TO_DTYPE:
+        return _TORCH_DTYPE_TO_DTYPE[name]
+    raise TypeError(f"cannot use {value!r} as a fccl data type")
+
+
+def _c_contiguous(shape, strides, itemsize):
+    if strides is None:
+        return True
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != expected:  # a dimension of one element may carry any stride
+            return False
+        expected *= extent
+    return True
+
+
+def _as_buffer(obj, what):
+    """A torch CUDA tensor, an object with __cuda_array_interface__, or (pointer, count, dtype) as a _Buffer."""
+    if _is_torch_tensor(obj):
+        if not obj.is_cuda:
+            raise ValueError(f"{what}: the tensor is on {obj.device}, fccl needs a CUDA tensor")
+        if not obj.is_contiguous():
+            raise ValueError(f"{what}: the tensor is not contiguous (call .contiguous() first)")
+        dtype = _TORCH_DTYPE_TO_DTYPE.get(str(obj.dtype))
+        if dtype is None:
+            raise TypeError(f"{what}: fccl has no type for {obj.dtype}")
+        return _Buffer(obj.data_ptr(), obj.numel(), dtype, torch_tensor=obj)
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is not None:
+        typestr = interface.get("typestr")
+        dtype = _TYPESTR_TO_DTYPE.get(typestr)
+        if dtype is None:
+            raise TypeError(f"{what}: fccl has no type for __cuda_array_interface__ typestr {typestr!r}; "
+                            f"one of {', '.join(_TYPESTR_TO_DTYPE)}")
+        shape = tuple(interface["shape"])
+        if not _c_contiguous(shape, interface.get("strides"), _ITEM_SIZE[dtype]):
+            raise ValueError(f"{what}: the array is not C-contiguous (strides {interface.get('strides')})")
+        pointer, readonly = interface["data"]
+        return _Buffer(pointer or 0, math.prod(shape), dtype, readonly=bool(readonly))
+    if isinstance(obj, tuple):
+        if len(obj) != 3:
+            raise TypeError(f"{what}: an explicit buffer is (pointer, count, dtype), got {len(obj)} items")
+        pointer, count, dtype = obj
+        if not isinstance(pointer, int) or not isinstance(count, int) or pointer < 0 or count < 0:
+            raise ValueError(f"{what}: pointer and count must be non-negative ints, got {pointer!r}, {count!r}")
+        return _Buffer(pointer, count, _dtype_of(dtype))
+    raise TypeError(f"{what}: expected a CUDA torch.Tensor, an object with __cuda_array_interface__ or "
+                    f"(pointer, count, dtype), got {type(obj).__name__}")
+
+
+def _op_of(op):
+    if isinstance(op, RedOp):
+        return op
+    if isinstance(op, str):
+        try:
+            return RedOp[op]
+        except KeyError:
+            raise ValueError(f"unknown reduction {op!r}; one of {', '.join(o.name for o in RedOp)}")
+    if isinstance(op, int) and not isinstance(op, bool):
+        return RedOp(op)
+    raise TypeError(f"op must be a name or fccl.RedOp, not {type(op).__name__}")
+
+
+def _stream_handle(stream, torch_device=None):
+    """A cudaStream_t as an int. None: torch's current stream of torch_device when the buffers are torch tensors
+    (inside torch.cuda.graph that is the capture stream), else 0, the default stream."""
+    if stream is None:
+        if torch_device is not None:
+            return sys.modules["torch"].cuda.current_stream(torch_device).cuda_stream
+        return 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, CuPy's Stream
+        handle = getattr(stream, attribute, None)
+        if isinstance(handle, int):
+            return handle
+    raise TypeError(f"stream must be None, an int cudaStream_t or an object with .cuda_stream or .ptr, "
+                    f"not {type(stream).__name__}")
+
+
+def _all_reduce_arguments(send, recv, op, stream):
+    """Everything fcclAllReduce needs, checked in Python first: (send, recv, op, stream handle)."""
+    send_buffer = _as_buffer(send, "send")
+    recv_buffer = send_buffer if recv is None or recv is send else _as_buffer(recv, "recv")
+    if send_buffer.dtype != recv_buffer.dtype:
+        raise ValueError(f"send is {send_buffer.dtype.name} but recv is {recv_buffer.dtype.name}")
+    if send_buffer.count != recv_buffer.count:
+        raise ValueError(f"send has {send_buffer.count} elements but recv has {recv_buffer.count}")
+    if recv_buffer.readonly:
+        raise ValueError("recv is read-only (its __cuda_array_interface__ says so)")
+    reduction = _op_of(op)
+    tensor = send_buffer.torch_tensor if send_buffer.torch_tensor is not None else recv_buffer.torch_tensor
+    handle = _stream_handle(stream, tensor.device if tensor is not None else None)
+    return send_buffer, recv_buffer, reduction, handle
+
+
+# ---- external bootstrap -----------------------------------------------------------------------------------------
+
+class _ExternalBootstrap:
+    """The Python allgather/barrier as fcclBootstrapCallbacks_t. The CFUNCTYPE objects live as long as this object,
+    which the communicator keeps until destroy: fccl calls them in init and may call them in fcclCommDestroy.
+    An exception cannot cross C: it becomes fcclSystemError, and is kept in .error for the FcclError raised."""
+
+    def __init__(self, nranks: int, allgather: Callable[[bytes], bytes], barrier: Optional[Callable[[], None]]):
+        self.nranks = nranks
+        self.allgather = allgather
+        self.barrier = barrier
+        self.error = None
+        self.allgather_fn = _ALLGATHER_FN(self._allgather)
+        self.barrier_fn = _BARRIER_FN(self._barrier) if barrier is not None else _BARRIER_FN()
+        self.callbacks = _BootstrapCallbacksStruct(None, self.allgather_fn, self.barrier_fn)
+
+    def _allgather(self, _context, sendbuf, recvbuf, bytes_per_rank):
+        try:
+            gathered = bytes(self.allgather(ctypes.string_at(sendbuf, bytes_per_rank) if bytes_per_rank else b""))
+            expected = bytes_per_rank * self.nranks
+            if len(gathered) != expected:
+                raise ValueError(f"allgather returned {len(gathered)} bytes, expected {expected} "
+                                 f"({self.nranks} ranks x {bytes_per_rank})")
+            ctypes.memmove(recvbuf, gathered, expected)
+            return Result.Success
+        except BaseException as exc:  # noqa: B902 - anything, KeyboardInterrupt included, must not reach C
+            self.error = exc
+            return Result.SystemError
+
+    def _barrier(self, _context):
+        try:
+            self.barrier()
+            return Result.Success
+        except BaseException as exc:
+            self.error = exc
+            return Result.SystemError
+
+    def raise_for(self, result, call):
+        """FcclError for a failed init or destroy, naming the callback's exception when there was one."""
+        message = _last_error(None)
+        cause, self.error = self.error, None
+        if cause is not None:
+            message = f"{message}; callback raised {type(cause).__name__}: {cause}" if message else \
+                f"callback raised {type(cause).__name__}: {cause}"
+        raise FcclError(result, message, call) from cause
+
+
+# ---- communicator -----------------------------------------------------------------------------------------------
+
+class Registration:
+    """A buffer registered with fcclCommRegister on every rank; deregister() (collective) releases it. It keeps the
+    buffer object alive until then, since peers map its memory."""
+
+    def __init__(self, comm, handle, buffer):
+        self._comm = comm
+        self._handle = handle
+        self.buffer = buffer
+
+    def deregister(self):
+        """fcclCommDeregister: collective, in registration order on every rank. Does nothing the second time, nor
+        after the communicator's destroy or abort, which released it."""
+        if self._handle is None or self._comm._handle is None:
+            self._handle = self.buffer = None
+            return
+        handle, self._handle = self._handle, None
+        comm_handle = self._comm._live_handle()
+        _check(_lib().fcclCommDeregister(comm_handle, handle), "fcclCommDeregister", comm_handle)
+        self.buffer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.deregister()
+
+
+class Communicator:
+    """An fccl communicator: one rank of a group of GPUs. Create it with init_rank, from_external,
+    from_process_group or from_nccl, on the CUDA device that is current (torch.cuda.set_device first).
+
+    destroy() is collective and must be called by every rank; `with comm:` calls it on leaving. There is no
+    destroy in __del__: garbage collection runs at a different moment on each rank, and a collective teardown
+    started by it would wait for peers that are not there."""
+
+    def __init__(self, handle, bootstrap=None):
+        self._handle = handle
+        self._bootstrap = bootstrap  # kept until destroy: fccl may call the callbacks inside fcclCommDestroy
+        self._device = None
+
+    @classmethod
+    def init_rank(cls, nranks: int, rank: int, unique_id, config: Optional[Config] = None) -> "Communicator":
+        """fcclCommInitRankConfig: collective over nranks processes holding the same id (UniqueId or its bytes)."""
+        if not isinstance(unique_id, UniqueId):
+            unique_id = UniqueId.from_bytes(unique_id)
+        handle = ctypes.c_void_p()
+        config_pointer = _config_pointer(config)
+        result = _lib().fcclCommInitRankConfig(ctypes.byref(handle), int(nranks), unique_id._struct(), int(rank),
+                                               config_pointer)
+        _check(result, "fcclCommInitRankConfig", allowed=(Result.Success, Result.InProgress))
+        return cls(handle.value)
+
+    @classmethod
+    def from_external(cls, nranks: int, rank: int, allgather: Callable[[bytes], bytes],
+                      barrier: Optional[Callable[[], None]] = None, config: Optional[Config] = None) -> "Communicator":
+        """fcclCommInitExternal over the application's own exchange: allgather(send) returns every rank's send
+        bytes concatenated in rank order; barrier() returns when every rank has called it (None: fccl uses a
+        one-byte allgather). Both may be called again inside destroy(). An exception in either becomes the init's
+        error (fcclSystemError), raised as FcclError chained to it."""
+        bootstrap = _ExternalBootstrap(int(nranks), allgather, barrier)
+        handle = ctypes.c_void_p()
+        config_pointer = _config_pointer(config)
+        result = _lib().fcclCommInitExternal(ctypes.byref(handle), int(nranks), int(rank),
+                                             ctypes.byref(bootstrap.callbacks), config_pointer)
+        if result not in (Result.Success, Result.InProgress):
+            bootstrap.raise_for(result, "fcclCommInitExternal")
+        return cls(handle.value, bootstrap)
+
+    @classmethod
+    def from_process_group(cls, group=None, config: Optional[Config] = None) -> "Communicator":
+        """from_external over a torch.distributed group (None: the default group), with the group's ranks, through
+        all_gather_object. A gloo group is the cheap choice: the exchange is a few small host messages, which an
+        NCCL group would copy through the GPU. Set the CUDA device first (torch.cuda.set_device)."""
+        import torch.distributed as dist
+
+        def allgather(send: bytes) -> bytes:
+            gathered = [None] * dist.get_world_size(group)
+            dist.all_gather_object(gathered, send, group=group)
+            return b"".join(gathered)
+
+        return cls.from_external(dist.get_world_size(group), dist.get_rank(group), allgather, None, config)
+
+    @classmethod
+    def from_nccl(cls, nccl_comm_ptr: int, config: Optional[Config] = None) -> "Communicator":
+        """fcclCommInitFromNccl: the ranks of an existing ncclComm_t (its address as an int), whose device must be
+        current. Needs a build with NCCL support and libnccl.so.2 loaded in the process."""
+        handle = ctypes.c_void_p()
+        config_pointer = _config_pointer(config)
+        result = _lib().fcclCommInitFromNccl(ctypes.byref(handle), ctypes.c_void_p(int(nccl_comm_ptr)),
+                                             config_pointer)
+        _check(result, "fcclCommInitFromNccl", allowed=(Result.Success, Result.InProgress))
+        return cls(handle.value)
+
+    def _live_handle(self):
+        if self._handle is None:
+            raise FcclError(Result.InvalidUsage, "the communicator was destroyed or aborted")
+        return self._handle
+
+    def _query_int(self, function_name):
+        handle = self._live_handle()
+        value = ctypes.c_int()
+        _check(getattr(_lib(), function_name)(handle, ctypes.byref(value)), function_name, handle)
+        return value.value
+
+    @property
+    def nranks(self) -> int:
+        return self._query_int("fcclCommCount")
+
+    @property
+    def rank(self) -> int:
+        return self._query_int("fcclCommUserRank")
+
+    @property
+    def device(self) -> int:
+        if self._device is None:  # fixed at creation
+            self._device = self._query_int("fcclCommCuDevice")
+        return self._device
+
+    def all_reduce(self, send, recv=None, op="sum", stream=None):
+        """fcclAllReduce of send into recv (None: in place), enqueued on stream; returns recv (or send).
+        op: "sum", "prod", "max", "min", "avg" or a RedOp. stream: None (torch's current stream for torch
+        tensors, else the default stream), an int cudaStream_t, or an object with .cuda_stream or .ptr."""
+        send_buffer, recv_buffer, reduction, stream_handle = _all_reduce_arguments(send, recv, op, stream)
+        handle = self._live_handle()
+        result = _lib().fcclAllReduce(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
+                                      int(send_buffer.dtype), int(reduction), handle, stream_handle or None)
+        _check(result, "fcclAllReduce", handle)
+        return send if recv is None else recv
+
+    def barrier(self, stream=None):
+        """fcclBarrier on stream. None: torch's current stream of the communicator's device when torch has
+        initialised CUDA in this process (so it is captured inside torch.cuda.graph), else the default stream."""
+        handle = self._live_handle()
+        torch = sys.modules.get("torch")
+        if stream is None and torch is not None and torch.cuda.is_initialized():
+            stream_handle = torch.cuda.current_stream(self.device).cuda_stream
+        else:
+            stream_handle = _stream_handle(stream)
+        _check(_lib().fcclBarrier(handle, stream_handle or None), "fcclBarrier", handle)
+
+    def register(self, buf) -> Registration:
+        """fcclCommRegister of buf's bytes (any buffer kind all_reduce takes). Collective: every rank registers
+        its own buffer, in the same order. In-place all-reduces on it then read the peers' copies directly."""
+        buffer = _as_buffer(buf, "buf")
+        if buffer.nbytes == 0:
+            raise ValueError("buf: cannot register an empty buffer")
+        handle = self._live_handle()
+        registration = ctypes.c_void_p()
+        result = _lib().fcclCommRegister(handle, buffer.pointer, buffer.nbytes, ctypes.byref(registration))
+        _check(result, "fcclCommRegister", handle)
+        return Registration(self, registration.value, buf)
+
+    def mem_stats(self) -> dict:
+        """fcclCommGetMemStats for this communicator (commRegistrations, commGraphRegistrations, ...)."""
+        return mem_stats(self)
+
+    def async_error(self) -> Result:
+        """fcclCommGetAsyncError: Success, InProgress (non-blocking init running) or the recorded error."""
+        handle = self._live_handle()
+        value = ctypes.c_int()
+        _check(_lib().fcclCommGetAsyncError(handle, ctypes.byref(value)), "fcclCommGetAsyncError", handle)
+        return Result(value.value)
+
+    def abort(self):
+        """fcclCommAbort: stops waits and kernels at once and frees everything local without the peers."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        try:
+            _check(_lib().fcclCommAbort(handle), "fcclCommAbort")
+        finally:
+            self._bootstrap = None
+
+    def destroy(self):
+        """fcclCommDestroy: collective teardown, then free. Does nothing the second time; the communicator is
+        freed even when a teardown step with the peers fails (the error is raised all the same)."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        try:
+            result = _lib().fcclCommDestroy(handle)
+            if result != Result.Success:
+                if self._bootstrap is not None:
+                    self._bootstrap.raise_for(result, "fcclCommDestroy")
+                _check(result, "fcclCommDestroy")
+        finally:
+            self._bootstrap = None  # only now: the teardown may have called the callbacks
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.destroy()
+
+    def __repr__(self):
+        if self._handle is None:
+            return "<fccl.Communicator destroyed>"
+        return f"<fccl.Communicator rank {self.rank} of {self.nranks} on device {self.device}>"

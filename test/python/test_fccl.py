@@ -1,0 +1,736 @@
+#!/usr/bin/env python3
+"""The Python layer (python/fccl) against the built library.
+
+Without a GPU (the unit suite): loading, version, result names, unique ids, config and argument errors coming back
+as FcclError with fccl's own words, a communicator that cannot be made on a machine without a GPU, buffer, type,
+op and stream checks (ValueError/TypeError before any C call), the external-bootstrap callbacks turning a Python
+exception into an error code, mem_stats without a communicator.
+
+With PyTorch and two CUDA devices (else skipped): two spawned ranks that init through a UniqueId passed over a
+queue and check all_reduce (bf16 and fp32 sums on random data against a float64 host reference, in place and out of
+place, bitwise equal across ranks), explicit streams, a 4 MiB all-reduce captured in a CUDA graph and replayed with
+fresh data, register/deregister, graph registrations in mem_stats, and from_process_group over gloo.
+
+  FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_fccl.py [-v]
+TEST_FCCL_HEADER names include/fccl.h (default: found from this file's place in the tree).
+"""
+import ctypes
+import functools
+import hashlib
+import importlib
+import multiprocessing
+import os
+import pickle
+import queue
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import unittest
+
+import fccl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = os.environ.get("TEST_FCCL_HEADER", os.path.join(HERE, "..", "..", "include", "fccl.h"))
+# Bounds every init attempt here, so that a bug shows as a failure, never as a hang.
+SHORT_TIMEOUT_MS = 5000
+
+
+def header_text():
+    with open(HEADER) as header:
+        return header.read()
+
+
+def header_version_code():
+    text = header_text()
+    parts = {name: int(re.search(rf"#define FCCL_{name} (\d+)", text).group(1)) for name in ("MAJOR", "MINOR", "PATCH")}
+    formula = re.search(r"#define FCCL_VERSION\(major, minor, patch\) \(\(major\) \* (\d+) \+ \(minor\) \* (\d+)",
+                        text)
+    return parts["MAJOR"] * int(formula.group(1)) + parts["MINOR"] * int(formula.group(2)) + parts["PATCH"]
+
+
+def header_enum(name):
+    """{member: value} of a typedef enum in fccl.h, e.g. header_enum('fcclResult_t')."""
+    text = header_text()
+    body = re.search(r"typedef enum \{([^}]*)\}\s*" + name + ";", text).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"(fccl\w+)\s*=\s*(\d+)", body)}
+
+
+class FakeCudaArray:
+    """Only __cuda_array_interface__: the checks must reject or accept it without touching the memory."""
+
+    def __init__(self, shape, typestr="<f4", pointer=0x7F0000000000, strides=None, readonly=False):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (pointer, readonly),
+                                         "strides": strides, "version": 3}
+
+
+class LibraryTest(unittest.TestCase):
+    def test_loads_the_library_named_by_fccl_library(self):
+        library = fccl._lib()
+        if "FCCL_LIBRARY" in os.environ:
+            self.assertEqual(library._name, os.environ["FCCL_LIBRARY"])
+
+    def test_missing_library_is_a_clear_oserror(self):
+        code = ("import fccl\n"
+                "try:\n"
+                "    fccl.version()\n"
+                "except OSError as exc:\n"
+                "    print(exc)\n"
+                "    raise SystemExit(3)\n")
+        env = dict(os.environ, FCCL_LIBRARY="/nonexistent/libfccl.so.0")
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("FCCL_LIBRARY", result.stdout)
+        self.assertIn("/nonexistent/libfccl.so.0", result.stdout)
+
+    def test_version_is_the_headers(self):
+        self.assertEqual(fccl.version(), header_version_code())
+
+    def test_package_version_is_the_headers(self):
+        pyproject = os.path.join(HERE, "..", "..", "python", "pyproject.toml")
+        if not os.path.exists(pyproject):
+            self.skipTest("no python/pyproject.toml beside this test")
+        with open(pyproject) as handle:
+            declared = re.search(r'^version = "([^"]+)"', handle.read(), re.M).group(1)
+        code = header_version_code()
+        self.assertEqual(declared, f"{code // 10000}.{code // 100 % 100}.{code % 100}")
+
+    def test_enums_match_the_header(self):
+        for python_enum, c_enum, prefix in ((fccl.Result, "fcclResult_t", "fccl"),
+                                            (fccl.DataType, "fcclDataType_t", "fccl"),
+                                            (fccl.RedOp, "fcclRedOp_t", "fccl")):
+            c_values = {name[len(prefix):].lower(): value for name, value in header_enum(c_enum).items()
+                        if not name.startswith("fcclNum")}
+            python_values = {member.name.lower(): member.value for member in python_enum}
+            self.assertEqual(python_values, c_values, c_enum)
+
+    def test_every_result_has_its_own_error_string(self):
+        strings = [fccl.error_string(result) for result in fccl.Result]
+        self.assertTrue(all(strings), strings)
+        self.assertEqual(len(set(strings)), len(strings), strings)
+
+    def test_struct_sizes_match_the_c_layout(self):
+        # size_t, 2 x unsigned, 2 x int, a pointer, an int: 40 bytes with the tail padding on x86-64.
+        self.assertEqual(ctypes.sizeof(fccl._ConfigStruct), 40)
+        self.assertEqual(ctypes.sizeof(fccl._MemStatsStruct), 8 + 8 * 8)
+        self.assertEqual(ctypes.sizeof(fccl._UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
+        self.assertEqual(ctypes.sizeof(fccl._BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))
+
+    def test_mem_stats_without_a_communicator(self):
+        stats = fccl.mem_stats()
+        self.assertEqual(set(stats), {"openMappings", "mappingReferences", "bytesMapped", "totalOpens",
+                                      "totalCloses", "commRegistrations", "commDeviceBytes",
+                                      "commGraphRegistrations"})
+        self.assertEqual(stats["commRegistrations"], 0)
+        self.assertEqual(stats["commGraphRegistrations"], 0)
+        self.assertTrue(all(isinstance(value, int) and value >= 0 for value in stats.values()))
+
+
+class UniqueIdTest(unittest.TestCase):
+    def test_create_round_trip_and_pickle(self):
+        uid = fccl.UniqueId.create()
+        raw = bytes(uid)
+        self.assertEqual(len(raw), fccl.UNIQUE_ID_BYTES)
+        self.assertEqual(fccl.UniqueId.from_bytes(raw), uid)
+        self.assertEqual(pickle.loads(pickle.dumps(uid)), uid)
+        self.assertNotEqual(fccl.UniqueId.create(), uid)  # each carries its own random secret
+
+    def test_length_is_checked(self):
+        for length in (0, 127, 129):
+            with self.assertRaises(ValueError):
+                fccl.UniqueId.from_bytes(b"\1" * length)
+
+
+class InitErrorTest(unittest.TestCase):
+    def assert_invalid_argument(self, nranks, rank):
+        uid = fccl.UniqueId.create()
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.init_rank(nranks, rank, uid, fccl.Config(timeout_ms=SHORT_TIMEOUT_MS))
+        self.assertEqual(caught.exception.result, fccl.Result.InvalidArgument)
+        self.assertTrue(caught.exception.message, str(caught.exception))
+
+    def test_zero_ranks(self):
+        self.assert_invalid_argument(0, 0)
+
+    def test_rank_out_of_range(self):
+        self.assert_invalid_argument(2, 2)
+        self.assert_invalid_argument(2, -1)
+
+    def test_config_is_checked_by_the_library(self):
+        # A timeout below -1 is out of range for fccl, not for Python: the library's check must come back whole.
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), fccl.Config(timeout_ms=-5))
+        self.assertEqual(caught.exception.result, fccl.Result.InvalidArgument)
+        self.assertTrue(caught.exception.message)
+
+    def test_one_rank_without_a_gpu_fails_promptly(self):
+        if gpu_count() > 0:
+            self.skipTest("a GPU is visible: a one-rank communicator can be made here")
+        start = time.monotonic()
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(),
+                                        fccl.Config(timeout_ms=SHORT_TIMEOUT_MS, comm_name="no-gpu"))
+        self.assertEqual(caught.exception.result, fccl.Result.UnhandledCudaError, str(caught.exception))
+        self.assertTrue(caught.exception.message)
+        self.assertLess(time.monotonic() - start, SHORT_TIMEOUT_MS / 1000 + 10)
+
+    def test_external_init_without_a_gpu_fails_promptly(self):
+        if gpu_count() > 0:
+            self.skipTest("a GPU is visible")
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.from_external(1, 0, lambda send: send, config=fccl.Config(timeout_ms=SHORT_TIMEOUT_MS))
+        self.assertEqual(caught.exception.result, fccl.Result.UnhandledCudaError, str(caught.exception))
+
+    def test_external_init_argument_errors(self):
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.from_external(2, 5, lambda send: send * 2)
+        self.assertEqual(caught.exception.result, fccl.Result.InvalidArgument)
+
+    def test_config_is_not_a_dict(self):
+        with self.assertRaises(TypeError):
+            fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), {"timeout_ms": 5})
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_count():
+    """CUDA devices the runtime sees, asked in a child of the libcudart that libfccl links (no torch needed, and
+    this process's CUDA state stays untouched); 0 when there is no driver or no device."""
+    code = ("import ctypes, fccl\n"
+            "fccl._lib()\n"
+            "path = next(line.split()[-1] for line in open('/proc/self/maps') if 'libcudart' in line)\n"
+            "count = ctypes.c_int()\n"
+            "print(count.value if ctypes.CDLL(path).cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise RuntimeError(f"cannot count the GPUs: {result.stderr}")
+    return int(result.stdout)
+
+
+class BufferCheckTest(unittest.TestCase):
+    """Everything all_reduce checks before calling C: these run the argument parser only."""
+
+    def check(self, send, recv=None, op="sum", stream=None):
+        return fccl._all_reduce_arguments(send, recv, op, stream)
+
+    def test_cuda_array_interface_types(self):
+        for typestr, dtype in (("<f2", fccl.DataType.float16), ("<f4", fccl.DataType.float32),
+                               ("<f8", fccl.DataType.float64), ("|i1", fccl.DataType.int8),
+                               ("|u1", fccl.DataType.uint8), ("<i4", fccl.DataType.int32),
+                               ("<u4", fccl.DataType.uint32), ("<i8", fccl.DataType.int64),
+                               ("<u8", fccl.DataType.uint64)):
+            send, recv, op, stream = self.check(FakeCudaArray((3, 5), typestr), FakeCudaArray((15,), typestr))
+            self.assertEqual((send.dtype, send.count, recv.count, op, stream), (dtype, 15, 15, fccl.RedOp.sum, 0))
+
+    def test_unknown_typestr_is_a_type_error(self):
+        for typestr in (">f4", "<c8", "|b1", "<f16", "bf16"):
+            with self.assertRaises(TypeError):
+                self.check(FakeCudaArray((4,), typestr))
+
+    def test_non_contiguous_is_a_value_error(self):
+        with self.assertRaises(ValueError):
+            self.check(FakeCudaArray((4, 4), "<f4", strides=(32, 4)))  # every other row
+        with self.assertRaises(ValueError):
+            self.check(FakeCudaArray((4, 4), "<f4", strides=(4, 16)))  # Fortran order
+
+    def test_contiguous_strides_are_accepted(self):
+        send, _, _, _ = self.check(FakeCudaArray((4, 4), "<f4", strides=(16, 4)))
+        self.assertEqual(send.count, 16)
+        send, _, _, _ = self.check(FakeCudaArray((1, 8), "<f2", strides=(999, 2)))  # one row: any outer stride
+        self.assertEqual(send.count, 8)
+
+    def test_in_place_when_recv_is_none(self):
+        array = FakeCudaArray((7,))
+        send, recv, _, _ = self.check(array)
+        self.assertIs(send, recv)
+
+    def test_dtype_and_count_must_agree(self):
+        with self.assertRaises(ValueError):
+            self.check(FakeCudaArray((8,), "<f4"), FakeCudaArray((8,), "<f2"))
+        with self.assertRaises(ValueError):
+            self.check(FakeCudaArray((8,), "<f4"), FakeCudaArray((9,), "<f4"))
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 8, "bfloat16"), (0x2000, 8, fccl.DataType.float16))
+
+    def test_read_only_recv_is_refused(self):
+        with self.assertRaises(ValueError):
+            self.check(FakeCudaArray((8,)), FakeCudaArray((8,), readonly=True))
+        self.check(FakeCudaArray((8,), readonly=True), FakeCudaArray((8,)))  # a read-only send is fine
+
+    def test_explicit_tuples(self):
+        send, recv, _, _ = self.check((0x1000, 10, "bfloat16"), (0x2000, 10, fccl.DataType.bfloat16))
+        self.assertEqual((send.pointer, send.count, send.dtype, recv.pointer), (0x1000, 10, fccl.DataType.bfloat16,
+                                                                                 0x2000))
+        self.assertEqual(send.nbytes, 20)
+        for bad in ((0x1000, 10), (0x1000, -1, "float32"), ("0x1000", 1, "float32"), (0x1000, 1.5, "float32")):
+            with self.assertRaises((TypeError, ValueError)):
+                self.check(bad)
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 10, "float128"))
+
+    def test_other_objects_are_a_type_error(self):
+        for bad in (b"bytes", [1, 2, 3], 12345, None):
+            with self.assertRaises(TypeError):
+                self.check(bad)
+
+    def test_ops(self):
+        array = FakeCudaArray((4,))
+        for name, value in (("sum", 0), ("prod", 1), ("max", 2), ("min", 3), ("avg", 4)):
+            self.assertEqual(self.check(array, op=name)[2], fccl.RedOp(value))
+            self.assertEqual(self.check(array, op=fccl.RedOp(value))[2], fccl.RedOp(value))
+        with self.assertRaises(ValueError):
+            self.check(array, op="mean")
+        with self.assertRaises(TypeError):
+            self.check(array, op=1.0)
+
+    def test_streams(self):
+        array = FakeCudaArray((4,))
+
+        class TorchLikeStream:
+            cuda_stream = 0x1234
+
+        class CupyLikeStream:
+            ptr = 0x5678
+
+        self.assertEqual(self.check(array)[3], 0)
+        self.assertEqual(self.check(array, stream=0xABC)[3], 0xABC)
+        self.assertEqual(self.check(array, stream=TorchLikeStream())[3], 0x1234)
+        self.assertEqual(self.check(array, stream=CupyLikeStream())[3], 0x5678)
+        for bad in ("default", 1.0, object()):
+            with self.assertRaises(TypeError):
+                self.check(array, stream=bad)
+
+    def test_stream_none_does_not_import_torch(self):
+        if "torch" in sys.modules:
+            self.skipTest("torch is imported already")
+        self.check(FakeCudaArray((4,)))
+        self.assertNotIn("torch", sys.modules)
+
+    def test_destroyed_communicator_refuses_calls(self):
+        comm = fccl.Communicator(None)
+        with self.assertRaises(fccl.FcclError) as caught:
+            comm.all_reduce(FakeCudaArray((4,)))
+        self.assertEqual(caught.exception.result, fccl.Result.InvalidUsage)
+        with self.assertRaises(fccl.FcclError):
+            comm.register(FakeCudaArray((4,)))
+        # A registration outliving its communicator was released by the destroy: deregister must not call C.
+        fccl.Registration(comm, 0x1234, FakeCudaArray((4,))).deregister()
+        comm.destroy()  # idempotent
+        comm.abort()
+        with comm:
+            pass
+
+    def test_error_pickles(self):
+        error = fccl.FcclError(fccl.Result.Timeout, "rank 1 never arrived", "fcclCommInitRankConfig")
+        copy = pickle.loads(pickle.dumps(error))
+        self.assertEqual((copy.result, copy.message, copy.call, str(copy)),
+                         (error.result, error.message, error.call, str(error)))
+        self.assertIn("rank 1 never arrived", str(error))
+
+
+class FakeTorchTest(unittest.TestCase):
+    """The torch branch of the buffer and stream rules, with a stand-in module as sys.modules["torch"]: it checks
+    the attributes the layer reads (is_cuda, is_contiguous, dtype, numel, data_ptr, device, the current stream)."""
+
+    def setUp(self):
+        if "torch" in sys.modules:
+            self.skipTest("the real torch is imported")
+        streams = []
+
+        class Tensor:
+            def __init__(self, dtype="torch.bfloat16", numel=6, pointer=0x7000, is_cuda=True, contiguous=True):
+                self.dtype, self._numel, self._pointer = dtype, numel, pointer
+                self.is_cuda, self._contiguous, self.device = is_cuda, contiguous, "cuda:1" if is_cuda else "cpu"
+
+            def is_contiguous(self):
+                return self._contiguous
+
+            def numel(self):
+                return self._numel
+
+            def data_ptr(self):
+                return self._pointer
+
+        class Stream:
+            cuda_stream = 0xBEEF
+
+        def current_stream(device):
+            streams.append(device)
+            return Stream()
+
+        module = type(sys)("torch")
+        module.Tensor = Tensor
+        module.cuda = type(sys)("torch.cuda")
+        module.cuda.current_stream = current_stream
+        sys.modules["torch"] = module
+        self.addCleanup(sys.modules.pop, "torch")
+        self.Tensor, self.streams = Tensor, streams
+
+    def test_tensor_and_its_current_stream(self):
+        send, recv, _, stream = fccl._all_reduce_arguments(self.Tensor(), self.Tensor(pointer=0x8000), "sum", None)
+        self.assertEqual((send.pointer, send.count, send.dtype, recv.pointer), (0x7000, 6, fccl.DataType.bfloat16,
+                                                                                 0x8000))
+        self.assertEqual((stream, self.streams), (0xBEEF, ["cuda:1"]))
+        _, _, _, stream = fccl._all_reduce_arguments(self.Tensor(), None, "sum", 5)
+        self.assertEqual(stream, 5)  # an explicit stream wins
+
+    def test_dtypes(self):
+        for name, dtype in (("float16", fccl.DataType.float16), ("bfloat16", fccl.DataType.bfloat16),
+                            ("float32", fccl.DataType.float32), ("float64", fccl.DataType.float64),
+                            ("int8", fccl.DataType.int8), ("uint8", fccl.DataType.uint8),
+                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64)):
+            self.assertEqual(fccl._as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
+        for name in ("torch.complex64", "torch.bool", "torch.float8_e4m3fn"):
+            with self.assertRaises(TypeError):
+                fccl._as_buffer(self.Tensor(dtype=name), "send")
+
+    def test_host_or_strided_tensors_are_refused(self):
+        with self.assertRaises(ValueError):
+            fccl._as_buffer(self.Tensor(is_cuda=False), "send")
+        with self.assertRaises(ValueError):
+            fccl._as_buffer(self.Tensor(contiguous=False), "send")
+        with self.assertRaises(ValueError):
+            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(dtype="torch.float32"), "sum", None)
+        with self.assertRaises(ValueError):
+            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(numel=7), "sum", None)
+
+
+class ExternalCallbackTest(unittest.TestCase):
+    """The CFUNCTYPE callbacks called directly, as fccl would call them."""
+
+    def call_allgather(self, bootstrap, send):
+        send_buffer = ctypes.create_string_buffer(send, len(send))
+        recv_buffer = ctypes.create_string_buffer(len(send) * bootstrap.nranks)
+        result = bootstrap.allgather_fn(None, ctypes.addressof(send_buffer), ctypes.addressof(recv_buffer), len(send))
+        return result, recv_buffer.raw
+
+    def test_allgather_copies_in_rank_order(self):
+        bootstrap = fccl._ExternalBootstrap(3, lambda send: b"".join(bytes([rank]) + send[1:] for rank in range(3)),
+                                            None)
+        result, gathered = self.call_allgather(bootstrap, b"\x09abc")
+        self.assertEqual(result, fccl.Result.Success)
+        self.assertEqual(gathered, b"\x00abc\x01abc\x02abc")
+        self.assertIsNone(bootstrap.error)
+
+    def test_exception_becomes_a_system_error(self):
+        def broken(send):
+            raise ConnectionError("peer went away")
+
+        bootstrap = fccl._ExternalBootstrap(2, broken, None)
+        result, _ = self.call_allgather(bootstrap, b"1234")
+        self.assertEqual(result, fccl.Result.SystemError)
+        self.assertIsInstance(bootstrap.error, ConnectionError)
+        with self.assertRaises(fccl.FcclError) as caught:
+            bootstrap.raise_for(result, "fcclCommInitExternal")
+        self.assertEqual(caught.exception.result, fccl.Result.SystemError)
+        self.assertIn("peer went away", str(caught.exception))
+        self.assertIsInstance(caught.exception.__cause__, ConnectionError)
+
+    def test_wrong_length_is_an_error(self):
+        bootstrap = fccl._ExternalBootstrap(2, lambda send: send, None)  # one rank's worth, not two
+        result, _ = self.call_allgather(bootstrap, b"1234")
+        self.assertEqual(result, fccl.Result.SystemError)
+        self.assertIsInstance(bootstrap.error, ValueError)
+
+    def test_barrier(self):
+        calls = []
+        bootstrap = fccl._ExternalBootstrap(2, lambda send: send * 2, lambda: calls.append(1))
+        self.assertEqual(bootstrap.barrier_fn(None), fccl.Result.Success)
+        self.assertEqual(calls, [1])
+        failing = fccl._ExternalBootstrap(2, lambda send: send * 2, lambda: 1 / 0)
+        self.assertEqual(failing.barrier_fn(None), fccl.Result.SystemError)
+        self.assertIsInstance(failing.error, ZeroDivisionError)
+        self.assertFalse(fccl._ExternalBootstrap(2, lambda send: send, None).callbacks.barrier)  # NULL: fccl's own
+
+    def test_callback_exception_through_the_library(self):
+        # Two ranks, so that fccl calls the allgather (one rank exchanges nothing): with a GPU the callback's
+        # exception comes back as fcclSystemError naming it; without one the init fails on the device first. Either
+        # way nothing waits, and the exception does not escape through C.
+        def broken(send):
+            raise RuntimeError("no exchange today")
+
+        with self.assertRaises(fccl.FcclError) as caught:
+            fccl.Communicator.from_external(2, 0, broken, config=fccl.Config(timeout_ms=SHORT_TIMEOUT_MS))
+        if gpu_count() > 0:
+            self.assertEqual(caught.exception.result, fccl.Result.SystemError, str(caught.exception))
+            self.assertIn("no exchange today", str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, RuntimeError)
+        else:
+            self.assertEqual(caught.exception.result, fccl.Result.UnhandledCudaError, str(caught.exception))
+
+
+# ---- with GPUs ----------------------------------------------------------------------------------------------------
+
+GPU_RANKS = 2
+GPU_TIMEOUT_S = 90  # for the whole two-rank run, torch's start included; under meson's 120 s for the test
+GRAPH_BYTES = 4 << 20
+GRAPH_REPLAYS = 20
+EAGER_COUNTS = (1, 7, 1000, 65536 + 3, (1 << 20) + 5)
+TOLERANCE = {"bfloat16": 1e-2, "float32": 1e-5}
+
+
+def torch_cuda_devices():
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def rank_inputs(torch, dtype, count, nranks, seed):
+    """Every rank's input, the same on every rank (seeded per rank): random magnitudes in [0.25, 1.25), random signs,
+    never zero. Returned on the host as the dtype itself, so the reference sees exactly what the ranks send."""
+    inputs = []
+    for rank in range(nranks):
+        generator = torch.Generator().manual_seed(seed * 1000 + rank)
+        magnitude = torch.rand(count, generator=generator, dtype=torch.float64) + 0.25
+        sign = torch.randint(0, 2, (count,), generator=generator, dtype=torch.float64) * 2 - 1
+        inputs.append((magnitude * sign).to(dtype))
+    return inputs
+
+
+def check_sum(torch, result, inputs, dtype_name):
+    """Problems with result against the float64 sum of inputs: the error bound is the dtype's relative tolerance
+    times the sum of the magnitudes (which grows with the number of ranks), element by element."""
+    stacked = torch.stack([x.to(torch.float64) for x in inputs])
+    reference = stacked.sum(0)
+    bound = TOLERANCE[dtype_name] * stacked.abs().sum(0)
+    error = (result.cpu().to(torch.float64) - reference).abs()
+    bad = ~(error <= bound)  # NaN (a poisoned element never written) counts as bad
+    if bad.any():
+        index = int(bad.nonzero()[0])
+        return [f"{int(bad.sum())} of {result.numel()} elements wrong, first at {index}: "
+                f"{float(result.cpu()[index])} against {float(reference[index])}"]
+    return []
+
+
+def digest(torch, tensor):
+    host = tensor.detach().cpu().contiguous()
+    return hashlib.sha256(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())).hexdigest()
+
+
+def gpu_worker(rank, nranks, uid_queues, results, store_path):
+    """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
+    the first exception (the peers then fail on the communicator's timeout, which is short here)."""
+    scenario = "start"
+    # A kernel waiting for a rank that died gives up after this (default 10 minutes), well before the parent's
+    # deadline; fccl reads it once, at its first call.
+    os.environ.setdefault("FCCL_TIMEOUT", "20000")
+    try:
+        torch = importlib.import_module("torch")
+        torch.cuda.set_device(rank)
+        config = fccl.Config(timeout_ms=30000, comm_name=f"pytest-{rank}")
+        if rank == 0:
+            uid = fccl.UniqueId.create()
+            for peer_queue in uid_queues[1:]:
+                peer_queue.put(uid)
+        else:
+            uid = uid_queues[rank].get(timeout=60)
+        comm = fccl.Communicator.init_rank(nranks, rank, uid, config)
+
+        def report(name, problems, digests=()):
+            results.put((rank, name, problems, list(digests)))
+
+        scenario = "properties"
+        report(scenario, [f"{name} is {got}, want {want}" for name, got, want in
+                          (("nranks", comm.nranks, nranks), ("rank", comm.rank, rank),
+                           ("device", comm.device, rank), ("async_error", comm.async_error(), fccl.Result.Success))
+                          if got != want])
+
+        for dtype_name in ("bfloat16", "float32"):
+            dtype = getattr(torch, dtype_name)
+            for in_place in (True, False):
+                scenario = f"eager_{dtype_name}_{'in_place' if in_place else 'out_of_place'}"
+                problems, digests = [], []
+                for count in EAGER_COUNTS:
+                    inputs = rank_inputs(torch, dtype, count, nranks, seed=count)
+                    send = inputs[rank].cuda()
+                    if in_place:
+                        comm.all_reduce(send)
+                        result = send
+                    else:
+                        recv = torch.full_like(send, float("nan"))  # unwritten elements show
+                        returned = comm.all_reduce(send, recv, op="sum")
+                        if returned is not recv:
+                            problems.append("all_reduce did not return recv")
+                        result = recv
+                        if not torch.equal(send.cpu(), inputs[rank]):
+                            problems.append(f"count {count}: send was modified")
+                    torch.cuda.synchronize()
+                    problems += [f"count {count}: {p}" for p in check_sum(torch, result, inputs, dtype_name)]
+                    digests.append(digest(torch, result))
+                report(scenario, problems, digests)
+
+        scenario = "streams"
+        problems = []
+        side = torch.cuda.Stream()
+        inputs = rank_inputs(torch, torch.float32, 4099, nranks, seed=7)
+        x = inputs[rank].cuda()
+        side.wait_stream(torch.cuda.current_stream())
+        comm.all_reduce(x, stream=side)  # the torch.cuda.Stream object
+        comm.all_reduce(x, op=fccl.RedOp.sum, stream=side.cuda_stream)  # the raw handle: 2 * n * input
+        with torch.cuda.stream(side):
+            comm.barrier()
+        side.synchronize()
+        problems += check_sum(torch, x / nranks, inputs, "float32")
+        report(scenario, problems)
+
+        scenario = "graph"
+        problems = []
+        count = GRAPH_BYTES // 2
+        static_in = torch.empty(count, dtype=torch.bfloat16, device="cuda")
+        static_out = torch.empty_like(static_in)
+        static_in.copy_(rank_inputs(torch, torch.bfloat16, count, nranks, seed=1)[rank])
+        comm.all_reduce(static_in, static_out)  # eager warm-up, as torch.cuda.graph recommends
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            comm.all_reduce(static_in, static_out)
+        torch.cuda.synchronize()
+        if comm.mem_stats()["commGraphRegistrations"] <= 0:
+            problems.append(f"no graph registration while the graph lives: {comm.mem_stats()}")
+        digests = []
+        for replay in range(GRAPH_REPLAYS):
+            inputs = rank_inputs(torch, torch.bfloat16, count, nranks, seed=100 + replay)
+            static_in.copy_(inputs[rank])
+            static_out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            problems += [f"replay {replay}: {p}" for p in check_sum(torch, static_out, inputs, "bfloat16")]
+            digests.append(digest(torch, static_out))
+        del graph
+        torch.cuda.synchronize()
+        # CUDA runs the graph's user-object destructor on a thread of its own, soon after the graph goes; the
+        # communicator's next barrier (or all-reduce) then releases the registrations. Bounded polling.
+        for _ in range(500):
+            comm.barrier()
+            torch.cuda.synchronize()
+            left = comm.mem_stats()["commGraphRegistrations"]
+            if left == 0:
+                break
+            time.sleep(0.01)
+        if left != 0:
+            problems.append(f"{left} graph registrations left after the graph was destroyed")
+        report(scenario, problems, digests)
+
+        scenario = "register"
+        problems = []
+        count = (1 << 21) + 1
+        inputs = rank_inputs(torch, torch.float32, count, nranks, seed=3)
+        buffer = inputs[rank].cuda()
+        registration = comm.register(buffer)
+        if comm.mem_stats()["commRegistrations"] != 1:
+            problems.append(f"commRegistrations {comm.mem_stats()['commRegistrations']} after register, want 1")
+        comm.all_reduce(buffer)
+        torch.cuda.synchronize()
+        problems += check_sum(torch, buffer, inputs, "float32")
+        registration.deregister()
+        registration.deregister()  # the second time does nothing
+        if comm.mem_stats()["commRegistrations"] != 0:
+            problems.append(f"commRegistrations {comm.mem_stats()['commRegistrations']} after deregister")
+        report(scenario, problems, [digest(torch, buffer)])
+
+        scenario = "destroy"
+        comm.destroy()
+        comm.destroy()
+        report(scenario, [])
+
+        scenario = "process_group"
+        dist = importlib.import_module("torch.distributed")
+        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=nranks)
+        problems = []
+        with fccl.Communicator.from_process_group(config=config) as group_comm:
+            if (group_comm.rank, group_comm.nranks) != (rank, nranks):
+                problems.append(f"rank/nranks {group_comm.rank}/{group_comm.nranks}")
+            inputs = rank_inputs(torch, torch.float32, 12345, nranks, seed=5)
+            x = inputs[rank].cuda()
+            group_comm.all_reduce(x)
+            torch.cuda.synchronize()
+            problems += check_sum(torch, x, inputs, "float32")
+            digests = [digest(torch, x)]
+        dist.destroy_process_group()
+        report(scenario, problems, digests)
+    except BaseException:  # reported, not raised: the parent owns the verdict
+        results.put((rank, scenario, ["raised:\n" + traceback.format_exc()], []))
+
+
+SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
+             "eager_float32_out_of_place", "streams", "graph", "register", "destroy", "process_group"]
+
+
+@unittest.skipUnless(torch_cuda_devices() >= GPU_RANKS, f"needs torch with {GPU_RANKS} CUDA devices")
+class TwoRankGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        context = multiprocessing.get_context("spawn")
+        uid_queues = [context.Queue() for _ in range(GPU_RANKS)]
+        results = context.Queue()
+        cls.reports = {}  # (rank, scenario) -> (problems, digests)
+        with tempfile.TemporaryDirectory() as store_dir:
+            workers = [context.Process(target=gpu_worker, args=(rank, GPU_RANKS, uid_queues, results,
+                                                                os.path.join(store_dir, "store")))
+                       for rank in range(GPU_RANKS)]
+            for worker in workers:
+                worker.start()
+            deadline = time.monotonic() + GPU_TIMEOUT_S
+            expected = GPU_RANKS * len(SCENARIOS)
+            while len(cls.reports) < expected and time.monotonic() < deadline:
+                try:
+                    rank, scenario, problems, digests = results.get(timeout=1)
+                    cls.reports[(rank, scenario)] = (problems, digests)
+                except queue.Empty:
+                    if all(not worker.is_alive() for worker in workers) and results.empty():
+                        break
+            for worker in workers:
+                worker.join(timeout=max(1, deadline - time.monotonic()))
+                if worker.is_alive():
+                    worker.terminate()
+                    worker.join(timeout=10)
+            cls.exit_codes = [worker.exitcode for worker in workers]
+
+    def check_scenario(self, scenario):
+        for rank in range(GPU_RANKS):
+            report = self.reports.get((rank, scenario))
+            if report is None:
+                raised = [f"rank {r} at {s}: {p}" for (r, s), (p, _) in self.reports.items()
+                          if any("raised" in x for x in p)]
+                self.fail(f"rank {rank} did not report {scenario} (exit codes {self.exit_codes}); {raised}")
+            self.assertEqual(report[0], [], f"rank {rank}, {scenario}")
+        digests = [self.reports[(rank, scenario)][1] for rank in range(GPU_RANKS)]
+        self.assertTrue(all(d == digests[0] for d in digests), f"{scenario}: results differ between ranks")
+
+    def test_properties(self):
+        self.check_scenario("properties")
+
+    def test_eager_bfloat16_in_place(self):
+        self.check_scenario("eager_bfloat16_in_place")
+
+    def test_eager_bfloat16_out_of_place(self):
+        self.check_scenario("eager_bfloat16_out_of_place")
+
+    def test_eager_float32_in_place(self):
+        self.check_scenario("eager_float32_in_place")
+
+    def test_eager_float32_out_of_place(self):
+        self.check_scenario("eager_float32_out_of_place")
+
+    def test_streams(self):
+        self.check_scenario("streams")
+
+    def test_graph_replays_with_fresh_data(self):
+        self.check_scenario("graph")
+
+    def test_register_all_reduce_deregister(self):
+        self.check_scenario("register")
+
+    def test_destroy(self):
+        self.check_scenario("destroy")
+
+    def test_from_process_group_gloo(self):
+        self.check_scenario("process_group")
+
+
+if __name__ == "__main__":
+    unittest.main()
