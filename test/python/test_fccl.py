@@ -511,6 +511,45 @@ def digest(torch, tensor):
     return hashlib.sha256(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())).hexdigest()
 
 
+class NcclUniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]  # NCCL_UNIQUE_ID_BYTES
+
+
+def nccl_scenario(torch, dist, rank, nranks, config):
+    """Communicator.from_nccl over an NCCL communicator made here through libnccl itself (the one torch loaded, or
+    the system's): its id travels over the gloo group. Returns (problems, digests)."""
+    nccl = ctypes.CDLL("libnccl.so.2")
+    nccl.ncclGetUniqueId.argtypes = [ctypes.POINTER(NcclUniqueId)]
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, NcclUniqueId, ctypes.c_int]
+    nccl.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+    nccl.ncclGetErrorString.restype = ctypes.c_char_p
+    uid = NcclUniqueId()
+    if rank == 0 and nccl.ncclGetUniqueId(ctypes.byref(uid)) != 0:
+        raise RuntimeError("ncclGetUniqueId failed")
+    shared = [bytes(uid.internal) if rank == 0 else None]
+    dist.broadcast_object_list(shared, src=0)
+    uid.internal = shared[0]
+    nccl_comm = ctypes.c_void_p()
+    result = nccl.ncclCommInitRank(ctypes.byref(nccl_comm), nranks, uid, rank)
+    if result != 0:
+        raise RuntimeError(f"ncclCommInitRank: {nccl.ncclGetErrorString(result).decode()}")
+    problems = []
+    try:
+        with fccl.Communicator.from_nccl(nccl_comm.value, config=config) as nccl_based:
+            if (nccl_based.rank, nccl_based.nranks) != (rank, nranks):
+                problems.append(f"rank/nranks {nccl_based.rank}/{nccl_based.nranks}")
+            inputs = rank_inputs(torch, torch.bfloat16, 54321, nranks, seed=9)
+            x = inputs[rank].cuda()
+            y = torch.full_like(x, float("nan"))
+            nccl_based.all_reduce(x, y)
+            torch.cuda.synchronize()
+            problems += check_sum(torch, y, inputs, "bfloat16")
+            digests = [digest(torch, y)]
+    finally:
+        nccl.ncclCommDestroy(nccl_comm)
+    return problems, digests
+
+
 def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
@@ -518,6 +557,7 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
     # A kernel waiting for a rank that died gives up after this (default 10 minutes), well before the parent's
     # deadline; fccl reads it once, at its first call.
     os.environ.setdefault("FCCL_TIMEOUT", "20000")
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # no multicast objects on the GPU machine
     try:
         torch = importlib.import_module("torch")
         torch.cuda.set_device(rank)
@@ -650,6 +690,10 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
             torch.cuda.synchronize()
             problems += check_sum(torch, x, inputs, "float32")
             digests = [digest(torch, x)]
+        report(scenario, problems, digests)
+
+        scenario = "from_nccl"
+        problems, digests = nccl_scenario(torch, dist, rank, nranks, config)
         dist.destroy_process_group()
         report(scenario, problems, digests)
     except BaseException:  # reported, not raised: the parent owns the verdict
@@ -657,7 +701,7 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
 
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
-             "eager_float32_out_of_place", "streams", "graph", "register", "destroy", "process_group"]
+             "eager_float32_out_of_place", "streams", "graph", "register", "destroy", "process_group", "from_nccl"]
 
 
 @unittest.skipUnless(torch_cuda_devices() >= GPU_RANKS, f"needs torch with {GPU_RANKS} CUDA devices")
@@ -730,6 +774,9 @@ class TwoRankGpuTest(unittest.TestCase):
 
     def test_from_process_group_gloo(self):
         self.check_scenario("process_group")
+
+    def test_from_nccl(self):
+        self.check_scenario("from_nccl")
 
 
 if __name__ == "__main__":
