@@ -526,9 +526,10 @@ def nccl_scenario(torch, dist, rank, nranks, config):
     uid = NcclUniqueId()
     if rank == 0 and nccl.ncclGetUniqueId(ctypes.byref(uid)) != 0:
         raise RuntimeError("ncclGetUniqueId failed")
-    shared = [bytes(uid.internal) if rank == 0 else None]
+    # All 128 bytes: the array's .value would stop at the first zero byte.
+    shared = [ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid)) if rank == 0 else None]
     dist.broadcast_object_list(shared, src=0)
-    uid.internal = shared[0]
+    ctypes.memmove(ctypes.addressof(uid), shared[0], ctypes.sizeof(uid))
     nccl_comm = ctypes.c_void_p()
     result = nccl.ncclCommInitRank(ctypes.byref(nccl_comm), nranks, uid, rank)
     if result != 0:
