@@ -333,8 +333,8 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * graph's lifetime (FCCL_GRAPH_REGISTER=0:
  * it stages instead), so that replays read them in place: the call then also exchanges with the peers on the host
  * (blocks, bounded by the communicator's timeout; every rank must capture it), and the registrations are released
- * when the graph is destroyed, at the communicator's next all-reduce or barrier. The buffers must outlive the graph, as PyTorch's
- * graph memory pools do. Eager calls on the same buffers still stage.
+ * when the graph is destroyed, at the communicator's next all-reduce or barrier. The buffers must outlive the
+ * graph, as PyTorch's graph memory pools do. Eager calls on the same buffers still stage.
  */
 FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     fcclRedOp_t op, fcclComm_t comm, void* stream);
@@ -429,8 +429,8 @@ typedef struct {
                                     device's arena (0 when comm is NULL) */
   uint64_t commGraphRegistrations; /**< buffers this communicator registered for captured CUDA graphs
                                         (FCCL_GRAPH_REGISTER), held until each graph is destroyed and the
-                                        communicator's next all-reduce or barrier (0 when
-                                        comm is NULL) */
+                                        communicator's next all-reduce or barrier (0 when comm is
+                                        NULL) */
 } fcclMemStats_t;
 
 /**

@@ -357,16 +357,24 @@ def _is_torch_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _dtype_of(value):
-    if isinstance(value, DataType):
+def _enum_member(enum_type, value, noun):
+    """value as a member of enum_type when it is one, its name or its number; None for anything else."""
+    if isinstance(value, enum_type):
         return value
     if isinstance(value, str):
         try:
-            return DataType[value]
+            return enum_type[value]
         except KeyError:
-            raise ValueError(f"unknown fccl data type {value!r}; one of {', '.join(d.name for d in DataType)}")
+            raise ValueError(f"unknown {noun} {value!r}; one of {', '.join(m.name for m in enum_type)}")
     if isinstance(value, int) and not isinstance(value, bool):
-        return DataType(value)
+        return enum_type(value)
+    return None
+
+
+def _dtype_of(value):
+    member = _enum_member(DataType, value, "fccl data type")
+    if member is not None:
+        return member
     name = str(value)
     if name in _TORCH_DTYPE_TO_DTYPE:
         return _TORCH_DTYPE_TO_DTYPE[name]
@@ -419,15 +427,9 @@ def _as_buffer(obj, what):
 
 
 def _op_of(op):
-    if isinstance(op, RedOp):
-        return op
-    if isinstance(op, str):
-        try:
-            return RedOp[op]
-        except KeyError:
-            raise ValueError(f"unknown reduction {op!r}; one of {', '.join(o.name for o in RedOp)}")
-    if isinstance(op, int) and not isinstance(op, bool):
-        return RedOp(op)
+    member = _enum_member(RedOp, op, "reduction")
+    if member is not None:
+        return member
     raise TypeError(f"op must be a name or fccl.RedOp, not {type(op).__name__}")
 
 
