@@ -96,19 +96,18 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
         bases[w] = w == me ? a.sendbuf
                            : ownSlot + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk -
                                  myStart * FCCL_UNIT_BYTES;
-      const uint64_t len = r.ownerLen(me);
-      for (uint64_t j = first; j < len; j += stride) {
-        const uint64_t u = myStart + j;
-        Unit out;
-        reduceRanks16<TT, OpTraits<OP>>(bases, n, u, a.bytes, out);
-        IO::store(a.recvbuf, u, a.bytes, out);
+      /* Batched loads as in the pulling loop (see oneshot_push.cu). */
+      reducePulled<TT, OpTraits<OP>>(
+          bases, n, myStart, myStart + r.ownerLen(me), first, stride, a.bytes,
+          [&](auto bound, uint64_t u, const Unit& out) {
+            IO::store(a.recvbuf, u, a.bytes, out);
 #pragma unroll
-        for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-          if (p < n && p != me)
-            st_data16(slotPtr(c, p, c.layout.resultOffset + fcclPeerRegion(n, parity, me, p) * chunk) +
-                          j * FCCL_UNIT_BYTES,
-                      out.words[0], out.words[1]);
-      }
+            for (int p = 0; p < decltype(bound)::value; p++)
+              if (p < n && p != me)
+                st_data16(slotPtr(c, p, c.layout.resultOffset + fcclPeerRegion(n, parity, me, p) * chunk) +
+                              (u - myStart) * FCCL_UNIT_BYTES,
+                          out.words[0], out.words[1]);
+          });
     }
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);

@@ -8,6 +8,8 @@
 //   ts P B T      two-shot, reduce-scatter by push into the peer's output (the library's registered push scatter),
 //                 each block's share in P parts, each part with its own "sent" flag.
 //   tsw P B T     ts, but each warp posts and waits its own flags (no block barrier between parts).
+//   pushb         push with the reduction's loads batched (4 units of both ranks before the first add).
+//   tsp, tsb      ts with programmatic dependent launch (as the library), with the all-gather's loads batched.
 // B blocks of T threads.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -140,7 +142,7 @@ __device__ __forceinline__ void epochEnd(const Args& a, uint64_t epoch) {
 
 // One-shot push; phases: 0 start, 1 pushed (this thread 0), 2 block pushed, 3 flag posted, 4 peer's seen,
 // 5 reduced.
-template <int K>
+template <int K, bool kBatch = false>
 __global__ void __launch_bounds__(512) pushKernel(Args a) {
   const uint64_t epoch = epochBegin(a);
   Trace tr(a, epoch);
@@ -170,8 +172,21 @@ __global__ void __launch_bounds__(512) pushKernel(Args a) {
     const uint64_t u = first + k * stride;
     if (u < a.units) st16(a.recv + u, addRanks(a.rank, kept[k], ld16(inbox + u)));
   }
-  for (uint64_t u = first + K * stride; u < a.units; u += stride)
-    st16(a.recv + u, addRanks(a.rank, ld16(a.send + u), ld16(inbox + u)));
+  if (kBatch) {
+    // 4 units of both ranks loaded before the first add, as the library's pulling loop does.
+    for (uint64_t u = first + K * stride; u < a.units; u += 4 * stride) {
+      uint4 x[4], y[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        if (u + k * stride < a.units) x[k] = ld16(a.send + u + k * stride), y[k] = ld16(inbox + u + k * stride);
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        if (u + k * stride < a.units) st16(a.recv + u + k * stride, addRanks(a.rank, x[k], y[k]));
+    }
+  } else {
+    for (uint64_t u = first + K * stride; u < a.units; u += stride)
+      st16(a.recv + u, addRanks(a.rank, ld16(a.send + u), ld16(inbox + u)));
+  }
   __syncthreads();
   tr.mark(5);
   epochEnd(a, epoch);
@@ -180,8 +195,12 @@ __global__ void __launch_bounds__(512) pushKernel(Args a) {
 // Two-shot with the reduce-scatter by push into the peer's output; phases: 0 start, 1 ready seen, 2 all parts
 // pushed and flagged, 3 first part's "sent" seen, 4 reduced and all-gathered, 5 "done" posted, 6 "done" seen.
 // Part p of this block's share of owner s: units [s * share + p * partLen ...) strided by the grid.
-template <bool kWarpFlags>
-__global__ void __launch_bounds__(512) tsKernel(Args a) {
+template <bool kWarpFlags, bool kPdl = false, bool kBatch = false>
+__global__ void __launch_bounds__(512, 1) tsKernel(Args a) {
+  if (kPdl) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
   const uint64_t epoch = epochBegin(a);
   Trace tr(a, epoch);
   tr.mark(0);
@@ -221,12 +240,23 @@ __global__ void __launch_bounds__(512) tsKernel(Args a) {
     if (poster) waitFlag(a, flagAt(a.flags, 1, flagIndex), epoch * 64 + p + 1);
     sync();
     if (p == 0) tr.mark(3);
-    for (uint64_t r = p * rowsPerPart; r < (p + 1) * rowsPerPart && r < rows; r++) {
-      const uint64_t u = myBegin + first + r * stride;
-      if (u < myEnd) {
-        const uint4 out = addRanks(me, ld16(a.send + u), ld16(a.recv + u));
-        st16(a.recv + u, out);
-        st16(a.peerRecv + u, out);
+    const uint64_t rEnd = (p + 1) * rowsPerPart < rows ? (p + 1) * rowsPerPart : rows;
+    for (uint64_t r = p * rowsPerPart; r < rEnd; r += kBatch ? 4 : 1) {
+      constexpr int B = kBatch ? 4 : 1;
+      uint4 x[B], y[B];
+#pragma unroll
+      for (int k = 0; k < B; k++) {
+        const uint64_t u = myBegin + first + (r + k) * stride;
+        if (r + k < rEnd && u < myEnd) x[k] = ld16(a.send + u), y[k] = ld16(a.recv + u);
+      }
+#pragma unroll
+      for (int k = 0; k < B; k++) {
+        const uint64_t u = myBegin + first + (r + k) * stride;
+        if (r + k < rEnd && u < myEnd) {
+          const uint4 out = addRanks(me, x[k], y[k]);
+          st16(a.recv + u, out);
+          st16(a.peerRecv + u, out);
+        }
       }
     }
   }
@@ -300,25 +330,22 @@ int main(int argc, char** argv) {
     std::string name;
     const void* kernel;
     int K, parts, blocks, threads;
+    bool pdl;
   };
   std::vector<Config> configs = {
-      {"push K=0 132x512", (const void*)pushKernel<0>, 0, 1, 132, 512},
-      {"push K=4 132x512", (const void*)pushKernel<4>, 4, 1, 132, 512},
-      {"push K=8 132x512", (const void*)pushKernel<8>, 8, 1, 132, 512},
-      {"push K=16 132x512", (const void*)pushKernel<16>, 16, 1, 132, 512},
-      {"push K=0 264x512", (const void*)pushKernel<0>, 0, 1, 264, 512},
-      {"push K=4 264x256", (const void*)pushKernel<4>, 4, 1, 264, 256},
-      {"ts P=1 132x512", (const void*)tsKernel<false>, 0, 1, 132, 512},
-      {"ts P=2 132x512", (const void*)tsKernel<false>, 0, 2, 132, 512},
-      {"ts P=1 264x512", (const void*)tsKernel<false>, 0, 1, 264, 512},
-      {"ts P=2 264x512", (const void*)tsKernel<false>, 0, 2, 264, 512},
-      {"ts P=4 264x512", (const void*)tsKernel<false>, 0, 4, 264, 512},
-      {"tsw P=1 132x512", (const void*)tsKernel<true>, 0, 1, 132, 512},
-      {"tsw P=2 132x512", (const void*)tsKernel<true>, 0, 2, 132, 512},
-      {"tsw P=4 132x512", (const void*)tsKernel<true>, 0, 4, 132, 512},
-      {"tsw P=4 264x512", (const void*)tsKernel<true>, 0, 4, 264, 512},
+      {"push K=0 132x512", (const void*)pushKernel<0>, 0, 1, 132, 512, false},
+      {"pushb K=0 132x512", (const void*)pushKernel<0, true>, 0, 1, 132, 512, false},
+      {"pushb K=0 264x256", (const void*)pushKernel<0, true>, 0, 1, 264, 256, false},
+      {"ts P=1 132x512", (const void*)tsKernel<false>, 0, 1, 132, 512, false},
+      {"ts P=2 132x512", (const void*)tsKernel<false>, 0, 2, 132, 512, false},
+      {"tsp P=1 132x512", (const void*)tsKernel<false, true>, 0, 1, 132, 512, true},
+      {"tsp P=2 132x512", (const void*)tsKernel<false, true>, 0, 2, 132, 512, true},
+      {"tsb P=1 132x512", (const void*)tsKernel<false, false, true>, 0, 1, 132, 512, false},
+      {"tsb P=2 132x512", (const void*)tsKernel<false, false, true>, 0, 2, 132, 512, false},
+      {"tspb P=2 132x512", (const void*)tsKernel<false, true, true>, 0, 2, 132, 512, true},
+      {"tsp P=3 132x512", (const void*)tsKernel<false, true>, 0, 3, 132, 512, true},
   };
-  const uint64_t sizes[] = {1ull << 20, 4ull << 20, 16ull << 20, 64ull << 20};
+  const uint64_t sizes[] = {1ull << 20, 4ull << 20, 8ull << 20, 16ull << 20, 64ull << 20};
   printf("# %d calls per graph, best of 3 x 5 replays; phases: max over blocks (median) of the time since the\n"
          "# earliest block's start on that GPU, averaged over the graph's calls; GPU 0\n",
          kCalls);
@@ -349,8 +376,16 @@ int main(int argc, char** argv) {
         void* params[] = {&a};
         cudaGraph_t graph;
         CK(cudaStreamBeginCapture(g[d].stream, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < kCalls; i++)
-          CK(cudaLaunchKernel(cfg.kernel, dim3(cfg.blocks), dim3(cfg.threads), params, 0, g[d].stream));
+        cudaLaunchAttribute attribute = {};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t launch = {};
+        launch.gridDim = dim3(cfg.blocks);
+        launch.blockDim = dim3(cfg.threads);
+        launch.stream = g[d].stream;
+        launch.attrs = &attribute;
+        launch.numAttrs = cfg.pdl ? 1 : 0;
+        for (int i = 0; i < kCalls; i++) CK(cudaLaunchKernelExC(&launch, cfg.kernel, params));
         CK(cudaStreamEndCapture(g[d].stream, &graph));
         CK(cudaGraphInstantiate(&exec[d], graph, 0));
         CK(cudaGraphDestroy(graph));
