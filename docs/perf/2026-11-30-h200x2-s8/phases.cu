@@ -10,9 +10,18 @@
 //   tsw P B T     ts, but each warp posts and waits its own flags (no block barrier between parts).
 //   pushb         push with the reduction's loads batched (4 units of both ranks before the first add).
 //   tsp, tsb      ts with programmatic dependent launch (as the library), with the all-gather's loads batched.
+//   lib-*         the library's kernels (src/device, built in with WITH_LIBRARY_KERNELS) on a slot made here:
+//                 lib-push (oneshot_push), lib-ts (twoshot_reg, reduce-scatter by push), lib-tspull (by pull).
 // B blocks of T threads.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#ifdef WITH_LIBRARY_KERNELS
+// The library's own kernels, unchanged, run by this harness (configurations named lib-*):
+//   nvcc -O3 -arch=sm_90 -DWITH_LIBRARY_KERNELS -I../../../src/device -I../../../src/include -I../../../include ...
+#include "oneshot_push.cu"
+#include "twoshot_reg.cu"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -331,6 +340,7 @@ int main(int argc, char** argv) {
     const void* kernel;
     int K, parts, blocks, threads;
     bool pdl;
+    int library; /* 0: this file's kernel; 1 oneshot_push, 2 twoshot_reg by push, 3 twoshot_reg by pull */
   };
   std::vector<Config> configs = {
       {"push K=0 132x512", (const void*)pushKernel<0>, 0, 1, 132, 512, false},
@@ -344,16 +354,69 @@ int main(int argc, char** argv) {
       {"tsb P=2 132x512", (const void*)tsKernel<false, false, true>, 0, 2, 132, 512, false},
       {"tspb P=2 132x512", (const void*)tsKernel<false, true, true>, 0, 2, 132, 512, true},
       {"tsp P=3 132x512", (const void*)tsKernel<false, true>, 0, 3, 132, 512, true},
+#ifdef WITH_LIBRARY_KERNELS
+      {"lib-push 132x512", (const void*)fccl::allReduceOneshotPush<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 1},
+      {"lib-ts 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 2},
+      {"lib-tspull 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 3},
+#endif
   };
+#ifdef WITH_LIBRARY_KERNELS
+  // The library's device communicator over slots allocated here (peer access instead of IPC).
+  fcclDevComm libComm[2];
+  {
+    fcclSlotLayout layout;
+    fcclSlotLayoutCompute(2, 32ull << 20, &layout);
+    uint64_t slots[2];
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(d));
+      void* slot;
+      CK(cudaMalloc(&slot, layout.totalBytes));
+      CK(cudaMemset(slot, 0, layout.totalBytes));
+      slots[d] = (uint64_t)(uintptr_t)slot;
+    }
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(d));
+      fcclDevComm& c = libComm[d];
+      memset(&c, 0, sizeof(c));
+      c.slots[0] = slots[0];
+      c.slots[1] = slots[1];
+      fcclDevState* state;
+      CK(cudaMalloc(&state, sizeof(fcclDevState)));
+      std::vector<uint64_t> first(FCCL_DEVICE_MAX_BLOCKS, 1);
+      CK(cudaMemset(state, 0, sizeof(fcclDevState)));
+      CK(cudaMemcpy(state->epochs, first.data(), 8 * FCCL_DEVICE_MAX_BLOCKS, cudaMemcpyHostToDevice));
+      c.state = (uint64_t)(uintptr_t)state;
+      void* host;
+      CK(cudaHostAlloc(&host, 4096, cudaHostAllocMapped));
+      memset(host, 0, 4096);
+      void* hostDev;
+      CK(cudaHostGetDevicePointer(&hostDev, host, 0));
+      c.hostWords = (uint64_t)(uintptr_t)hostDev;
+      c.abortFlag = (uint64_t)(uintptr_t)hostDev + 2048;
+      c.timeoutNs = 10ull * 1000 * 1000 * 1000;
+      c.layout = layout;
+      c.rank = d;
+      c.nranks = 2;
+    }
+  }
+#endif
   const uint64_t sizes[] = {1ull << 20, 4ull << 20, 8ull << 20, 16ull << 20, 64ull << 20};
   printf("# %d calls per graph, best of 3 x 5 replays; phases: max over blocks (median) of the time since the\n"
          "# earliest block's start on that GPU, averaged over the graph's calls; GPU 0\n",
          kCalls);
   for (const Config& cfg : configs) {
-    if (!strstr(cfg.name.c_str(), filter)) continue;
+    bool wanted = filter[0] == '\0';
+    for (const char* f = filter; *f && !wanted;) { /* comma-separated name prefixes */
+      const char* end = strchr(f, ',');
+      const size_t len = end ? (size_t)(end - f) : strlen(f);
+      wanted = strncmp(cfg.name.c_str(), f, len) == 0;
+      f += len + (end ? 1 : 0);
+    }
+    if (!wanted) continue;
     int occupancy = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occupancy, cfg.kernel, cfg.threads, 0));
     for (uint64_t bytes : sizes) {
+      if (cfg.library == 1 && bytes > (8ull << 20)) continue; /* one staging chunk */
       const uint64_t units = bytes / 16;
       cudaGraphExec_t exec[2];
       for (int d = 0; d < 2; d++) {
@@ -374,6 +437,21 @@ int main(int argc, char** argv) {
         a.rank = d;
         a.parts = cfg.parts;
         void* params[] = {&a};
+#ifdef WITH_LIBRARY_KERNELS
+        fcclDevArgs la;
+        memset(&la, 0, sizeof(la));
+        la.sendbuf = (uint64_t)(uintptr_t)g[d].send;
+        la.recvbuf = (uint64_t)(uintptr_t)g[d].recv;
+        for (int r = 0; r < 2; r++) {
+          la.peerSend[r] = (uint64_t)(uintptr_t)g[r].send;
+          la.peerRecv[r] = (uint64_t)(uintptr_t)g[r].recv;
+        }
+        la.count = bytes / 2;
+        la.bytes = bytes;
+        la.scatterByPush = cfg.library == 2;
+        void* libParams[] = {&libComm[d], &la};
+        if (cfg.library) params[0] = nullptr;
+#endif
         cudaGraph_t graph;
         CK(cudaStreamBeginCapture(g[d].stream, cudaStreamCaptureModeThreadLocal));
         cudaLaunchAttribute attribute = {};
@@ -385,7 +463,12 @@ int main(int argc, char** argv) {
         launch.stream = g[d].stream;
         launch.attrs = &attribute;
         launch.numAttrs = cfg.pdl ? 1 : 0;
-        for (int i = 0; i < kCalls; i++) CK(cudaLaunchKernelExC(&launch, cfg.kernel, params));
+#ifdef WITH_LIBRARY_KERNELS
+        if (cfg.library) {
+          for (int i = 0; i < kCalls; i++) CK(cudaLaunchKernelExC(&launch, cfg.kernel, libParams));
+        } else
+#endif
+          for (int i = 0; i < kCalls; i++) CK(cudaLaunchKernelExC(&launch, cfg.kernel, params));
         CK(cudaStreamEndCapture(g[d].stream, &graph));
         CK(cudaGraphInstantiate(&exec[d], graph, 0));
         CK(cudaGraphDestroy(graph));
@@ -430,7 +513,7 @@ int main(int argc, char** argv) {
       std::vector<uint64_t> tr((size_t)kCalls * kMaxBlocks * kPhases);
       CK(cudaSetDevice(0));
       CK(cudaMemcpy(tr.data(), g[0].trace, tr.size() * 8, cudaMemcpyDeviceToHost));
-      const int nph = strncmp(cfg.name.c_str(), "push", 4) == 0 ? 6 : 7;
+      const int nph = cfg.library ? 0 : strncmp(cfg.name.c_str(), "push", 4) == 0 ? 6 : 7;
       double maxSum[kPhases] = {}, medSum[kPhases] = {};
       for (int call = 0; call < kCalls; call++) {
         const uint64_t* rowc = tr.data() + (size_t)call * kMaxBlocks * kPhases;
