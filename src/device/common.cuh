@@ -20,6 +20,12 @@
 
 #include <type_traits>
 
+/* Phase timestamps for the experiment harness docs/perf/2026-11-30-h200x2-s8/phases.cu, which defines this
+ * before including the kernels' sources; nothing in the library. */
+#ifndef FCCL_PHASE_MARK
+#define FCCL_PHASE_MARK(epoch, phase)
+#endif
+
 namespace fccl {
 
 __device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_t offset) {

@@ -19,6 +19,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   using Unit = typename IO::Unit;
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
+  FCCL_PHASE_MARK(epoch, 0);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -38,10 +39,14 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
       if (p < n && p != me) st_data16(pushRegion(p) + u * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
   }
+  FCCL_PHASE_MARK(epoch, 1);
   __syncthreads();
+  FCCL_PHASE_MARK(epoch, 2);
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true);
+  FCCL_PHASE_MARK(epoch, 3);
   if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PUSH, FCCL_PHASE_INBOX,
                  epoch)) {
+    FCCL_PHASE_MARK(epoch, 4);
     /* Rank w's data: our own input for w == me, else inbox [parity][w] of our slot. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS];
 #pragma unroll
@@ -52,6 +57,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
      * reduction of 4 MiB took 2 us after the flag on 2x H200, each iteration a load latency (s8, phases.txt). */
     reducePulled<TT, OpTraits<OP>>(bases, n, 0, units, first, stride, a.bytes,
                                    [&](auto, uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
+    FCCL_PHASE_MARK(epoch, 5);
   }
   epochEnd(c, epoch);
 }

@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   using Unit = typename IO::Unit;
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
+  FCCL_PHASE_MARK(epoch, 0);
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     epochEnd(c, epoch);
     return;
   }
+  FCCL_PHASE_MARK(epoch, 1);
   if (a.scatterByPush) { /* 2 ranks, out of place: fcclAlgoSelect */
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
@@ -63,11 +65,13 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     }
     __syncthreads();
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2), true);
+    FCCL_PHASE_MARK(epoch, 2);
     if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_INBOX,
                   epoch)) {
       epochEnd(c, epoch);
       return;
     }
+    FCCL_PHASE_MARK(epoch, 3);
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
     bases[me] = a.sendbuf;
     bases[peer] = a.recvbuf; /* the peer's units of our share, stored in place */
@@ -76,8 +80,11 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     reducePulled<TT, OpTraits<OP>>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
   }
   __syncthreads();
+  FCCL_PHASE_MARK(epoch, 4);
   postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
+  FCCL_PHASE_MARK(epoch, 5);
   (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_DONE, epoch);
+  FCCL_PHASE_MARK(epoch, 6);
   epochEnd(c, epoch);
 }
 

@@ -16,12 +16,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#ifdef WITH_LIBRARY_KERNELS
-// The library's own kernels, unchanged, run by this harness (configurations named lib-*):
-//   nvcc -O3 -arch=sm_90 -DWITH_LIBRARY_KERNELS -I../../../src/device -I../../../src/include -I../../../include ...
-#include "oneshot_push.cu"
-#include "twoshot_reg.cu"
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -94,6 +88,19 @@ __device__ __forceinline__ void stRelaxed(uint64_t* p, uint64_t v) {
 __device__ __forceinline__ void stRelease(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+
+#ifdef WITH_LIBRARY_KERNELS
+// The library's own kernels run by this harness (configurations named lib-*), with their phase marks
+// (FCCL_PHASE_MARK in src/device) recorded like this file's:
+//   nvcc -O3 -arch=sm_90 -DWITH_LIBRARY_KERNELS -I../../../src/device -I../../../src/include -I../../../include ...
+__device__ uint64_t* gLibraryTrace;
+#define FCCL_PHASE_MARK(epoch, phase)                                                                 \
+  do {                                                                                                \
+    if (threadIdx.x == 0) gLibraryTrace[(((epoch) % kCalls) * kMaxBlocks + blockIdx.x) * kPhases + (phase)] = now(); \
+  } while (0)
+#include "oneshot_push.cu"
+#include "twoshot_reg.cu"
+#endif
 
 // x0 + x1 in rank order, bf16 accumulated in fp32.
 __device__ __forceinline__ uint4 add8(uint4 a, uint4 b) {
@@ -397,6 +404,7 @@ int main(int argc, char** argv) {
       c.layout = layout;
       c.rank = d;
       c.nranks = 2;
+      CK(cudaMemcpyToSymbol(gLibraryTrace, &g[d].trace, sizeof(uint64_t*)));
     }
   }
 #endif
@@ -513,7 +521,7 @@ int main(int argc, char** argv) {
       std::vector<uint64_t> tr((size_t)kCalls * kMaxBlocks * kPhases);
       CK(cudaSetDevice(0));
       CK(cudaMemcpy(tr.data(), g[0].trace, tr.size() * 8, cudaMemcpyDeviceToHost));
-      const int nph = cfg.library ? 0 : strncmp(cfg.name.c_str(), "push", 4) == 0 ? 6 : 7;
+      const int nph = cfg.library == 1 || strncmp(cfg.name.c_str(), "push", 4) == 0 ? 6 : 7;
       double maxSum[kPhases] = {}, medSum[kPhases] = {};
       for (int call = 0; call < kCalls; call++) {
         const uint64_t* rowc = tr.data() + (size_t)call * kMaxBlocks * kPhases;
