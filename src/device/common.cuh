@@ -117,16 +117,62 @@ __device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOff
 
 /* ---- units: 16 bytes (vector paths) and 8 bytes (LL), any alignment, any tail ------------------------------- */
 
+/* The 8-byte words of one unit, as the element-by-element paths pass them (by value: in registers). */
+template <int B>
+struct UnitWords {
+  uint64_t w[B / 8];
+};
+
+/*
+ * The element-by-element paths of UnitIO (a misaligned buffer, the tail), out of line: one copy per element size
+ * and unit size, called from every access. Inlined at every access (up to 8 ranks x 4 units per loop, in three rank
+ * bounds), they made the kernels 40-160 KB of code, and on 2x H200 the library's kernels ran 1.2-1.6 us per call
+ * slower than the same algorithm written without them, most of it at the first pass through each phase
+ * (docs/perf/2026-11-30-h200x2-s8): instruction fetches. Missing elements read as zero bits and are never stored.
+ */
+template <class Bits, int B>
+struct UnitTail {
+  static constexpr int kElems = B / (int)sizeof(Bits);
+
+  /* Assembled into the 8-byte words, never written element by element into the unit: with per-element writes,
+   * types narrower than 4 bytes had the vector path's result split into 16- or 8-bit registers where the two
+   * paths join, and the thread waited for that load right there (0.28 us per call on H200,
+   * docs/perf/2026-11-30-h200x2-s7). */
+  static __device__ __noinline__ UnitWords<B> load(uint64_t base, uint64_t offset, uint64_t bytes) {
+    UnitWords<B> x = {};
+#pragma unroll
+    for (int i = 0; i < kElems; i++) {
+      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
+      if (at < bytes) {
+        const int byteInUnit = i * (int)sizeof(Bits);
+        x.w[byteInUnit / 8] |= (uint64_t)*ptr<const Bits>(base + at) << (8 * (byteInUnit % 8));
+      }
+    }
+    return x;
+  }
+
+  static __device__ __noinline__ void store(uint64_t base, uint64_t offset, uint64_t bytes, UnitWords<B> x) {
+#pragma unroll
+    for (int i = 0; i < kElems; i++) {
+      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
+      if (at < bytes) {
+        const int byteInUnit = i * (int)sizeof(Bits);
+        *ptr<Bits>(base + at) = (Bits)(x.w[byteInUnit / 8] >> (8 * (byteInUnit % 8)));
+      }
+    }
+  }
+};
+
 /*
  * Unit u of a buffer is bytes [u * B, u * B + B) of it, clipped to `bytes`. A full unit at an aligned address is
- * one vector access; anything else goes element by element (the buffer is element-aligned), never touching bytes
- * past the end. Missing elements read as zero bits and are never stored.
+ * one vector access; anything else goes element by element (UnitTail; the buffer is element-aligned), never
+ * touching bytes past the end.
  */
 template <class TT, int B>
 struct UnitIO {
   using Bits = typename TT::Bits;
-  static constexpr int kElems = B / (int)sizeof(Bits);
   using Unit = UnitBits<Bits, B>;
+  using Tail = UnitTail<Bits, B>;
 
   __device__ __forceinline__ static void load(uint64_t base, uint64_t u, uint64_t bytes, Unit& x) {
     const uint64_t offset = u * B;
@@ -137,22 +183,9 @@ struct UnitIO {
         x.words[0] = ld_data8(ptr<const void>(base + offset));
       return;
     }
-    /* Assembled into the 8-byte words, not written element by element: both paths then leave the unit in the
-     * same 64-bit registers. With per-element writes, types narrower than 4 bytes (fp16, bf16, int8) had the
-     * vector load's result split into 16- or 8-bit registers at the join of the two paths, so the thread waited
-     * for the load right there instead of at the data's first use: about 0.28 us per call on H200, the latency
-     * of the load the kernels overlap with their epoch read (docs/perf/2026-11-30-h200x2-s7). */
-    uint64_t words[B / 8] = {};
+    const UnitWords<B> words = Tail::load(base, offset, bytes);
 #pragma unroll
-    for (int i = 0; i < kElems; i++) {
-      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
-      if (at < bytes) {
-        const int byteInUnit = i * (int)sizeof(Bits);
-        words[byteInUnit / 8] |= (uint64_t)*ptr<const Bits>(base + at) << (8 * (byteInUnit % 8));
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < B / 8; i++) x.words[i] = words[i];
+    for (int i = 0; i < B / 8; i++) x.words[i] = words.w[i];
   }
 
   __device__ __forceinline__ static void store(uint64_t base, uint64_t u, uint64_t bytes, const Unit& x) {
@@ -164,11 +197,10 @@ struct UnitIO {
         st_data8(ptr<void>(base + offset), x.words[0]);
       return;
     }
+    UnitWords<B> words;
 #pragma unroll
-    for (int i = 0; i < kElems; i++) {
-      const uint64_t at = offset + (uint64_t)i * sizeof(Bits);
-      if (at < bytes) *ptr<Bits>(base + at) = x.e[i];
-    }
+    for (int i = 0; i < B / 8; i++) words.w[i] = x.words[i];
+    Tail::store(base, offset, bytes, words);
   }
 };
 
