@@ -28,16 +28,19 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
-  /* Our inbox region [parity] in rank p's slot. */
-  auto pushRegion = [&](int p) {
-    return slotPtr(c, p, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, p) * chunk);
-  };
+  /* Our inbox region [parity] in rank p's slot, computed once: fcclPeerRegion is an integer modulo, and the
+   * compiler left it in the loop, per unit and peer (s7's SASS). The kernels' instructions per unit show in the
+   * time: with 16 warps per SM, a pass of a few hundred instructions costs as much as a load (s8 phases-lib). */
+  uint64_t pushBases[FCCL_DEVICE_MAX_RANKS];
+#pragma unroll
+  for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
+    pushBases[p] = p < n && p != me ? c.slots[p] + c.layout.inboxOffset + fcclPeerRegion(n, parity, me, p) * chunk : 0;
   for (uint64_t u = first; u < units; u += stride) {
     Unit v;
     IO::load(a.sendbuf, u, a.bytes, v);
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-      if (p < n && p != me) st_data16(pushRegion(p) + u * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
+      if (p < n && p != me) st_data16(ptr<void>(pushBases[p] + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
   }
   FCCL_PHASE_MARK(epoch, 1);
   __syncthreads();

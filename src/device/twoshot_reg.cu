@@ -7,15 +7,15 @@
  *     ready  (pad A step 1, relaxed post, one acquire load once seen) a peer reached the call: its input is final
  *            and its output may be written.
  *     done   (pad B, release, waited with acquire) a peer finished reading our input and writing our output.
- *   push (2 ranks, out of place, a.scatterByPush) each rank first stores its input units of the peer's share into the peer's
- *     output, at their own place, which the owner then reduces in place with its input. Only stores cross NVLink:
- *     on 2x H200, stores in both directions at once move 365 GB/s per direction, loads 335 (docs/perf/
- *     2026-11-30-h200x2-s5/linkbw.txt), at the price of one more flag hop: faster
- *     from 16 MiB (64 MiB: 189.5 us against 202), slower below (4 MiB: 19.7 against 17.3). Pushing in parts, each
-     with its own "sent" step, was slower still: each release after remote stores costs 1.5-3 us
-     (docs/perf/2026-11-30-h200x2-s6).
+ *   push (2 ranks, out of place, a.scatterByPush) each rank first stores its input units of the peer's share into
+ *     the peer's output, at their own place, which the owner then reduces in place with its input. Only stores
+ *     cross NVLink: on 2x H200, stores in both directions at once move 365 GB/s per direction, loads 335
+ *     (docs/perf/2026-11-30-h200x2-s5/linkbw.txt), at the price of one more flag hop: faster from 16 MiB
+ *     (64 MiB: 189.5 us against 202), slower below (4 MiB: 19.7 against 17.3). Each release after remote stores
+ *     costs 1.5-3 us (docs/perf/2026-11-30-h200x2-s6), so more than two parts lose (s8 phases.txt).
  *     ready  as above.
- *     sent   (pad A step 2, release, acquire) the peer's units of our share are in our output.
+ *     sent   (pad A steps 2 and 3, release, acquire) the peer's units of our share are in our output: one step
+ *            for each of the kScatterParts parts, so that the first part is reduced while the second crosses.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
  * In place is safe (pull): only the owner of a unit reads or writes it, the reads before the writes, in one thread.
  */
@@ -23,6 +23,9 @@
 #include "kernels.cuh"
 
 namespace fccl {
+
+/* Parts of the reduce-scatter by push (see below). */
+constexpr int kScatterParts = 2;
 
 template <int DT, int OP>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fcclDevComm c, fcclDevArgs a) {
@@ -58,24 +61,40 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;
-    for (uint64_t u = peerBegin + first; u < peerEnd; u += stride) {
-      Unit v;
-      IO::load(a.sendbuf, u, a.bytes, v);
-      IO::store(a.peerRecv[peer], u, a.bytes, v);
+    const uint64_t peerRecv = me == 0 ? a.peerRecv[1] : a.peerRecv[0]; /* constant indices: no stack copy */
+    /* In kScatterParts parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers
+     * part 0 while part 1 is still on the link (16 MiB: 50.8-51.0 us against 51.9-52.4 in one part, s8
+     * phases.txt; one more release fence, which costs more than it saves below 16 MiB). */
+    const uint64_t rows = divUp(share, stride);
+    const uint64_t partUnits = divUp(rows, (uint64_t)kScatterParts) * stride;
+    for (int part = 0; part < kScatterParts; part++) {
+      const uint64_t partBegin = peerBegin + part * partUnits;
+      const uint64_t partEnd = partBegin + partUnits < peerEnd ? partBegin + partUnits : peerEnd;
+      for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
+        Unit v;
+        IO::load(a.sendbuf, u, a.bytes, v);
+        IO::store(peerRecv, u, a.bytes, v);
+      }
+      __syncthreads();
+      postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2), true);
     FCCL_PHASE_MARK(epoch, 2);
-    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_INBOX,
-                  epoch)) {
-      epochEnd(c, epoch);
-      return;
-    }
-    FCCL_PHASE_MARK(epoch, 3);
+    /* Rank order: our input at [me], the peer's units of our share (stored in place in our output) at [peer]. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
-    bases[me] = a.sendbuf;
-    bases[peer] = a.recvbuf; /* the peer's units of our share, stored in place */
-    reducePulled<TT, OpTraits<OP>>(bases, n, begin, end, first, stride, a.bytes, storeAll);
+    bases[0] = me == 0 ? a.sendbuf : a.recvbuf;
+    bases[1] = me == 0 ? a.recvbuf : a.sendbuf;
+    for (int part = 0; part < kScatterParts; part++) {
+      if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
+                    FCCL_PHASE_INBOX, epoch)) {
+        epochEnd(c, epoch);
+        return;
+      }
+      if (part == 0) FCCL_PHASE_MARK(epoch, 3);
+      const uint64_t partBegin = begin + part * partUnits;
+      const uint64_t partEnd = partBegin + partUnits < end ? partBegin + partUnits : end;
+      if (partBegin < partEnd)
+        reducePulled<TT, OpTraits<OP>>(bases, n, partBegin, partEnd, first, stride, a.bytes, storeAll);
+    }
   } else {
     reducePulled<TT, OpTraits<OP>>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
   }
