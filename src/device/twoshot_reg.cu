@@ -15,7 +15,7 @@
  *     costs 1.5-3 us (docs/perf/2026-11-30-h200x2-s6), so more than two parts lose (s8 phases.txt).
  *     ready  as above.
  *     sent   (pad A steps 2 and 3, release, acquire) the peer's units of our share are in our output: one step
- *            for each of the kScatterParts parts, so that the first part is reduced while the second crosses.
+ *            per part (two up to kTwoPartRows rows per block), so that part 0 is reduced while part 1 crosses.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
  * In place is safe (pull): only the owner of a unit reads or writes it, the reads before the writes, in one thread.
  */
@@ -24,8 +24,10 @@
 
 namespace fccl {
 
-/* Parts of the reduce-scatter by push (see below). */
-constexpr int kScatterParts = 2;
+/* The reduce-scatter by push goes in two parts while a block's share is at most kTwoPartRows grid rows (16 MiB on
+ * 132 blocks of 512 threads), in one part beyond: on 2x H200, two parts took 16 MiB from 53.7-53.9 us to 53.3-53.4
+ * and 64 MiB from 189.5-189.7 to 190.5-190.7 (docs/perf/2026-11-30-h200x2-3fbf1ff against -c36f16e). */
+constexpr uint64_t kTwoPartRows = 8;
 
 template <int DT, int OP>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fcclDevComm c, fcclDevArgs a) {
@@ -62,12 +64,13 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;
     const uint64_t peerRecv = me == 0 ? a.peerRecv[1] : a.peerRecv[0]; /* constant indices: no stack copy */
-    /* In kScatterParts parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers
-     * part 0 while part 1 is still on the link (16 MiB: 50.8-51.0 us against 51.9-52.4 in one part, s8
-     * phases.txt; one more release fence, which costs more than it saves below 16 MiB). */
+    /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
+     * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
+     * Each part costs a release fence after remote stores, which larger messages do not repay (kTwoPartRows). */
     const uint64_t rows = divUp(share, stride);
-    const uint64_t partUnits = divUp(rows, (uint64_t)kScatterParts) * stride;
-    for (int part = 0; part < kScatterParts; part++) {
+    const int parts = rows <= kTwoPartRows ? 2 : 1;
+    const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
+    for (int part = 0; part < parts; part++) {
       const uint64_t partBegin = peerBegin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < peerEnd ? partBegin + partUnits : peerEnd;
       for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
     bases[0] = me == 0 ? a.sendbuf : a.recvbuf;
     bases[1] = me == 0 ? a.recvbuf : a.sendbuf;
-    for (int part = 0; part < kScatterParts; part++) {
+    for (int part = 0; part < parts; part++) {
       if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
                     FCCL_PHASE_INBOX, epoch)) {
         epochEnd(c, epoch);
