@@ -16,7 +16,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
