@@ -126,9 +126,9 @@ struct UnitWords {
 /*
  * The element-by-element paths of UnitIO (a misaligned buffer, the tail), out of line: one copy per element size
  * and unit size, called from every access. Inlined at every access (up to 8 ranks x 4 units per loop, in three rank
- * bounds), they made the kernels 40-160 KB of code, and on 2x H200 the library's kernels ran 1.2-1.6 us per call
- * slower than the same algorithm written without them, most of it at the first pass through each phase
- * (docs/perf/2026-11-30-h200x2-s8): instruction fetches. Missing elements read as zero bits and are never stored.
+ * bounds), they made the kernels up to 162 KB of code (registered two-shot, bf16; 82 KB now). On 2x H200 the
+ * times were the same either way (docs/perf/2026-11-30-h200x2-s8): kept for the smaller code. Missing elements
+ * read as zero bits and are never stored.
  */
 template <class Bits, int B>
 struct UnitTail {
