@@ -29,8 +29,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   /* Our inbox region [parity] in rank p's slot, computed once: fcclPeerRegion is an integer modulo, and the
-   * compiler left it in the loop, per unit and peer (s7's SASS). The kernels' instructions per unit show in the
-   * time: with 16 warps per SM, a pass of a few hundred instructions costs as much as a load (s8 phases-lib). */
+   * compiler left it in the loop, per unit and peer (s7's SASS). */
   uint64_t pushBases[FCCL_DEVICE_MAX_RANKS];
 #pragma unroll
   for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
