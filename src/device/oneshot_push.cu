@@ -55,8 +55,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
     for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
       bases[w] = w == me ? a.sendbuf
                          : c.slots[me] + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk;
-    /* The pulling loop's batches (all loads of PullDepth units before the first add): one unit at a time, the
-     * reduction of 4 MiB took 2 us after the flag on 2x H200, each iteration a load latency (s8, phases.txt). */
+    /* The pulling loop's batches (all loads of PullDepth units before the first add). One unit at a time, each
+     * iteration waits a load latency: the harness's 4 MiB reduction took 2.0 us after the flag, batched 1.7
+     * (docs/perf/2026-11-30-h200x2-s8). */
     reducePulled<TT, OpTraits<OP>>(bases, n, 0, units, first, stride, a.bytes,
                                    [&](auto, uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
     FCCL_PHASE_MARK(epoch, 5);
