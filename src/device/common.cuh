@@ -32,6 +32,28 @@ __device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_
   return ptr<char>(c.slots[rank] + offset);
 }
 
+/* The per-peer regions of one parity in the staging area at areaOffset (inbox or result), as addresses:
+ * ours in each peer's slot (outbound[p], where we write to p) and each writer's in our slot (inbound[w], where w
+ * writes to us). Entries for ourselves and for ranks past n are 0. Computed once per call or round, before the
+ * loops, so no peer index arithmetic runs per unit. */
+__device__ __forceinline__ void peerRegionsOutbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
+                                                    uint64_t outbound[FCCL_DEVICE_MAX_RANKS]) {
+#pragma unroll
+  for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
+    outbound[p] = p < c.nranks && p != c.rank
+                      ? c.slots[p] + areaOffset + fcclPeerRegion(c.nranks, parity, c.rank, p) * c.layout.chunkBytes
+                      : 0;
+}
+
+__device__ __forceinline__ void peerRegionsInbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
+                                                   uint64_t inbound[FCCL_DEVICE_MAX_RANKS]) {
+#pragma unroll
+  for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
+    inbound[w] = w < c.nranks && w != c.rank
+                     ? c.slots[c.rank] + areaOffset + fcclPeerRegion(c.nranks, parity, w, c.rank) * c.layout.chunkBytes
+                     : 0;
+}
+
 /* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header.
  * Call after gridDependencyEnter. */
 __device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c) {
@@ -238,12 +260,12 @@ __device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DE
   }
 }
 
-/* Reduces unit u of every rank's buffer (bases[r], r < nranks) in rank order into out. */
-template <class TT, class OT>
+/* Reduces unit u of every rank's buffer (bases[r], r < nranks <= NR) in rank order into out. */
+template <class TT, class OT, int NR>
 __device__ __forceinline__ void reduceRanks16(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int nranks,
                                               uint64_t u, uint64_t bytes, Unit16<TT>& out) {
   Unit16<TT> outs[1];
-  reduceRanksUnits<TT, OT, FCCL_DEVICE_MAX_RANKS, 1>(bases, nranks, u, 0, u + 1, bytes, outs);
+  reduceRanksUnits<TT, OT, NR, 1>(bases, nranks, u, 0, u + 1, bytes, outs);
   out = outs[0];
 }
 
@@ -254,39 +276,23 @@ struct PullDepth {
   static constexpr int kUnits = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
 };
 
-/* Calls f(std::integral_constant<int, NR>{}) with NR the smallest of 2, 4 and 8 that holds n: loops compiled for
- * each bound keep their register arrays no larger than the rank count needs. */
-template <class F>
-__device__ __forceinline__ void withRankBound(int n, F&& f) {
-  if (n <= 2)
-    f(std::integral_constant<int, 2>{});
-  else if (n <= 4)
-    f(std::integral_constant<int, 4>{});
-  else
-    f(std::integral_constant<int, FCCL_DEVICE_MAX_RANKS>{});
-}
-
 /*
  * The pulling loop of one-shot pull and registered two-shot: units [begin, end) of every rank's buffer (bases),
- * this thread's share (first, first + stride, ...), reduced in rank order PullDepth units at a time;
- * store(bound, u, out) writes each result wherever the algorithm needs it (bound: the rank bound of withRankBound,
- * for loops over ranks).
+ * this thread's share (first, first + stride, ...), reduced in rank order PullDepth units at a time; n <= NR, the
+ * kernel's rank bound (fcclRankBound). store(u, out) writes each result wherever the algorithm needs it.
  */
-template <class TT, class OT, class Store>
+template <class TT, class OT, int NR, class Store>
 __device__ __forceinline__ void reducePulled(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t begin,
                                              uint64_t end, uint64_t first, uint64_t stride, uint64_t bytes,
                                              Store&& store) {
-  withRankBound(n, [&](auto bound) {
-    constexpr int NR = decltype(bound)::value;
-    constexpr int K = PullDepth<NR>::kUnits;
-    for (uint64_t u = begin + first; u < end; u += K * stride) {
-      Unit16<TT> out[K];
-      reduceRanksUnits<TT, OT, NR, K>(bases, n, u, stride, end, bytes, out);
+  constexpr int K = PullDepth<NR>::kUnits;
+  for (uint64_t u = begin + first; u < end; u += K * stride) {
+    Unit16<TT> out[K];
+    reduceRanksUnits<TT, OT, NR, K>(bases, n, u, stride, end, bytes, out);
 #pragma unroll
-      for (int k = 0; k < K; k++)
-        if (u + k * stride < end) store(bound, u + k * stride, out[k]);
-    }
-  });
+    for (int k = 0; k < K; k++)
+      if (u + k * stride < end) store(u + k * stride, out[k]);
+  }
 }
 
 __device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

@@ -9,13 +9,23 @@
 
 namespace fccl {
 
-/* NULL for a (type, op) outside the list. */
+/* NULL for a (type, op) outside the list. The pulling kernels come in one instantiation per rank bound
+ * (fcclRankBound of the communicator's rank count). */
 const void* llKernel(fcclDataType_t type, fcclRedOp_t op);
-const void* oneshotPushKernel(fcclDataType_t type, fcclRedOp_t op);
-const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op);
-const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op);
-const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op);
+const void* oneshotPushKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
+const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
+const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
+const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* ll128Kernel(fcclDataType_t type, fcclRedOp_t op);
+
+/*
+ * The rank bound a pulling kernel is compiled for: the smallest of 2, 4 and 8 that holds nranks. Its register
+ * arrays hold that many ranks. One kernel with all three bounds inlined spilled (twoshot_reg: 192 bytes of stack,
+ * 1076 bytes of spill loads at 128 registers) where each bound alone does not.
+ */
+__host__ __device__ constexpr int fcclRankBound(int nranks) {
+  return nranks <= 2 ? 2 : nranks <= 4 ? 4 : FCCL_DEVICE_MAX_RANKS;
+}
 
 }  // namespace fccl
 
@@ -26,6 +36,21 @@ const void* ll128Kernel(fcclDataType_t type, fcclRedOp_t op);
   const void* name(fcclDataType_t type, fcclRedOp_t redOp) {   \
     FCCL_DEVICE_TYPE_OP_LIST(FCCL_KERNEL_TABLE_ENTRY_)          \
     return nullptr;                                             \
+  }
+
+/* The same for kernels templated on (type, op, rank bound). */
+#define FCCL_RANKED_TABLE_ENTRY_(dt, op)                                                         \
+  if (type == dt && redOp == op) {                                                               \
+    if (rankBound == 2) return reinterpret_cast<const void*>(&FCCL_TABLE_KERNEL<dt, op, 2>);     \
+    if (rankBound == 4) return reinterpret_cast<const void*>(&FCCL_TABLE_KERNEL<dt, op, 4>);     \
+    if (rankBound == FCCL_DEVICE_MAX_RANKS)                                                      \
+      return reinterpret_cast<const void*>(&FCCL_TABLE_KERNEL<dt, op, FCCL_DEVICE_MAX_RANKS>);   \
+    return nullptr;                                                                              \
+  }
+#define FCCL_RANKED_KERNEL_TABLE(name)                                         \
+  const void* name(fcclDataType_t type, fcclRedOp_t redOp, int rankBound) {   \
+    FCCL_DEVICE_TYPE_OP_LIST(FCCL_RANKED_TABLE_ENTRY_)                         \
+    return nullptr;                                                            \
   }
 
 #endif /* FCCL_DEVICE_KERNELS_CUH_ */

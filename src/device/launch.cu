@@ -25,13 +25,14 @@ __global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(
   epochEnd(c, epoch);
 }
 
-static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op) {
+static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
+  const int rankBound = fcclRankBound(nranks);
   switch (algo) {
     case FCCL_ALGO_LL: return llKernel(type, op);
-    case FCCL_ALGO_ONESHOT_PUSH: return oneshotPushKernel(type, op);
-    case FCCL_ALGO_ONESHOT_PULL: return oneshotPullKernel(type, op);
-    case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op);
-    case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op);
+    case FCCL_ALGO_ONESHOT_PUSH: return oneshotPushKernel(type, op, rankBound);
+    case FCCL_ALGO_ONESHOT_PULL: return oneshotPullKernel(type, op, rankBound);
+    case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op, rankBound);
+    case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op, rankBound);
     case FCCL_ALGO_LL128: return ll128Kernel(type, op);
     default: return nullptr;
   }
@@ -67,7 +68,7 @@ static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** arg
 extern "C" fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
                                                   const fcclDevComm* comm, const fcclDevArgs* args, int blocks,
                                                   int threads, int pdl, cudaStream_t stream) {
-  const void* kernel = fccl::allReduceKernel(algo, type, op);
+  const void* kernel = comm != nullptr ? fccl::allReduceKernel(algo, type, op, comm->nranks) : nullptr;
   if (kernel == nullptr || comm == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no all-reduce kernel for algorithm %d, type %d, op %d",
                       (int)algo, (int)type, (int)op);

@@ -14,7 +14,7 @@
 
 namespace fccl {
 
-template <int DT, int OP>
+template <int DT, int OP, int NR>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(fcclDevComm c, fcclDevArgs a) {
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   }
 
   if (!a.inPlace) {
-    reducePulled<TT, OpTraits<OP>>(a.peerSend, n, 0, units, first, stride, a.bytes,
-                                   [&](auto, uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
+    reducePulled<TT, OpTraits<OP>, NR>(a.peerSend, n, 0, units, first, stride, a.bytes,
+                                       [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
     (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), false, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_DONE,
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
     for (uint64_t pass = 0; pass < passes; pass++) {
       const uint64_t u = pass * stride + first;
       Unit out;
-      if (u < units) reduceRanks16<TT, OpTraits<OP>>(a.peerSend, n, u, a.bytes, out);
+      if (u < units) reduceRanks16<TT, OpTraits<OP>, NR>(a.peerSend, n, u, a.bytes, out);
       __syncthreads();
       postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)pass + 1), true);
       if (waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)pass + 1), false, FCCL_ALGO_ONESHOT_PULL,
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
 }
 
 #define FCCL_TABLE_KERNEL allReduceOneshotPull
-FCCL_KERNEL_TABLE(oneshotPullKernel)
+FCCL_RANKED_KERNEL_TABLE(oneshotPullKernel)
 #undef FCCL_TABLE_KERNEL
 
 }  // namespace fccl

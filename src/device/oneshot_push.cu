@@ -12,7 +12,7 @@
 
 namespace fccl {
 
-template <int DT, int OP>
+template <int DT, int OP, int NR>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(fcclDevComm c, fcclDevArgs a) {
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
@@ -24,21 +24,24 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
-  const uint64_t chunk = c.layout.chunkBytes;
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
-  /* Our inbox region [parity] in rank p's slot, computed once: fcclPeerRegion is an integer modulo, and the
-   * compiler left it in the loop, per unit and peer (s7's SASS). */
+  /* Our inbox region [parity] in each peer's slot (pushBases), and rank w's data for the reduction (bases): our
+   * input for w == me, else inbox [parity][w] of our slot. Computed once, before the flag: s7's SASS showed the
+   * peer-region arithmetic left in the loop, per unit and peer. */
   uint64_t pushBases[FCCL_DEVICE_MAX_RANKS];
+  uint64_t bases[FCCL_DEVICE_MAX_RANKS];
+  peerRegionsOutbound(c, c.layout.inboxOffset, parity, pushBases);
+  peerRegionsInbound(c, c.layout.inboxOffset, parity, bases);
 #pragma unroll
-  for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-    pushBases[p] = p < n && p != me ? c.slots[p] + c.layout.inboxOffset + fcclPeerRegion(n, parity, me, p) * chunk : 0;
+  for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
+    if (w == me) bases[w] = a.sendbuf;  /* constant indices: a bases[me] store would put the array on the stack */
   for (uint64_t u = first; u < units; u += stride) {
     Unit v;
     IO::load(a.sendbuf, u, a.bytes, v);
 #pragma unroll
-    for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
+    for (int p = 0; p < NR; p++)
       if (p < n && p != me) st_data16(ptr<void>(pushBases[p] + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
   }
   FCCL_PHASE_MARK(epoch, 1);
@@ -49,24 +52,18 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PUSH, FCCL_PHASE_INBOX,
                  epoch)) {
     FCCL_PHASE_MARK(epoch, 4);
-    /* Rank w's data: our own input for w == me, else inbox [parity][w] of our slot. */
-    uint64_t bases[FCCL_DEVICE_MAX_RANKS];
-#pragma unroll
-    for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
-      bases[w] = w == me ? a.sendbuf
-                         : c.slots[me] + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk;
     /* The pulling loop's batches (all loads of PullDepth units before the first add). One unit at a time, each
      * iteration waits a load latency: the harness's 4 MiB reduction took 2.0 us after the flag, batched 1.7
      * (docs/perf/2026-11-30-h200x2-s8). */
-    reducePulled<TT, OpTraits<OP>>(bases, n, 0, units, first, stride, a.bytes,
-                                   [&](auto, uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
+    reducePulled<TT, OpTraits<OP>, NR>(bases, n, 0, units, first, stride, a.bytes,
+                                       [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
     FCCL_PHASE_MARK(epoch, 5);
   }
   epochEnd(c, epoch);
 }
 
 #define FCCL_TABLE_KERNEL allReduceOneshotPush
-FCCL_KERNEL_TABLE(oneshotPushKernel)
+FCCL_RANKED_KERNEL_TABLE(oneshotPushKernel)
 #undef FCCL_TABLE_KERNEL
 
 }  // namespace fccl

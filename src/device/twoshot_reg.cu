@@ -29,7 +29,7 @@ namespace fccl {
  * and 64 MiB from 189.5-189.7 to 190.5-190.7 (docs/perf/2026-11-30-h200x2-3fbf1ff against -c36f16e). */
 constexpr uint64_t kTwoPartRows = 8;
 
-template <int DT, int OP>
+template <int DT, int OP, int NR>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fcclDevComm c, fcclDevArgs a) {
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
@@ -47,9 +47,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   const uint64_t begin = (uint64_t)me * share;
   const uint64_t end = begin + share < units ? begin + share : units;
   /* Stores a reduced unit of our share into every rank's output (ours included). */
-  auto storeAll = [&](auto bound, uint64_t u, const Unit& out) {
+  auto storeAll = [&](uint64_t u, const Unit& out) {
 #pragma unroll
-    for (int p = 0; p < decltype(bound)::value; p++)
+    for (int p = 0; p < NR; p++)
       if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
   };
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
       const uint64_t partBegin = begin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < end ? partBegin + partUnits : end;
       if (partBegin < partEnd)
-        reducePulled<TT, OpTraits<OP>>(bases, n, partBegin, partEnd, first, stride, a.bytes, storeAll);
+        reducePulled<TT, OpTraits<OP>, NR>(bases, n, partBegin, partEnd, first, stride, a.bytes, storeAll);
     }
   } else {
-    reducePulled<TT, OpTraits<OP>>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
+    reducePulled<TT, OpTraits<OP>, NR>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
   }
   __syncthreads();
   FCCL_PHASE_MARK(epoch, 4);
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
 }
 
 #define FCCL_TABLE_KERNEL allReduceTwoshotReg
-FCCL_KERNEL_TABLE(twoshotRegKernel)
+FCCL_RANKED_KERNEL_TABLE(twoshotRegKernel)
 #undef FCCL_TABLE_KERNEL
 
 }  // namespace fccl

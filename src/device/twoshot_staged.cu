@@ -42,7 +42,7 @@ struct Round {
 
 }  // namespace
 
-template <int DT, int OP>
+template <int DT, int OP, int NR>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged(fcclDevComm c, fcclDevArgs a) {
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
@@ -54,10 +54,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
   const uint64_t roundCap = a.roundUnits * (uint64_t)n;
   const uint64_t rounds = divUp(units, roundCap);
-  const uint64_t chunk = c.layout.chunkBytes;
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const uint64_t ownSlot = c.slots[me];
 
   /* Pushes round k's units of every other owner into its inbox, then posts pad A with step k + 1. */
   auto push = [&](uint64_t k) {
@@ -66,7 +64,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      char* inbox = slotPtr(c, s, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, s) * chunk);
+      char* inbox = slotPtr(c, s, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, s) * c.layout.chunkBytes);
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         IO::load(a.sendbuf, r.start + (uint64_t)s * r.share + j, a.bytes, v);
@@ -89,24 +87,26 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     /* Reduce our share: rank w's units are our input (w == me) or inbox [parity][w]. */
     {
       uint64_t bases[FCCL_DEVICE_MAX_RANKS];
+      uint64_t resultBases[FCCL_DEVICE_MAX_RANKS];
       const uint64_t myStart = r.start + (uint64_t)me * r.share;
-      /* Inbox regions hold the share from its first unit; shift the base so unit index u addresses it. */
+      peerRegionsInbound(c, c.layout.inboxOffset, parity, bases);
+      peerRegionsOutbound(c, c.layout.resultOffset, parity, resultBases);
+      /* Inbox and result regions hold the share from its first unit; shift the bases so unit index u addresses
+       * them (constant indices keep the arrays in registers). */
 #pragma unroll
-      for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
-        bases[w] = w == me ? a.sendbuf
-                           : ownSlot + c.layout.inboxOffset + fcclPeerRegion(n, parity, w, me) * chunk -
-                                 myStart * FCCL_UNIT_BYTES;
+      for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++) {
+        bases[w] = w == me ? a.sendbuf : bases[w] - myStart * FCCL_UNIT_BYTES;
+        resultBases[w] -= myStart * FCCL_UNIT_BYTES;
+      }
       /* Batched loads as in the pulling loop (see oneshot_push.cu). */
-      reducePulled<TT, OpTraits<OP>>(
+      reducePulled<TT, OpTraits<OP>, NR>(
           bases, n, myStart, myStart + r.ownerLen(me), first, stride, a.bytes,
-          [&](auto bound, uint64_t u, const Unit& out) {
+          [&](uint64_t u, const Unit& out) {
             IO::store(a.recvbuf, u, a.bytes, out);
 #pragma unroll
-            for (int p = 0; p < decltype(bound)::value; p++)
+            for (int p = 0; p < NR; p++)
               if (p < n && p != me)
-                st_data16(slotPtr(c, p, c.layout.resultOffset + fcclPeerRegion(n, parity, me, p) * chunk) +
-                              (u - myStart) * FCCL_UNIT_BYTES,
-                          out.words[0], out.words[1]);
+                st_data16(ptr<void>(resultBases[p] + u * FCCL_UNIT_BYTES), out.words[0], out.words[1]);
           });
     }
     __syncthreads();
@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      const char* result = slotPtr(c, me, c.layout.resultOffset + fcclPeerRegion(n, parity, s, me) * chunk);
+      const char* result =
+          slotPtr(c, me, c.layout.resultOffset + fcclPeerRegion(n, parity, s, me) * c.layout.chunkBytes);
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         ld_data16(result + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
@@ -131,7 +132,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
 }
 
 #define FCCL_TABLE_KERNEL allReduceTwoshotStaged
-FCCL_KERNEL_TABLE(twoshotStagedKernel)
+FCCL_RANKED_KERNEL_TABLE(twoshotStagedKernel)
 #undef FCCL_TABLE_KERNEL
 
 }  // namespace fccl

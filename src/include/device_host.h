@@ -138,7 +138,11 @@ static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fccl
  * rank): [2 parities][nranks - 1], peers in the order receiver + 1, receiver + 2, ... modulo nranks. */
 static inline FCCL_HOST_DEVICE uint64_t fcclPeerRegion(int nranks, uint64_t parity, int writer, int receiver) {
   if (nranks < 2) return parity;
-  return parity * (uint64_t)(nranks - 1) + (uint64_t)((writer - receiver - 1 + nranks) % nranks);
+  /* writer - receiver - 1 lies in [-nranks, nranks - 2]: one conditional add instead of an integer modulo, which
+   * kernels evaluate per peer. */
+  int distance = writer - receiver - 1;
+  if (distance < 0) distance += nranks;
+  return parity * (uint64_t)(nranks - 1) + (uint64_t)distance;
 }
 
 /* Byte offset, in receiver's slot, of writer's LL128 region of one parity (writer != receiver). */

@@ -361,9 +361,9 @@ int main(int argc, char** argv) {
       {"tspb P=2 132x512", (const void*)tsKernel<false, true, true>, 0, 2, 132, 512, true},
       {"tsp P=3 132x512", (const void*)tsKernel<false, true>, 0, 3, 132, 512, true},
 #ifdef WITH_LIBRARY_KERNELS
-      {"lib-push 132x512", (const void*)fccl::allReduceOneshotPush<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 1},
-      {"lib-ts 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 2},
-      {"lib-tspull 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum>, 0, 1, 132, 512, true, 3},
+      {"lib-push 132x512", (const void*)fccl::allReduceOneshotPush<fcclBfloat16, fcclSum, 2>, 0, 1, 132, 512, true, 1},
+      {"lib-ts 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum, 2>, 0, 1, 132, 512, true, 2},
+      {"lib-tspull 132x512", (const void*)fccl::allReduceTwoshotReg<fcclBfloat16, fcclSum, 2>, 0, 1, 132, 512, true, 3},
 #endif
   };
 #ifdef WITH_LIBRARY_KERNELS
