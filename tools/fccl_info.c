@@ -92,22 +92,25 @@ static void printParams(void) {
   }
 }
 
-/* One cell of the --algo table: "name BxT" (out of place; "push-scatter" after it when the registered two-shot
- * scatters by push), "copy" (no kernel), or "error" when the call cannot run. */
+/* One cell of the --algo table: "name BxT" (out of place; "push-scatter" or "copy-scatter" after it when the
+ * registered two-shot scatters by push or by the copy engines), "copy" (no kernel), or "error" when the call cannot run. */
 static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
                            const fcclSlotLayout* layout, char* text, size_t size) {
   if (fcclAlgoIsCopy(nranks, fcclAlgoResolveRequest(request, registered))) {
     snprintf(text, size, "copy");
     return;
   }
-  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, layout, fcclDeviceLL128Auto());
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, layout, fcclDeviceLL128Auto(),
+                                          fcclDeviceCopyScatterMin());
   query.forced = fcclAlgoResolveRequest(request, registered);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)
     snprintf(text, size, "error");
   else
     snprintf(text, size, "%s %dx%d%s", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
-             choice.scatterByPush ? " push-scatter" : "");
+             choice.scatter == FCCL_SCATTER_PUSH   ? " push-scatter"
+             : choice.scatter == FCCL_SCATTER_COPY ? " copy-scatter"
+                                                   : "");
 }
 
 static int printAlgoTable(int nranks, int smCount) {

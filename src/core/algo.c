@@ -28,7 +28,8 @@ static const struct {
   uint64_t oneshotMaxPlain;
   uint64_t oneshotMaxRegistered;
   uint64_t ll128Max;      /* LL128 after LL up to this size, plain or registered */
-  uint64_t pushScatterMin; /* registered two-shot out of place: reduce-scatter by push from this size (0: never) */
+  uint64_t pushScatterMin; /* registered two-shot out of place: reduce-scatter by push from this size (0: never);
+                            * by the copy engines from fcclAlgoQuery.copyScatterMin (FCCL_COPY_SCATTER_MIN) */
 } algoTable[] = {
     {2, 256u << 10, 8u << 20, 0, 1u << 20, 16u << 20},
     {4, 32u << 10, 256u << 10, 256u << 10, 0, 0},
@@ -110,11 +111,14 @@ static size_t tableRow(const fcclAlgoQuery* q) {
 static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c) {
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
   c->algo = algo;
-  c->scatterByPush = 0;
+  c->scatter = FCCL_SCATTER_PULL;
   if (algo == FCCL_ALGO_TWOSHOT_REG && q->nranks == 2 && !q->inPlace) {
     /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
     const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
-    c->scatterByPush = pushScatterMin > 0 && q->bytes >= pushScatterMin;
+    if (q->copyScatterMin > 0 && q->bytes >= q->copyScatterMin)
+      c->scatter = FCCL_SCATTER_COPY;
+    else if (pushScatterMin > 0 && q->bytes >= pushScatterMin)
+      c->scatter = FCCL_SCATTER_PUSH;
   }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;

@@ -33,6 +33,7 @@ struct fcclDeviceState {
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
+  uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
   int reported;              /* the kernels' error was described once (atomic) */
 };
 
@@ -88,6 +89,11 @@ uint64_t fcclDeviceStagingBytes(void) {
 
 int fcclDeviceLL128Auto(void) { return fcclParamInt(FCCL_PARAM_LL128) != 0; }
 
+uint64_t fcclDeviceCopyScatterMin(void) {
+  const int64_t value = fcclParamInt(FCCL_PARAM_COPY_SCATTER_MIN);
+  return value > 0 ? (uint64_t)value : 0;
+}
+
 size_t fcclDeviceSlotBytes(int nranks) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
@@ -119,6 +125,7 @@ struct deviceHello {
   int32_t layoutVersion;
   int32_t ll128Auto;
   int32_t graphRegister;
+  uint64_t copyScatterMin;
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -216,6 +223,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
   s->ll128Auto = fcclDeviceLL128Auto();
+  s->copyScatterMin = fcclDeviceCopyScatterMin();
   s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
@@ -262,6 +270,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->layoutVersion = FCCL_DEVICE_LAYOUT_VERSION;
   mine->ll128Auto = s->ll128Auto;
   mine->graphRegister = s->graphRegister;
+  mine->copyScatterMin = s->copyScatterMin;
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
   uint64_t start = 0;
@@ -286,6 +295,11 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "rank %d has FCCL_GRAPH_REGISTER=%d, rank %d %d: set the same value on every rank (a captured "
                        "call registers its buffers with every rank or with none)", r, h->graphRegister, comm->rank,
                        mine->graphRegister);
+    else if (h->copyScatterMin != mine->copyScatterMin)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d has FCCL_COPY_SCATTER_MIN=%llu, rank %d %llu: set the same value on every rank (the "
+                       "ranks of a call must choose the same algorithm)", r, (unsigned long long)h->copyScatterMin,
+                       comm->rank, (unsigned long long)mine->copyScatterMin);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);
@@ -488,11 +502,31 @@ static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
 /* Whether registered buffers would run another algorithm than staged ones at this size (LL and LL128 always stage):
  * the same answer on every rank, so every rank of a captured call registers or none does. */
 static int registeredPays(struct fcclComm* comm, const struct fcclDeviceState* s, uint64_t bytes, int inPlace) {
-  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, inPlace, s->smCount, &s->dev.layout, s->ll128Auto);
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, inPlace, s->smCount, &s->dev.layout, s->ll128Auto,
+                                          s->copyScatterMin);
   query.forced = fcclAlgoResolveRequest(s->algoRequest, 1);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess) return 0;
   return choice.algo == FCCL_ALGO_TWOSHOT_REG || choice.algo == FCCL_ALGO_ONESHOT_PULL;
+}
+
+/*
+ * The reduce-scatter of the registered two-shot by the copy engines (FCCL_SCATTER_COPY, 2 ranks, out of place):
+ * a barrier (the peer reached the call, so its output may be written), then one copy of our input's units of the
+ * peer's share into the peer's output at their own place, both on the stream before the kernel, which then only
+ * reduces and all-gathers. The share is the kernel's: divUp(units, 2) units per rank, the last one up to bytes.
+ */
+static fcclResult_t scatterByCopy(struct fcclComm* comm, const fcclDevArgs* args, cudaStream_t stream) {
+  const int peer = 1 - comm->rank;
+  const uint64_t units = (args->bytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
+  const uint64_t share = (units + 1) / 2 * FCCL_UNIT_BYTES;
+  const uint64_t begin = (uint64_t)peer * share;
+  const uint64_t end = begin + share < args->bytes ? begin + share : args->bytes;
+  FCCLCHECK(fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, stream));
+  if (begin < end)
+    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->peerRecv[peer] + begin,
+                              (const char*)(uintptr_t)args->sendbuf + begin, end - begin, cudaMemcpyDefault, stream));
+  return fcclSuccess;
 }
 
 static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
@@ -566,16 +600,17 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   }
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, registered, args.inPlace, s->smCount,
-                                          &s->dev.layout, s->ll128Auto);
+                                          &s->dev.layout, s->ll128Auto, s->copyScatterMin);
   query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
   query.strict = algo >= 0;
   fcclAlgoChoice choice;
   FCCLCHECKGOTO(fcclAlgoSelect(&query, &choice), res, out);
   args.roundUnits = choice.roundUnits;
-  args.scatterByPush = choice.scatterByPush;
+  args.scatter = choice.scatter;
   FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);
+  if (choice.scatter == FCCL_SCATTER_COPY) FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
   FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
                                           s->pdl, (cudaStream_t)stream),
                 res, out);

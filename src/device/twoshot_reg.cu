@@ -7,7 +7,7 @@
  *     ready  (pad A step 1, relaxed post, one acquire load once seen) a peer reached the call: its input is final
  *            and its output may be written.
  *     done   (pad B, release, waited with acquire) a peer finished reading our input and writing our output.
- *   push (2 ranks, out of place, a.scatterByPush) each rank first stores its input units of the peer's share into
+ *   push (2 ranks, out of place, FCCL_SCATTER_PUSH) each rank first stores its input units of the peer's share into
  *     the peer's output, at their own place, which the owner then reduces in place with its input. Only stores
  *     cross NVLink: on 2x H200, stores in both directions at once move 365 GB/s per direction, loads 335
  *     (docs/perf/2026-11-30-h200x2-s5/linkbw.txt), at the price of one more flag hop: faster from 16 MiB
@@ -17,6 +17,12 @@
  *     sent   (pad A steps 2 and 3, release, acquire) the peer's units of our share are in our output: one step
  *            per part (two up to kTwoPartRows rows per block), so that part 0 is reduced while part 1 crosses.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
+ *   copy (2 ranks, out of place, FCCL_SCATTER_COPY) as push, but the host enqueued a barrier and a copy-engine
+ *     copy of the peer's units before the kernel (collectives.c, scatterByCopy): the copy engines move 390 GB/s
+ *     per direction against 364 for SM stores (docs/perf/2026-11-30-h200x2-s9/linkmix.txt). When the kernel
+ *     starts, our units of the peer's share are in the peer's output and the barrier stood for "ready".
+ *     sent   (pad A step 2, release, acquire) the peer's copy into our output completed.
+ *     done   as above.
  * In place is safe (pull): only the owner of a unit reads or writes it, the reads before the writes, in one thread.
  */
 #include "common.cuh"
@@ -52,14 +58,16 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     for (int p = 0; p < NR; p++)
       if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
   };
-  postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
-                epoch)) {
-    epochEnd(c, epoch);
-    return;
+  if (a.scatter != FCCL_SCATTER_COPY) {
+    postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
+    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
+                  epoch)) {
+      epochEnd(c, epoch);
+      return;
+    }
   }
   FCCL_PHASE_MARK(epoch, 1);
-  if (a.scatterByPush) { /* 2 ranks, out of place: fcclAlgoSelect */
+  if (a.scatter != FCCL_SCATTER_PULL) { /* 2 ranks, out of place: fcclAlgoSelect */
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;
@@ -68,17 +76,19 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
      * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
      * Each part costs a release fence after remote stores, which larger messages do not repay (kTwoPartRows). */
     const uint64_t rows = divUp(share, stride);
-    const int parts = rows <= kTwoPartRows ? 2 : 1;
+    const int parts = a.scatter == FCCL_SCATTER_PUSH && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
     for (int part = 0; part < parts; part++) {
       const uint64_t partBegin = peerBegin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < peerEnd ? partBegin + partUnits : peerEnd;
-      for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
-        Unit v;
-        IO::load(a.sendbuf, u, a.bytes, v);
-        IO::store(peerRecv, u, a.bytes, v);
+      if (a.scatter == FCCL_SCATTER_PUSH) {
+        for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
+          Unit v;
+          IO::load(a.sendbuf, u, a.bytes, v);
+          IO::store(peerRecv, u, a.bytes, v);
+        }
+        __syncthreads();
       }
-      __syncthreads();
       postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
     FCCL_PHASE_MARK(epoch, 2);

@@ -58,6 +58,9 @@ size_t fcclDeviceSlotBytes(int nranks);
 /* FCCL_STAGING_BYTES as the collectives use it: clamped to what a slot layout can hold (warned once). */
 uint64_t fcclDeviceStagingBytes(void);
 
+/* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
+uint64_t fcclDeviceCopyScatterMin(void);
+
 /* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
 int fcclDeviceLL128Auto(void);
 
@@ -101,6 +104,10 @@ typedef struct {
   uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
   uint64_t ll128Bytes; /* LL128 capacity per writer (fcclSlotLayout.ll128Lines x FCCL_LL128_LINE_DATA) */
   int ll128Auto;       /* the table may choose LL128 (FCCL_LL128) */
+  /* 2 ranks, registered, out of place: the two-shot's reduce-scatter by the copy engines from this size (0: never;
+   * FCCL_COPY_SCATTER_MIN). They move 390 GB/s per direction between the two H200s with both directions busy, SM
+   * stores 364 (docs/perf/2026-11-30-h200x2-s9/linkmix.txt). */
+  uint64_t copyScatterMin;
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
@@ -108,7 +115,7 @@ typedef struct {
 /* A query for the automatic choice (forced -1, strict 0), its capacities (LL, LL128, staging) from the slot
  * layout. Callers that force an algorithm set forced and strict afterwards. */
 static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int registered, int inPlace, int smCount,
-                                              const fcclSlotLayout* layout, int ll128Auto) {
+                                              const fcclSlotLayout* layout, int ll128Auto, uint64_t copyScatterMin) {
   fcclAlgoQuery query;
   memset(&query, 0, sizeof(query));
   query.bytes = bytes;
@@ -120,6 +127,7 @@ static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int re
   query.ll128Bytes = layout->ll128Lines * FCCL_LL128_LINE_DATA;
   query.chunkBytes = layout->chunkBytes;
   query.ll128Auto = ll128Auto;
+  query.copyScatterMin = copyScatterMin;
   query.forced = -1;
   query.strict = 0;
   return query;
@@ -130,7 +138,7 @@ typedef struct {
   int blocks;
   int threads;
   uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
-  int scatterByPush;   /* registered two-shot: reduce-scatter by push (twoshot_reg.cu) */
+  fcclScatter_t scatter; /* registered two-shot: how the reduce-scatter moves the data (twoshot_reg.cu) */
 } fcclAlgoChoice;
 
 /*

@@ -216,6 +216,13 @@ typedef struct {
 FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + sizeof(fcclSlotLayout) + 16,
                    "fcclDevComm layout");
 
+/* How the registered two-shot's reduce-scatter moves each owner's units of the other ranks' inputs (twoshot_reg.cu). */
+typedef enum {
+  FCCL_SCATTER_PULL = 0, /* the owner loads them from every rank's input */
+  FCCL_SCATTER_PUSH = 1, /* 2 ranks, out of place: the kernel stores them into the owner's output */
+  FCCL_SCATTER_COPY = 2  /* as push, by a copy-engine copy the host enqueues before the kernel, after a barrier */
+} fcclScatter_t;
+
 /* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */
 typedef struct {
   uint64_t sendbuf;                        /* this rank's input */
@@ -226,7 +233,7 @@ typedef struct {
   uint64_t bytes;                          /* count * element size */
   uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
-  int32_t scatterByPush;                   /* registered two-shot: reduce-scatter by push (2 ranks, out of place) */
+  int32_t scatter;                         /* registered two-shot: fcclScatter_t */
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
 

@@ -247,7 +247,8 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   if (bytes == 0) return 1;
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, (uint64_t)fcclParamInt(FCCL_PARAM_STAGING_BYTES), &layout);
-  fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto());
+  fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto(),
+                                       fcclDeviceCopyScatterMin());
   q.forced = algo;
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }

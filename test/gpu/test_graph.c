@@ -21,7 +21,7 @@ struct node {
   size_t recvOffset;
 };
 
-#define NODES 7
+#define NODES 8
 static const struct node kNodes[NODES] = {
     {FCCL_ALGO_LL, fcclFloat32, fcclSum, 1000, 0, 0, 4},
     {FCCL_ALGO_ONESHOT_PUSH, fcclBfloat16, fcclSum, 5001, 1, 2, 2},
@@ -30,6 +30,8 @@ static const struct node kNodes[NODES] = {
     {FCCL_ALGO_TWOSHOT_REG, fcclInt32, fcclSum, 30001, 1, 0, 0},
     {-1, fcclFloat32, fcclProd, 333, 0, 8, 12},
     {FCCL_ALGO_LL128, fcclBfloat16, fcclSum, 100003, 1, 2, 2},
+    /* Out of place: its reduce-scatter by pull, or by the copy engines under FCCL_COPY_SCATTER_MIN=1 (graph_copy). */
+    {FCCL_ALGO_TWOSHOT_REG, fcclBfloat16, fcclMax, 40003, 0, 6, 10},
 };
 #define REGION (1u << 20) /* bytes of each node's region in the shared buffers */
 

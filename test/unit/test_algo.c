@@ -13,7 +13,7 @@
 static fcclAlgoQuery query(uint64_t bytes, int nranks, int registered) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, 32u << 20, &layout);
-  return fcclAlgoQueryMake(bytes, nranks, registered, 0, 132, &layout, 1);
+  return fcclAlgoQueryMake(bytes, nranks, registered, 0, 132, &layout, 1, 64ull << 20);
 }
 
 static int pick(uint64_t bytes, int nranks, int registered) {
@@ -59,17 +59,28 @@ static void testTable(void) {
   off.forced = FCCL_ALGO_LL128;
   EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
   EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_LL128);
-  /* Registered two-shot: reduce-scatter by push for 2 ranks out of place from 16 MiB, also when forced; by pull in
-   * place, below 16 MiB and for more ranks. */
+  /* Registered two-shot, 2 ranks out of place: reduce-scatter by push from 16 MiB and by the copy engines from
+   * copyScatterMin (64 MiB in these queries), also when forced; never by copy with copyScatterMin 0; by pull in place, below 16 MiB and for more ranks. */
+  const fcclScatter_t big = FCCL_SCATTER_COPY;
+  const uint64_t copyMin = 64ull << 20;
   const struct {
     uint64_t bytes;
     int nranks;
     int inPlace;
     int forced;
-    int push;
-  } scatter[] = {{16 << 20, 2, 0, -1, 1},   {1ull << 30, 2, 0, -1, 1},           {(16 << 20) - 2, 2, 0, -1, 0},
-                 {16 << 20, 2, 1, -1, 0},   {64 << 20, 4, 0, -1, 0},             {64 << 20, 8, 0, -1, 0},
-                 {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_REG, 1}, {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_STAGED, 0}};
+    fcclScatter_t scatter;
+  } scatter[] = {{16 << 20, 2, 0, -1, FCCL_SCATTER_PUSH},
+                 {copyMin - 2, 2, 0, -1, FCCL_SCATTER_PUSH},
+                 {copyMin, 2, 0, -1, big},
+                 {1ull << 30, 2, 0, -1, big},
+                 {(16 << 20) - 2, 2, 0, -1, FCCL_SCATTER_PULL},
+                 {16 << 20, 2, 1, -1, FCCL_SCATTER_PULL},
+                 {1ull << 30, 2, 1, -1, FCCL_SCATTER_PULL},
+                 {1ull << 30, 4, 0, -1, FCCL_SCATTER_PULL},
+                 {1ull << 30, 8, 0, -1, FCCL_SCATTER_PULL},
+                 {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_REG, FCCL_SCATTER_PUSH},
+                 {copyMin, 2, 0, FCCL_ALGO_TWOSHOT_REG, big},
+                 {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_STAGED, FCCL_SCATTER_PULL}};
   for (size_t i = 0; i < sizeof(scatter) / sizeof(scatter[0]); i++) {
     fcclAlgoQuery r = query(scatter[i].bytes, scatter[i].nranks, 1);
     r.inPlace = scatter[i].inPlace;
@@ -77,7 +88,12 @@ static void testTable(void) {
     fcclAlgoChoice rc;
     EXPECT_EQ_INT(fcclAlgoSelect(&r, &rc), fcclSuccess);
     EXPECT_EQ_INT(rc.algo, scatter[i].forced >= 0 ? scatter[i].forced : FCCL_ALGO_TWOSHOT_REG);
-    EXPECT_MSG(rc.scatterByPush == scatter[i].push, "case %zu: scatterByPush %d", i, rc.scatterByPush);
+    EXPECT_MSG(rc.scatter == scatter[i].scatter, "case %zu: scatter %d", i, (int)rc.scatter);
+    /* FCCL_COPY_SCATTER_MIN=0: push wherever copy would run. */
+    r.copyScatterMin = 0;
+    EXPECT_EQ_INT(fcclAlgoSelect(&r, &rc), fcclSuccess);
+    EXPECT_MSG(rc.scatter == (scatter[i].scatter == FCCL_SCATTER_COPY ? FCCL_SCATTER_PUSH : scatter[i].scatter),
+               "case %zu without copy: scatter %d", i, (int)rc.scatter);
   }
   /* A one-shot size beyond a small staging chunk goes two-shot. */
   fcclAlgoQuery q = query(2 << 20, 2, 0);

@@ -423,7 +423,8 @@ int topoAlgoFor(const topoSystem_t* sys, size_t bytes, int registered, topoAlgo_
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(sys->nranks, fcclDeviceStagingBytes(), &layout);
   fcclAlgoQuery query =
-      fcclAlgoQueryMake(bytes, sys->nranks, registered, 0, sys->gpus[0].smCount, &layout, fcclDeviceLL128Auto());
+      fcclAlgoQueryMake(bytes, sys->nranks, registered, 0, sys->gpus[0].smCount, &layout, fcclDeviceLL128Auto(),
+                        fcclDeviceCopyScatterMin());
   /* As fcclAllReduce: a forced algorithm that cannot run falls back to the table (strict 0). */
   query.forced = fcclAlgoResolveRequest(fcclAlgoParseRequest(topoAlgoRequest()), registered);
   fcclAlgoChoice choice;
