@@ -106,7 +106,8 @@ typedef struct {
   int ll128Auto;       /* the table may choose LL128 (FCCL_LL128) */
   /* 2 ranks, registered, out of place: the two-shot's reduce-scatter by the copy engines from this size (0: never;
    * FCCL_COPY_SCATTER_MIN). They move 390 GB/s per direction between the two H200s with both directions busy, SM
-   * stores 364 (docs/perf/2026-11-30-h200x2-s9/linkmix.txt). */
+   * stores 364 (docs/perf/2026-11-30-h200x2-s9/linkmix.txt), after a barrier and a copy that cost about 15 us per
+   * call: a gain from about 200 MiB (s9 ab-copy-0f18437.txt). */
   uint64_t copyScatterMin;
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */

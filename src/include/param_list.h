@@ -46,7 +46,7 @@ FCCL_PARAM(GRAPH_REGISTER, FCCL_PARAM_INT, "1",
            "1: an all-reduce captured into a CUDA graph with unregistered buffers, at a size where registered buffers "
            "run another algorithm, registers them with every rank for the graph's lifetime (a host exchange at "
            "capture: every rank must capture the call); 0: captured calls stage like eager ones. Equal on every rank.")
-FCCL_PARAM(COPY_SCATTER_MIN, FCCL_PARAM_INT, "67108864",
+FCCL_PARAM(COPY_SCATTER_MIN, FCCL_PARAM_INT, "268435456",
            "Bytes from which an all-reduce of 2 ranks on registered buffers (or buffers captured in a graph), out of "
            "place, moves its reduce-scatter half with the copy engines (one cudaMemcpyAsync after a barrier) instead "
            "of the kernel's stores; 0: never, e.g. when the copy engines are busy with other transfers. Equal on "
