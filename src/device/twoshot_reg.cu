@@ -33,7 +33,10 @@ namespace fccl {
 /* The reduce-scatter by push goes in two parts while a block's share is at most kTwoPartRows grid rows (16 MiB on
  * 132 blocks of 512 threads), in one part beyond: on 2x H200, two parts took 16 MiB from 53.7-53.9 us to 53.3-53.4
  * and 64 MiB from 189.5-189.7 to 190.5-190.7 (docs/perf/2026-11-30-h200x2-3fbf1ff against -c36f16e). */
-constexpr uint64_t kTwoPartRows = 8;
+#ifndef FCCL_TWO_PART_ROWS /* -DFCCL_TWO_PART_ROWS=N sets another bound at build time, to time alternatives */
+#define FCCL_TWO_PART_ROWS 8
+#endif
+constexpr uint64_t kTwoPartRows = FCCL_TWO_PART_ROWS;
 
 template <int DT, int OP, int NR>
 __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fcclDevComm c, fcclDevArgs a) {
