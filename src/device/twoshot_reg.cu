@@ -30,11 +30,13 @@
 
 namespace fccl {
 
-/* The reduce-scatter by push goes in two parts while a block's share is at most kTwoPartRows grid rows (16 MiB on
- * 132 blocks of 512 threads), in one part beyond: on 2x H200, two parts took 16 MiB from 53.7-53.9 us to 53.3-53.4
- * and 64 MiB from 189.5-189.7 to 190.5-190.7 (docs/perf/2026-11-30-h200x2-3fbf1ff against -c36f16e). */
+/* The reduce-scatter by push goes in two parts while a block's share is at most kTwoPartRows grid rows (128 MiB
+ * on 132 blocks of 512 threads), in one part beyond. On 2x H200, two parts took 16 MiB from 53.7-53.9 us to
+ * 53.3-53.4 (3fbf1ff against c36f16e); once the kernels stopped spilling (s9), two parts up to 64 rows against 8
+ * took 32 MiB from 97.97 to 97.24 us, 64 MiB from 190.49 to 190.00, 128 MiB from 376.13 to 375.53
+ * (docs/perf/2026-11-30-h200x2-s9/ab-rows-52765c0.txt). Beyond, the copy engines scatter (FCCL_SCATTER_COPY). */
 #ifndef FCCL_TWO_PART_ROWS /* -DFCCL_TWO_PART_ROWS=N sets another bound at build time, to time alternatives */
-#define FCCL_TWO_PART_ROWS 8
+#define FCCL_TWO_PART_ROWS 64
 #endif
 constexpr uint64_t kTwoPartRows = FCCL_TWO_PART_ROWS;
 
@@ -77,7 +79,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const uint64_t peerRecv = me == 0 ? a.peerRecv[1] : a.peerRecv[0]; /* constant indices: no stack copy */
     /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
      * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
-     * Each part costs a release fence after remote stores, which larger messages do not repay (kTwoPartRows). */
+     * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
     const uint64_t rows = divUp(share, stride);
     const int parts = a.scatter == FCCL_SCATTER_PUSH && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
