@@ -311,7 +311,9 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * Buffers inside a range registered with fcclCommRegister (on every rank, at the same offset, and in place on every
  * rank or on none) are read and written in place; others go through the communicator's staging buffers
  * (FCCL_STAGING_BYTES) in rounds, so any count works. The algorithm follows the size (FCCL_ALGO overrides);
- * docs/collectives.md has the table.
+ * docs/collectives.md has the table. The call enqueues one kernel, except for 2 ranks on registered buffers out of
+ * place from FCCL_COPY_SCATTER_MIN bytes (256 MiB): a barrier kernel, a copy-engine copy into the peer's output and
+ * the kernel, all on stream.
  * @param sendbuf   input, count elements of device memory of the communicator's device (NULL only with count 0).
  * @param recvbuf   output, likewise; may equal sendbuf.
  * @param count     elements (0 does nothing).
