@@ -18,8 +18,6 @@
 #include "primitives.cuh"
 #include "reduce.cuh"
 
-#include <type_traits>
-
 /* Phase timestamps for the experiment harness docs/perf/2026-11-30-h200x2-s8/phases.cu, which defines this
  * before including the kernels' sources; nothing in the library. */
 #ifndef FCCL_PHASE_MARK
@@ -277,7 +275,7 @@ struct PullDepth {
 };
 
 /*
- * The pulling loop of one-shot pull and registered two-shot: units [begin, end) of every rank's buffer (bases),
+ * The reducing loop of every kernel but LL's and LL128's: units [begin, end) of every rank's buffer (bases),
  * this thread's share (first, first + stride, ...), reduced in rank order PullDepth units at a time; n <= NR, the
  * kernel's rank bound (fcclRankBound). store(u, out) writes each result wherever the algorithm needs it.
  */

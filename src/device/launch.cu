@@ -10,7 +10,6 @@ extern "C" {
 #include "check.h"
 }
 
-#include <string.h>
 
 namespace fccl {
 
@@ -42,12 +41,10 @@ static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fc
  * that one's memory before touching anything (gridDependencyEnter), so only the launch latency is overlapped. */
 static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** args, int pdl, cudaStream_t stream,
                            const char* what) {
-  cudaLaunchAttribute attribute;
-  memset(&attribute, 0, sizeof(attribute));
+  cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config;
-  memset(&config, 0, sizeof(config));
+  cudaLaunchConfig_t config = {}; /* value-initialized: dim3 members make memset a -Wclass-memaccess warning */
   config.gridDim = grid;
   config.blockDim = block;
   config.stream = stream;
