@@ -10,7 +10,6 @@ extern "C" {
 #include "check.h"
 }
 
-
 namespace fccl {
 
 /* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
