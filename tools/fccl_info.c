@@ -93,7 +93,8 @@ static void printParams(void) {
 }
 
 /* One cell of the --algo table: "name BxT" (out of place; "push-scatter" or "copy-scatter" after it when the
- * registered two-shot scatters by push or by the copy engines), "copy" (no kernel), or "error" when the call cannot run. */
+ * registered two-shot scatters by push or by the copy engines), "copy" (no kernel), or "error" when the call
+ * cannot run. */
 static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
                            const fcclSlotLayout* layout, char* text, size_t size) {
   if (fcclAlgoIsCopy(nranks, fcclAlgoResolveRequest(request, registered))) {

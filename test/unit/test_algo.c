@@ -60,7 +60,8 @@ static void testTable(void) {
   EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
   EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_LL128);
   /* Registered two-shot, 2 ranks out of place: reduce-scatter by push from 16 MiB and by the copy engines from
-   * copyScatterMin (64 MiB in these queries), also when forced; never by copy with copyScatterMin 0; by pull in place, below 16 MiB and for more ranks. */
+   * copyScatterMin (64 MiB in these queries), also when forced; never by copy with copyScatterMin 0; by pull in
+   * place, below 16 MiB and for more ranks. */
   const fcclScatter_t big = FCCL_SCATTER_COPY;
   const uint64_t copyMin = 64ull << 20;
   const struct {
