@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
         }
         la.count = bytes / 2;
         la.bytes = bytes;
-        la.scatterByPush = cfg.library == 2;
+        la.scatter = cfg.library == 2 ? FCCL_SCATTER_PUSH : FCCL_SCATTER_PULL; // s10: the field is an enum now
         void* libParams[] = {&libComm[d], &la};
         if (cfg.library) params[0] = nullptr;
 #endif
