@@ -269,9 +269,12 @@ __device__ __forceinline__ void reduceRanks16(const uint64_t (&bases)[FCCL_DEVIC
 
 /* Units a thread of a pulling kernel loads at once for a rank bound NR: 8 loads in flight whatever the rank count
  * (one unit per rank left about 1 MB in flight across the GPU, near what NVLink's latency needs under load). */
+#ifndef FCCL_PULL_DEPTH_2RANKS /* -DFCCL_PULL_DEPTH_2RANKS=N sets another depth for 2 ranks, to time alternatives */
+#define FCCL_PULL_DEPTH_2RANKS 4
+#endif
 template <int NR>
 struct PullDepth {
-  static constexpr int kUnits = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+  static constexpr int kUnits = NR <= 2 ? FCCL_PULL_DEPTH_2RANKS : NR <= 4 ? 2 : 1;
 };
 
 /*
