@@ -23,8 +23,11 @@ namespace {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int kLinesPerWarp = 4;
-/* Line groups a warp handles at once: their polls are in flight together. */
-constexpr int kGroups = 4;
+/* Line groups a warp receives at once: their polls are in flight together. -DFCCL_LL128_GROUPS=N to time others. */
+#ifndef FCCL_LL128_GROUPS
+#define FCCL_LL128_GROUPS 4
+#endif
+constexpr int kGroups = FCCL_LL128_GROUPS;
 
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
   return fcclLL128RegionOffset(&c.layout, c.nranks, parity, writer, receiver);
@@ -63,12 +66,17 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   const int n = c.nranks;
   const int me = c.rank;
 
-  /* Push: every lane runs the same iterations, and the lanes of a line store it together. */
+  /* Push: every lane runs the same iterations, and the lanes of a line store it together. The next group's input
+   * is loaded before this group's stores, so that its memory latency overlaps them instead of following them. */
+  Unit d0 = first0, d1 = first1;
   for (uint64_t g = warp; g < groups; g += groupStride) {
     const uint64_t line = g * kLinesPerWarp + (lane >> 3);
     const bool active = line < lines;
-    Unit d0 = first0, d1 = first1;
-    if (active && line != firstLine) loadOwn(line, d0, d1);
+    const uint64_t nextLine = line + groupStride * kLinesPerWarp;
+    Unit n0, n1;
+    n0.words[0] = 0;
+    n1.words[0] = 0;
+    if (nextLine < lines) loadOwn(nextLine, n0, n1);
     const uint64_t lo = d0.words[0];
     const uint64_t hi = flagPart ? epoch : d1.words[0];
     const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
@@ -78,6 +86,8 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
       __syncwarp();
       if (active) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
     }
+    d0 = n0;
+    d1 = n1;
   }
 
   /* Receive kGroups groups at a time: all their polls are issued before any is checked. */
@@ -91,15 +101,22 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
       line[k] = (g0 + (uint64_t)k * groupStride) * kLinesPerWarp + (lane >> 3);
       active[k] = line[k] < lines;
     }
+    /* Our own input first: its loads are in flight while the peers' lines are polled. */
+    uint64_t ownLo[kGroups], ownHi[kGroups];
+#pragma unroll
+    for (int k = 0; k < kGroups; k++) {
+      Unit d0 = first0, d1 = first1;
+      if (active[k] && line[k] != firstLine) loadOwn(line[k], d0, d1);
+      ownLo[k] = d0.words[0];
+      ownHi[k] = d1.words[0];
+    }
     for (int w = 0; w < n && !failed; w++) {
       uint64_t lo[kGroups], hi[kGroups];
       if (w == me) {
 #pragma unroll
         for (int k = 0; k < kGroups; k++) {
-          Unit d0 = first0, d1 = first1;
-          if (active[k] && line[k] != firstLine) loadOwn(line[k], d0, d1);
-          lo[k] = d0.words[0];
-          hi[k] = d1.words[0];
+          lo[k] = ownLo[k];
+          hi[k] = ownHi[k];
         }
       } else {
         const char* region = ptr<const char>(c.slots[me] + ll128Region(c, parity, w, me));

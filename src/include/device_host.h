@@ -45,7 +45,9 @@
  */
 #define FCCL_LL128_LINE_BYTES 128
 #define FCCL_LL128_LINE_DATA 120
+#ifndef FCCL_LL128_AREA_BYTES /* -DFCCL_LL128_AREA_BYTES=N (host and device, a multiple of 2 MiB) to time others */
 #define FCCL_LL128_AREA_BYTES (4u << 20)
+#endif
 /* Threads per LL128 block, as for LL; also the kernel's launch bound, which leaves it the registers its 4 line
  * groups of accumulators need without spilling (1-byte types spilled 312 bytes per thread under the 512-thread
  * bound). -DFCCL_LL128_THREADS=N (host and device) to time others. */
