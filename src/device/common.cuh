@@ -30,26 +30,31 @@ __device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_
   return ptr<char>(c.slots[rank] + offset);
 }
 
-/* The per-peer regions of one parity in the staging area at areaOffset (inbox or result), as addresses:
- * ours in each peer's slot (outbound[p], where we write to p) and each writer's in our slot (inbound[w], where w
- * writes to us). Entries for ourselves and for ranks past n are 0. Computed once per call or round, before the
- * loops, so no peer index arithmetic runs per unit. */
-__device__ __forceinline__ void peerRegionsOutbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
-                                                    uint64_t outbound[FCCL_DEVICE_MAX_RANKS]) {
-#pragma unroll
-  for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-    outbound[p] = p < c.nranks && p != c.rank
-                      ? c.slots[p] + areaOffset + fcclPeerRegion(c.nranks, parity, c.rank, p) * c.layout.chunkBytes
-                      : 0;
+/* Where `writer` stages data for `receiver` in the staging area at areaOffset (inbox or result) of the receiver's
+ * slot, for one parity. */
+__device__ __forceinline__ uint64_t stagingRegion(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
+                                                  int writer, int receiver) {
+  return c.slots[receiver] + areaOffset + fcclPeerRegion(c.nranks, parity, writer, receiver) * c.layout.chunkBytes;
 }
 
-__device__ __forceinline__ void peerRegionsInbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
-                                                   uint64_t inbound[FCCL_DEVICE_MAX_RANKS]) {
+/* The per-peer regions of one parity in the staging area at areaOffset, as addresses: ours in each peer's slot
+ * (outbound[p], where we write to p) and each writer's in our slot (inbound[w], where w writes to us), for ranks
+ * below the kernel's rank bound NR. Entries for ourselves and for ranks past n are 0. Computed once per call or
+ * round, before the loops, so no peer index arithmetic runs per unit. */
+template <int NR>
+__device__ __forceinline__ void peerRegionsOutbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
+                                                    uint64_t (&outbound)[FCCL_DEVICE_MAX_RANKS]) {
 #pragma unroll
-  for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
-    inbound[w] = w < c.nranks && w != c.rank
-                     ? c.slots[c.rank] + areaOffset + fcclPeerRegion(c.nranks, parity, w, c.rank) * c.layout.chunkBytes
-                     : 0;
+  for (int p = 0; p < NR; p++)
+    outbound[p] = p < c.nranks && p != c.rank ? stagingRegion(c, areaOffset, parity, c.rank, p) : 0;
+}
+
+template <int NR>
+__device__ __forceinline__ void peerRegionsInbound(const fcclDevComm& c, uint64_t areaOffset, uint64_t parity,
+                                                   uint64_t (&inbound)[FCCL_DEVICE_MAX_RANKS]) {
+#pragma unroll
+  for (int w = 0; w < NR; w++)
+    inbound[w] = w < c.nranks && w != c.rank ? stagingRegion(c, areaOffset, parity, w, c.rank) : 0;
 }
 
 /* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header.

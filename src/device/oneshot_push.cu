@@ -30,12 +30,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   /* Our inbox region [parity] in each peer's slot (pushBases), and rank w's data for the reduction (bases): our
    * input for w == me, else inbox [parity][w] of our slot. Computed once, before the flag: s7's SASS showed the
    * peer-region arithmetic left in the loop, per unit and peer. */
-  uint64_t pushBases[FCCL_DEVICE_MAX_RANKS];
-  uint64_t bases[FCCL_DEVICE_MAX_RANKS];
-  peerRegionsOutbound(c, c.layout.inboxOffset, parity, pushBases);
-  peerRegionsInbound(c, c.layout.inboxOffset, parity, bases);
+  uint64_t pushBases[FCCL_DEVICE_MAX_RANKS] = {};
+  uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
+  peerRegionsOutbound<NR>(c, c.layout.inboxOffset, parity, pushBases);
+  peerRegionsInbound<NR>(c, c.layout.inboxOffset, parity, bases);
 #pragma unroll
-  for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++)
+  for (int w = 0; w < NR; w++)
     if (w == me) bases[w] = a.sendbuf;  /* constant indices: a bases[me] store would put the array on the stack */
   for (uint64_t u = first; u < units; u += stride) {
     Unit v;

@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      char* inbox = slotPtr(c, s, c.layout.inboxOffset + fcclPeerRegion(n, parity, me, s) * c.layout.chunkBytes);
+      char* inbox = ptr<char>(stagingRegion(c, c.layout.inboxOffset, parity, me, s));
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         IO::load(a.sendbuf, r.start + (uint64_t)s * r.share + j, a.bytes, v);
@@ -86,15 +86,15 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     const uint64_t parity = (epoch + k) & 1;
     /* Reduce our share: rank w's units are our input (w == me) or inbox [parity][w]. */
     {
-      uint64_t bases[FCCL_DEVICE_MAX_RANKS];
-      uint64_t resultBases[FCCL_DEVICE_MAX_RANKS];
+      uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
+      uint64_t resultBases[FCCL_DEVICE_MAX_RANKS] = {};
       const uint64_t myStart = r.start + (uint64_t)me * r.share;
-      peerRegionsInbound(c, c.layout.inboxOffset, parity, bases);
-      peerRegionsOutbound(c, c.layout.resultOffset, parity, resultBases);
+      peerRegionsInbound<NR>(c, c.layout.inboxOffset, parity, bases);
+      peerRegionsOutbound<NR>(c, c.layout.resultOffset, parity, resultBases);
       /* Inbox and result regions hold the share from its first unit; shift the bases so unit index u addresses
        * them (constant indices keep the arrays in registers). */
 #pragma unroll
-      for (int w = 0; w < FCCL_DEVICE_MAX_RANKS; w++) {
+      for (int w = 0; w < NR; w++) {
         bases[w] = w == me ? a.sendbuf : bases[w] - myStart * FCCL_UNIT_BYTES;
         resultBases[w] -= myStart * FCCL_UNIT_BYTES;
       }
@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
     for (int s = 0; s < n; s++) {
       if (s == me) continue;
       const uint64_t len = r.ownerLen(s);
-      const char* result =
-          slotPtr(c, me, c.layout.resultOffset + fcclPeerRegion(n, parity, s, me) * c.layout.chunkBytes);
+      const char* result = ptr<const char>(stagingRegion(c, c.layout.resultOffset, parity, s, me));
       for (uint64_t j = first; j < len; j += stride) {
         Unit v;
         ld_data16(result + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
