@@ -84,11 +84,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
       if (p >= n || p == me) continue;
       __syncwarp();
-#ifdef FCCL_LL128_WEAK_STORES /* experiment only (s10 exp5): weak stores of the lines instead of volatile ones */
-      if (active) st_data16(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
-#else
       if (active) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
-#endif
     }
     d0 = n0;
     d1 = n1;
