@@ -213,36 +213,6 @@ struct UnitIO {
     for (int i = 0; i < B / 8; i++) x.words[i] = words.w[i];
   }
 
-  /* load and store of a unit known to be whole at an aligned address: no checks (see kFull below). */
-  __device__ __forceinline__ static void loadWhole(uint64_t base, uint64_t u, Unit& x) {
-    if constexpr (B == 16)
-      ld_data16(ptr<const void>(base + u * B), x.words[0], x.words[1]);
-    else
-      x.words[0] = ld_data8(ptr<const void>(base + u * B));
-  }
-  __device__ __forceinline__ static void storeWhole(uint64_t base, uint64_t u, const Unit& x) {
-    if constexpr (B == 16)
-      st_data16(ptr<void>(base + u * B), x.words[0], x.words[1]);
-    else
-      st_data8(ptr<void>(base + u * B), x.words[0]);
-  }
-
-  /* Load or store by the caller's knowledge: whole (kWhole) or checked. */
-  template <bool kWhole>
-  __device__ __forceinline__ static void load(uint64_t base, uint64_t u, uint64_t bytes, Unit& x) {
-    if constexpr (kWhole)
-      loadWhole(base, u, x);
-    else
-      load(base, u, bytes, x);
-  }
-  template <bool kWhole>
-  __device__ __forceinline__ static void store(uint64_t base, uint64_t u, uint64_t bytes, const Unit& x) {
-    if constexpr (kWhole)
-      storeWhole(base, u, x);
-    else
-      store(base, u, bytes, x);
-  }
-
   __device__ __forceinline__ static void store(uint64_t base, uint64_t u, uint64_t bytes, const Unit& x) {
     const uint64_t offset = u * B;
     if ((base & (B - 1)) == 0 && offset + B <= bytes) {
@@ -267,7 +237,7 @@ using Unit16 = typename UnitIO<TT, 16>::Unit;
  * below end. All ranks' loads of all K units are issued before the first add, so a thread keeps K * n 16-byte
  * loads in flight: remote loads need many bytes in flight to fill NVLink (PullDepth).
  */
-template <class TT, class OT, int NR, int K, bool kWhole = false>
+template <class TT, class OT, int NR, int K>
 __device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t u0,
                                                  uint64_t step, uint64_t end, uint64_t bytes, Unit16<TT> (&out)[K]) {
   using IO = UnitIO<TT, 16>;
@@ -277,7 +247,7 @@ __device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DE
     const uint64_t u = u0 + (uint64_t)k * step;
 #pragma unroll
     for (int r = 0; r < NR; r++)
-      if (r < n && u < end) IO::template load<kWhole>(bases[r], u, bytes, v[k][r]);
+      if (r < n && u < end) IO::load(bases[r], u, bytes, v[k][r]);
   }
   /* Only the units below end: the last pass of a loop often has fewer than K, and the others are not worth their
    * instructions (one-shot push, 1 MiB, one unit per thread: 8.86 us against 8.99-9.21; s8 phases-lib). */
@@ -316,16 +286,15 @@ struct PullDepth {
  * The reducing loop of every kernel but LL's and LL128's: units [begin, end) of every rank's buffer (bases),
  * this thread's share (first, first + stride, ...), reduced in rank order PullDepth units at a time; n <= NR, the
  * kernel's rank bound (fcclRankBound). store(u, out) writes each result wherever the algorithm needs it.
- * kWhole: the caller knows every unit in range is whole and every base 16-byte aligned, so loads skip the checks.
  */
-template <class TT, class OT, int NR, bool kWhole = false, class Store>
+template <class TT, class OT, int NR, class Store>
 __device__ __forceinline__ void reducePulled(const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n, uint64_t begin,
                                              uint64_t end, uint64_t first, uint64_t stride, uint64_t bytes,
                                              Store&& store) {
   constexpr int K = PullDepth<NR>::kUnits;
   for (uint64_t u = begin + first; u < end; u += K * stride) {
     Unit16<TT> out[K];
-    reduceRanksUnits<TT, OT, NR, K, kWhole>(bases, n, u, stride, end, bytes, out);
+    reduceRanksUnits<TT, OT, NR, K>(bases, n, u, stride, end, bytes, out);
 #pragma unroll
     for (int k = 0; k < K; k++)
       if (u + k * stride < end) store(u + k * stride, out[k]);
@@ -333,12 +302,6 @@ __device__ __forceinline__ void reducePulled(const uint64_t (&bases)[FCCL_DEVICE
 }
 
 __device__ __forceinline__ uint64_t divUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
-/* A compile-time bool as a value, to pass to a generic lambda (instantiated once per value). */
-template <bool B>
-struct BoolTag {
-  static constexpr bool value = B;
-};
 
 }  // namespace fccl
 

@@ -57,6 +57,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
 
   const uint64_t begin = (uint64_t)me * share;
   const uint64_t end = begin + share < units ? begin + share : units;
+  /* Stores a reduced unit of our share into every rank's output (ours included). */
+  auto storeAll = [&](uint64_t u, const Unit& out) {
+#pragma unroll
+    for (int p = 0; p < NR; p++)
+      if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
+  };
   if (a.scatter != FCCL_SCATTER_COPY) {
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
     if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
@@ -66,22 +72,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     }
   }
   FCCL_PHASE_MARK(epoch, 1);
-  /* The scatter and the reduction, with UnitIO's checks (kWhole false) or without them when every unit is whole
-   * and every buffer aligned (whole, below): the same on every thread, so the grid takes one branch. Returns false
-   * when a wait gave up. */
-  auto scatterAndReduce = [&](auto wholeTag) -> bool {
-    constexpr bool kWhole = decltype(wholeTag)::value;
-    /* Stores a reduced unit of our share into every rank's output (ours included). */
-    auto storeAll = [&](uint64_t u, const Unit& out) {
-#pragma unroll
-      for (int p = 0; p < NR; p++)
-        if (p < n) IO::template store<kWhole>(a.peerRecv[p], u, a.bytes, out);
-    };
-    if (a.scatter == FCCL_SCATTER_PULL) {
-      reducePulled<TT, OpTraits<OP>, NR, kWhole>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
-      return true;
-    }
-    /* 2 ranks, out of place: fcclAlgoSelect */
+  if (a.scatter != FCCL_SCATTER_PULL) { /* 2 ranks, out of place: fcclAlgoSelect */
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;
@@ -98,8 +89,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
       if (a.scatter == FCCL_SCATTER_PUSH) {
         for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
           Unit v;
-          IO::template load<kWhole>(a.sendbuf, u, a.bytes, v);
-          IO::template store<kWhole>(peerRecv, u, a.bytes, v);
+          IO::load(a.sendbuf, u, a.bytes, v);
+          IO::store(peerRecv, u, a.bytes, v);
         }
         __syncthreads();
       }
@@ -112,29 +103,18 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     bases[1] = me == 0 ? a.recvbuf : a.sendbuf;
     for (int part = 0; part < parts; part++) {
       if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
-                    FCCL_PHASE_INBOX, epoch))
-        return false;
+                    FCCL_PHASE_INBOX, epoch)) {
+        epochEnd(c, epoch);
+        return;
+      }
       if (part == 0) FCCL_PHASE_MARK(epoch, 3);
       const uint64_t partBegin = begin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < end ? partBegin + partUnits : end;
       if (partBegin < partEnd)
-        reducePulled<TT, OpTraits<OP>, NR, kWhole>(bases, n, partBegin, partEnd, first, stride, a.bytes, storeAll);
+        reducePulled<TT, OpTraits<OP>, NR>(bases, n, partBegin, partEnd, first, stride, a.bytes, storeAll);
     }
-    return true;
-  };
-  /* Whole units at aligned addresses in every buffer this kernel may touch (inputs and outputs of every rank):
-   * then the loops skip UnitIO's per-access checks. With them the registered two-shot spent about 250 more
-   * instructions per batch of 4 units (SASS, s10), issued by every warp of a grid with few units per thread: at
-   * 16 MiB its reduce-and-all-gather half took 1.5-2 us longer than the harness's kernel without them. */
-  uint64_t bits = a.bytes | a.sendbuf | a.recvbuf;
-#pragma unroll
-  for (int p = 0; p < NR; p++)
-    if (p < n) bits |= a.peerRecv[p] | a.peerSend[p];
-  const bool whole = (bits & (FCCL_UNIT_BYTES - 1)) == 0;
-  const bool completed = whole ? scatterAndReduce(BoolTag<true>()) : scatterAndReduce(BoolTag<false>());
-  if (!completed) {
-    epochEnd(c, epoch);
-    return;
+  } else {
+    reducePulled<TT, OpTraits<OP>, NR>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
   }
   __syncthreads();
   FCCL_PHASE_MARK(epoch, 4);
