@@ -2,8 +2,10 @@
 // replayed at once, each op timed per GPU with events. An op is some of: a cross-GPU barrier kernel (B), a peer copy
 // of N bytes into the other GPU's memory (C), an empty kernel after it (K). Comparing B, B+C, B+C+K and C alone at
 // 1 MiB and 128 MiB splits the fixed cost into the barrier, the kernel-to-copy and copy-to-kernel edges and the
-// copy's own start. Spins are bounded (about 2 s).
+// copy's own start. The last two ops put stream memory operations (a write of the peer's flag, and a wait that is
+// always satisfied) before the copy instead of a kernel: are those transitions cheaper? Spins are bounded (2 s).
 //   nvcc -O3 -arch=sm_90 -o /tmp/copycost copycost.cu && /tmp/copycost
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,6 +22,13 @@
   } while (0)
 
 constexpr int kOpsPerGraph = 10;
+
+// Stream memory operations (driver API, reached through the runtime): a write of the peer's flag and a wait on ours
+// that is always satisfied (>= 0), to time memop nodes before a copy instead of a kernel.
+typedef CUresult (*WriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+typedef CUresult (*WaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+static WriteValue64 writeValue64;
+static WaitValue64 waitValue64;
 constexpr int kReplays = 5;
 
 // Epoch in our own memory (advanced here), our flag (the peer posts), the peer's flag (we post).
@@ -50,7 +59,7 @@ struct Gpu {
   char* dst;  // on the other GPU
 };
 
-static float timeOp(Gpu* g, bool barrier, size_t copyBytes, bool kernelAfter) {
+static float timeOp(Gpu* g, bool barrier, size_t copyBytes, bool kernelAfter, int memops = 0) {
   cudaGraphExec_t exec[2];
   for (int d = 0; d < 2; d++) {
     CK(cudaSetDevice(d));
@@ -58,6 +67,11 @@ static float timeOp(Gpu* g, bool barrier, size_t copyBytes, bool kernelAfter) {
     CK(cudaStreamBeginCapture(g[d].stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kOpsPerGraph; i++) {
       if (barrier) barrierKernel<<<1, 32, 0, g[d].stream>>>(g[d].epoch, g[d].flag, g[1 - d].flag, g[d].failed);
+      if (memops >= 1 && writeValue64((CUstream)g[d].stream, (CUdeviceptr)g[1 - d].flag + 0, 0, 0) != CUDA_SUCCESS)
+        exit(3);
+      if (memops >= 2 && waitValue64((CUstream)g[d].stream, (CUdeviceptr)g[d].epoch, 0, CU_STREAM_WAIT_VALUE_GEQ) !=
+                             CUDA_SUCCESS)
+        exit(3);
       if (copyBytes) CK(cudaMemcpyAsync(g[d].dst, g[d].src, copyBytes, cudaMemcpyDeviceToDevice, g[d].stream));
       if (kernelAfter) emptyKernel<<<1, 32, 0, g[d].stream>>>();
     }
@@ -106,6 +120,9 @@ static float timeOp(Gpu* g, bool barrier, size_t copyBytes, bool kernelAfter) {
 
 int main() {
   const size_t maxBytes = 128ull << 20;
+  cudaDriverEntryPointQueryResult found;
+  CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void**)&writeValue64, 12000, cudaEnableDefault, &found));
+  CK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void**)&waitValue64, 12000, cudaEnableDefault, &found));
   Gpu g[2];
   for (int d = 0; d < 2; d++) {
     CK(cudaSetDevice(d));
@@ -136,6 +153,7 @@ int main() {
   struct {
     const char* name;
     bool barrier, kernelAfter, copy;
+    int memops;
   } ops[] = {
       {"kernel", false, true, false},
       {"barrier", true, false, false},
@@ -144,15 +162,17 @@ int main() {
       {"barrier + copy", true, false, true},
       {"copy + kernel", false, true, true},
       {"barrier + copy + kernel", true, true, true},
+      {"write + copy + kernel", false, true, true, 1},
+      {"write + wait + copy + kernel", false, true, true, 2},
   };
   for (auto& op : ops) {
     printf("%-28s", op.name);
     if (!op.copy) {
-      printf(" %12.2f %12s %12s\n", timeOp(g, op.barrier, 0, op.kernelAfter), "-", "-");
+      printf(" %12.2f %12s %12s\n", timeOp(g, op.barrier, 0, op.kernelAfter, op.memops), "-", "-");
       continue;
     }
-    printf(" %12s %12.2f %12.2f\n", "-", timeOp(g, op.barrier, 1ull << 20, op.kernelAfter),
-           timeOp(g, op.barrier, maxBytes, op.kernelAfter));
+    printf(" %12s %12.2f %12.2f\n", "-", timeOp(g, op.barrier, 1ull << 20, op.kernelAfter, op.memops),
+           timeOp(g, op.barrier, maxBytes, op.kernelAfter, op.memops));
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Tenth session, last call on nvidia-h200-x2: copycost.cu, the parts of the copy-engine reduce-scatter's fixed cost.
+# Tenth session, last calls on nvidia-h200-x2: copycost.cu, the parts of the copy-engine reduce-scatter's fixed cost
+# (4b00d22), then the same with stream memory operations before the copy (the next commit).
 # usage: OUT=dir $0 (repository root)
 set -uo pipefail
 . scripts/env.sh
