@@ -62,7 +62,6 @@ static void testTable(void) {
   /* Registered two-shot, 2 ranks out of place: reduce-scatter by push from 16 MiB and by the copy engines from
    * copyScatterMin (64 MiB in these queries), also when forced; never by copy with copyScatterMin 0; by pull in
    * place, below 16 MiB and for more ranks. */
-  const fcclScatter_t big = FCCL_SCATTER_COPY;
   const uint64_t copyMin = 64ull << 20;
   const struct {
     uint64_t bytes;
@@ -72,15 +71,15 @@ static void testTable(void) {
     fcclScatter_t scatter;
   } scatter[] = {{16 << 20, 2, 0, -1, FCCL_SCATTER_PUSH},
                  {copyMin - 2, 2, 0, -1, FCCL_SCATTER_PUSH},
-                 {copyMin, 2, 0, -1, big},
-                 {1ull << 30, 2, 0, -1, big},
+                 {copyMin, 2, 0, -1, FCCL_SCATTER_COPY},
+                 {1ull << 30, 2, 0, -1, FCCL_SCATTER_COPY},
                  {(16 << 20) - 2, 2, 0, -1, FCCL_SCATTER_PULL},
                  {16 << 20, 2, 1, -1, FCCL_SCATTER_PULL},
                  {1ull << 30, 2, 1, -1, FCCL_SCATTER_PULL},
                  {1ull << 30, 4, 0, -1, FCCL_SCATTER_PULL},
                  {1ull << 30, 8, 0, -1, FCCL_SCATTER_PULL},
                  {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_REG, FCCL_SCATTER_PUSH},
-                 {copyMin, 2, 0, FCCL_ALGO_TWOSHOT_REG, big},
+                 {copyMin, 2, 0, FCCL_ALGO_TWOSHOT_REG, FCCL_SCATTER_COPY},
                  {32 << 20, 2, 0, FCCL_ALGO_TWOSHOT_STAGED, FCCL_SCATTER_PULL}};
   for (size_t i = 0; i < sizeof(scatter) / sizeof(scatter[0]); i++) {
     fcclAlgoQuery r = query(scatter[i].bytes, scatter[i].nranks, 1);
