@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Eleventh session, call 1 on nvidia-h200-x2: tmapush.cu, the chunked bulk-copy one-shot push against the plain one.
+# Eleventh session, calls 1-2 on nvidia-h200-x2: tmapush.cu (call 2 adds relaxed chunk flags), the chunked bulk-copy one-shot push against the plain one.
 # usage: OUT=dir $0 (repository root)
 set -uo pipefail
 . scripts/env.sh
