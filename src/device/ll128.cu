@@ -137,9 +137,6 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
             ready = ready && lineReady;
           }
           if (__all_sync(kFullWarp, ready)) break;
-#ifdef FCCL_LL128_POLL_BACKOFF_NS /* experiment: does polling the area slow the peer's lines landing in it? */
-          __nanosleep(FCCL_LL128_POLL_BACKOFF_NS);
-#endif
           if (__any_sync(kFullWarp, spin.spin())) {
             failed = true;
             break;
