@@ -59,16 +59,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   const uint64_t end = begin + share < units ? begin + share : units;
   /* Stores a reduced unit of our share into every rank's output (ours included). */
   auto storeAll = [&](uint64_t u, const Unit& out) {
-#ifdef FCCL_STORE_REMOTE_FIRST /* experiment: the peers' stores onto the link before our own */
-#pragma unroll
-    for (int p = 0; p < NR; p++)
-      if (p < n && p != me) IO::store(a.peerRecv[p], u, a.bytes, out);
-    IO::store(a.recvbuf, u, a.bytes, out);
-#else
 #pragma unroll
     for (int p = 0; p < NR; p++)
       if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
-#endif
   };
   if (a.scatter != FCCL_SCATTER_COPY) {
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
@@ -88,10 +81,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
      * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
      * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
     const uint64_t rows = divUp(share, stride);
-#ifndef FCCL_PUSH_PARTS /* experiment: parts of the reduce-scatter by push */
-#define FCCL_PUSH_PARTS 2
-#endif
-    const int parts = a.scatter == FCCL_SCATTER_PUSH && rows <= kTwoPartRows ? FCCL_PUSH_PARTS : 1;
+    const int parts = a.scatter == FCCL_SCATTER_PUSH && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
     for (int part = 0; part < parts; part++) {
       const uint64_t partBegin = peerBegin + part * partUnits;
