@@ -109,7 +109,8 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
     snprintf(text, size, "error");
   else
     snprintf(text, size, "%s %dx%d%s", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
-             choice.scatter == FCCL_SCATTER_PUSH   ? " push-scatter"
+             choice.scatter == FCCL_SCATTER_PUSH    ? " push-scatter"
+             : choice.scatter == FCCL_SCATTER_INBOX ? " inbox-scatter"
              : choice.scatter == FCCL_SCATTER_COPY ? " copy-scatter"
                                                    : "");
 }

@@ -22,6 +22,9 @@
  * plain and registered (1 MiB: 6.75 us against 7.49 one-shot and 8.12 registered two-shot), and loses from 2 MiB
  * and below 256 KiB. 4 and 8 ranks: not measured on as many GPUs yet (#8), so no LL128.
  */
+#ifndef FCCL_PUSH_SCATTER_MIN_2RANKS /* -DFCCL_PUSH_SCATTER_MIN_2RANKS=N (bytes) to time others */
+#define FCCL_PUSH_SCATTER_MIN_2RANKS (16u << 20)
+#endif
 static const struct {
   int maxRanks;
   uint64_t llMax;
@@ -31,7 +34,7 @@ static const struct {
   uint64_t pushScatterMin; /* registered two-shot out of place: reduce-scatter by push from this size (0: never);
                             * by the copy engines from fcclAlgoQuery.copyScatterMin (FCCL_COPY_SCATTER_MIN) */
 } algoTable[] = {
-    {2, 256u << 10, 8u << 20, 0, 1u << 20, 16u << 20},
+    {2, 256u << 10, 8u << 20, 0, 1u << 20, FCCL_PUSH_SCATTER_MIN_2RANKS},
     {4, 32u << 10, 256u << 10, 256u << 10, 0, 0},
     {8, 16u << 10, 128u << 10, 128u << 10, 0, 0},
 };
@@ -118,7 +121,8 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
     if (q->copyScatterMin > 0 && q->bytes >= q->copyScatterMin)
       c->scatter = FCCL_SCATTER_COPY;
     else if (pushScatterMin > 0 && q->bytes >= pushScatterMin)
-      c->scatter = FCCL_SCATTER_PUSH;
+      /* Into the owner's inbox while its share fits one staging chunk: no "ready" to wait for first. */
+      c->scatter = divUp(units, 2) * FCCL_UNIT_BYTES <= q->chunkBytes ? FCCL_SCATTER_INBOX : FCCL_SCATTER_PUSH;
   }
   c->threads = FCCL_DEVICE_THREADS;
   c->roundUnits = algo == FCCL_ALGO_TWOSHOT_STAGED ? stagedRoundUnits(q) : 0;

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     for (int p = 0; p < NR; p++)
       if (p < n) IO::store(a.peerRecv[p], u, a.bytes, out);
   };
-  if (a.scatter != FCCL_SCATTER_COPY) {
+  if (a.scatter == FCCL_SCATTER_PULL || a.scatter == FCCL_SCATTER_PUSH) {
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
     if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_READY,
                   epoch)) {
@@ -77,20 +77,30 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;
     const uint64_t peerRecv = me == 0 ? a.peerRecv[1] : a.peerRecv[0]; /* constant indices: no stack copy */
+    /* Where our units of the peer's share go, and where the peer's units of ours arrive, as bases indexed by the
+     * unit's place in the message: the peer's output and ours, or the inbox regions (from the share's start). */
+    const bool inbox = a.scatter == FCCL_SCATTER_INBOX;
+    const uint64_t parity = epoch & 1;
+    const uint64_t pushBase = inbox ? stagingRegion(c, c.layout.inboxOffset, parity, me, peer) -
+                                          peerBegin * FCCL_UNIT_BYTES
+                                    : peerRecv;
+    const uint64_t arrivedBase = inbox ? stagingRegion(c, c.layout.inboxOffset, parity, peer, me) -
+                                             begin * FCCL_UNIT_BYTES
+                                       : a.recvbuf;
     /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
      * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
      * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
     const uint64_t rows = divUp(share, stride);
-    const int parts = a.scatter == FCCL_SCATTER_PUSH && rows <= kTwoPartRows ? 2 : 1;
+    const int parts = a.scatter != FCCL_SCATTER_COPY && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
     for (int part = 0; part < parts; part++) {
       const uint64_t partBegin = peerBegin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < peerEnd ? partBegin + partUnits : peerEnd;
-      if (a.scatter == FCCL_SCATTER_PUSH) {
+      if (a.scatter != FCCL_SCATTER_COPY) {
         for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
           Unit v;
           IO::load(a.sendbuf, u, a.bytes, v);
-          IO::store(peerRecv, u, a.bytes, v);
+          IO::store(pushBase, u, a.bytes, v);
         }
         __syncthreads();
       }
@@ -99,8 +109,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     FCCL_PHASE_MARK(epoch, 2);
     /* Rank order: our input at [me], the peer's units of our share (stored in place in our output) at [peer]. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
-    bases[0] = me == 0 ? a.sendbuf : a.recvbuf;
-    bases[1] = me == 0 ? a.recvbuf : a.sendbuf;
+    bases[0] = me == 0 ? a.sendbuf : arrivedBase;
+    bases[1] = me == 0 ? arrivedBase : a.sendbuf;
     for (int part = 0; part < parts; part++) {
       if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
                     FCCL_PHASE_INBOX, epoch)) {
