@@ -17,6 +17,12 @@
  *     sent   (pad A steps 2 and 3, release, acquire) the peer's units of our share are in our output: one step
  *            per part (two up to kTwoPartRows rows per block), so that part 0 is reduced while part 1 crosses.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
+ *   inbox (2 ranks, out of place, FCCL_SCATTER_INBOX: while a share fits one staging chunk) as push, but into the
+ *     owner's inbox region (staging, parity epoch & 1), whose reuse follows from the epochs as for the staged
+ *     algorithms: no "ready" to post or wait for. The all-gather still writes the peer's output, but only after the
+ *     peer's "sent", which it posted from inside the call. 16 MiB on 2x H200: 51.80 us against 52.16 with the push
+ *     into the output (docs/perf/2026-11-30-h200x2-s11); slower than the pull at 2-8 MiB, where it is not chosen.
+ *     sent, done   as push.
  *   copy (2 ranks, out of place, FCCL_SCATTER_COPY) as push, but the host enqueued a barrier and a copy-engine
  *     copy of the peer's units before the kernel (collectives.c, scatterByCopy): the copy engines move 390 GB/s
  *     per direction against 364 for SM stores (docs/perf/2026-11-30-h200x2-s9/linkmix.txt). When the kernel
@@ -72,7 +78,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     }
   }
   FCCL_PHASE_MARK(epoch, 1);
-  if (a.scatter != FCCL_SCATTER_PULL) { /* 2 ranks, out of place: fcclAlgoSelect */
+  if (a.scatter != FCCL_SCATTER_PULL) { /* push, inbox or copy: 2 ranks, out of place (fcclAlgoSelect) */
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
     const uint64_t peerEnd = peerBegin + share < units ? peerBegin + share : units;

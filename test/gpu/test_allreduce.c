@@ -119,6 +119,11 @@ static int modeSweep(int rank, int nranks, const struct testArgs* args, int narr
 static int modeLarge(int rank, int nranks, const struct testArgs* args) {
   const size_t big = collQuick() ? (1u << 20) + 3 : (64u << 20);
   const size_t mid = collQuick() ? (1u << 18) + 1 : (16u << 20) + 3;
+  /* 2-byte elements, registered, out of place, 2 ranks: 16 MiB scatters into the owner's inbox (a share of one
+   * 8 MiB staging chunk), 24 MiB + 14 bytes by push into its output, or into the inbox too under
+   * allreduce_large_inbox (FCCL_STAGING_BYTES=64 MiB: 16 MiB chunks). */
+  const size_t inboxWhole = collQuick() ? (1u << 18) : (8u << 20);
+  const size_t inboxOdd = collQuick() ? (1u << 18) + 7 : (12u << 20) + 7;
   const struct {
     int registered;
     struct collCase c;
@@ -131,6 +136,8 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       {1, {fcclFloat32, fcclAvg, FCCL_ALGO_ONESHOT_PULL, 1, mid, 4, 4}},
       {1, {fcclInt32, fcclMax, -1, 1, mid + 1, 0, 0}},
       {1, {fcclFloat16, fcclSum, FCCL_ALGO_TWOSHOT_REG, 0, big - 1, 6, 10}},
+      {1, {fcclBfloat16, fcclSum, -1, 0, inboxWhole, 2, 2}},
+      {1, {fcclFloat16, fcclMin, FCCL_ALGO_TWOSHOT_REG, 0, inboxOdd, 6, 4}},
       /* LL128 at the table's limit (1 MiB; 1.875 MiB fit per peer for 2 ranks): many line groups per warp. */
       {0, {fcclBfloat16, fcclSum, FCCL_ALGO_LL128, 1, (1u << 19) + 13, 2, 2}},
       {1, {fcclFloat32, fcclMax, FCCL_ALGO_LL128, 0, (1u << 18) - 5, 4, 8}},
@@ -146,12 +153,18 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
     }
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
       if (cases[i].registered != registered) continue;
+      const struct collCase* c = &cases[i].c;
+      const int scatter =
+          collScatterOf(c->algo, nranks, c->count * fcclTypeSize(c->type), registered, c->inPlace);
+      /* The 16 MiB case is there for the inbox scatter: make sure it runs it. */
+      if (nranks == 2 && !collQuick() && c->count == inboxWhole && c->type == fcclBfloat16)
+        EXPECT_EQ_INT(scatter, FCCL_SCATTER_INBOX);
       const int64_t start = collNowNs();
-      collRunCase(&ctx, &cases[i].c, call++);
+      collRunCase(&ctx, c, call++);
       if (rank == 0)
-        printf("%s %s x %zu (%s, %s): checked in %.2f s\n", refTypeName(cases[i].c.type), refOpName(cases[i].c.op),
-               cases[i].c.count, cases[i].c.algo < 0 ? "auto" : fcclAlgoName(cases[i].c.algo),
-               registered ? "registered" : "staged", (double)(collNowNs() - start) / 1e9);
+        printf("%s %s x %zu (%s, %s, scatter %s): checked in %.2f s\n", refTypeName(c->type), refOpName(c->op),
+               c->count, c->algo < 0 ? "auto" : fcclAlgoName(c->algo), registered ? "registered" : "staged",
+               collScatterName(scatter), (double)(collNowNs() - start) / 1e9);
     }
     collContextFini(&ctx);
   }

@@ -253,6 +253,27 @@ int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int i
   return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
 }
 
+int collScatterOf(int algo, int nranks, size_t bytes, int registered, int inPlace) {
+  if (bytes == 0) return FCCL_SCATTER_PULL;
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto(),
+                                       fcclDeviceCopyScatterMin());
+  q.forced = algo;
+  fcclAlgoChoice choice;
+  if (fcclAlgoSelect(&q, &choice) != fcclSuccess || choice.algo != FCCL_ALGO_TWOSHOT_REG) return FCCL_SCATTER_PULL;
+  return choice.scatter;
+}
+
+const char* collScatterName(int scatter) {
+  switch (scatter) {
+    case FCCL_SCATTER_PUSH: return "push";
+    case FCCL_SCATTER_INBOX: return "inbox";
+    case FCCL_SCATTER_COPY: return "copy";
+    default: return "pull";
+  }
+}
+
 int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int rank, int nranks, void* arg),
                    int timeoutSeconds) {
   int nranks = argc > 1 ? atoi(argv[1]) : 2;

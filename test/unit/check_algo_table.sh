@@ -42,12 +42,23 @@ expect 2 1024 "ll128 ll128" ll128
 # LL128 holds 1.875 MiB per peer for 2 ranks: beyond it FCCL_ALGO=ll128 falls back to the table.
 expect 2 16777216 "twoshot_staged twoshot_reg" ll128
 expect 2 8 "oneshot_push oneshot_pull" oneshot
-# The registered two-shot scatters by push for 2 ranks from 16 MiB and by the copy engines from 256 MiB (the plain
-# column never does), and never for more ranks.
+# The registered two-shot scatters by push for 2 ranks from 16 MiB (into the inbox while a share fits one 8 MiB
+# staging chunk: 16 MiB) and by the copy engines from 256 MiB (the plain column never does), and never for more
+# ranks.
 scatterRows() { "$info" --algo "$1" --sms 132 | awk -v kind="$2" '/^ / && $NF == kind { print $1 }' | tr '\n' ' '; }
+got=$(scatterRows 2 inbox-scatter)
+if [ "$got" != "16777216 " ]; then
+  echo "FAIL: 2 ranks scatter into the inbox at '$got', expected at 16 MiB"
+  failures=$((failures + 1))
+fi
+got=$(FCCL_STAGING_BYTES=67108864 scatterRows 2 inbox-scatter)
+if [ "$got" != "16777216 33554432 " ]; then
+  echo "FAIL: 2 ranks with 64 MiB of staging scatter into the inbox at '$got', expected at 16-32 MiB"
+  failures=$((failures + 1))
+fi
 got=$(scatterRows 2 push-scatter)
-if [ "$got" != "16777216 33554432 67108864 134217728 " ]; then
-  echo "FAIL: 2 ranks scatter by push at '$got', expected at 16-128 MiB"
+if [ "$got" != "33554432 67108864 134217728 " ]; then
+  echo "FAIL: 2 ranks scatter by push at '$got', expected at 32-128 MiB"
   failures=$((failures + 1))
 fi
 got=$(scatterRows 2 copy-scatter)
@@ -56,8 +67,8 @@ if [ "$got" != "268435456 536870912 1073741824 " ]; then
   failures=$((failures + 1))
 fi
 for ranks in 3 4 8; do
-  if [ -n "$(scatterRows $ranks push-scatter)$(scatterRows $ranks copy-scatter)" ]; then
-    echo "FAIL: $ranks ranks scatter by push or copy at $(scatterRows $ranks push-scatter)$(scatterRows $ranks copy-scatter)"
+  if [ -n "$(scatterRows $ranks push-scatter)$(scatterRows $ranks inbox-scatter)$(scatterRows $ranks copy-scatter)" ]; then
+    echo "FAIL: $ranks ranks scatter by push or copy at $(scatterRows $ranks push-scatter)$(scatterRows $ranks inbox-scatter)$(scatterRows $ranks copy-scatter)"
     failures=$((failures + 1))
   fi
 done

@@ -59,9 +59,10 @@ static void testTable(void) {
   off.forced = FCCL_ALGO_LL128;
   EXPECT_EQ_INT(fcclAlgoSelect(&off, &offChoice), fcclSuccess);
   EXPECT_EQ_INT(offChoice.algo, FCCL_ALGO_LL128);
-  /* Registered two-shot, 2 ranks out of place: reduce-scatter by push from 16 MiB and by the copy engines from
-   * copyScatterMin (64 MiB in these queries), also when forced; never by copy with copyScatterMin 0; by pull in
-   * place, below 16 MiB and for more ranks. */
+  /* Registered two-shot, 2 ranks out of place: reduce-scatter by push from 16 MiB (into the owner's inbox while
+   * a share fits one staging chunk, 8 MiB here) and by the copy engines from copyScatterMin (64 MiB in these
+   * queries), also when forced; never by copy with copyScatterMin 0; by pull in place, below 16 MiB and for more
+   * ranks. */
   const uint64_t copyMin = 64ull << 20;
   const struct {
     uint64_t bytes;
@@ -69,7 +70,10 @@ static void testTable(void) {
     int inPlace;
     int forced;
     fcclScatter_t scatter;
-  } scatter[] = {{16 << 20, 2, 0, -1, FCCL_SCATTER_PUSH},
+  } scatter[] = {{16 << 20, 2, 0, -1, FCCL_SCATTER_INBOX},
+                 {(16 << 20) + 2, 2, 0, -1, FCCL_SCATTER_PUSH},
+                 {(16 << 20) + 16, 2, 0, -1, FCCL_SCATTER_PUSH},
+                 {16 << 20, 2, 0, FCCL_ALGO_TWOSHOT_REG, FCCL_SCATTER_INBOX},
                  {copyMin - 2, 2, 0, -1, FCCL_SCATTER_PUSH},
                  {copyMin, 2, 0, -1, FCCL_SCATTER_COPY},
                  {1ull << 30, 2, 0, -1, FCCL_SCATTER_COPY},
@@ -95,6 +99,15 @@ static void testTable(void) {
     EXPECT_MSG(rc.scatter == (scatter[i].scatter == FCCL_SCATTER_COPY ? FCCL_SCATTER_PUSH : scatter[i].scatter),
                "case %zu without copy: scatter %d", i, (int)rc.scatter);
   }
+  /* The inbox follows the staging chunk: with 16 MiB chunks, 32 MiB fits (share 16 MiB) and 32 MiB + 16 does not. */
+  fcclAlgoQuery wide = query(32 << 20, 2, 1);
+  wide.chunkBytes = 16 << 20;
+  fcclAlgoChoice wideChoice;
+  EXPECT_EQ_INT(fcclAlgoSelect(&wide, &wideChoice), fcclSuccess);
+  EXPECT_EQ_INT(wideChoice.scatter, FCCL_SCATTER_INBOX);
+  wide.bytes += 16;
+  EXPECT_EQ_INT(fcclAlgoSelect(&wide, &wideChoice), fcclSuccess);
+  EXPECT_EQ_INT(wideChoice.scatter, FCCL_SCATTER_PUSH);
   /* A one-shot size beyond a small staging chunk goes two-shot. */
   fcclAlgoQuery q = query(2 << 20, 2, 0);
   q.chunkBytes = 64 << 10;
