@@ -645,11 +645,16 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         torch.cuda.synchronize()
         # CUDA runs the graph's user-object destructor on a thread of its own, soon after the graph goes; the
         # communicator's next barrier (or all-reduce) then releases the registrations. Bounded polling.
+        # The ranks leave the loop together (on the sum of what is left everywhere): a rank that stopped on its own
+        # count while a peer went on would leave that peer's barrier waiting until the communicator's timeout.
         for _ in range(500):
             comm.barrier()
             torch.cuda.synchronize()
             left = comm.mem_stats()["commGraphRegistrations"]
-            if left == 0:
+            everywhere = torch.tensor([float(left)], device="cuda")
+            comm.all_reduce(everywhere)
+            torch.cuda.synchronize()
+            if everywhere.item() == 0:
                 break
             time.sleep(0.01)
         if left != 0:
