@@ -52,7 +52,8 @@ FCCL_PARAM(COPY_SCATTER_MIN, FCCL_PARAM_INT, "268435456",
            "of the kernel's stores; 0: never, e.g. when the copy engines are busy with other transfers. Equal on "
            "every rank.")
 FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
-           "Bytes of staging per communicator and rank for unregistered buffers; equal on every rank.")
+           "Bytes of staging per communicator and rank for unregistered buffers (and, for 2 ranks, the registered "
+           "two-shot's reduce-scatter into the owner's inbox, up to messages of half this size); equal on every rank.")
 
 /* ---- language bindings ---- */
 FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
