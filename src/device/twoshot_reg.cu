@@ -113,7 +113,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
       postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
     FCCL_PHASE_MARK(epoch, 2);
-    /* Rank order: our input at [me], the peer's units of our share (stored in place in our output) at [peer]. */
+    /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
+     * inbox) at [peer]. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
     bases[0] = me == 0 ? a.sendbuf : arrivedBase;
     bases[1] = me == 0 ? arrivedBase : a.sendbuf;
