@@ -107,12 +107,11 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)
     snprintf(text, size, "error");
+  else if (choice.scatter == FCCL_SCATTER_PULL)
+    snprintf(text, size, "%s %dx%d", fcclAlgoName(choice.algo), choice.blocks, choice.threads);
   else
-    snprintf(text, size, "%s %dx%d%s", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
-             choice.scatter == FCCL_SCATTER_PUSH    ? " push-scatter"
-             : choice.scatter == FCCL_SCATTER_INBOX ? " inbox-scatter"
-             : choice.scatter == FCCL_SCATTER_COPY ? " copy-scatter"
-                                                   : "");
+    snprintf(text, size, "%s %dx%d %s-scatter", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
+             fcclScatterName(choice.scatter));
 }
 
 static int printAlgoTable(int nranks, int smCount) {

@@ -63,6 +63,16 @@ const char* fcclAlgoName(int algo) {
   }
 }
 
+const char* fcclScatterName(int scatter) {
+  switch (scatter) {
+    case FCCL_SCATTER_PULL: return "pull";
+    case FCCL_SCATTER_PUSH: return "push";
+    case FCCL_SCATTER_INBOX: return "inbox";
+    case FCCL_SCATTER_COPY: return "copy";
+    default: return "unknown";
+  }
+}
+
 int fcclAlgoParseRequest(const char* name) {
   if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_ALGO_REQUEST_AUTO;
   if (strcmp(name, "oneshot") == 0) return FCCL_ALGO_REQUEST_ONESHOT;

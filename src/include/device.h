@@ -155,6 +155,9 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* query, const c
 /* "ll", "oneshot_push", ... ; "barrier"; "unknown" otherwise. */
 const char* fcclAlgoName(int algo);
 
+/* "pull", "push", "inbox" or "copy": how the registered two-shot moves its reduce-scatter (fcclScatter_t). */
+const char* fcclScatterName(int scatter);
+
 /* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "ll", "oneshot", "twoshot" (the registered or staged
  * variant by the buffers), or an exact name ("oneshot_push", ...); -1 for anything else. */
 #define FCCL_ALGO_REQUEST_AUTO 100

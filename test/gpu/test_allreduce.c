@@ -164,7 +164,7 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       if (rank == 0)
         printf("%s %s x %zu (%s, %s, scatter %s): checked in %.2f s\n", refTypeName(c->type), refOpName(c->op),
                c->count, c->algo < 0 ? "auto" : fcclAlgoName(c->algo), registered ? "registered" : "staged",
-               collScatterName(scatter), (double)(collNowNs() - start) / 1e9);
+               fcclScatterName(scatter), (double)(collNowNs() - start) / 1e9);
     }
     collContextFini(&ctx);
   }

@@ -242,36 +242,30 @@ int collCompareHashes(const struct collShared* shared, int nranks, uint64_t call
   return differ;
 }
 
-int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace) {
-  if (algo < 0) return 1;
-  if (bytes == 0) return 1;
-  fcclSlotLayout layout;
-  fcclSlotLayoutCompute(nranks, (uint64_t)fcclParamInt(FCCL_PARAM_STAGING_BYTES), &layout);
-  fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto(),
-                                       fcclDeviceCopyScatterMin());
-  q.forced = algo;
-  return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
-}
-
-int collScatterOf(int algo, int nranks, size_t bytes, int registered, int inPlace) {
-  if (bytes == 0) return FCCL_SCATTER_PULL;
+/* The query a call of these arguments makes, under the environment's FCCL_STAGING_BYTES, FCCL_LL128 and
+ * FCCL_COPY_SCATTER_MIN, with algo forced (-1: the automatic choice). */
+static fcclAlgoQuery caseQuery(int algo, int nranks, size_t bytes, int registered, int inPlace) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
   fcclAlgoQuery q = fcclAlgoQueryMake(bytes, nranks, registered, inPlace, 132, &layout, fcclDeviceLL128Auto(),
                                        fcclDeviceCopyScatterMin());
   q.forced = algo;
+  return q;
+}
+
+int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace) {
+  if (algo < 0) return 1;
+  if (bytes == 0) return 1;
+  fcclAlgoQuery q = caseQuery(algo, nranks, bytes, registered, inPlace);
+  return fcclAlgoApplicable((fcclDevKernel_t)algo, &q, NULL);
+}
+
+int collScatterOf(int algo, int nranks, size_t bytes, int registered, int inPlace) {
+  if (bytes == 0) return FCCL_SCATTER_PULL;
+  fcclAlgoQuery q = caseQuery(algo, nranks, bytes, registered, inPlace);
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&q, &choice) != fcclSuccess || choice.algo != FCCL_ALGO_TWOSHOT_REG) return FCCL_SCATTER_PULL;
   return choice.scatter;
-}
-
-const char* collScatterName(int scatter) {
-  switch (scatter) {
-    case FCCL_SCATTER_PUSH: return "push";
-    case FCCL_SCATTER_INBOX: return "inbox";
-    case FCCL_SCATTER_COPY: return "copy";
-    default: return "pull";
-  }
 }
 
 int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int rank, int nranks, void* arg),

@@ -99,9 +99,8 @@ void collContextFini(struct collContext* ctx);
 int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call);
 
 /* How the registered two-shot would scatter this call (fcclScatter_t; pull when another algorithm runs), under
- * the environment's FCCL_STAGING_BYTES and FCCL_COPY_SCATTER_MIN, and its name for the test's log. */
+ * the environment's FCCL_STAGING_BYTES and FCCL_COPY_SCATTER_MIN (fcclScatterName names it). */
 int collScatterOf(int algo, int nranks, size_t bytes, int registered, int inPlace);
-const char* collScatterName(int scatter);
 
 /* After every rank is done: the outputs of calls [0, calls) hash equal on every rank that recorded one. Returns
  * the number of calls whose hashes differ. */
