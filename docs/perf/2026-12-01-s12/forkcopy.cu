@@ -1,0 +1,220 @@
+// Could the copy-engine reduce-scatter (#5, 256 MiB) hide its copy-to-kernel edge? Today a call is, on one stream,
+// a barrier kernel (B), a copy of N bytes into the peer (C) and the two-shot kernel (K): s10's copycost.cu put
+// B + C + K at 12.4 us over C alone at 128 MiB. The fork runs C on a second stream and ends it with a stream memory
+// write of the peer's flag (W); K starts right after B on the first stream, beside the copy, and spins (bounded)
+// until the flag arrives; the second stream joins the first at the end of the op. Two ranks, each a stream pair on
+// GPU r % (number of GPUs): on one GPU the copies stay in its memory, so the edges are timed but not NVLink.
+// us per op, graphs of 10 ops replayed at once on both ranks, best of 3 turns of 5 replays, the slower rank.
+//   nvcc -O3 -arch=sm_90 -o /tmp/forkcopy forkcopy.cu && /tmp/forkcopy
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+constexpr int kOpsPerGraph = 10;
+constexpr int kReplays = 5;
+constexpr int kBlocks = 132;
+constexpr int kThreads = 512;
+constexpr unsigned long long kSpinNs = 2000000000ull;
+
+typedef CUresult (*WriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+static WriteValue64 writeValue64;
+
+__device__ __forceinline__ uint64_t nowNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Cross-rank barrier: epoch in our memory, our flag (the peer posts), the peer's flag (we post).
+__global__ void barrierKernel(uint64_t* epoch, volatile uint64_t* mine, volatile uint64_t* peers, int* failed) {
+  const uint64_t e = *epoch + 1;
+  *epoch = e;
+  *peers = e;
+  const uint64_t start = nowNs();
+  while (*mine < e)
+    if (nowNs() - start > kSpinNs) {
+      *failed = 1;
+      return;
+    }
+}
+
+// Stands for the two-shot kernel's launch: a full grid. With wait, every block spins until the peer's stream wrote
+// 1 into copied (its copy into our memory completed); the last block to see it sets it back to 0 for the next op
+// (the peer writes again only after the next barrier, which this kernel's end precedes).
+__global__ void gridKernel(volatile uint64_t* copied, unsigned* arrived, int wait, int* failed) {
+  if (!wait || threadIdx.x != 0) return;
+  const uint64_t start = nowNs();
+  while (*copied != 1)
+    if (nowNs() - start > kSpinNs) {
+      *failed = 2;
+      return;
+    }
+  if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+    *copied = 0;
+    *arrived = 0;
+  }
+}
+
+struct Rank {
+  int device;
+  cudaStream_t stream, side;
+  cudaEvent_t start, stop, fork, join;
+  uint64_t* epoch;
+  uint64_t* flag;    // barrier flag, posted by the peer
+  uint64_t* copied;  // "your copy arrived", written by the peer's side stream
+  unsigned* arrived;
+  int* failed;
+  char* src;
+  char* dst;  // in the peer's memory
+};
+
+enum Shape { kSerial, kForkJoinFirst, kForkSpin, kCopyOnly, kCopyKernel };
+
+static void enqueue(Rank* r, Rank* peer, Shape shape, size_t bytes) {
+  cudaStream_t s = r->stream;
+  if (shape == kCopyOnly || shape == kCopyKernel) {
+    CK(cudaMemcpyAsync(r->dst, r->src, bytes, cudaMemcpyDeviceToDevice, s));
+    if (shape == kCopyKernel) gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, 0, r->failed);
+    return;
+  }
+  barrierKernel<<<1, 32, 0, s>>>(r->epoch, r->flag, peer->flag, r->failed);
+  if (shape == kSerial) {
+    CK(cudaMemcpyAsync(r->dst, r->src, bytes, cudaMemcpyDeviceToDevice, s));
+    gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, 0, r->failed);
+    return;
+  }
+  CK(cudaEventRecord(r->fork, s));
+  CK(cudaStreamWaitEvent(r->side, r->fork, 0));
+  CK(cudaMemcpyAsync(r->dst, r->src, bytes, cudaMemcpyDeviceToDevice, r->side));
+  if (shape == kForkSpin &&
+      writeValue64((CUstream)r->side, (CUdeviceptr)peer->copied, 1, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuStreamWriteValue64 failed\n");
+    exit(3);
+  }
+  CK(cudaEventRecord(r->join, r->side));
+  if (shape == kForkJoinFirst) CK(cudaStreamWaitEvent(s, r->join, 0));  // the copy, then the kernel
+  gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, shape == kForkSpin, r->failed);
+  if (shape == kForkSpin) CK(cudaStreamWaitEvent(s, r->join, 0));
+}
+
+static float timeOp(Rank* ranks, Shape shape, size_t bytes) {
+  cudaGraphExec_t exec[2];
+  for (int d = 0; d < 2; d++) {
+    CK(cudaSetDevice(ranks[d].device));
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(ranks[d].stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kOpsPerGraph; i++) enqueue(&ranks[d], &ranks[1 - d], shape, bytes);
+    CK(cudaStreamEndCapture(ranks[d].stream, &graph));
+    CK(cudaGraphInstantiate(&exec[d], graph, 0));
+    CK(cudaGraphDestroy(graph));
+  }
+  float best = 1e30f;
+  for (int turn = 0; turn < 3; turn++) {
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(ranks[d].device));
+      CK(cudaGraphLaunch(exec[d], ranks[d].stream));  // warm
+    }
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(ranks[d].device));
+      CK(cudaStreamSynchronize(ranks[d].stream));
+    }
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(ranks[d].device));
+      CK(cudaEventRecord(ranks[d].start, ranks[d].stream));
+      for (int r = 0; r < kReplays; r++) CK(cudaGraphLaunch(exec[d], ranks[d].stream));
+      CK(cudaEventRecord(ranks[d].stop, ranks[d].stream));
+    }
+    float slowest = 0;
+    for (int d = 0; d < 2; d++) {
+      CK(cudaSetDevice(ranks[d].device));
+      CK(cudaEventSynchronize(ranks[d].stop));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, ranks[d].start, ranks[d].stop));
+      if (ms > slowest) slowest = ms;
+    }
+    if (slowest < best) best = slowest;
+  }
+  for (int d = 0; d < 2; d++) {
+    CK(cudaSetDevice(ranks[d].device));
+    CK(cudaGraphExecDestroy(exec[d]));
+    int failed = 0;
+    CK(cudaMemcpy(&failed, ranks[d].failed, sizeof(int), cudaMemcpyDeviceToHost));
+    if (failed) {
+      fprintf(stderr, "rank %d: a spin gave up (%s)\n", d, failed == 1 ? "barrier" : "copied flag");
+      exit(1);
+    }
+  }
+  return best * 1000.0f / (kOpsPerGraph * kReplays);
+}
+
+int main() {
+  const size_t maxBytes = 128ull << 20;
+  cudaDriverEntryPointQueryResult found;
+  CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void**)&writeValue64, 12000, cudaEnableDefault,
+                                      &found));
+  int gpus = 0;
+  CK(cudaGetDeviceCount(&gpus));
+  Rank ranks[2];
+  for (int d = 0; d < 2; d++) {
+    Rank* r = &ranks[d];
+    r->device = d % gpus;
+    CK(cudaSetDevice(r->device));
+    if (gpus > 1) CK(cudaDeviceEnablePeerAccess((d + 1) % gpus, 0));
+    CK(cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&r->side, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&r->start));
+    CK(cudaEventCreate(&r->stop));
+    CK(cudaEventCreateWithFlags(&r->fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&r->join, cudaEventDisableTiming));
+    CK(cudaMalloc(&r->epoch, 8));
+    CK(cudaMalloc(&r->flag, 8));
+    CK(cudaMalloc(&r->copied, 8));
+    CK(cudaMalloc(&r->arrived, sizeof(unsigned)));
+    CK(cudaMalloc(&r->failed, sizeof(int)));
+    CK(cudaMemset(r->epoch, 0, 8));
+    CK(cudaMemset(r->flag, 0, 8));
+    CK(cudaMemset(r->copied, 0, 8));
+    CK(cudaMemset(r->arrived, 0, sizeof(unsigned)));
+    CK(cudaMemset(r->failed, 0, sizeof(int)));
+    CK(cudaMalloc(&r->src, maxBytes));
+    CK(cudaMemset(r->src, d + 1, maxBytes));
+  }
+  for (int d = 0; d < 2; d++) {
+    CK(cudaSetDevice(ranks[1 - d].device));
+    CK(cudaMalloc(&ranks[d].dst, maxBytes));  // rank d writes into its peer's memory
+  }
+  for (int d = 0; d < 2; d++) {
+    CK(cudaSetDevice(ranks[d].device));
+    CK(cudaDeviceSynchronize());
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("# %d rank(s) per GPU, %d GPU(s) (%s); us per op, graphs of %d ops, best of 3 x %d replays, slower rank\n",
+         gpus > 1 ? 1 : 2, gpus, prop.name, kOpsPerGraph, kReplays);
+  printf("%-44s %12s %12s\n", "op", "1 MiB", "128 MiB");
+  const struct {
+    const char* name;
+    Shape shape;
+  } ops[] = {
+      {"copy", kCopyOnly},
+      {"copy + kernel", kCopyKernel},
+      {"barrier + copy + kernel (the library now)", kSerial},
+      {"barrier + fork(copy) + join + kernel", kForkJoinFirst},
+      {"barrier + fork(copy + write) + spinning kernel", kForkSpin},
+  };
+  for (auto& op : ops)
+    printf("%-44s %12.2f %12.2f\n", op.name, timeOp(ranks, op.shape, 1ull << 20), timeOp(ranks, op.shape, maxBytes));
+  return 0;
+}
