@@ -26,7 +26,7 @@ constexpr int kOpsPerGraph = 10;
 constexpr int kReplays = 5;
 constexpr int kBlocks = 132;
 constexpr int kThreads = 512;
-constexpr unsigned long long kSpinNs = 2000000000ull;
+constexpr unsigned long long kSpinNs = 200000000ull;  // 0.2 s: a stuck shape shows at once
 
 typedef CUresult (*WriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 static WriteValue64 writeValue64;
@@ -164,6 +164,7 @@ int main() {
   cudaDriverEntryPointQueryResult found;
   CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void**)&writeValue64, 12000, cudaEnableDefault,
                                       &found));
+  setvbuf(stdout, nullptr, _IONBF, 0);
   int gpus = 0;
   CK(cudaGetDeviceCount(&gpus));
   Rank ranks[2];
@@ -214,7 +215,10 @@ int main() {
       {"barrier + fork(copy) + join + kernel", kForkJoinFirst},
       {"barrier + fork(copy + write) + spinning kernel", kForkSpin},
   };
-  for (auto& op : ops)
-    printf("%-44s %12.2f %12.2f\n", op.name, timeOp(ranks, op.shape, 1ull << 20), timeOp(ranks, op.shape, maxBytes));
+  for (auto& op : ops) {
+    printf("%-44s", op.name);
+    printf(" %12.2f", timeOp(ranks, op.shape, 1ull << 20));
+    printf(" %12.2f\n", timeOp(ranks, op.shape, maxBytes));
+  }
   return 0;
 }
