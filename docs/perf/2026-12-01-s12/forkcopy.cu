@@ -4,6 +4,8 @@
 // write of the peer's flag (W); K starts right after B on the first stream, beside the copy, and spins (bounded)
 // until the flag arrives; the second stream joins the first at the end of the op. Two ranks, each a stream pair on
 // GPU r % (number of GPUs): on one GPU the copies stay in its memory, so the edges are timed but not NVLink.
+// The "pull" shapes copy the other way: each rank's copy reads the peer's buffer into its own memory (what a
+// reduce-scatter by copies pulled by the owner would do), to see whether a copy that writes locally ends sooner.
 // us per op, graphs of 10 ops replayed at once on both ranks, best of 3 turns of 5 replays, the slower rank.
 //   nvcc -O3 -arch=sm_90 -o /tmp/forkcopy forkcopy.cu && /tmp/forkcopy
 #include <cuda.h>
@@ -77,21 +79,26 @@ struct Rank {
   unsigned* arrived;
   int* failed;
   char* src;
-  char* dst;  // in the peer's memory
+  char* dst;      // in the peer's memory
+  char* local;    // in ours: where a pulled copy lands
 };
 
-enum Shape { kSerial, kForkJoinFirst, kForkSpin, kCopyOnly, kCopyKernel };
+enum Shape { kSerial, kForkJoinFirst, kForkSpin, kCopyOnly, kCopyKernel, kPullOnly, kPullKernel, kPullSerial };
 
 static void enqueue(Rank* r, Rank* peer, Shape shape, size_t bytes) {
   cudaStream_t s = r->stream;
-  if (shape == kCopyOnly || shape == kCopyKernel) {
-    CK(cudaMemcpyAsync(r->dst, r->src, bytes, cudaMemcpyDeviceToDevice, s));
-    if (shape == kCopyKernel) gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, 0, r->failed);
+  const bool pull = shape == kPullOnly || shape == kPullKernel || shape == kPullSerial;
+  char* to = pull ? r->local : r->dst;
+  const char* from = pull ? peer->src : r->src;
+  if (shape == kCopyOnly || shape == kCopyKernel || shape == kPullOnly || shape == kPullKernel) {
+    CK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s));
+    if (shape == kCopyKernel || shape == kPullKernel)
+      gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, 0, r->failed);
     return;
   }
   barrierKernel<<<1, 32, 0, s>>>(r->epoch, r->flag, peer->flag, r->failed);
-  if (shape == kSerial) {
-    CK(cudaMemcpyAsync(r->dst, r->src, bytes, cudaMemcpyDeviceToDevice, s));
+  if (shape == kSerial || shape == kPullSerial) {
+    CK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s));
     gridKernel<<<kBlocks, kThreads, 0, s>>>(r->copied, r->arrived, 0, r->failed);
     return;
   }
@@ -191,6 +198,7 @@ int main() {
     CK(cudaMemset(r->failed, 0, sizeof(int)));
     CK(cudaMalloc(&r->src, maxBytes));
     CK(cudaMemset(r->src, d + 1, maxBytes));
+    CK(cudaMalloc(&r->local, maxBytes));
   }
   for (int d = 0; d < 2; d++) {
     CK(cudaSetDevice(ranks[1 - d].device));
@@ -213,6 +221,9 @@ int main() {
       {"copy + kernel", kCopyKernel},
       {"barrier + copy + kernel (the library now)", kSerial},
       {"barrier + fork(copy) + join + kernel", kForkJoinFirst},
+      {"pull", kPullOnly},
+      {"pull + kernel", kPullKernel},
+      {"barrier + pull + kernel", kPullSerial},
       {"barrier + fork(copy + write) + spinning kernel", kForkSpin},
   };
   for (auto& op : ops) {
