@@ -25,6 +25,9 @@
 #ifndef FCCL_PUSH_SCATTER_MIN_2RANKS /* -DFCCL_PUSH_SCATTER_MIN_2RANKS=N (bytes) to time others */
 #define FCCL_PUSH_SCATTER_MIN_2RANKS (16u << 20)
 #endif
+#ifndef FCCL_COPY_SCATTER_PULL /* -DFCCL_COPY_SCATTER_PULL=1: the owners' copies pull (FCCL_SCATTER_COPY_PULL), to time */
+#define FCCL_COPY_SCATTER_PULL 0
+#endif
 static const struct {
   int maxRanks;
   uint64_t llMax;
@@ -69,6 +72,7 @@ const char* fcclScatterName(int scatter) {
     case FCCL_SCATTER_PUSH: return "push";
     case FCCL_SCATTER_INBOX: return "inbox";
     case FCCL_SCATTER_COPY: return "copy";
+    case FCCL_SCATTER_COPY_PULL: return "copy-pull";
     default: return "unknown";
   }
 }
@@ -129,7 +133,7 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
     /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
     const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
     if (q->copyScatterMin > 0 && q->bytes >= q->copyScatterMin)
-      c->scatter = FCCL_SCATTER_COPY;
+      c->scatter = FCCL_COPY_SCATTER_PULL ? FCCL_SCATTER_COPY_PULL : FCCL_SCATTER_COPY;
     else if (pushScatterMin > 0 && q->bytes >= pushScatterMin)
       /* Into the owner's inbox while its share fits one staging chunk: no "ready" to wait for first. */
       c->scatter = divUp(units, 2) * FCCL_UNIT_BYTES <= q->chunkBytes ? FCCL_SCATTER_INBOX : FCCL_SCATTER_PUSH;

@@ -518,14 +518,18 @@ static int registeredPays(struct fcclComm* comm, const struct fcclDeviceState* s
  */
 static fcclResult_t scatterByCopy(struct fcclComm* comm, const fcclDevArgs* args, cudaStream_t stream) {
   const int peer = 1 - comm->rank;
+  /* FCCL_SCATTER_COPY_PULL: the peer's units of our share, from its input into our output. */
+  const int pull = args->scatter == FCCL_SCATTER_COPY_PULL;
   const uint64_t units = (args->bytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
   const uint64_t share = (units + 1) / 2 * FCCL_UNIT_BYTES;
-  const uint64_t begin = (uint64_t)peer * share;
+  const uint64_t begin = (uint64_t)(pull ? comm->rank : peer) * share;
   const uint64_t end = begin + share < args->bytes ? begin + share : args->bytes;
+  const uint64_t from = pull ? args->peerSend[peer] : args->sendbuf;
+  const uint64_t to = pull ? args->recvbuf : args->peerRecv[peer];
   FCCLCHECK(fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, stream));
   if (begin < end)
-    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->peerRecv[peer] + begin,
-                              (const char*)(uintptr_t)args->sendbuf + begin, end - begin, cudaMemcpyDefault, stream));
+    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)to + begin, (const char*)(uintptr_t)from + begin, end - begin,
+                              cudaMemcpyDefault, stream));
   return fcclSuccess;
 }
 
@@ -610,7 +614,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);
-  if (choice.scatter == FCCL_SCATTER_COPY) FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
+  if (choice.scatter == FCCL_SCATTER_COPY || choice.scatter == FCCL_SCATTER_COPY_PULL) FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
   FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
                                           s->pdl, (cudaStream_t)stream),
                 res, out);

@@ -29,6 +29,9 @@
  *     starts, our units of the peer's share are in the peer's output and the barrier stood for "ready".
  *     sent   (pad A step 2, release, acquire) the peer's copy into our output completed.
  *     done   as above.
+ *   copy-pull (FCCL_SCATTER_COPY_PULL, a build-time experiment: -DFCCL_COPY_SCATTER_PULL=1) as copy, but our own
+ *     copy read the peer's units of our share from its input into our output, so stream order stands for "sent".
+ *     done   as above; it also tells the peer that our copy has finished reading its input.
  * In place is safe (pull): only the owner of a unit reads or writes it, the reads before the writes, in one thread.
  */
 #include "common.cuh"
@@ -96,13 +99,16 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
      * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
      * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
+    const bool copied = a.scatter == FCCL_SCATTER_COPY || a.scatter == FCCL_SCATTER_COPY_PULL;
+    /* Our own stream's copy brought the peer's units of our share: nothing to post or wait for. */
+    const bool pulledCopy = a.scatter == FCCL_SCATTER_COPY_PULL;
     const uint64_t rows = divUp(share, stride);
-    const int parts = a.scatter != FCCL_SCATTER_COPY && rows <= kTwoPartRows ? 2 : 1;
+    const int parts = !copied && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
     for (int part = 0; part < parts; part++) {
       const uint64_t partBegin = peerBegin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < peerEnd ? partBegin + partUnits : peerEnd;
-      if (a.scatter != FCCL_SCATTER_COPY) {
+      if (!copied) {
         for (uint64_t u = partBegin + first; u < partEnd; u += stride) {
           Unit v;
           IO::load(a.sendbuf, u, a.bytes, v);
@@ -110,7 +116,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
         }
         __syncthreads();
       }
-      postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
+      if (!pulledCopy) postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
     FCCL_PHASE_MARK(epoch, 2);
     /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
@@ -119,8 +125,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     bases[0] = me == 0 ? a.sendbuf : arrivedBase;
     bases[1] = me == 0 ? arrivedBase : a.sendbuf;
     for (int part = 0; part < parts; part++) {
-      if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
-                    FCCL_PHASE_INBOX, epoch)) {
+      if (!pulledCopy && waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true,
+                                   FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_INBOX, epoch)) {
         epochEnd(c, epoch);
         return;
       }

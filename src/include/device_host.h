@@ -223,8 +223,9 @@ typedef enum {
   FCCL_SCATTER_PULL = 0, /* the owner loads them from every rank's input */
   FCCL_SCATTER_PUSH = 1, /* 2 ranks, out of place: the kernel stores them into the owner's output */
   FCCL_SCATTER_COPY = 2, /* as push, by a copy-engine copy the host enqueues before the kernel, after a barrier */
-  FCCL_SCATTER_INBOX = 3 /* 2 ranks, out of place, a share within one staging chunk: the kernel stores them into the
-                          * owner's inbox, which needs no "ready" (its reuse follows from the epochs) */
+  FCCL_SCATTER_INBOX = 3, /* 2 ranks, out of place, a share within one staging chunk: the kernel stores them into the
+                           * owner's inbox, which needs no "ready" (its reuse follows from the epochs) */
+  FCCL_SCATTER_COPY_PULL = 4 /* as copy, but each owner's copy reads the peer's units into its own output: no "sent" */
 } fcclScatter_t;
 
 /* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */
