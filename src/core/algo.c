@@ -25,9 +25,6 @@
 #ifndef FCCL_PUSH_SCATTER_MIN_2RANKS /* -DFCCL_PUSH_SCATTER_MIN_2RANKS=N (bytes) to time others */
 #define FCCL_PUSH_SCATTER_MIN_2RANKS (16u << 20)
 #endif
-#ifndef FCCL_COPY_SCATTER_PULL /* -DFCCL_COPY_SCATTER_PULL=1: the owners' copies pull (FCCL_SCATTER_COPY_PULL), to time */
-#define FCCL_COPY_SCATTER_PULL 0
-#endif
 static const struct {
   int maxRanks;
   uint64_t llMax;

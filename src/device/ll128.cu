@@ -28,6 +28,12 @@ constexpr int kLinesPerWarp = 4;
 #define FCCL_LL128_GROUPS 4
 #endif
 constexpr int kGroups = FCCL_LL128_GROUPS;
+/* -DFCCL_LL128_SPLIT=1 (an experiment): half of each block's warps push, the other half receive at the same time, so
+ * that lines are reduced while later ones cross instead of after the last push was issued. Receiving warp r takes
+ * the lines the peers' pushing warp r sends, in the order it sends them. */
+#ifndef FCCL_LL128_SPLIT
+#define FCCL_LL128_SPLIT 0
+#endif
 
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
   return fcclLL128RegionOffset(&c.layout, c.nranks, parity, writer, receiver);
@@ -46,8 +52,16 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   const int lane = threadIdx.x & 31;
   const int part = lane & 7;
   const bool flagPart = part == 7;
-  const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const uint64_t groupStride = ((uint64_t)gridDim.x * blockDim.x) >> 5; /* in groups of kLinesPerWarp lines */
+  const int blockWarps = blockDim.x >> 5;
+  const bool split = FCCL_LL128_SPLIT && blockWarps >= 2;
+  const int roleWarps = split ? blockWarps / 2 : blockWarps; /* warps of this block in each role */
+  const int blockWarp = threadIdx.x >> 5;
+  const bool pushes = !split || blockWarp < roleWarps;
+  const bool receives = !split || (blockWarp >= roleWarps && blockWarp < 2 * roleWarps); /* an odd warp idles */
+  /* This warp's index among its role's warps, and their number (in groups of kLinesPerWarp lines). */
+  const uint64_t warp = split ? (uint64_t)blockIdx.x * roleWarps + blockWarp % roleWarps
+                              : ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const uint64_t groupStride = split ? (uint64_t)gridDim.x * roleWarps : ((uint64_t)gridDim.x * blockDim.x) >> 5;
   const uint64_t groups = divUp(lines, kLinesPerWarp);
   /* Our own units of line L: L * 15 + 2 part, and the next one unless this is the flag part. */
   auto loadOwn = [&](uint64_t line, Unit& u0, Unit& u1) {
@@ -69,7 +83,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   /* Push: every lane runs the same iterations, and the lanes of a line store it together. The next group's input
    * is loaded before this group's stores, so that its memory latency overlaps them instead of following them. */
   Unit d0 = first0, d1 = first1;
-  for (uint64_t g = warp; g < groups; g += groupStride) {
+  for (uint64_t g = pushes ? warp : groups; g < groups; g += groupStride) {
     const uint64_t line = g * kLinesPerWarp + (lane >> 3);
     const bool active = line < lines;
     const uint64_t nextLine = line + groupStride * kLinesPerWarp;
@@ -92,7 +106,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
 
   /* Receive kGroups groups at a time: all their polls are issued before any is checked. */
   bool failed = false;
-  for (uint64_t g0 = warp; g0 < groups && !failed; g0 += kGroups * groupStride) {
+  for (uint64_t g0 = receives ? warp : groups; g0 < groups && !failed; g0 += kGroups * groupStride) {
     uint64_t line[kGroups];
     bool active[kGroups];
     UnitReducer<TT, OT, 8> acc0[kGroups], acc1[kGroups];

@@ -218,6 +218,12 @@ typedef struct {
 FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + sizeof(fcclSlotLayout) + 16,
                    "fcclDevComm layout");
 
+/* -DFCCL_COPY_SCATTER_PULL=1 (host and device; an experiment): the copy-engine scatter is pulled by each owner
+ * (FCCL_SCATTER_COPY_PULL) instead of pushed. */
+#ifndef FCCL_COPY_SCATTER_PULL
+#define FCCL_COPY_SCATTER_PULL 0
+#endif
+
 /* How the registered two-shot's reduce-scatter moves each owner's units of the other ranks' inputs (twoshot_reg.cu). */
 typedef enum {
   FCCL_SCATTER_PULL = 0, /* the owner loads them from every rank's input */

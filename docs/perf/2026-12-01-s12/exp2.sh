@@ -12,7 +12,8 @@ nvcc -O3 -arch=sm_90 -o /tmp/forkcopy docs/perf/2026-12-01-s12/forkcopy.cu &&
   timeout 120 /tmp/forkcopy 2>&1 | tee "$OUT/forkcopy.txt"
 meson setup build-base --buildtype=release > /tmp/build-base.log 2>&1 &&
   ninja -C build-base tools/all_reduce_perf >> /tmp/build-base.log 2>&1 &
-meson setup build-pull --buildtype=release -Dc_args=-DFCCL_COPY_SCATTER_PULL=1 > /tmp/build-pull.log 2>&1 &&
+meson setup build-pull --buildtype=release -Dc_args=-DFCCL_COPY_SCATTER_PULL=1 -Dcuda_args=-DFCCL_COPY_SCATTER_PULL=1 \
+  > /tmp/build-pull.log 2>&1 &&
   ninja -C build-pull >> /tmp/build-pull.log 2>&1 &
 wait
 tail -1 /tmp/build-base.log /tmp/build-pull.log
