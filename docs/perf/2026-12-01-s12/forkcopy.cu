@@ -6,23 +6,14 @@
 // GPU r % (number of GPUs): on one GPU the copies stay in its memory, so the edges are timed but not NVLink.
 // The "pull" shapes copy the other way: each rank's copy reads the peer's buffer into its own memory (what a
 // reduce-scatter by copies pulled by the owner would do), to see whether a copy that writes locally ends sooner.
-// us per op, graphs of 10 ops replayed at once on both ranks, best of 3 turns of 5 replays, the slower rank.
+// us per op, graphs of 10 ops replayed at once on both ranks, best of 3 turns of 5 replays, the slower rank
+// (graph_harness.cuh).
 //   nvcc -O3 -arch=sm_90 -o /tmp/forkcopy forkcopy.cu && /tmp/forkcopy
 #include <cuda.h>
-#include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
-#define CK(x)                                                                            \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "../graph_harness.cuh"
 
 constexpr int kOpsPerGraph = 10;
 constexpr int kReplays = 5;
@@ -69,10 +60,9 @@ __global__ void gridKernel(volatile uint64_t* copied, unsigned* arrived, int wai
   }
 }
 
-struct Rank {
-  int device;
-  cudaStream_t stream, side;
-  cudaEvent_t start, stop, fork, join;
+struct Rank : GraphRank {
+  cudaStream_t side;
+  cudaEvent_t fork, join;
   uint64_t* epoch;
   uint64_t* flag;    // barrier flag, posted by the peer
   uint64_t* copied;  // "your copy arrived", written by the peer's side stream
@@ -117,53 +107,19 @@ static void enqueue(Rank* r, Rank* peer, Shape shape, size_t bytes) {
 }
 
 static float timeOp(Rank* ranks, Shape shape, size_t bytes) {
-  cudaGraphExec_t exec[2];
+  GraphRank* graphRanks[2] = {&ranks[0], &ranks[1]};
+  const float us = timeGraphs(graphRanks, 2, kOpsPerGraph, kReplays,
+                              [&](int d) { enqueue(&ranks[d], &ranks[1 - d], shape, bytes); });
   for (int d = 0; d < 2; d++) {
-    CK(cudaSetDevice(ranks[d].device));
-    cudaGraph_t graph;
-    CK(cudaStreamBeginCapture(ranks[d].stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kOpsPerGraph; i++) enqueue(&ranks[d], &ranks[1 - d], shape, bytes);
-    CK(cudaStreamEndCapture(ranks[d].stream, &graph));
-    CK(cudaGraphInstantiate(&exec[d], graph, 0));
-    CK(cudaGraphDestroy(graph));
-  }
-  float best = 1e30f;
-  for (int turn = 0; turn < 3; turn++) {
-    for (int d = 0; d < 2; d++) {
-      CK(cudaSetDevice(ranks[d].device));
-      CK(cudaGraphLaunch(exec[d], ranks[d].stream));  // warm
-    }
-    for (int d = 0; d < 2; d++) {
-      CK(cudaSetDevice(ranks[d].device));
-      CK(cudaStreamSynchronize(ranks[d].stream));
-    }
-    for (int d = 0; d < 2; d++) {
-      CK(cudaSetDevice(ranks[d].device));
-      CK(cudaEventRecord(ranks[d].start, ranks[d].stream));
-      for (int r = 0; r < kReplays; r++) CK(cudaGraphLaunch(exec[d], ranks[d].stream));
-      CK(cudaEventRecord(ranks[d].stop, ranks[d].stream));
-    }
-    float slowest = 0;
-    for (int d = 0; d < 2; d++) {
-      CK(cudaSetDevice(ranks[d].device));
-      CK(cudaEventSynchronize(ranks[d].stop));
-      float ms = 0;
-      CK(cudaEventElapsedTime(&ms, ranks[d].start, ranks[d].stop));
-      if (ms > slowest) slowest = ms;
-    }
-    if (slowest < best) best = slowest;
-  }
-  for (int d = 0; d < 2; d++) {
-    CK(cudaSetDevice(ranks[d].device));
-    CK(cudaGraphExecDestroy(exec[d]));
     int failed = 0;
+    CK(cudaSetDevice(ranks[d].device));
     CK(cudaMemcpy(&failed, ranks[d].failed, sizeof(int), cudaMemcpyDeviceToHost));
     if (failed) {
       fprintf(stderr, "rank %d: a spin gave up (%s)\n", d, failed == 1 ? "barrier" : "copied flag");
       exit(1);
     }
   }
-  return best * 1000.0f / (kOpsPerGraph * kReplays);
+  return us;
 }
 
 int main() {
