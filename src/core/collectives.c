@@ -614,7 +614,8 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
              (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
              stream);
-  if (choice.scatter == FCCL_SCATTER_COPY || choice.scatter == FCCL_SCATTER_COPY_PULL) FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
+  if (choice.scatter == FCCL_SCATTER_COPY || choice.scatter == FCCL_SCATTER_COPY_PULL)
+    FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
   FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
                                           s->pdl, (cudaStream_t)stream),
                 res, out);

@@ -96,12 +96,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const uint64_t arrivedBase = inbox ? stagingRegion(c, c.layout.inboxOffset, parity, peer, me) -
                                              begin * FCCL_UNIT_BYTES
                                        : a.recvbuf;
-    /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
-     * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
-     * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
     /* Our own stream's copy brought the peer's units of our share: nothing to post or wait for. */
     const bool pulledCopy = FCCL_COPY_SCATTER_PULL && a.scatter == FCCL_SCATTER_COPY_PULL;
     const bool copied = a.scatter == FCCL_SCATTER_COPY || pulledCopy;
+    /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
+     * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
+     * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
     const uint64_t rows = divUp(share, stride);
     const int parts = !copied && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
