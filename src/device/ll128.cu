@@ -34,6 +34,12 @@ constexpr int kGroups = FCCL_LL128_GROUPS;
 #ifndef FCCL_LL128_SPLIT
 #define FCCL_LL128_SPLIT 0
 #endif
+/* -DFCCL_LL128_PUSH_BATCH=N (an experiment): a pushing warp loads the input of N groups before it stores them, so
+ * that N loads are in flight at once instead of the one group loaded ahead. */
+#ifndef FCCL_LL128_PUSH_BATCH
+#define FCCL_LL128_PUSH_BATCH 1
+#endif
+constexpr int kPushBatch = FCCL_LL128_PUSH_BATCH;
 
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
   return fcclLL128RegionOffset(&c.layout, c.nranks, parity, writer, receiver);
@@ -80,28 +86,56 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   const int n = c.nranks;
   const int me = c.rank;
 
-  /* Push: every lane runs the same iterations, and the lanes of a line store it together. The next group's input
-   * is loaded before this group's stores, so that its memory latency overlaps them instead of following them. */
-  Unit d0 = first0, d1 = first1;
-  for (uint64_t g = pushes ? warp : groups; g < groups; g += groupStride) {
-    const uint64_t line = g * kLinesPerWarp + (lane >> 3);
-    const bool active = line < lines;
-    const uint64_t nextLine = line + groupStride * kLinesPerWarp;
-    Unit n0, n1;
-    n0.words[0] = 0;
-    n1.words[0] = 0;
-    if (nextLine < lines) loadOwn(nextLine, n0, n1);
-    const uint64_t lo = d0.words[0];
-    const uint64_t hi = flagPart ? epoch : d1.words[0];
+  /* Push: every lane runs the same iterations, and the lanes of a line store it together. */
+  auto pushLine = [&](uint64_t line, const Unit& u0, const Unit& u1) {
+    const uint64_t lo = u0.words[0];
+    const uint64_t hi = flagPart ? epoch : u1.words[0];
     const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
       if (p >= n || p == me) continue;
       __syncwarp();
-      if (active) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
+      if (line < lines) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
     }
-    d0 = n0;
-    d1 = n1;
+  };
+  if (kPushBatch > 1) {
+    for (uint64_t g = pushes ? warp : groups; g < groups; g += kPushBatch * groupStride) {
+      Unit b0[kPushBatch], b1[kPushBatch];
+#pragma unroll
+      for (int k = 0; k < kPushBatch; k++) {
+        const uint64_t line = (g + k * groupStride) * kLinesPerWarp + (lane >> 3);
+        b0[k].words[0] = 0;
+        b1[k].words[0] = 0;
+        if (line < lines) loadOwn(line, b0[k], b1[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kPushBatch; k++)
+        pushLine((g + k * groupStride) * kLinesPerWarp + (lane >> 3), b0[k], b1[k]);
+    }
+  } else {
+    /* The next group's input is loaded before this group's stores, so that its memory latency overlaps them
+     * instead of following them. */
+    Unit d0 = first0, d1 = first1;
+    for (uint64_t g = pushes ? warp : groups; g < groups; g += groupStride) {
+      const uint64_t line = g * kLinesPerWarp + (lane >> 3);
+      const bool active = line < lines;
+      const uint64_t nextLine = line + groupStride * kLinesPerWarp;
+      Unit n0, n1;
+      n0.words[0] = 0;
+      n1.words[0] = 0;
+      if (nextLine < lines) loadOwn(nextLine, n0, n1);
+      const uint64_t lo = d0.words[0];
+      const uint64_t hi = flagPart ? epoch : d1.words[0];
+      const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
+#pragma unroll
+      for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
+        if (p >= n || p == me) continue;
+        __syncwarp();
+        if (active) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
+      }
+      d0 = n0;
+      d1 = n1;
+    }
   }
 
   /* Receive kGroups groups at a time: all their polls are issued before any is checked. */
