@@ -124,7 +124,11 @@ static void testCycles(struct rankCtx* ctx) {
   if (create(ctx, &comm, "cycle") != fcclSuccess) return;
   barrier(comm, cudaStreamLegacy, 1);
   destroy(comm);
+  /* cudaMemGetInfo counts the whole GPU: where the ranks share one, each measures only while no rank holds a
+   * communicator (between host barriers), or the peer's allocations would count as our drift. */
+  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
   EXPECT_EQ_INT(cudaMemGetInfo(&freeStart, &total), cudaSuccess);
+  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
   struct timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   long done = 0;
@@ -139,6 +143,7 @@ static void testCycles(struct rankCtx* ctx) {
   fcclMemStats_t after = stats(NULL);
   EXPECT_EQ_INT(after.openMappings, 0);
   EXPECT_EQ_INT(after.totalOpens, after.totalCloses);
+  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
   EXPECT_EQ_INT(cudaMemGetInfo(&freeEnd, &total), cudaSuccess);
   long long drift = (long long)freeStart - (long long)freeEnd;
   EXPECT_MSG(drift <= (2ll << 20), "rank %d: device memory in use grew by %lld bytes over %ld cycles", ctx->rank,
