@@ -155,7 +155,8 @@ int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* query, const c
 /* "ll", "oneshot_push", ... ; "barrier"; "unknown" otherwise. */
 const char* fcclAlgoName(int algo);
 
-/* "pull", "push", "inbox" or "copy": how the registered two-shot moves its reduce-scatter (fcclScatter_t). */
+/* "pull", "push", "inbox", "copy" or "copy-pull" ("unknown" otherwise): how the registered two-shot moves its
+ * reduce-scatter (fcclScatter_t). */
 const char* fcclScatterName(int scatter);
 
 /* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "ll", "oneshot", "twoshot" (the registered or staged
