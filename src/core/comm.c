@@ -1,7 +1,10 @@
-/* Communicator handles: validation shared by every public entry point. */
+/* Communicator handles: validation shared by every public entry point, and the communicator's last error. */
 #include "comm.h"
 
 #include "check.h"
+
+#include <pthread.h>
+#include <stdio.h>
 
 int fcclCommIsValid(const struct fcclComm* comm) { return comm != NULL && comm->magic == FCCL_COMM_MAGIC; }
 
@@ -18,4 +21,23 @@ fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller) {
     return FCCL_ERROR(state, FCCL_SUBSYS_INIT, "%s: the communicator failed earlier (%s); destroy or abort it",
                       caller, fcclGetErrorString(state));
   return fcclSuccess;
+}
+
+void fcclCommRecordThreadError(struct fcclComm* comm) {
+  const char* text = fcclThreadLastError();
+  if (!comm || text[0] == '\0') return;
+  pthread_mutex_lock(&comm->errorLock);
+  snprintf(comm->lastError, sizeof(comm->lastError), "%s", text);
+  pthread_mutex_unlock(&comm->errorLock);
+}
+
+FCCL_API const char* fcclGetLastError(fcclComm_t comm) {
+  if (comm == NULL) return fcclThreadLastError();
+  if (!fcclCommIsValid(comm)) return "invalid communicator handle";
+  /* Copied to the thread's buffer: the comm's text may change under another thread right after we return. */
+  static _Thread_local char snapshot[FCCL_LAST_ERROR_MAX];
+  pthread_mutex_lock(&comm->errorLock);
+  snprintf(snapshot, sizeof(snapshot), "%s", comm->lastError);
+  pthread_mutex_unlock(&comm->errorLock);
+  return snapshot;
 }

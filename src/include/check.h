@@ -11,6 +11,9 @@
 #include <errno.h>
 #include <string.h>
 
+/* Bytes of a last-error text (the thread's and a communicator's copy). */
+#define FCCL_LAST_ERROR_MAX 1024
+
 /* Records the cause of a failure for fcclGetLastError and logs it at WARN; returns result for convenience. */
 fcclResult_t fcclSetError(fcclResult_t result, fcclSubsys_t subsys, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -5,15 +5,15 @@
 #ifndef FCCL_COMM_H_
 #define FCCL_COMM_H_
 
+#include "check.h"
 #include "fccl.h"
 
 #include <pthread.h>
 #include <stdint.h>
 
 #define FCCL_COMM_MAGIC 0x6663636c636f6d6dull /* "fcclcomm": catches stale or foreign handles */
-#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (local_group.h) */
+#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (core/local_group.h) */
 #define FCCL_COMM_NAME_MAX 64
-#define FCCL_LAST_ERROR_MAX 1024
 
 struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owned by the bootstrap layer) */
 struct fcclPeerInfo;      /* src/include/bootstrap.h: what each rank told the others at init */
@@ -42,7 +42,7 @@ struct fcclComm {
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
   pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
-  struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (local_group.h), or NULL */
+  struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/local_group.h), or NULL */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
@@ -58,7 +58,8 @@ int fcclCommIsValid(const struct fcclComm* comm);
  */
 fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
 
-/* Copies the calling thread's last error into the communicator, so any thread can read it later. */
+/* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm.c,
+ * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
 #endif /* FCCL_COMM_H_ */

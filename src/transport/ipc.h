@@ -4,13 +4,13 @@
  * fccl's own shared buffers and fcclMemAlloc memory are cuMem allocations (cuMemCreate with POSIX file-descriptor
  * export, granularity aligned, access set for the owning GPU and every GPU of this process that can reach it);
  * where the device cannot export cuMem memory (or FCCL_CUMEM_ENABLE=0) they are cudaMalloc allocations shared
- * with legacy CUDA IPC. The process registry (registry.h) maps peers' allocations with the operations here.
+ * with legacy CUDA IPC. The process registry (mappings.h) maps peers' allocations with the operations here.
  */
 #ifndef FCCL_TRANSPORT_IPC_H_
 #define FCCL_TRANSPORT_IPC_H_
 
 #include "fccl.h"
-#include "registry.h"
+#include "mappings.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>

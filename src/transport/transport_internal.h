@@ -5,7 +5,7 @@
 #include "arena.h"
 #include "fdpass.h"
 #include "ipc.h"
-#include "registry.h"
+#include "mappings.h"
 #include "transport.h"
 
 #define FCCL_PCI_BUS_ID_BYTES 16

@@ -8,7 +8,7 @@
 #include "check.h"
 #include "comm.h"
 #include "fccl.h"
-#include "registry.h"
+#include "mappings.h"
 #include "test.h"
 #include "transport_internal.h"
 

@@ -13,8 +13,8 @@
  * Thread safety: every function may be called from any thread; one lock serialises them, opens and closes
  * included (so a mapping is never opened twice, and a close never races a retain of the same key).
  */
-#ifndef FCCL_REGISTRY_H_
-#define FCCL_REGISTRY_H_
+#ifndef FCCL_TRANSPORT_MAPPINGS_H_
+#define FCCL_TRANSPORT_MAPPINGS_H_
 
 #include "fccl.h"
 
@@ -111,4 +111,4 @@ void fcclRegistryGetStats(struct fcclRegistry* registry, struct fcclRegistryStat
 /* "cumem pid 123 dev 1 serial 7" / "legacy 3f1a..": the key in words, for log lines and errors. */
 const char* fcclRegKeyDescribe(const struct fcclRegKey* key, char* text, size_t textSize);
 
-#endif /* FCCL_REGISTRY_H_ */
+#endif /* FCCL_TRANSPORT_MAPPINGS_H_ */

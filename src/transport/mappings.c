@@ -1,9 +1,9 @@
 /*
- * Reference-counted registry of peer mappings (see registry.h). A hash table of entries keyed by
+ * Reference-counted registry of peer mappings (see mappings.h). A hash table of entries keyed by
  * struct fcclRegKey; one mutex guards the table and is held across open and close so that a key is never
  * opened twice and a close never races a retain.
  */
-#include "registry.h"
+#include "mappings.h"
 
 #include "check.h"
 #include "debug.h"

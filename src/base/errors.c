@@ -1,6 +1,6 @@
-/* Result codes in words, and the per-thread "last error" that fcclGetLastError returns. */
+/* Result codes in words, and the calling thread's last error (fcclSetError writes it, fcclGetLastError(NULL)
+ * reads it; the communicator's copy lives in core/comm.c). */
 #include "check.h"
-#include "comm.h"
 #include "debug.h"
 #include "fccl.h"
 
@@ -45,22 +45,4 @@ const char* fcclThreadLastError(void) { return threadLastError; }
 
 void fcclRestoreThreadError(const char* text) {
   if (text != threadLastError) snprintf(threadLastError, sizeof(threadLastError), "%s", text);
-}
-
-void fcclCommRecordThreadError(struct fcclComm* comm) {
-  if (!comm || threadLastError[0] == '\0') return;
-  pthread_mutex_lock(&comm->errorLock);
-  snprintf(comm->lastError, sizeof(comm->lastError), "%s", threadLastError);
-  pthread_mutex_unlock(&comm->errorLock);
-}
-
-FCCL_API const char* fcclGetLastError(fcclComm_t comm) {
-  if (comm == NULL) return threadLastError;
-  if (!fcclCommIsValid(comm)) return "invalid communicator handle";
-  /* Copied to the thread's buffer: the comm's text may change under another thread right after we return. */
-  static _Thread_local char snapshot[FCCL_LAST_ERROR_MAX];
-  pthread_mutex_lock(&comm->errorLock);
-  snprintf(snapshot, sizeof(snapshot), "%s", comm->lastError);
-  pthread_mutex_unlock(&comm->errorLock);
-  return snapshot;
 }
