@@ -201,13 +201,13 @@ out:
 static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceState* s, uint64_t* lastEpoch) {
   const int nranks = comm->nranks;
   fcclSlotLayout* layout = &s->dev.layout;
-  size_t slotBytes = fcclTransportSlotBytes(comm);
+  size_t slotBytes = fcclTransportSlotBytes(comm->transport);
   if (slotBytes < layout->totalBytes)
     return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL,
                       "the transport's slot has %zu bytes, the collectives need %llu",
                       slotBytes, (unsigned long long)layout->totalBytes);
   for (int r = 0; r < nranks; r++) {
-    void* slot = fcclTransportPeerSlot(comm, r);
+    void* slot = fcclTransportPeerSlot(comm->transport, r);
     if (slot == NULL)
       return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "no slot mapping for rank %d", r);
     if ((uintptr_t)slot % FCCL_SLOT_ALIGN != 0)
@@ -562,7 +562,7 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   int capturing = 0;
   FCCLCHECKGOTO(checkStream(comm, stream, caller, &capturing), res, out);
   /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
-  FCCLCHECKGOTO(fcclTransportReleaseGraphRegistrations(comm, 0), res, out);
+  FCCLCHECKGOTO(fcclTransportReleaseGraphRegistrations(comm->transport, 0), res, out);
   if (count == 0) goto out; /* every rank has count 0: nothing to move, no epoch used */
   FCCLCHECKGOTO(checkBuffer(comm, sendbuf, "sendbuf", caller), res, out);
   if (recvbuf != sendbuf) FCCLCHECKGOTO(checkBuffer(comm, recvbuf, "recvbuf", caller), res, out);
@@ -584,17 +584,17 @@ static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, 
   args.bytes = bytes;
   args.inPlace = sendbuf == recvbuf;
   void* peers[FCCL_DEVICE_MAX_RANKS];
-  int registered = fcclTransportLookup(comm, sendbuf, bytes, peers);
+  int registered = fcclTransportLookup(comm->transport, sendbuf, bytes, peers);
   if (registered)
     for (int r = 0; r < comm->nranks; r++) args.peerSend[r] = (uint64_t)(uintptr_t)peers[r];
-  if (registered && recvbuf != sendbuf) registered = fcclTransportLookup(comm, recvbuf, bytes, peers);
+  if (registered && recvbuf != sendbuf) registered = fcclTransportLookup(comm->transport, recvbuf, bytes, peers);
   if (registered)
     for (int r = 0; r < comm->nranks; r++) args.peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
   if (!registered && capturing && s->graphRegister && algo < 0 && registeredPays(comm, s, bytes, args.inPlace)) {
     /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
     void* peerSend[FCCL_DEVICE_MAX_RANKS];
     void* peerRecv[FCCL_DEVICE_MAX_RANKS];
-    FCCLCHECKGOTO(fcclTransportGraphRegister(comm, stream, (void*)(uintptr_t)sendbuf, recvbuf, bytes, peerSend,
+    FCCLCHECKGOTO(fcclTransportGraphRegister(comm->transport, stream, (void*)(uintptr_t)sendbuf, bytes, recvbuf, bytes, peerSend,
                                              peerRecv, &registered),
                   res, out);
     for (int r = 0; registered && r < comm->nranks; r++) {
@@ -647,7 +647,7 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
   int capturing = 0;
   res = checkStream(comm, stream, "fcclBarrier", &capturing);
   /* As in fcclAllReduce: graphs destroyed since the last call give back what they registered. */
-  if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm, 0);
+  if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
   /* A barrier of one rank has nobody to wait for: nothing to launch. */
   if (res == fcclSuccess && comm->nranks > 1)
     res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);

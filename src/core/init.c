@@ -95,7 +95,9 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   if (res == fcclSuccess) res = deviceRes;
 
   /* peer memory: barrier, release mappings, barrier, give the slot back (no peer traffic once aborted) */
-  fcclResult_t transportRes = fcclTransportFini(comm);
+  struct fcclTransport* transport = comm->transport;
+  __atomic_store_n(&comm->transport, NULL, __ATOMIC_RELEASE); /* fcclCommGetMemStats may read it from any thread */
+  fcclResult_t transportRes = fcclTransportFini(transport);
   if (res == fcclSuccess) res = transportRes;
 
   fcclBootstrapDestroy(comm->bootstrap);
@@ -173,6 +175,13 @@ static fcclResult_t exchangePeerInfo(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
+/* The communicator's bootstrap as the transport's exchange. */
+static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
+  return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
+}
+
+static fcclResult_t bootstrapBarrier(void* ctx) { return fcclBootstrapBarrier((struct fcclBootstrap*)ctx); }
+
 /* The whole init after the comm exists. Whatever it made stays on comm for commFree. */
 static fcclResult_t commInitTask(struct fcclComm* comm) {
   int64_t startNs = 0;
@@ -193,7 +202,17 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
    * commFree to undo a partial setup); a failure returns, and commFree runs every teardown. */
 
   /* peer memory: this comm's slot in every rank's arena, mapped and P2P-checked (sets comm->transport) */
-  FCCLCHECK(fcclTransportInit(comm, fcclDeviceSlotBytes(comm->nranks)));
+  struct fcclTransportParams transport = {
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .cudaDev = comm->cudaDev,
+      .timeoutMs = comm->timeoutMs,
+      .abortFlag = comm->abortFlag,
+      .name = comm->name,
+      .slotBytes = fcclDeviceSlotBytes(comm->nranks),
+      .ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather, .barrier = bootstrapBarrier},
+  };
+  FCCLCHECK(fcclTransportInit(&transport, &comm->transport));
 
   /* collectives: epochs past every flag left in a reused slot, error words, abort page mapped (sets comm->device) */
   FCCLCHECK(fcclDeviceInit(comm));

@@ -9,10 +9,12 @@
 #include "debug.h"
 #include "fdpass.h"
 #include "param.h"
+#include "transport.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -357,4 +359,49 @@ fcclResult_t fcclRegistryProcess(struct fcclRegistry** registry) {
   if (processRegistryResult != fcclSuccess) return processRegistryResult;
   *registry = processRegistry;
   return fcclSuccess;
+}
+
+/* ---- fcclMemAlloc / fcclMemFree: the allocations handed out, so that a foreign pointer is refused ---- */
+
+struct memAllocation {
+  struct fcclIpcAlloc alloc;
+  struct memAllocation* next;
+};
+
+static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
+static struct memAllocation* memAllocations;
+
+fcclResult_t fcclTransportMemAlloc(void** ptr, size_t size) {
+  int dev = -1, cuMem = 0;
+  CUDACHECK(cudaGetDevice(&dev));
+  FCCLCHECK(fcclIpcCuMemSupported(dev, &cuMem));
+  struct memAllocation* entry = calloc(1, sizeof(*entry));
+  if (!entry) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
+  fcclResult_t res = fcclIpcAllocCreate(dev, size, cuMem ? FCCL_REG_CUMEM : FCCL_REG_LEGACY_IPC, &entry->alloc);
+  if (res != fcclSuccess) {
+    free(entry);
+    return res;
+  }
+  pthread_mutex_lock(&memLock);
+  entry->next = memAllocations;
+  memAllocations = entry;
+  pthread_mutex_unlock(&memLock);
+  *ptr = entry->alloc.ptr;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclTransportMemFree(void* ptr) {
+  if (ptr == NULL) return fcclSuccess;
+  pthread_mutex_lock(&memLock);
+  struct memAllocation** link = &memAllocations;
+  while (*link && (*link)->alloc.ptr != ptr) link = &(*link)->next;
+  struct memAllocation* entry = *link;
+  if (entry) *link = entry->next;
+  pthread_mutex_unlock(&memLock);
+  if (!entry)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
+                      "fcclMemFree: %p did not come from fcclMemAlloc (or was freed already)", ptr);
+  fcclResult_t res = fcclIpcAllocFree(&entry->alloc);
+  free(entry);
+  return res;
 }

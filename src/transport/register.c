@@ -1,6 +1,6 @@
 /*
- * User buffer registration (fcclCommRegister / fcclCommDeregister), fcclMemAlloc / fcclMemFree and
- * fcclCommGetMemStats.
+ * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/memory.c has the public calls),
+ * and the registrations that captured graphs hold (graph_register.c) made the same way.
  *
  * A registered buffer travels as (identity of the allocation it lies in, offset): for cudaMalloc memory the legacy
  * IPC handle of the allocation's base, for cuMem memory (fcclMemAlloc, PyTorch expandable segments) the exporter's
@@ -11,12 +11,10 @@
 #include "transport_internal.h"
 
 #include "check.h"
-#include "comm.h"
 #include "cudawrap.h"
 #include "debug.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +102,8 @@ static fcclResult_t cuMemMappingOf(CUdeviceptr ptr, CUdeviceptr* base, size_t* s
 }
 
 /* Finds the allocations under [buf, buf + size), decides legacy or cuMem, and exports them. */
-static fcclResult_t analyseBuffer(struct fcclComm* comm, void* buf, size_t size, struct localExport* exp) {
+static fcclResult_t analyseBuffer(const struct fcclTransportParams* cfg, void* buf, size_t size,
+                                  struct localExport* exp) {
   CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)buf;
   unsigned int memoryType = 0;
   int ordinal = -1, legacyCapable = 0;
@@ -112,10 +111,10 @@ static fcclResult_t analyseBuffer(struct fcclComm* comm, void* buf, size_t size,
       memoryType != CU_MEMORYTYPE_DEVICE)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "fcclCommRegister: %p is not device memory", buf);
   if (pfn_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) != CUDA_SUCCESS ||
-      ordinal != comm->cudaDev)
+      ordinal != cfg->cudaDev)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
                       "fcclCommRegister: %p is memory of device %d, the communicator uses device %d", buf, ordinal,
-                      comm->cudaDev);
+                      cfg->cudaDev);
   if (pfn_cuPointerGetAttribute(&legacyCapable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) !=
       CUDA_SUCCESS)
     legacyCapable = 0;
@@ -191,7 +190,7 @@ static fcclResult_t analyseBuffer(struct fcclComm* comm, void* buf, size_t size,
   exp->id.hostHash = self->hostHash;
   exp->id.processNonce = self->nonce;
   exp->id.pid = self->pid;
-  exp->id.dev = comm->cudaDev;
+  exp->id.dev = cfg->cudaDev;
   exp->id.base = (uint64_t)exp->regionBase;
   exp->id.size = exp->regionSize;
   exp->id.pieces = (uint32_t)exp->pieces;
@@ -200,11 +199,11 @@ static fcclResult_t analyseBuffer(struct fcclComm* comm, void* buf, size_t size,
 }
 
 /* A rank of this process on another GPU registered cuMem memory: give our device access to its mappings. */
-static fcclResult_t grantAccess(struct fcclComm* comm, const struct regRecord* rec) {
+static fcclResult_t grantAccess(const struct fcclTransportParams* cfg, const struct regRecord* rec) {
   CUmemAccessDesc access;
   memset(&access, 0, sizeof(access));
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = comm->cudaDev;
+  access.location.id = cfg->cudaDev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   for (CUdeviceptr p = (CUdeviceptr)rec->regionPtr; p < rec->regionPtr + rec->regionSize;) {
     CUdeviceptr base;
@@ -224,9 +223,9 @@ static void freeRegistration(struct fcclRegistration* reg) {
   free(reg);
 }
 
-static fcclResult_t releaseRegistration(struct fcclTransport* t, struct fcclRegistration* reg) {
+fcclResult_t fcclTransportReleaseRegistration(struct fcclTransport* t, struct fcclRegistration* reg) {
   fcclResult_t res = fcclSuccess;
-  for (int p = 0; p < t->comm->nranks; p++) {
+  for (int p = 0; p < t->cfg.nranks; p++) {
     if (reg->keys[p].kind == 0) continue;
     fcclResult_t released = fcclRegistryRelease(t->registry, &reg->keys[p]);
     if (res == fcclSuccess) res = released;
@@ -235,12 +234,10 @@ static fcclResult_t releaseRegistration(struct fcclTransport* t, struct fcclRegi
   return res;
 }
 
-/* listed: a user registration (fcclTransportLookup finds it, fcclCommDeregister releases it); else one held by a
- * captured graph, which the caller keeps. */
-static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle,
-                                   int listed) {
-  struct fcclTransport* t = comm->transport;
-  const int nranks = comm->nranks, me = comm->rank;
+fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, size_t size, int listed,
+                                         struct fcclRegistration** handle) {
+  const struct fcclTransportParams* cfg = &t->cfg;
+  const int nranks = cfg->nranks, me = cfg->rank;
   fcclResult_t res = fcclSuccess;
   fcclResult_t local = fcclSuccess;
   struct localExport exp;
@@ -268,8 +265,8 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
   if (local == fcclSuccess && (uintptr_t)buf > UINTPTR_MAX - size)
     local = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
                        "fcclCommRegister: %zu bytes at %p run past the end of the address space", size, buf);
-  if (local == fcclSuccess) local = fcclIpcSetDevice(comm->cudaDev, &previous);
-  if (local == fcclSuccess) local = analyseBuffer(comm, buf, size, &exp);
+  if (local == fcclSuccess) local = fcclIpcSetDevice(cfg->cudaDev, &previous);
+  if (local == fcclSuccess) local = analyseBuffer(cfg, buf, size, &exp);
   if (local == fcclSuccess && exp.kind == FCCL_REG_CUMEM && t->fdMode != FCCL_FD_MODE_PIDFD)
     local = fcclFdSocketOpen(&sock);
   if (!records) {
@@ -346,14 +343,14 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
     }
     if (t->peers[p].sameProcess) {
       reg->peerBufs[p] = (void*)(uintptr_t)(rec->regionPtr + rec->offset);
-      if (rec->kind == FCCL_REG_CUMEM) local = grantAccess(comm, rec);
+      if (rec->kind == FCCL_REG_CUMEM) local = grantAccess(cfg, rec);
       continue;
     }
     struct fcclImportItem* item = &items[p];
     item->active = 1;
     memset(&item->key, 0, sizeof(item->key));
     item->key.kind = (uint32_t)rec->kind;
-    item->key.importDev = comm->cudaDev;
+    item->key.importDev = cfg->cudaDev;
     if (rec->kind == FCCL_REG_LEGACY_IPC) {
       memcpy(item->key.id, rec->legacyHandle, sizeof(rec->legacyHandle));
     } else {
@@ -386,7 +383,7 @@ static fcclResult_t registerBuffer(struct fcclComm* comm, void* buf, size_t size
   *handle = reg;
   reg = NULL;
   FCCL_INFO(FCCL_SUBSYS_IPC, "registered %p (%zu bytes, %s, %d allocation(s)) on %s: %" PRIu64 " %s", buf, size,
-            exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, comm->name, registrations,
+            exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, cfg->name, registrations,
             listed ? "registrations" : "registrations held by graphs");
 
 exit:
@@ -409,26 +406,12 @@ exit:
   return res;
 }
 
-static fcclResult_t commWithTransport(fcclComm_t comm, const char* call) {
-  FCCLCHECK(fcclCommEnsureReady(comm, call)); /* a valid handle whose init finished and did not fail */
-  if (!comm->transport)
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s: communicator %s has no peer memory (was its init "
-                      "completed?)", call, comm->name);
-  return fcclSuccess;
+fcclResult_t fcclTransportRegister(struct fcclTransport* t, void* buf, size_t size,
+                                   struct fcclRegistration** handle) {
+  return fcclTransportRegisterBuffer(t, buf, size, 1, handle);
 }
 
-FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
-  fcclClearError();
-  FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
-  fcclResult_t res = registerBuffer(comm, buf, size, handle, 1);
-  if (res != fcclSuccess) fcclCommRecordThreadError(comm);
-  return res;
-}
-
-FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle) {
-  fcclClearError();
-  FCCLCHECK(commWithTransport(comm, "fcclCommDeregister"));
-  struct fcclTransport* t = comm->transport;
+fcclResult_t fcclTransportDeregister(struct fcclTransport* t, struct fcclRegistration* handle) {
   /* Compared by address only: an unknown or released handle is never dereferenced. */
   struct fcclRegistration** link = &t->registrations;
   while (*link && *link != handle) link = &(*link)->next;
@@ -436,237 +419,21 @@ FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle
   if (!*link)
     local = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
                        "fcclCommDeregister: %p is not a live registration of communicator %s (unknown, or "
-                       "deregistered already)", (void*)handle, comm->name);
+                       "deregistered already)", (void*)handle, t->cfg.name);
   int previous = -1;
-  if (local == fcclSuccess) local = fcclIpcSetDevice(comm->cudaDev, &previous);
+  if (local == fcclSuccess) local = fcclIpcSetDevice(t->cfg.cudaDev, &previous);
   /* Every rank learns whether every rank's handle was valid: all release, or none does. */
   fcclResult_t res = fcclTransportAgree(t, local, "to deregister (bad handle)");
   if (res == fcclSuccess) {
     struct fcclRegistration* reg = *link;
     *link = reg->next;
     __atomic_sub_fetch(&t->nRegistrations, 1, __ATOMIC_RELAXED);
-    res = releaseRegistration(t, reg);
+    res = fcclTransportReleaseRegistration(t, reg);
     /* Peers have closed their mappings of our buffer once this returns: the caller may free it. */
     fcclResult_t barrier = fcclTransportBarrier(t);
     if (res == fcclSuccess) res = barrier;
   }
   if (previous >= 0) fcclIpcRestoreDevice(previous);
-  if (res != fcclSuccess) fcclCommRecordThreadError(comm);
-  return res;
-}
-
-/* ---- registrations held by captured graphs ---- */
-
-/*
- * The buffers one captured all-reduce registered, owned by its graph through a CUDA user object. CUDA destroys the
- * object on a thread of its own once the graph and every instantiation and launch of it are gone; no CUDA call may
- * be made there, so the destructor only marks the holder and the communicator's next call releases the mappings.
- * graphLock guards every holder's fields and the transports' lists (holders outlive their communicator when it is
- * destroyed first: the destructor then just frees the holder).
- */
-struct fcclGraphHolder {
-  struct fcclGraphHolder* next;
-  struct fcclTransport* transport; /* NULL: the communicator is gone */
-  int graphGone;
-  struct fcclRegistration* regs[2];
-};
-
-static pthread_mutex_t graphLock = PTHREAD_MUTEX_INITIALIZER;
-
-static void CUDART_CB graphHolderDestroy(void* arg) {
-  struct fcclGraphHolder* holder = arg;
-  pthread_mutex_lock(&graphLock);
-  struct fcclTransport* t = holder->transport;
-  if (t) {
-    holder->graphGone = 1;
-    __atomic_store_n(&t->graphsGone, 1, __ATOMIC_RELEASE);
-  }
-  pthread_mutex_unlock(&graphLock);
-  if (!t) free(holder);
-}
-
-/* The calling thread may be capturing (global mode): mapping and unmapping are not stream work, so they are made
- * in relaxed mode rather than invalidating the capture. */
-static enum cudaStreamCaptureMode relaxCapture(void) {
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cudaStreamCaptureModeRelaxed;
-  }
-  return mode;
-}
-
-static void restoreCapture(enum cudaStreamCaptureMode mode) {
-  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
-}
-
-static fcclResult_t releaseGraphHolders(struct fcclTransport* t, int all) {
-  if (!all && !__atomic_load_n(&t->graphsGone, __ATOMIC_ACQUIRE)) return fcclSuccess;
-  /* Taken under the lock (graph registrations are chained through their unused next), released outside it: the
-   * destructor thread never waits on a CUDA call. */
-  struct fcclRegistration* regs = NULL;
-  struct fcclGraphHolder* gone = NULL;
-  int n = 0;
-  pthread_mutex_lock(&graphLock);
-  __atomic_store_n(&t->graphsGone, 0, __ATOMIC_RELAXED);
-  struct fcclGraphHolder** link = &t->graphHolders;
-  while (*link) {
-    struct fcclGraphHolder* holder = *link;
-    if (!holder->graphGone && !all) {
-      link = &holder->next;
-      continue;
-    }
-    *link = holder->next;
-    for (int i = 0; i < 2; i++) {
-      if (!holder->regs[i]) continue;
-      holder->regs[i]->next = regs;
-      regs = holder->regs[i];
-      holder->regs[i] = NULL;
-      n++;
-    }
-    if (holder->graphGone) {
-      holder->next = gone;
-      gone = holder;
-    } else {
-      holder->transport = NULL; /* the graph lives on: its destructor frees the holder */
-    }
-  }
-  pthread_mutex_unlock(&graphLock);
-  fcclResult_t res = fcclSuccess;
-  if (n > 0) {
-    const enum cudaStreamCaptureMode mode = relaxCapture();
-    while (regs) {
-      struct fcclRegistration* next = regs->next;
-      fcclResult_t released = releaseRegistration(t, regs);
-      if (res == fcclSuccess) res = released;
-      regs = next;
-    }
-    restoreCapture(mode);
-    __atomic_sub_fetch(&t->nGraphRegistrations, (uint64_t)n, __ATOMIC_RELAXED);
-    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: released %d buffer registration(s) held by %s", t->comm->name, n,
-              all ? "captured graphs (teardown)" : "destroyed graphs");
-  }
-  while (gone) {
-    struct fcclGraphHolder* next = gone->next;
-    free(gone);
-    gone = next;
-  }
-  return res;
-}
-
-fcclResult_t fcclTransportReleaseGraphRegistrations(struct fcclComm* comm, int all) {
-  if (!comm || !comm->transport) return fcclSuccess;
-  return releaseGraphHolders(comm->transport, all);
-}
-
-/* A holder owned by the graph being captured on stream, linked into t's list. */
-static fcclResult_t holderForCapture(struct fcclTransport* t, cudaStream_t stream, struct fcclGraphHolder** out) {
-  *out = NULL;
-  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = NULL;
-#if CUDART_VERSION >= 13000
-  CUDACHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL, NULL));
-#else
-  CUDACHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, NULL, NULL));
-#endif
-  if (status != cudaStreamCaptureStatusActive || graph == NULL)
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "stream %p is no longer being captured", (void*)stream);
-  struct fcclGraphHolder* holder = calloc(1, sizeof(*holder));
-  if (!holder) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  cudaUserObject_t object;
-  cudaError_t err = cudaUserObjectCreate(&object, holder, graphHolderDestroy, 1, cudaUserObjectNoDestructorSync);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    free(holder);
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaUserObjectCreate failed: %s",
-                      cudaGetErrorString(err));
-  }
-  /* Linked before the graph owns it: from then on only the destructor or teardown frees it. */
-  pthread_mutex_lock(&graphLock);
-  holder->transport = t;
-  holder->next = t->graphHolders;
-  t->graphHolders = holder;
-  pthread_mutex_unlock(&graphLock);
-  err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    /* Our reference is the only one: releasing it runs the destructor, which marks the (empty) holder gone. */
-    (void)cudaUserObjectRelease(object, 1);
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaGraphRetainUserObject failed: %s",
-                      cudaGetErrorString(err));
-  }
-  *out = holder;
-  return fcclSuccess;
-}
-
-/* What each rank says before a captured call registers: whether it can, and whether its call is in place. */
-struct graphRegRecord {
-  int32_t status;
-  int32_t inPlace;
-};
-
-fcclResult_t fcclTransportGraphRegister(struct fcclComm* comm, void* stream, void* sendbuf, void* recvbuf,
-                                        size_t bytes, void* peerSend[], void* peerRecv[], int* registered) {
-  *registered = 0;
-  struct fcclTransport* t = comm->transport;
-  /* Ranks of one process may be driven by one thread (fcclCommInitAll, the benchmark's -g): the first rank's call
-   * would wait in the exchange for calls that thread has not made yet. Every rank skips alike. */
-  if (!t || fcclTransportRanksShareProcess(t)) return fcclSuccess;
-  const int nranks = comm->nranks;
-  struct graphRegRecord* records = calloc((size_t)nranks, sizeof(*records));
-  if (!records) {
-    t->outOfStep = 1; /* the peers go on to the all-gather without us */
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  }
-  const enum cudaStreamCaptureMode mode = relaxCapture();
-  struct fcclGraphHolder* holder = NULL;
-  fcclResult_t local = holderForCapture(t, (cudaStream_t)stream, &holder);
-  records[comm->rank].status = local;
-  records[comm->rank].inPlace = sendbuf == recvbuf;
-  fcclResult_t res = fcclTransportAllGather(t, records, sizeof(*records));
-  int agree = res == fcclSuccess;
-  for (int r = 0; agree && r < nranks; r++)
-    agree = records[r].status == fcclSuccess && records[r].inPlace == records[comm->rank].inPlace;
-  if (res != fcclSuccess) {
-    /* The exchange itself failed (dead peer, timeout, abort): the ranks no longer meet. */
-  } else if (!agree) {
-    /* Every rank knows it from the exchange and stages alike, a local failure included (the call still works). */
-    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured all-reduce of %zu bytes stages: %s", comm->name, bytes,
-              local != fcclSuccess ? "this rank could not attach a registration to its graph"
-                                   : "a rank could not attach a registration to its graph, or the ranks disagree on "
-                                     "in place");
-  } else {
-    /* Every rank registers the same buffers in the same order; every rank fails alike. */
-    struct fcclRegistration* regs[2] = {NULL, NULL};
-    res = registerBuffer(comm, recvbuf, bytes, &regs[0], 0);
-    if (res == fcclSuccess && sendbuf != recvbuf) {
-      res = registerBuffer(comm, sendbuf, bytes, &regs[1], 0);
-      if (res != fcclSuccess) {
-        (void)releaseRegistration(t, regs[0]); /* every rank drops it: the peers failed alike */
-        __atomic_sub_fetch(&t->nGraphRegistrations, 1, __ATOMIC_RELAXED);
-        regs[0] = NULL;
-      }
-    }
-    if (res == fcclSuccess) {
-      pthread_mutex_lock(&graphLock);
-      holder->regs[0] = regs[0];
-      holder->regs[1] = regs[1];
-      pthread_mutex_unlock(&graphLock);
-      const struct fcclRegistration* send = regs[1] ? regs[1] : regs[0];
-      for (int r = 0; r < nranks; r++) {
-        peerRecv[r] = regs[0]->peerBufs[r];
-        peerSend[r] = send->peerBufs[r];
-      }
-      *registered = 1;
-    } else if (fcclTransportInStep(t)) {
-      /* Memory that cannot be shared (every rank learned it in the exchange): the call stages instead. */
-      FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured all-reduce of %zu bytes stages: its buffers cannot be registered "
-                "(%s)", comm->name, bytes, fcclGetErrorString(res));
-      res = fcclSuccess;
-    }
-  }
-  restoreCapture(mode);
-  free(records);
   return res;
 }
 
@@ -674,119 +441,32 @@ fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* t) {
   fcclResult_t res = fcclSuccess;
   if (t->registrations)
     FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s destroyed with %" PRIu64 " registrations: releasing them",
-              t->comm->name, t->nRegistrations);
+              t->cfg.name, t->nRegistrations);
   while (t->registrations) {
     struct fcclRegistration* reg = t->registrations;
     t->registrations = reg->next;
-    fcclResult_t released = releaseRegistration(t, reg);
+    fcclResult_t released = fcclTransportReleaseRegistration(t, reg);
     if (res == fcclSuccess) res = released;
   }
   __atomic_store_n(&t->nRegistrations, 0, __ATOMIC_RELAXED);
-  fcclResult_t graphs = releaseGraphHolders(t, 1);
-  if (res == fcclSuccess) res = graphs;
   return res;
 }
 
-int fcclTransportLookup(struct fcclComm* comm, const void* ptr, size_t bytes, void* peerPtrs[]) {
-  if (!comm || !comm->transport || !ptr) return 0;
+int fcclTransportLookup(struct fcclTransport* t, const void* ptr, size_t bytes, void* peerPtrs[]) {
+  if (!t || !ptr) return 0;
+  const int nranks = t->cfg.nranks;
   uintptr_t address = (uintptr_t)ptr;
-  for (struct fcclRegistration* reg = comm->transport->registrations; reg; reg = reg->next) {
+  for (struct fcclRegistration* reg = t->registrations; reg; reg = reg->next) {
     uintptr_t start = (uintptr_t)reg->buf;
     if (address < start || bytes > reg->size || address - start > reg->size - bytes) continue;
     size_t offset = address - start;
     int fits = 1;
-    for (int r = 0; r < comm->nranks && fits; r++)
+    for (int r = 0; r < nranks && fits; r++)
       fits = offset <= reg->peerSizes[r] && bytes <= reg->peerSizes[r] - offset;
     if (!fits) continue;
-    for (int r = 0; r < comm->nranks; r++) peerPtrs[r] = (char*)reg->peerBufs[r] + offset;
-    peerPtrs[comm->rank] = (void*)ptr;
+    for (int r = 0; r < nranks; r++) peerPtrs[r] = (char*)reg->peerBufs[r] + offset;
+    peerPtrs[t->cfg.rank] = (void*)ptr;
     return 1;
   }
   return 0;
-}
-
-/* ---- fcclMemAlloc / fcclMemFree ---- */
-
-struct memAllocation {
-  struct fcclIpcAlloc alloc;
-  struct memAllocation* next;
-};
-
-static pthread_mutex_t memLock = PTHREAD_MUTEX_INITIALIZER;
-static struct memAllocation* memAllocations;
-
-FCCL_API fcclResult_t fcclMemAlloc(void** ptr, size_t size) {
-  fcclClearError();
-  FCCL_REQUIRE(ptr != NULL, "fcclMemAlloc: ptr is NULL");
-  FCCL_REQUIRE(size > 0, "fcclMemAlloc: size is 0");
-  int dev = -1, cuMem = 0;
-  CUDACHECK(cudaGetDevice(&dev));
-  FCCLCHECK(fcclIpcCuMemSupported(dev, &cuMem));
-  struct memAllocation* entry = calloc(1, sizeof(*entry));
-  if (!entry) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  fcclResult_t res = fcclIpcAllocCreate(dev, size, cuMem ? FCCL_REG_CUMEM : FCCL_REG_LEGACY_IPC, &entry->alloc);
-  if (res != fcclSuccess) {
-    free(entry);
-    return res;
-  }
-  pthread_mutex_lock(&memLock);
-  entry->next = memAllocations;
-  memAllocations = entry;
-  pthread_mutex_unlock(&memLock);
-  *ptr = entry->alloc.ptr;
-  return fcclSuccess;
-}
-
-FCCL_API fcclResult_t fcclMemFree(void* ptr) {
-  fcclClearError();
-  if (ptr == NULL) return fcclSuccess;
-  pthread_mutex_lock(&memLock);
-  struct memAllocation** link = &memAllocations;
-  while (*link && (*link)->alloc.ptr != ptr) link = &(*link)->next;
-  struct memAllocation* entry = *link;
-  if (entry) *link = entry->next;
-  pthread_mutex_unlock(&memLock);
-  if (!entry)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
-                      "fcclMemFree: %p did not come from fcclMemAlloc (or was freed already)", ptr);
-  fcclResult_t res = fcclIpcAllocFree(&entry->alloc);
-  free(entry);
-  return res;
-}
-
-/* ---- statistics ---- */
-
-FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats) {
-  fcclClearError();
-  FCCL_REQUIRE(stats != NULL, "fcclCommGetMemStats: stats is NULL");
-  FCCL_REQUIRE(stats->size >= offsetof(fcclMemStats_t, openMappings) + sizeof(uint64_t),
-               "fcclCommGetMemStats: stats->size is %zu; set it to sizeof(fcclMemStats_t)", stats->size);
-  FCCL_REQUIRE(comm == NULL || fcclCommIsValid(comm), "fcclCommGetMemStats: invalid communicator handle %p",
-               (void*)comm);
-  fcclMemStats_t out;
-  memset(&out, 0, sizeof(out));
-  struct fcclRegistry* registry = fcclRegistryProcessIfCreated();
-  if (registry) {
-    struct fcclRegistryStats rs;
-    fcclRegistryGetStats(registry, &rs);
-    out.openMappings = rs.openMappings;
-    out.mappingReferences = rs.references;
-    out.bytesMapped = rs.bytesMapped;
-    out.totalOpens = rs.totalOpens;
-    out.totalCloses = rs.totalCloses;
-  }
-  /* Set by a non-blocking init's thread: read once, with acquire. */
-  struct fcclTransport* t = comm ? __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE) : NULL;
-  if (t) {
-    out.commRegistrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
-    if (stats->size >= offsetof(fcclMemStats_t, commGraphRegistrations) + sizeof(uint64_t))
-      out.commGraphRegistrations = __atomic_load_n(&t->nGraphRegistrations, __ATOMIC_RELAXED);
-    /* The communicator's share of its arena chunk: its slot and its slot's check words. */
-    struct fcclArena* arena = t->arena;
-    out.commDeviceBytes = fcclArenaChunkBytes(arena) / (size_t)fcclArenaSlotsPerChunk(arena);
-  }
-  size_t bytes = stats->size < sizeof(out) ? stats->size : sizeof(out);
-  out.size = stats->size;
-  memcpy(stats, &out, bytes);
-  return fcclSuccess;
 }

@@ -7,7 +7,6 @@
  */
 #include "transport_internal.h"
 
-#include "bootstrap.h"
 #include "check.h"
 #include "cudawrap.h"
 #include "debug.h"
@@ -24,241 +23,11 @@
 #define CLAIM_ATTEMPTS 16                 /* slot agreements retried when concurrent inits of one process collide */
 #define MAX_IMPORT_PIECES 4096
 
-uint64_t fcclMix64(uint64_t value) {
-  value += 0x9e3779b97f4a7c15ull;
-  value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ull;
-  value = (value ^ (value >> 27)) * 0x94d049bb133111ebull;
-  return value ^ (value >> 31);
-}
-
-static int sameProcess(const struct fcclTransportRankInfo* a, const struct fcclTransportRankInfo* b) {
-  return a->hostHash == b->hostHash && a->processNonce == b->processNonce && a->pid == b->pid;
-}
-
 static const char* describeRank(const struct fcclTransport* t, int rank, char* text, size_t size) {
   const struct fcclTransportRankInfo* info = &t->peers[rank].info;
   snprintf(text, size, "rank %d (GPU %.*s, device %d, pid %d)", rank, FCCL_PCI_BUS_ID_BYTES, info->busId, info->dev,
            info->pid);
   return text;
-}
-
-/* ---- collective helpers ---- */
-
-fcclResult_t fcclTransportAllGather(struct fcclTransport* t, void* allData, size_t bytesPerRank) {
-  fcclResult_t res = t->ex.allGather(t->ex.ctx, allData, bytesPerRank);
-  if (res != fcclSuccess) t->outOfStep = 1;
-  return res;
-}
-
-fcclResult_t fcclTransportBarrier(struct fcclTransport* t) {
-  fcclResult_t res = t->ex.barrier(t->ex.ctx);
-  if (res != fcclSuccess) t->outOfStep = 1;
-  return res;
-}
-
-/* Whether this rank may still wait for its peers: not aborted, and every exchange so far taken in step. */
-int fcclTransportRanksShareProcess(const struct fcclTransport* t) {
-  for (int p = 0; p < t->comm->nranks; p++)
-    for (int q = p + 1; q < t->comm->nranks; q++)
-      if (sameProcess(&t->peers[p].info, &t->peers[q].info)) return 1;
-  return 0;
-}
-
-int fcclTransportInStep(const struct fcclTransport* t) {
-  const struct fcclComm* comm = t->comm;
-  return !t->outOfStep && !(comm->abortFlag && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE));
-}
-
-int fcclTransportSettle(struct fcclTransport* t) {
-  return fcclTransportInStep(t) && fcclTransportBarrier(t) == fcclSuccess;
-}
-
-fcclResult_t fcclTransportAgree(struct fcclTransport* t, fcclResult_t localStatus, const char* what) {
-  struct fcclComm* comm = t->comm;
-  int32_t* statuses = calloc((size_t)comm->nranks, 2 * sizeof(int32_t));
-  if (!statuses) {
-    t->outOfStep = 1; /* the peers go on to the all-gather without us */
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  }
-  statuses[2 * comm->rank] = (int32_t)localStatus;
-  fcclResult_t res = fcclTransportAllGather(t, statuses, 2 * sizeof(int32_t));
-  if (res == fcclSuccess && localStatus != fcclSuccess) res = localStatus;
-  for (int r = 0; res == fcclSuccess && r < comm->nranks; r++)
-    if (statuses[2 * r] != fcclSuccess)
-      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed %s (%s; its log has the cause)", r, what,
-                       fcclGetErrorString((fcclResult_t)statuses[2 * r]));
-  free(statuses);
-  return res;
-}
-
-fcclResult_t fcclTransportReleaseItems(struct fcclTransport* t, struct fcclImportItem* items) {
-  fcclResult_t res = fcclSuccess;
-  for (int p = 0; p < t->comm->nranks; p++) {
-    if (!items[p].held) continue;
-    fcclResult_t released = fcclRegistryRelease(t->registry, &items[p].key);
-    if (res == fcclSuccess) res = released;
-    items[p].held = 0;
-  }
-  return res;
-}
-
-/* Pulls one peer's descriptors with pidfd_getfd. *fallback: not permitted here, use the socket. */
-static fcclResult_t pullAndMap(struct fcclTransport* t, struct fcclImportItem* item, int* fallback) {
-  fcclResult_t res = fcclSuccess;
-  *fallback = 0;
-  int* fds = malloc((size_t)item->pieces * sizeof(int));
-  if (!fds) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  int got = 0;
-  for (; got < item->pieces; got++) {
-    int unsupported = 0;
-    res = fcclFdPidGet(item->pid, item->remoteFds[got], &fds[got], &unsupported);
-    if (res != fcclSuccess) {
-      if (unsupported && t->fdMode == FCCL_FD_MODE_AUTO) {
-        *fallback = 1;
-        res = fcclSuccess;
-      } else if (unsupported) {
-        res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC,
-                         "FCCL_FD_PASSING=pidfd, but pidfd_getfd of process %d is not permitted here (kernel older "
-                         "than 5.6, another user, or Yama ptrace_scope)", item->pid);
-      }
-      break;
-    }
-  }
-  if (res == fcclSuccess && !*fallback) {
-    struct fcclCuMemImport import = {.pieces = item->pieces, .fds = fds, .sizes = item->pieceSizes};
-    res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
-    if (res == fcclSuccess) item->held = 1;
-  }
-  for (int i = 0; i < got; i++) close(fds[i]);
-  free(fds);
-  return res;
-}
-
-fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem* items, const int* myFds,
-                                 int myPieces, fcclResult_t localStatus, struct fcclFdSocket* sock) {
-  struct fcclComm* comm = t->comm;
-  const int nranks = comm->nranks, me = comm->rank;
-  fcclResult_t local = localStatus;
-  fcclResult_t res = fcclSuccess;
-  const size_t recordBytes = sizeof(int64_t) + ((size_t)nranks + 7) / 8 * 8;
-  uint8_t* records = calloc((size_t)nranks, recordBytes);
-  struct fcclFdSend* sends = calloc((size_t)nranks, sizeof(*sends));
-  struct fcclFdRecv* recvs = calloc((size_t)nranks, sizeof(*recvs));
-  if (!records || !sends || !recvs) {
-    /* Without memory for the records we cannot even take part in the exchange: the peers time out. */
-    t->outOfStep = 1;
-    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-    goto exit;
-  }
-  uint8_t* need = records + (size_t)me * recordBytes + sizeof(int64_t);
-
-  /* a. Reuse open mappings; open legacy handles; pull cuMem descriptors where the kernel lets us. */
-  for (int p = 0; p < nranks && local == fcclSuccess; p++) {
-    struct fcclImportItem* item = &items[p];
-    if (!item->active) continue;
-    int found = 0;
-    local = fcclRegistryRetain(t->registry, &item->key, item->size, &item->base, &found);
-    if (local != fcclSuccess) break;
-    if (found) {
-      item->held = 1;
-      continue;
-    }
-    if (item->key.kind == FCCL_REG_LEGACY_IPC) {
-      local = fcclRegistryAcquire(t->registry, &item->key, item->size, NULL, &item->base);
-      item->held = local == fcclSuccess;
-      continue;
-    }
-    if (item->pieces < 1 || item->pieces > MAX_IMPORT_PIECES) {
-      local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d describes its buffer with %d pieces", p,
-                         item->pieces);
-      break;
-    }
-    if (t->fdMode == FCCL_FD_MODE_SOCKET) {
-      need[p] = 1;
-      continue;
-    }
-    int fallback = 0;
-    local = pullAndMap(t, item, &fallback);
-    if (fallback) {
-      FCCL_INFO(FCCL_SUBSYS_IPC, "pidfd_getfd from rank %d (pid %d) not permitted: descriptors come over a Unix "
-                "socket instead", p, item->pid);
-      need[p] = 1;
-    }
-  }
-
-  /* b. Everyone learns everyone's status and who needs descriptors sent by whom. */
-  int64_t status = local;
-  memcpy(records + (size_t)me * recordBytes, &status, sizeof(status));
-  FCCLCHECKGOTO(fcclTransportAllGather(t, records, recordBytes), res, release);
-  t->exchanges++;
-  if (local != fcclSuccess) {
-    res = local;
-    goto release;
-  }
-  for (int r = 0; r < nranks; r++) {
-    memcpy(&status, records + (size_t)r * recordBytes, sizeof(status));
-    if (status != fcclSuccess) {
-      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d failed to map its peers' memory (%s)", r,
-                       fcclGetErrorString((fcclResult_t)status));
-      goto release;
-    }
-  }
-
-  /* c. Descriptors over the sockets, for those that could not pull them. A failure here is known to this rank
-   *    only: it is carried into d. */
-  int nSends = 0, nRecvs = 0;
-  for (int q = 0; q < nranks && res == fcclSuccess; q++) {
-    if (q != me && records[(size_t)q * recordBytes + sizeof(int64_t) + (size_t)me]) {
-      if (myPieces <= 0 || !sock || sock->fd < 0) {
-        res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC,
-                         "rank %d asks for descriptors that this rank cannot send", q);
-        break;
-      }
-      sends[nSends++] = (struct fcclFdSend){.peerName = items[q].sockName, .peerRank = q, .count = myPieces,
-                                            .fds = myFds};
-    }
-    if (need[q]) {
-      if (!sock || sock->fd < 0) {
-        res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "no socket to receive descriptors from rank %d", q);
-        break;
-      }
-      recvs[nRecvs] = (struct fcclFdRecv){.peerRank = q, .count = items[q].pieces,
-                                          .fds = malloc((size_t)items[q].pieces * sizeof(int))};
-      if (!recvs[nRecvs].fds) {
-        res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-        break;
-      }
-      nRecvs++;
-    }
-  }
-  if (res == fcclSuccess && nSends + nRecvs > 0) {
-    uint64_t tag = fcclMix64(t->tagSeed + t->exchanges);
-    res = fcclFdExchange(sock, tag, me, nSends, sends, nRecvs, recvs, comm->timeoutMs, comm->abortFlag);
-    for (int i = 0; i < nRecvs && res == fcclSuccess; i++) {
-      struct fcclImportItem* item = &items[recvs[i].peerRank];
-      struct fcclCuMemImport import = {.pieces = item->pieces, .fds = recvs[i].fds, .sizes = item->pieceSizes};
-      res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
-      if (res == fcclSuccess) item->held = 1;
-    }
-    for (int i = 0; i < nRecvs; i++)
-      for (int f = 0; f < recvs[i].count; f++)
-        if (recvs[i].fds[f] >= 0) close(recvs[i].fds[f]);
-  }
-
-  /* d. Every rank learns whether every other one mapped everything. */
-  res = fcclTransportAgree(t, res, "to map its peers' memory");
-  if (res != fcclSuccess) goto release;
-  goto exit;
-
-release:
-  (void)fcclTransportReleaseItems(t, items);
-exit:
-  if (recvs)
-    for (int i = 0; i < nranks; i++) free(recvs[i].fds);
-  free(recvs);
-  free(sends);
-  free(records);
-  return res;
 }
 
 /* ---- init ---- */
@@ -303,19 +72,19 @@ static uint64_t checkValue(uint64_t seed, int slot, int writer) {
 /* Peer access for ranks of this process on other GPUs (legacy chunks need it; cuMem chunks have access set). */
 static fcclResult_t enablePeerAccess(struct fcclTransport* t, int p) {
   char a[96], b[96];
-  int myDev = t->comm->cudaDev, peerDev = t->peers[p].info.dev;
+  int myDev = t->cfg.cudaDev, peerDev = t->peers[p].info.dev;
   int canAccess = 0;
   CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, myDev, peerDev));
   if (!canAccess)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s cannot access the memory of %s peer-to-peer",
-                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
+                      describeRank(t, t->cfg.rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
   cudaError_t err = cudaDeviceEnablePeerAccess(peerDev, 0);
   if (err == cudaErrorPeerAccessAlreadyEnabled) {
     (void)cudaGetLastError();
   } else if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "enabling peer access from %s to %s failed: %s",
-                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)),
+                      describeRank(t, t->cfg.rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)),
                       cudaGetErrorString(err));
   }
   return fcclSuccess;
@@ -333,12 +102,12 @@ static fcclResult_t checkPeerCapable(struct fcclTransport* t, int p) {
     (void)cudaGetLastError();
     return fcclSuccess;
   }
-  if (local == t->comm->cudaDev) return fcclSuccess; /* two processes on one GPU */
+  if (local == t->cfg.cudaDev) return fcclSuccess; /* two processes on one GPU */
   int canAccess = 0;
-  CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, t->comm->cudaDev, local));
+  CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, t->cfg.cudaDev, local));
   if (!canAccess)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s cannot access the memory of %s peer-to-peer",
-                      describeRank(t, t->comm->rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
+                      describeRank(t, t->cfg.rank, a, sizeof(a)), describeRank(t, p, b, sizeof(b)));
   return fcclSuccess;
 }
 
@@ -362,8 +131,8 @@ static void chunkKey(const struct fcclTransportRankInfo* info, const struct expo
 static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, struct helloRecord* hellos,
                                 struct exportRecord* exports, const struct fcclFdSocket* sock, size_t slotBytes,
                                 uint64_t myRandom) {
-  struct fcclComm* comm = t->comm;
-  const int nranks = comm->nranks, me = comm->rank;
+  const struct fcclTransportParams* cfg = &t->cfg;
+  const int nranks = cfg->nranks, me = cfg->rank;
   uint64_t* bitmaps = calloc((size_t)nranks, FCCL_ARENA_BITMAP_WORDS * sizeof(uint64_t));
   fcclResult_t res = fcclSuccess;
   if (!bitmaps) {
@@ -401,7 +170,7 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     /* Two ranks of one process on one GPU would share one arena (and its slots): refused, by every rank. */
     for (int r = 0; r < nranks && *local == fcclSuccess; r++)
       for (int q = 0; q < r && *local == fcclSuccess; q++)
-        if (sameProcess(&hellos[r].info, &hellos[q].info) && hellos[r].info.dev == hellos[q].info.dev)
+        if (fcclTransportSameProcess(&hellos[r].info, &hellos[q].info) && hellos[r].info.dev == hellos[q].info.dev)
           *local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
                               "ranks %d and %d use the same GPU (device %d) in one process (pid %d): give each rank "
                               "of a process its own GPU; ranks sharing a GPU must be separate processes", q, r,
@@ -435,7 +204,7 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     if (res == fcclSuccess && *local == fcclSuccess && allClaimed) {
       t->slot = slot;
       FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)",
-                comm->name, slot, comm->cudaDev, t->chunk.serial,
+                cfg->name, slot, cfg->cudaDev, t->chunk.serial,
                 t->chunk.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC");
       goto exit;
     }
@@ -459,8 +228,8 @@ exit:
 /* Classifies every peer and maps (or borrows) its chunk. */
 static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const struct exportRecord* exports,
                              struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes) {
-  struct fcclComm* comm = t->comm;
-  const int nranks = comm->nranks, me = comm->rank;
+  const struct fcclTransportParams* cfg = &t->cfg;
+  const int nranks = cfg->nranks, me = cfg->rank;
   char a[96], b[96];
   struct fcclTransportPeer* self = &t->peers[me];
   self->chunkBase = t->chunk.ptr;
@@ -472,7 +241,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
       local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
                          "%s is on another host than %s: fccl maps peer memory within one host only",
                          describeRank(t, p, a, sizeof(a)), describeRank(t, me, b, sizeof(b)));
-    } else if (sameProcess(&peer->info, &self->info)) {
+    } else if (fcclTransportSameProcess(&peer->info, &self->info)) {
       peer->sameProcess = 1;
       if (peer->info.dev == self->info.dev) {
         local = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC,
@@ -506,7 +275,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
       }
       struct fcclImportItem* item = &items[p];
       item->active = 1;
-      chunkKey(&peer->info, &exports[p], comm->cudaDev, &item->key);
+      chunkKey(&peer->info, &exports[p], cfg->cudaDev, &item->key);
       item->size = exports[p].chunkBytes;
       item->pieces = 1;
       item->remoteFds = &exports[p].exportFd;
@@ -530,8 +299,8 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
 
 /* A value written through each mapping is read back by its owner. */
 static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64_t seed) {
-  struct fcclComm* comm = t->comm;
-  const int nranks = comm->nranks, me = comm->rank;
+  const struct fcclTransportParams* cfg = &t->cfg;
+  const int nranks = cfg->nranks, me = cfg->rank;
   fcclResult_t res = fcclSuccess;
   cudaStream_t stream = NULL;
   uint64_t mine = checkValue(seed, t->slot, me);
@@ -609,7 +378,7 @@ exit:
 
 /* Drops every peer's mapping and loan; a failure does not stop the others. The first error goes to *res. */
 static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
-  for (int p = 0; p < t->comm->nranks; p++) {
+  for (int p = 0; p < t->cfg.nranks; p++) {
     struct fcclTransportPeer* peer = &t->peers[p];
     fcclResult_t released = peer->mapped ? fcclRegistryRelease(t->registry, &peer->key) : fcclSuccess;
     peer->mapped = 0;
@@ -625,17 +394,18 @@ static void freeTransport(struct fcclTransport* t) {
   free(t);
 }
 
-fcclResult_t fcclTransportInitWithExchange(struct fcclComm* comm, size_t slotBytes,
-                                           const struct fcclTransportExchange* ex) {
-  if (!comm || !ex || !ex->allGather || !ex->barrier)
-    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init without a communicator or exchange");
-  if (comm->nranks < 1 || comm->nranks > FCCL_ARENA_CHECK_RANKS || comm->rank < 0 || comm->rank >= comm->nranks)
+fcclResult_t fcclTransportInit(const struct fcclTransportParams* params, struct fcclTransport** out) {
+  if (!params || !out || !params->ex.allGather || !params->ex.barrier)
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init without parameters or exchange");
+  if (params->nranks < 1 || params->nranks > FCCL_ARENA_CHECK_RANKS || params->rank < 0 ||
+      params->rank >= params->nranks)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "transport: rank %d of %d (at most %d ranks share memory)",
-                      comm->rank, comm->nranks, FCCL_ARENA_CHECK_RANKS);
+                      params->rank, params->nranks, FCCL_ARENA_CHECK_RANKS);
+  const size_t slotBytes = params->slotBytes;
   if (slotBytes == 0) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init with 0-byte slots");
   fcclResult_t res = fcclSuccess;
   fcclResult_t local = fcclSuccess;
-  const int nranks = comm->nranks, me = comm->rank;
+  const int nranks = params->nranks, me = params->rank;
   struct fcclTransport* t = calloc(1, sizeof(*t));
   struct helloRecord* hellos = calloc((size_t)nranks, sizeof(*hellos));
   struct exportRecord* exports = calloc((size_t)nranks, sizeof(*exports));
@@ -648,26 +418,28 @@ fcclResult_t fcclTransportInitWithExchange(struct fcclComm* comm, size_t slotByt
     res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
     goto fail;
   }
-  t->comm = comm;
-  t->ex = *ex;
+  t->cfg = *params;
+  snprintf(t->name, sizeof(t->name), "%s", params->name ? params->name : "");
+  t->cfg.name = t->name;
   t->slot = -1;
+  const struct fcclTransportParams* cfg = &t->cfg;
 
   /* Local preparation: a failure here is carried into the first exchange so that the peers fail too. */
   local = parseFdMode(&t->fdMode);
   if (local == fcclSuccess) local = fcclCudaDriverLoad();
-  if (local == fcclSuccess) local = fcclIpcSetDevice(comm->cudaDev, &previous);
+  if (local == fcclSuccess) local = fcclIpcSetDevice(cfg->cudaDev, &previous);
   if (local == fcclSuccess) local = fcclRegistryProcess(&t->registry);
-  if (local == fcclSuccess) local = fcclArenaProcess(comm->cudaDev, slotBytes, &t->arena);
+  if (local == fcclSuccess) local = fcclArenaProcess(cfg->cudaDev, slotBytes, &t->arena);
   if (local == fcclSuccess && t->fdMode != FCCL_FD_MODE_PIDFD) local = fcclFdSocketOpen(&sock);
   struct fcclTransportRankInfo* self = &t->peers[me].info;
   const struct fcclProcessId* process = fcclProcessIdentity();
   self->hostHash = process->hostHash;
   self->processNonce = process->nonce;
   self->pid = process->pid;
-  self->dev = comm->cudaDev;
-  if (local == fcclSuccess && cudaDeviceGetPCIBusId(self->busId, FCCL_PCI_BUS_ID_BYTES, comm->cudaDev) != cudaSuccess) {
+  self->dev = cfg->cudaDev;
+  if (local == fcclSuccess && cudaDeviceGetPCIBusId(self->busId, FCCL_PCI_BUS_ID_BYTES, cfg->cudaDev) != cudaSuccess) {
     (void)cudaGetLastError();
-    snprintf(self->busId, sizeof(self->busId), "dev%d", comm->cudaDev);
+    snprintf(self->busId, sizeof(self->busId), "dev%d", cfg->cudaDev);
   }
   uint64_t myRandom = fcclRandom64();
   FCCLCHECKGOTO(agreeOnSlot(t, &local, hellos, exports, &sock, slotBytes, myRandom), res, fail);
@@ -690,8 +462,8 @@ fcclResult_t fcclTransportInitWithExchange(struct fcclComm* comm, size_t slotByt
   free(exports);
   free(items);
   free(pieceSizes);
-  __atomic_store_n(&comm->transport, t, __ATOMIC_RELEASE); /* fcclCommGetMemStats may read it from any thread */
-  FCCL_INFO(FCCL_SUBSYS_IPC, "transport of %s ready: rank %d of %d, slot %d (%zu bytes)", comm->name, me, nranks,
+  __atomic_store_n(out, t, __ATOMIC_RELEASE); /* fcclTransportGetStats may read it from any thread */
+  FCCL_INFO(FCCL_SUBSYS_IPC, "transport of %s ready: rank %d of %d, slot %d (%zu bytes)", cfg->name, me, nranks,
             t->slot, slotBytes);
   return fcclSuccess;
 
@@ -712,28 +484,14 @@ fail:
   return res;
 }
 
-static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
-  return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
-}
-
-static fcclResult_t bootstrapBarrier(void* ctx) { return fcclBootstrapBarrier((struct fcclBootstrap*)ctx); }
-
-fcclResult_t fcclTransportInit(struct fcclComm* comm, size_t slotBytes) {
-  if (!comm || !comm->bootstrap)
-    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "transport init before the bootstrap is up");
-  struct fcclTransportExchange ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather,
-                                     .barrier = bootstrapBarrier};
-  return fcclTransportInitWithExchange(comm, slotBytes, &ex);
-}
-
-fcclResult_t fcclTransportFini(struct fcclComm* comm) {
-  if (!comm || !comm->transport) return fcclSuccess;
-  struct fcclTransport* t = comm->transport;
+fcclResult_t fcclTransportFini(struct fcclTransport* t) {
+  if (!t) return fcclSuccess;
+  const struct fcclTransportParams* cfg = &t->cfg;
   fcclResult_t res = fcclSuccess;
   int quarantine = 0;
   int previous = -1;
   /* Host state is released even when the device cannot be made current; the error is returned at the end. */
-  fcclResult_t deviceRes = fcclIpcSetDevice(comm->cudaDev, &previous);
+  fcclResult_t deviceRes = fcclIpcSetDevice(cfg->cudaDev, &previous);
   if (deviceRes != fcclSuccess) previous = -1;
   /* Aborted, or an earlier exchange failed: the peers may never come, so nothing waits for them. */
   int reachable = fcclTransportInStep(t);
@@ -744,6 +502,8 @@ fcclResult_t fcclTransportFini(struct fcclComm* comm) {
     quarantine = res != fcclSuccess;
   }
   fcclResult_t released = fcclTransportReleaseRegistrations(t);
+  fcclResult_t graphs = fcclTransportReleaseGraphRegistrations(t, 1);
+  if (released == fcclSuccess) released = graphs;
   releasePeers(t, &released);
   if (!quarantine) {
     res = fcclTransportBarrier(t);
@@ -751,30 +511,41 @@ fcclResult_t fcclTransportFini(struct fcclComm* comm) {
   }
   if (quarantine)
     FCCL_WARN(FCCL_SUBSYS_IPC, "communicator %s torn down without %s: slot %d of device %d is not reused",
-              comm->name, reachable ? "all its peers" : t->outOfStep ? "its peers (an earlier exchange failed)"
+              cfg->name, reachable ? "all its peers" : t->outOfStep ? "its peers (an earlier exchange failed)"
                                                                      : "its peers (aborted)",
-              t->slot, comm->cudaDev);
+              t->slot, cfg->cudaDev);
   fcclResult_t freed = fcclArenaRelease(t->arena, t->slot, quarantine);
   if (res == fcclSuccess) res = released;
   if (res == fcclSuccess) res = freed;
   if (res == fcclSuccess) res = deviceRes;
   if (previous >= 0) fcclIpcRestoreDevice(previous);
-  __atomic_store_n(&comm->transport, NULL, __ATOMIC_RELEASE);
   freeTransport(t);
   return res;
 }
 
-void* fcclTransportPeerSlot(struct fcclComm* comm, int peer) {
-  if (!comm || !comm->transport || peer < 0 || peer >= comm->nranks) return NULL;
-  return comm->transport->peers[peer].slot;
+void* fcclTransportPeerSlot(struct fcclTransport* t, int peer) {
+  if (!t || peer < 0 || peer >= t->cfg.nranks) return NULL;
+  return t->peers[peer].slot;
 }
 
-size_t fcclTransportSlotBytes(struct fcclComm* comm) {
-  if (!comm || !comm->transport) return 0;
-  return fcclArenaSlotBytes(comm->transport->arena);
-}
+size_t fcclTransportSlotBytes(struct fcclTransport* t) { return t ? fcclArenaSlotBytes(t->arena) : 0; }
 
-int fcclTransportSlotIndex(struct fcclComm* comm) {
-  if (!comm || !comm->transport) return -1;
-  return comm->transport->slot;
+int fcclTransportSlotIndex(struct fcclTransport* t) { return t ? t->slot : -1; }
+
+void fcclTransportGetStats(struct fcclTransport* t, struct fcclTransportStats* stats) {
+  memset(stats, 0, sizeof(*stats));
+  struct fcclRegistry* registry = fcclRegistryProcessIfCreated();
+  if (registry) {
+    struct fcclRegistryStats rs;
+    fcclRegistryGetStats(registry, &rs);
+    stats->openMappings = rs.openMappings;
+    stats->mappingReferences = rs.references;
+    stats->bytesMapped = rs.bytesMapped;
+    stats->totalOpens = rs.totalOpens;
+    stats->totalCloses = rs.totalCloses;
+  }
+  if (!t) return;
+  stats->registrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
+  stats->graphRegistrations = __atomic_load_n(&t->nGraphRegistrations, __ATOMIC_RELAXED);
+  stats->deviceBytes = fcclArenaChunkBytes(t->arena) / (size_t)fcclArenaSlotsPerChunk(t->arena);
 }

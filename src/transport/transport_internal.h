@@ -1,4 +1,8 @@
-/* The transport layer's state of one communicator, shared by transport.c and register.c. */
+/*
+ * The transport layer's state of one communicator, shared by its files: transport.c (init, teardown), exchange.c
+ * (the collective steps every part takes with the peers), register.c (user buffers), graph_register.c (buffers of
+ * captured graphs).
+ */
 #ifndef FCCL_TRANSPORT_INTERNAL_H_
 #define FCCL_TRANSPORT_INTERNAL_H_
 
@@ -42,8 +46,8 @@ struct fcclRegistration {
 };
 
 struct fcclTransport {
-  struct fcclComm* comm;
-  struct fcclTransportExchange ex;
+  struct fcclTransportParams cfg; /* as given at init; cfg.name points at name */
+  char name[FCCL_TRANSPORT_NAME_MAX];
   struct fcclRegistry* registry;
   struct fcclArena* arena;
   int slot;
@@ -53,9 +57,9 @@ struct fcclTransport {
   uint64_t tagSeed;       /* agreed by all ranks at init */
   uint64_t exchanges;     /* descriptor exchanges so far (all ranks count alike) */
   struct fcclRegistration* registrations;
-  uint64_t nRegistrations; /* read by fcclCommGetMemStats from any thread: __atomic builtins */
-  struct fcclGraphHolder* graphHolders; /* registrations held by captured graphs (register.c; graphLock) */
-  uint64_t nGraphRegistrations;         /* buffers they hold; read by fcclCommGetMemStats (__atomic builtins) */
+  uint64_t nRegistrations; /* read by fcclTransportGetStats from any thread: __atomic builtins */
+  struct fcclGraphHolder* graphHolders; /* registrations held by captured graphs (graph_register.c; graphLock) */
+  uint64_t nGraphRegistrations;         /* buffers they hold; read by fcclTransportGetStats (__atomic builtins) */
   int graphsGone;                       /* a holder's graph was destroyed (set by CUDA's thread; __atomic) */
   int outOfStep;           /* an exchange failed or this rank skipped one: the ranks no longer meet step for step,
                               so nothing waits for them any more (teardown quarantines instead of barriers) */
@@ -88,6 +92,8 @@ fcclResult_t fcclTransportImport(struct fcclTransport* transport, struct fcclImp
 /* Releases what fcclTransportImport took. The first failure is returned; every reference is dropped. */
 fcclResult_t fcclTransportReleaseItems(struct fcclTransport* transport, struct fcclImportItem* items);
 
+/* ---- exchange.c: collective steps with the peers ---- */
+
 /* Every collective step goes through these two: a failure marks the transport out of step. */
 fcclResult_t fcclTransportAllGather(struct fcclTransport* transport, void* allData, size_t bytesPerRank);
 fcclResult_t fcclTransportBarrier(struct fcclTransport* transport);
@@ -111,10 +117,27 @@ int fcclTransportInStep(const struct fcclTransport* transport);
  * failed rank (the exchange's own failure when it failed). */
 fcclResult_t fcclTransportAgree(struct fcclTransport* transport, fcclResult_t localStatus, const char* what);
 
-/* Releases every registration still held (teardown). */
-fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* transport);
+/* Whether two ranks' records name one process. */
+static inline int fcclTransportSameProcess(const struct fcclTransportRankInfo* a,
+                                           const struct fcclTransportRankInfo* b) {
+  return a->hostHash == b->hostHash && a->processNonce == b->processNonce && a->pid == b->pid;
+}
 
 /* splitmix64's finaliser: well-mixed 64-bit values from counters and seeds. */
 uint64_t fcclMix64(uint64_t value);
+
+/* ---- register.c: user buffers ---- */
+
+/* Registers [buf, buf + size) with every rank (collective). listed: a user registration (fcclTransportLookup
+ * finds it, fcclTransportDeregister releases it); else one held by a captured graph, which the caller keeps and
+ * releases with fcclTransportReleaseRegistration. */
+fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* transport, void* buf, size_t size, int listed,
+                                         struct fcclRegistration** handle);
+
+/* Drops a registration's peer mappings and frees it (local: no exchange). */
+fcclResult_t fcclTransportReleaseRegistration(struct fcclTransport* transport, struct fcclRegistration* reg);
+
+/* Releases every user registration still held (teardown). */
+fcclResult_t fcclTransportReleaseRegistrations(struct fcclTransport* transport);
 
 #endif /* FCCL_TRANSPORT_INTERNAL_H_ */

@@ -15,6 +15,7 @@
  *               the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
  * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
  */
+#include "comm.h"
 #include "device.h"
 #include "param.h"
 #include "test_allreduce_common.h"
@@ -245,7 +246,7 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
     if (!comm) return 1;
     uint64_t epoch = 0;
     EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &epoch), fcclSuccess);
-    const int slot = fcclTransportSlotIndex(comm);
+    const int slot = fcclTransportSlotIndex(comm->transport);
     if (cycle > 0 && slot == previousSlot) {
       reused++;
       EXPECT_MSG(epoch > ((uint64_t)cycle << 36), "cycle %d: epoch %llu does not start past the old one", cycle,

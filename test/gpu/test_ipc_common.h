@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "test.h"
+#include "transport.h"
 #include "test_ipc_shm.h"
 
 #include <cuda_runtime.h>
@@ -27,6 +28,28 @@ static inline void testCommMake(struct fcclComm* comm, int rank, int nranks, int
   comm->abortFlag = abortFlag;
   snprintf(comm->name, sizeof(comm->name), "%s", name);
   pthread_mutex_init(&comm->errorLock, NULL);
+}
+
+/* The transport of a hand-made communicator, as the communicator's init and destroy set it up and tear it down. */
+static inline fcclResult_t testTransportInit(struct fcclComm* comm, size_t slotBytes,
+                                             const struct fcclTransportExchange* ex) {
+  struct fcclTransportParams params = {
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .cudaDev = comm->cudaDev,
+      .timeoutMs = comm->timeoutMs,
+      .abortFlag = comm->abortFlag,
+      .name = comm->name,
+      .slotBytes = slotBytes,
+      .ex = *ex,
+  };
+  return fcclTransportInit(&params, &comm->transport);
+}
+
+static inline fcclResult_t testTransportFini(struct fcclComm* comm) {
+  struct fcclTransport* transport = comm->transport;
+  comm->transport = NULL;
+  return fcclTransportFini(transport);
 }
 
 /* The 8-byte word at byte offset (a multiple of 8) of buffer `buffer` of rank `rank`: data no one else has. */

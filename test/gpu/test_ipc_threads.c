@@ -24,13 +24,13 @@ static struct threadCtx threads[2];
 
 static int create(struct threadCtx* ctx, struct fcclComm* comm, const char* name) {
   testCommMake(comm, ctx->rank, ctx->nranks, ctx->dev, name, &ctx->abortFlag);
-  fcclResult_t res = fcclTransportInitWithExchange(comm, SLOT_BYTES, &ctx->ex);
+  fcclResult_t res = testTransportInit(comm, SLOT_BYTES, &ctx->ex);
   EXPECT_MSG(res == fcclSuccess, "rank %d: init of %s failed: %s", ctx->rank, name, fcclGetLastError(NULL));
   return res == fcclSuccess;
 }
 
 static void destroy(struct fcclComm* comm) {
-  EXPECT_EQ_INT(fcclTransportFini(comm), fcclSuccess);
+  EXPECT_EQ_INT(testTransportFini(comm), fcclSuccess);
   pthread_mutex_destroy(&comm->errorLock);
 }
 
@@ -40,16 +40,16 @@ static void* twoGpus(void* arg) {
   struct fcclComm comm;
   if (!create(ctx, &comm, "threads")) return NULL;
   const int peer = 1 - ctx->rank;
-  ctx->ownSlot = fcclTransportPeerSlot(&comm, ctx->rank);
+  ctx->ownSlot = fcclTransportPeerSlot((&comm)->transport, ctx->rank);
   EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
   /* Direct use: the peer slot is the peer's own pointer, and nothing went through the registry. */
-  EXPECT(fcclTransportPeerSlot(&comm, peer) == threads[peer].ownSlot);
+  EXPECT(fcclTransportPeerSlot((&comm)->transport, peer) == threads[peer].ownSlot);
   fcclMemStats_t stats = {.size = sizeof(stats)};
   EXPECT_EQ_INT(fcclCommGetMemStats(&comm, &stats), fcclSuccess);
   EXPECT_EQ_INT(stats.openMappings, 0);
 
   uint64_t value = 0xfeed0000ull + (uint64_t)ctx->rank, seen = 0;
-  EXPECT_EQ_INT(cudaMemcpy((uint64_t*)fcclTransportPeerSlot(&comm, peer) + ctx->rank, &value, 8,
+  EXPECT_EQ_INT(cudaMemcpy((uint64_t*)fcclTransportPeerSlot((&comm)->transport, peer) + ctx->rank, &value, 8,
                            cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ_INT(cudaDeviceSynchronize(), cudaSuccess); /* a pageable copy may return before its DMA lands */
   EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
@@ -73,7 +73,7 @@ static void* twoGpus(void* arg) {
   for (int b = 0; b < 2; b++) {
     void* peerPtrs[2] = {0};
     size_t offset = 4096 * (size_t)(b + 1);
-    EXPECT_EQ_INT(fcclTransportLookup(&comm, bufs[b] + offset, 8192, peerPtrs), 1);
+    EXPECT_EQ_INT(fcclTransportLookup((&comm)->transport, bufs[b] + offset, 8192, peerPtrs), 1);
     EXPECT_EQ_INT(cudaMemcpy(host, peerPtrs[peer], 8192, cudaMemcpyDeviceToHost), cudaSuccess);
     int bad = 0;
     for (int i = 0; i < 1024; i++) bad += host[i] != testWord(7, peer, b + 1, offset + (size_t)i * 8);
@@ -98,11 +98,11 @@ static void* twoGpus(void* arg) {
     ok &= create(ctx, &comms[round % 2], "threads-again");
     uint64_t flag = ((uint64_t)round << 8) | (uint64_t)ctx->rank;
     uint64_t got = 0;
-    ok &= cudaMemcpy(fcclTransportPeerSlot(&comms[round % 2], peer), &flag, 8, cudaMemcpyHostToDevice) ==
+    ok &= cudaMemcpy(fcclTransportPeerSlot((&comms[round % 2])->transport, peer), &flag, 8, cudaMemcpyHostToDevice) ==
           cudaSuccess;
     ok &= cudaDeviceSynchronize() == cudaSuccess;
     ok &= testShmBarrier(&ctx->shmRank) == fcclSuccess;
-    ok &= cudaMemcpy(&got, fcclTransportPeerSlot(&comms[round % 2], ctx->rank), 8, cudaMemcpyDeviceToHost) ==
+    ok &= cudaMemcpy(&got, fcclTransportPeerSlot((&comms[round % 2])->transport, ctx->rank), 8, cudaMemcpyDeviceToHost) ==
           cudaSuccess;
     ok &= got == (((uint64_t)round << 8) | (uint64_t)peer);
     ok &= testShmBarrier(&ctx->shmRank) == fcclSuccess;
@@ -125,8 +125,8 @@ static void* sameGpu(void* arg) {
   if (cudaSetDevice(ctx->dev) != cudaSuccess) return NULL;
   struct fcclComm comm;
   testCommMake(&comm, ctx->rank, ctx->nranks, ctx->dev, "same-gpu", &ctx->abortFlag);
-  ctx->sharedDeviceResult = fcclTransportInitWithExchange(&comm, SLOT_BYTES, &ctx->ex);
-  if (ctx->sharedDeviceResult == fcclSuccess) (void)fcclTransportFini(&comm);
+  ctx->sharedDeviceResult = testTransportInit(&comm, SLOT_BYTES, &ctx->ex);
+  if (ctx->sharedDeviceResult == fcclSuccess) (void)testTransportFini(&comm);
   return NULL;
 }
 

@@ -29,14 +29,14 @@ struct rankCtx {
 
 static int commCreate(struct rankCtx* ctx, struct fcclComm* comm, const char* name) {
   testCommMake(comm, ctx->rank, ctx->nranks, ctx->dev, name, &ctx->abortFlag);
-  fcclResult_t res = fcclTransportInitWithExchange(comm, SLOT_BYTES, &ctx->ex);
+  fcclResult_t res = testTransportInit(comm, SLOT_BYTES, &ctx->ex);
   EXPECT_MSG(res == fcclSuccess, "rank %d: transport init of %s failed: %s", ctx->rank, name,
              fcclGetLastError(NULL));
   return res == fcclSuccess;
 }
 
 static void commDestroy(struct fcclComm* comm) {
-  fcclResult_t res = fcclTransportFini(comm);
+  fcclResult_t res = testTransportFini(comm);
   EXPECT_MSG(res == fcclSuccess, "transport fini of %s failed: %s", comm->name, fcclGetLastError(NULL));
   pthread_mutex_destroy(&comm->errorLock);
 }
@@ -55,7 +55,7 @@ static int flagExchange(struct rankCtx* ctx, struct fcclComm* comm, uint64_t val
   int ok = 1;
   if (skew) usleep(200); /* one rank a little late, as in the report */
   for (int p = 0; p < ctx->nranks; p++) {
-    uint64_t* slot = fcclTransportPeerSlot(comm, p);
+    uint64_t* slot = fcclTransportPeerSlot((comm)->transport, p);
     if (!slot) return 0;
     uint64_t mine = value + (uint64_t)ctx->rank;
     ok &= cudaMemcpy(slot + base + ctx->rank, &mine, sizeof(mine), cudaMemcpyHostToDevice) == cudaSuccess;
@@ -64,7 +64,7 @@ static int flagExchange(struct rankCtx* ctx, struct fcclComm* comm, uint64_t val
   ok &= cudaDeviceSynchronize() == cudaSuccess;
   ok &= testShmBarrier(&ctx->shmRank) == fcclSuccess;
   uint64_t seen[NRANKS];
-  uint64_t* own = fcclTransportPeerSlot(comm, ctx->rank);
+  uint64_t* own = fcclTransportPeerSlot((comm)->transport, ctx->rank);
   ok &= cudaMemcpy(seen, own + base, sizeof(seen), cudaMemcpyDeviceToHost) == cudaSuccess;
   for (int p = 0; p < ctx->nranks; p++)
     EXPECT_MSG(seen[p] == value + (uint64_t)p, "rank %d, comm %s: word of rank %d is %llx, expected %llx", ctx->rank,
@@ -76,11 +76,11 @@ static int flagExchange(struct rankCtx* ctx, struct fcclComm* comm, uint64_t val
 static void testBasic(struct rankCtx* ctx) {
   struct fcclComm comm;
   if (!commCreate(ctx, &comm, "basic")) return;
-  EXPECT_EQ_INT(fcclTransportSlotBytes(&comm), SLOT_BYTES);
-  EXPECT(fcclTransportSlotIndex(&comm) >= 0);
-  for (int p = 0; p < ctx->nranks; p++) EXPECT(fcclTransportPeerSlot(&comm, p) != NULL);
-  EXPECT(fcclTransportPeerSlot(&comm, ctx->nranks) == NULL);
-  EXPECT(fcclTransportPeerSlot(&comm, -1) == NULL);
+  EXPECT_EQ_INT(fcclTransportSlotBytes((&comm)->transport), SLOT_BYTES);
+  EXPECT(fcclTransportSlotIndex((&comm)->transport) >= 0);
+  for (int p = 0; p < ctx->nranks; p++) EXPECT(fcclTransportPeerSlot((&comm)->transport, p) != NULL);
+  EXPECT(fcclTransportPeerSlot((&comm)->transport, ctx->nranks) == NULL);
+  EXPECT(fcclTransportPeerSlot((&comm)->transport, -1) == NULL);
   fcclMemStats_t s = stats(&comm);
   EXPECT_EQ_INT(s.openMappings, ctx->nranks - 1); /* one chunk per peer process */
   EXPECT_EQ_INT(s.mappingReferences, ctx->nranks - 1);
@@ -111,7 +111,7 @@ static void testReinit(struct rankCtx* ctx) {
       failures++;
       break;
     }
-    distinct &= fcclTransportSlotIndex(next) != fcclTransportSlotIndex(prev);
+    distinct &= fcclTransportSlotIndex((next)->transport) != fcclTransportSlotIndex((prev)->transport);
     int exchanged = flagExchange(ctx, next, ((uint64_t)round + 1) << 32, 0, (int)(round % 3 == 0) && ctx->rank == 1);
     if (!exchanged) failures++;
     ok &= exchanged;
@@ -179,8 +179,8 @@ static void testTwoComms(struct rankCtx* ctx) {
     commDestroy(&a);
     return;
   }
-  EXPECT(fcclTransportSlotIndex(&a) != fcclTransportSlotIndex(&b));
-  EXPECT(fcclTransportPeerSlot(&a, ctx->rank) != fcclTransportPeerSlot(&b, ctx->rank));
+  EXPECT(fcclTransportSlotIndex((&a)->transport) != fcclTransportSlotIndex((&b)->transport));
+  EXPECT(fcclTransportPeerSlot((&a)->transport, ctx->rank) != fcclTransportPeerSlot((&b)->transport, ctx->rank));
   EXPECT_EQ_INT(stats(NULL).openMappings, ctx->nranks - 1); /* both slots live in the same chunks */
   cudaStream_t streams[2];
   EXPECT_EQ_INT(cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking), cudaSuccess);
@@ -195,13 +195,13 @@ static void testTwoComms(struct rankCtx* ctx) {
     uint64_t* out = host + which * 1024;
     for (int i = 0; i < 512; i++) out[i] = testWord(ctx->seed, ctx->rank, iteration, (size_t)i * 8);
     for (int p = 0; p < ctx->nranks; p++) {
-      uint64_t* slot = (uint64_t*)fcclTransportPeerSlot(comm, p) + 512 * ctx->rank;
+      uint64_t* slot = (uint64_t*)fcclTransportPeerSlot((comm)->transport, p) + 512 * ctx->rank;
       bad += cudaMemcpyAsync(slot, out, 512 * 8, cudaMemcpyHostToDevice, streams[which]) != cudaSuccess;
     }
     bad += cudaStreamSynchronize(streams[which]) != cudaSuccess;
     bad += testShmBarrier(&ctx->shmRank) != fcclSuccess;
     uint64_t* in = host + 2048;
-    uint64_t* own = fcclTransportPeerSlot(comm, ctx->rank);
+    uint64_t* own = fcclTransportPeerSlot((comm)->transport, ctx->rank);
     bad += cudaMemcpyAsync(in, own, (size_t)ctx->nranks * 512 * 8, cudaMemcpyDeviceToHost, streams[which]) !=
            cudaSuccess;
     bad += cudaStreamSynchronize(streams[which]) != cudaSuccess;
@@ -211,7 +211,7 @@ static void testTwoComms(struct rankCtx* ctx) {
     if (iteration > 0) {
       struct fcclComm* other = comms[1 - which];
       uint64_t check = 0;
-      uint64_t* otherOwn = fcclTransportPeerSlot(other, ctx->rank);
+      uint64_t* otherOwn = fcclTransportPeerSlot((other)->transport, ctx->rank);
       bad += cudaMemcpy(&check, otherOwn, 8, cudaMemcpyDeviceToHost) != cudaSuccess;
       bad += check != testWord(ctx->seed, 0, iteration - 1, 0);
     }
@@ -244,7 +244,7 @@ static int checkPeerReads(struct rankCtx* ctx, struct fcclComm* comm, const stru
     size_t span = sizeof(host);
     size_t offset = trial == 0 ? 0 : trial == 1 ? buf->bytes - span : testRandom(&state) % (buf->bytes - span) / 8 * 8;
     void* peerPtrs[NRANKS] = {0};
-    if (!fcclTransportLookup(comm, buf->dev + offset, span, peerPtrs)) {
+    if (!fcclTransportLookup((comm)->transport, buf->dev + offset, span, peerPtrs)) {
       EXPECT_MSG(0, "rank %d: %s at offset %zu is not found registered", ctx->rank, buf->what, offset);
       return 1;
     }
@@ -260,7 +260,7 @@ static int checkPeerReads(struct rankCtx* ctx, struct fcclComm* comm, const stru
   EXPECT_MSG(bad == 0, "rank %d: %d wrong words reading %s through the registration", ctx->rank, bad, buf->what);
   /* Beyond the registered bytes: not registered. */
   void* peerPtrs[NRANKS];
-  EXPECT_EQ_INT(fcclTransportLookup(comm, buf->dev + buf->bytes - 8, 16, peerPtrs), 0);
+  EXPECT_EQ_INT(fcclTransportLookup((comm)->transport, buf->dev + buf->bytes - 8, 16, peerPtrs), 0);
   return bad;
 }
 

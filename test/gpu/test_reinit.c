@@ -34,7 +34,7 @@ static fcclResult_t create(struct rankCtx* ctx, fcclComm_t* comm, const char* na
   config.allowSharedDevice = 1; /* one GPU: both processes on it */
   fcclResult_t res = fcclCommInitRankConfig(comm, ctx->nranks, ids[0], ctx->rank, &config);
   EXPECT_MSG(res == fcclSuccess, "rank %d: init of %s failed: %s", ctx->rank, name, fcclGetLastError(NULL));
-  if (res == fcclSuccess && fcclTransportPeerSlot(*comm, ctx->rank) == NULL) {
+  if (res == fcclSuccess && fcclTransportPeerSlot((*comm)->transport, ctx->rank) == NULL) {
     EXPECT_MSG(0, "rank %d: fcclCommInitRank did not set up the transport (init.c's LAYER SETUP hook)", ctx->rank);
     (void)fcclCommDestroy(*comm);
     return fcclInternalError;
@@ -160,7 +160,7 @@ static void testTwo(struct rankCtx* ctx) {
     destroy(comms[0]);
     return;
   }
-  EXPECT(fcclTransportSlotIndex(comms[0]) != fcclTransportSlotIndex(comms[1]));
+  EXPECT(fcclTransportSlotIndex(comms[0]->transport) != fcclTransportSlotIndex(comms[1]->transport));
   EXPECT_EQ_INT(stats(NULL).openMappings, ctx->nranks - 1); /* both slots live in the same chunks */
   enum { COUNT = 70001 }; /* odd */
   cudaStream_t streams[2];

@@ -1,0 +1,80 @@
+/*
+ * The public memory calls: buffer registration (fcclCommRegister / fcclCommDeregister), fcclMemAlloc / fcclMemFree
+ * and fcclCommGetMemStats. Arguments and the communicator's state are checked here; the transport does the work
+ * (src/transport/register.c, ipc.c) and its statistics.
+ */
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "transport.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
+/* A valid handle whose init finished and did not fail, with peer memory. */
+static fcclResult_t commWithTransport(fcclComm_t comm, const char* call) {
+  FCCLCHECK(fcclCommEnsureReady(comm, call));
+  if (!comm->transport)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "%s: communicator %s has no peer memory (was its init "
+                      "completed?)", call, comm->name);
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
+  fcclClearError();
+  FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
+  /* Bad buffers and a NULL handle are checked inside, so that every rank learns of them in the exchange. */
+  fcclResult_t res = fcclTransportRegister(comm->transport, buf, size, handle);
+  if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+  return res;
+}
+
+FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle) {
+  fcclClearError();
+  FCCLCHECK(commWithTransport(comm, "fcclCommDeregister"));
+  fcclResult_t res = fcclTransportDeregister(comm->transport, handle);
+  if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+  return res;
+}
+
+FCCL_API fcclResult_t fcclMemAlloc(void** ptr, size_t size) {
+  fcclClearError();
+  FCCL_REQUIRE(ptr != NULL, "fcclMemAlloc: ptr is NULL");
+  FCCL_REQUIRE(size > 0, "fcclMemAlloc: size is 0");
+  return fcclTransportMemAlloc(ptr, size);
+}
+
+FCCL_API fcclResult_t fcclMemFree(void* ptr) {
+  fcclClearError();
+  return fcclTransportMemFree(ptr);
+}
+
+FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats) {
+  fcclClearError();
+  FCCL_REQUIRE(stats != NULL, "fcclCommGetMemStats: stats is NULL");
+  FCCL_REQUIRE(stats->size >= offsetof(fcclMemStats_t, openMappings) + sizeof(uint64_t),
+               "fcclCommGetMemStats: stats->size is %zu; set it to sizeof(fcclMemStats_t)", stats->size);
+  FCCL_REQUIRE(comm == NULL || fcclCommIsValid(comm), "fcclCommGetMemStats: invalid communicator handle %p",
+               (void*)comm);
+  /* Set by a non-blocking init's thread: read once, with acquire. */
+  struct fcclTransport* transport = comm ? __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE) : NULL;
+  struct fcclTransportStats ts;
+  fcclTransportGetStats(transport, &ts);
+  fcclMemStats_t out;
+  memset(&out, 0, sizeof(out));
+  out.openMappings = ts.openMappings;
+  out.mappingReferences = ts.mappingReferences;
+  out.bytesMapped = ts.bytesMapped;
+  out.totalOpens = ts.totalOpens;
+  out.totalCloses = ts.totalCloses;
+  out.commRegistrations = ts.registrations;
+  out.commDeviceBytes = ts.deviceBytes;
+  out.commGraphRegistrations = ts.graphRegistrations;
+  /* Fields beyond the caller's size are not written: an older caller's smaller struct stays valid. */
+  size_t bytes = stats->size < sizeof(out) ? stats->size : sizeof(out);
+  out.size = stats->size;
+  memcpy(stats, &out, bytes);
+  return fcclSuccess;
+}
