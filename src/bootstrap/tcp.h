@@ -24,7 +24,10 @@
  */
 size_t fcclTcpEncodeErrorFrame(uint8_t* out, fcclResult_t result, int culprit, int reporter, const char* text);
 
-/* Sends a whole small frame if the socket takes it now; used for error notices, which must never block. */
+/*
+ * Sends a whole small frame if the socket takes it now, trying for at most 100 ms; used for error notices, which
+ * must never block: a peer that does not read must not hold up the failure this side is returning.
+ */
 void fcclTcpSendNotice(int fd, const uint8_t* frame, size_t size);
 
 /* Reads what is already queued (so that close sends FIN, not a reset that could destroy our reply), then closes. */

@@ -25,12 +25,13 @@
 #define RING_MAX_PENDING 8
 
 /* A rank waits for the root's verdict a little longer than the root waits for the ranks, so that the root (which
- * knows who is missing) reports first. */
+ * knows who is missing) reports first (docs/bootstrap.md#failures). */
 static int verdictGraceMs(int timeoutMs) {
   int grace = timeoutMs / 4 + 100;
   return grace > 2000 ? 2000 : grace;
 }
 
+/* This host's name for the hello: NUL-terminated and printable, as the root's hello parser requires. */
 static void localHostName(char* out, size_t size) {
   if (gethostname(out, size) != 0) snprintf(out, size, "unknown");
   out[size - 1] = '\0';
@@ -61,6 +62,7 @@ static const char* opName(uint16_t type) {
 /*
  * Reports a failure once (FCCL_ERROR), and tells the ring neighbours so they stop waiting and name the same
  * culprit. toNext: whether the stream to next is at a frame boundary (a notice mid-frame would be read as data).
+ * docs/bootstrap.md#failures has what each failure looks like to the other ranks.
  */
 static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
                              const char* fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -103,6 +105,14 @@ static fcclResult_t ringRelay(struct tcpState* t, int rank, int toNext, const ui
                     (int)error.reporter);
 }
 
+/*
+ * One all-gather (data: nranks chunks of bytes, ours in place) or barrier (bytes 0) around the ring, in n - 1
+ * steps: step s sends the chunk of rank - s to next and receives the chunk of rank - s - 1 from prev, straight
+ * into place. Sends and receives are non-blocking and interleaved (a step's send needs only the previous step's
+ * receive), so chunks larger than the socket buffers cannot deadlock the ring. Every frame carries the type, the
+ * sequence number and the length, so ranks that called different operations (or all-gathers of different sizes)
+ * fail instead of mixing their data. docs/bootstrap.md#all-gather-and-barrier-on-the-ring
+ */
 static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data, size_t bytes) {
   struct tcpState* t = b->impl;
   const int n = b->nranks, rank = b->rank;

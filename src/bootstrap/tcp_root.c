@@ -90,6 +90,8 @@ static void rootReplyError(int* fd, fcclResult_t result, int culprit, const char
   fcclTcpDrainAndClose(fd);
 }
 
+/* Fails the rendezvous (the first failure wins): logs it once and sends the error to every arrived rank; ranks that
+ * arrive later get it from rootAdmit. */
 static void rootFail(struct rootState* st, fcclResult_t result, int culprit, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void rootFail(struct rootState* st, fcclResult_t result, int culprit, const char* fmt, ...) {
@@ -259,6 +261,7 @@ static void rootCheckRank(struct rootState* st, int rank) {
            st->arrived + 1, st->nranks);
 }
 
+/* The deadline passed with ranks missing: the error every arrived rank gets names them (the first 16). */
 static void rootTimeout(struct rootState* st) {
   char missing[256] = "";
   size_t used = 0;
@@ -330,6 +333,10 @@ static void rootWelcome(struct rootState* st) {
   }
 }
 
+/*
+ * The root thread. It has no abort flag: its polls (at most 50 ms) are bounded by its deadline, and it stops early
+ * when fcclBootstrapStopRoot sets root->stop or the process exits (rootsStop). docs/bootstrap.md#failures
+ */
 static void* rootMain(void* arg) {
   struct tcpRoot* root = arg;
   struct rootState* st = calloc(1, sizeof(*st));
