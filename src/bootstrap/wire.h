@@ -2,7 +2,7 @@
  * The bootstrap's wire format: framed messages with explicit little-endian fields, and parsers that check every
  * length and field against limits before anything is used. Parsers are pure (no I/O, no logging): they return a
  * status and say why in a caller buffer, so the caller reports the failure once, with the peer it came from, and
- * the fuzzer can run them at full speed. See docs/bootstrap.md for the protocol.
+ * the fuzzer can run them at full speed. docs/bootstrap.md#messages has the frames and their limits.
  */
 #ifndef FCCL_BOOTSTRAP_WIRE_H_
 #define FCCL_BOOTSTRAP_WIRE_H_

@@ -1,8 +1,8 @@
 /*
  * The bootstrap layer: out-of-band exchange among the ranks of a communicator while it is created and destroyed.
- * One ops table (struct fcclBootstrapOps), one file per method: TCP rendezvous through a unique id
- * (bootstrap_tcp.c, with the launcher-variable form in bootstrap_env.c), the application's callbacks
- * (bootstrap_external.c), an existing NCCL communicator (bootstrap_nccl.c).
+ * One ops table (struct fcclBootstrapOps), one file per method: TCP rendezvous through a unique id (its two
+ * sides in tcp_root.c, the root server, and tcp_ring.c, the ranks; the launcher-variable form in bootstrap_env.c),
+ * the application's callbacks (bootstrap_external.c), an existing NCCL communicator (bootstrap_nccl.c).
  *
  * What other layers use: fcclBootstrapAllGather, fcclBootstrapBarrier, and struct fcclPeerInfo (comm->peerInfo[r]
  * holds what rank r said about itself at init: same host and process are hostHash/pidNs/pid equality).
@@ -61,7 +61,7 @@ void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap);
 /* The timeout to use: configMs when > 0, else FCCL_BOOTSTRAP_TIMEOUT. */
 int fcclBootstrapTimeoutMs(int configMs);
 
-/* ---- TCP rendezvous (bootstrap_tcp.c) ------------------------------------------------------------------------ */
+/* ---- TCP rendezvous (tcp_root.c, tcp_ring.c) ----------------------------------------------------------------- */
 
 /*
  * Fills a unique id and starts a root thread serving it: listening at FCCL_COMM_ID, else at FCCL_SOCKET_IFNAME's
