@@ -7,7 +7,8 @@
  *                        plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs: the
  *                        first GPU's, or 132 without one). Nothing else is printed; scripts/gpu-tune reads it.
  */
-#include "device.h"
+#include "algo.h"
+#include "device_state.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
 #include "param.h"

@@ -1,11 +1,13 @@
 /*
  * Which all-reduce algorithm runs a call, and on how many blocks. Pure functions of the call's size, the rank
- * count and whether the buffers are registered, so every rank makes the same choice. The thresholds are one table,
- * to be tuned from the benchmark (docs/perf/); docs/collectives.md explains each algorithm.
+ * count and whether the buffers are registered, so every rank makes the same choice. The thresholds are one table;
+ * docs/collectives.md explains each algorithm, docs/perf/notes/selection.md how each threshold was measured.
  */
+#include "algo.h"
+
 #include "check.h"
 #include "debug.h"
-#include "device.h"
+#include "tuning.h"
 
 #include <string.h>
 
@@ -13,18 +15,12 @@
  * Up to llMax bytes: LL (one hop, data carries its flags, 2x the bytes on the wire). Then one-shot up to
  * oneshotMax (plain: push through staging; registered: pull in place; one flag hop, (n - 1) x the bytes), and
  * two-shot beyond (2 (n - 1) / n x the bytes, two flag hops). One-shot moves fewer bytes than two-shot only for
- * n = 2, hence the smaller limits for more ranks. 2 ranks: measured on 2x H200 (docs/perf/2026-11-30-h200x2-tune):
- * LL is fastest up to its whole area (256 KiB), plain one-shot up to 8 MiB (4 MiB: 18.05 us against 19.58 two-shot;
- * 8 MiB: 32.52 against 33.01, docs/perf/2026-11-30-h200x2-s6; it needs the message to fit one staging chunk, 8 MiB
- * at the default staging since the sixth session, else two-shot runs), and with
- * registered buffers two-shot is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is
- * never chosen. LL128 (fourth session, docs/perf/2026-11-30-h200x2-s4) beats all of them from 512 KiB to 1 MiB,
- * plain and registered (1 MiB: 6.75 us against 7.49 one-shot and 8.12 registered two-shot), and loses from 2 MiB
- * and below 256 KiB. 4 and 8 ranks: not measured on as many GPUs yet (#8), so no LL128.
+ * n = 2, hence the smaller limits for more ranks. For 2 ranks LL is fastest up to its whole area (256 KiB), plain
+ * one-shot up to 8 MiB (it needs the message to fit one staging chunk, else two-shot runs), and with registered
+ * buffers two-shot is faster than one-shot from 512 KiB, below which LL wins: registered one-shot is never chosen.
+ * LL128 beats all of them from 512 KiB to 1 MiB, plain and registered, and loses from 2 MiB and below 256 KiB.
+ * The rows for 4 and 8 ranks are estimates until they are measured on as many GPUs, so they have no LL128.
  */
-#ifndef FCCL_PUSH_SCATTER_MIN_2RANKS /* -DFCCL_PUSH_SCATTER_MIN_2RANKS=N (bytes) to time others */
-#define FCCL_PUSH_SCATTER_MIN_2RANKS (16u << 20)
-#endif
 static const struct {
   int maxRanks;
   uint64_t llMax;
@@ -39,16 +35,9 @@ static const struct {
     {8, 16u << 10, 128u << 10, 128u << 10, 0, 0},
 };
 
-/* LL blocks: 256 threads, 3-5% faster than 512 from 4 KiB to 256 KiB on 2x H200 and equal below; 128 was as good
- * up to 128 KiB and 14% slower at 256 KiB (docs/perf/2026-11-30-h200x2-tune/ab-ll-threads.txt). At most 128
- * blocks: the whole LL area of 2 ranks (32768 packets) in one pass. -DFCCL_LL_THREADS=N (a multiple of 32) sets
- * another size at build time, to time alternatives. */
-#ifndef FCCL_LL_THREADS
-#define FCCL_LL_THREADS 256
-#endif
+/* LL blocks: FCCL_LL_THREADS threads (tuning.h); at most 128 blocks: the whole LL area of 2 ranks (32768 packets)
+ * in one pass. */
 #define FCCL_LL_MAX_PACKETS_PER_PASS 32768
-FCCL_STATIC_ASSERT(FCCL_LL_THREADS >= 32 && FCCL_LL_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL_THREADS % 32 == 0,
-                   "FCCL_LL_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
 
 const char* fcclAlgoName(int algo) {
   switch (algo) {
@@ -69,7 +58,6 @@ const char* fcclScatterName(int scatter) {
     case FCCL_SCATTER_PUSH: return "push";
     case FCCL_SCATTER_INBOX: return "inbox";
     case FCCL_SCATTER_COPY: return "copy";
-    case FCCL_SCATTER_COPY_PULL: return "copy-pull";
     default: return "unknown";
   }
 }
@@ -130,7 +118,7 @@ static void grid(fcclDevKernel_t algo, const fcclAlgoQuery* q, fcclAlgoChoice* c
     /* Only 2 ranks: the peer's units then go to the one place of the owner's output nothing else writes. */
     const uint64_t pushScatterMin = algoTable[tableRow(q)].pushScatterMin;
     if (q->copyScatterMin > 0 && q->bytes >= q->copyScatterMin)
-      c->scatter = FCCL_COPY_SCATTER_PULL ? FCCL_SCATTER_COPY_PULL : FCCL_SCATTER_COPY;
+      c->scatter = FCCL_SCATTER_COPY;
     else if (pushScatterMin > 0 && q->bytes >= pushScatterMin)
       /* Into the owner's inbox while its share fits one staging chunk: no "ready" to wait for first. */
       c->scatter = divUp(units, 2) * FCCL_UNIT_BYTES <= q->chunkBytes ? FCCL_SCATTER_INBOX : FCCL_SCATTER_PUSH;

@@ -14,6 +14,7 @@
 #include "cudawrap.h"
 #include "debug.h"
 #include "device.h"
+#include "device_state.h"
 #include "local_group.h"
 #include "param.h"
 #include "transport.h"

@@ -18,12 +18,6 @@
 #include "primitives.cuh"
 #include "reduce.cuh"
 
-/* Phase timestamps for the experiment harness docs/perf/2026-11-30-h200x2-s8/phases.cu, which defines this
- * before including the kernels' sources; nothing in the library. */
-#ifndef FCCL_PHASE_MARK
-#define FCCL_PHASE_MARK(epoch, phase)
-#endif
-
 namespace fccl {
 
 __device__ __forceinline__ char* slotPtr(const fcclDevComm& c, int rank, uint64_t offset) {
@@ -151,9 +145,8 @@ struct UnitWords {
 /*
  * The element-by-element paths of UnitIO (a misaligned buffer, the tail), out of line: one copy per element size
  * and unit size, called from every access. Inlined at every access (up to 8 ranks x 4 units per loop, in three rank
- * bounds), they made the kernels up to 162 KB of code (registered two-shot, bf16; 82 KB now). On 2x H200 the
- * times were the same either way (docs/perf/2026-11-30-h200x2-s8): kept for the smaller code. Missing elements
- * read as zero bits and are never stored.
+ * bounds), they doubled the kernels' code for no gain in time. Missing elements read as zero bits and are never
+ * stored.
  */
 template <class Bits, int B>
 struct UnitTail {
@@ -161,8 +154,7 @@ struct UnitTail {
 
   /* Assembled into the 8-byte words, never written element by element into the unit: with per-element writes,
    * types narrower than 4 bytes had the vector path's result split into 16- or 8-bit registers where the two
-   * paths join, and the thread waited for that load right there (0.28 us per call on H200,
-   * docs/perf/2026-11-30-h200x2-s7). */
+   * paths join, and the thread waited for that load right there (docs/perf/notes/tried-and-dropped.md). */
   static __device__ __noinline__ UnitWords<B> load(uint64_t base, uint64_t offset, uint64_t bytes) {
     UnitWords<B> x = {};
 #pragma unroll
@@ -250,7 +242,7 @@ __device__ __forceinline__ void reduceRanksUnits(const uint64_t (&bases)[FCCL_DE
       if (r < n && u < end) IO::load(bases[r], u, bytes, v[k][r]);
   }
   /* Only the units below end: the last pass of a loop often has fewer than K, and the others are not worth their
-   * instructions (one-shot push, 1 MiB, one unit per thread: 8.86 us against 8.99-9.21; s8 phases-lib). */
+   * instructions. */
 #pragma unroll
   for (int k = 0; k < K; k++) {
     if (u0 + (uint64_t)k * step >= end) break;
@@ -273,10 +265,8 @@ __device__ __forceinline__ void reduceRanks16(const uint64_t (&bases)[FCCL_DEVIC
 }
 
 /* Units a thread of a pulling kernel loads at once for a rank bound NR: 8 loads in flight whatever the rank count
- * (one unit per rank left about 1 MB in flight across the GPU, near what NVLink's latency needs under load). */
-#ifndef FCCL_PULL_DEPTH_2RANKS /* -DFCCL_PULL_DEPTH_2RANKS=N sets another depth for 2 ranks, to time alternatives */
-#define FCCL_PULL_DEPTH_2RANKS 4
-#endif
+ * (one unit per rank left about 1 MB in flight across the GPU, near what NVLink's latency needs under load). The
+ * 2-rank depth is in tuning.h. */
 template <int NR>
 struct PullDepth {
   static constexpr int kUnits = NR <= 2 ? FCCL_PULL_DEPTH_2RANKS : NR <= 4 ? 2 : 1;

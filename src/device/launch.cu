@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(
   epochEnd(c, epoch);
 }
 
+/* The kernel of an all-reduce algorithm for (type, op) and the communicator's rank count; NULL when none. */
 static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
   const int rankBound = fcclRankBound(nranks);
   switch (algo) {
@@ -61,27 +62,28 @@ static fcclResult_t launch(const void* kernel, dim3 grid, dim3 block, void** arg
 
 }  // namespace fccl
 
-extern "C" fcclResult_t fcclDeviceLaunchAllReduce(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op,
-                                                  const fcclDevComm* comm, const fcclDevArgs* args, int blocks,
-                                                  int threads, int pdl, cudaStream_t stream) {
-  const void* kernel = comm != nullptr ? fccl::allReduceKernel(algo, type, op, comm->nranks) : nullptr;
-  if (kernel == nullptr || comm == nullptr || args == nullptr)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no all-reduce kernel for algorithm %d, type %d, op %d",
-                      (int)algo, (int)type, (int)op);
+extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op,
+                                         const fcclDevComm* comm, const fcclDevArgs* args, int blocks, int threads,
+                                         int pdl, cudaStream_t stream) {
+  if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel launch without comm");
+  fcclDevComm c = *comm;
+  if (kernel == FCCL_KERNEL_BARRIER) {
+    if (blocks != 1 || threads != FCCL_DEVICE_BARRIER_THREADS)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier grid %d x %d is not 1 x %d", blocks, threads,
+                        FCCL_DEVICE_BARRIER_THREADS);
+    void* params[] = {&c};
+    return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
+                        dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
+  }
+  const void* function = fccl::allReduceKernel(kernel, type, op, comm->nranks);
+  if (function == nullptr || args == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no kernel for algorithm %d, type %d, op %d",
+                      (int)kernel, (int)type, (int)op);
   if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS || threads < 32 || threads > FCCL_DEVICE_THREADS ||
       threads % 32 != 0 || threads < comm->nranks)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "all-reduce grid %d x %d outside [1, %d] x [32, %d]",
-                      blocks, threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
-  fcclDevComm c = *comm;
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel grid %d x %d outside [1, %d] x [32, %d]", blocks,
+                      threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
   fcclDevArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(kernel, dim3(blocks), dim3(threads), params, pdl, stream, "all-reduce");
-}
-
-extern "C" fcclResult_t fcclDeviceLaunchBarrier(const fcclDevComm* comm, int pdl, cudaStream_t stream) {
-  if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier launch without comm");
-  fcclDevComm c = *comm;
-  void* params[] = {&c};
-  return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
-                      dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
+  return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "all-reduce");
 }

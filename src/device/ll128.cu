@@ -23,23 +23,8 @@ namespace {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int kLinesPerWarp = 4;
-/* Line groups a warp receives at once: their polls are in flight together. -DFCCL_LL128_GROUPS=N to time others. */
-#ifndef FCCL_LL128_GROUPS
-#define FCCL_LL128_GROUPS 4
-#endif
+/* Line groups a warp receives at once: their polls are in flight together (tuning.h). */
 constexpr int kGroups = FCCL_LL128_GROUPS;
-/* -DFCCL_LL128_SPLIT=1 (an experiment): half of each block's warps push, the other half receive at the same time, so
- * that lines are reduced while later ones cross instead of after the last push was issued. Receiving warp r takes
- * the lines the peers' pushing warp r sends, in the order it sends them. */
-#ifndef FCCL_LL128_SPLIT
-#define FCCL_LL128_SPLIT 0
-#endif
-/* -DFCCL_LL128_PUSH_BATCH=N (an experiment): a pushing warp loads the input of N groups before it stores them, so
- * that N loads are in flight at once instead of the one group loaded ahead. */
-#ifndef FCCL_LL128_PUSH_BATCH
-#define FCCL_LL128_PUSH_BATCH 1
-#endif
-constexpr int kPushBatch = FCCL_LL128_PUSH_BATCH;
 
 __device__ __forceinline__ uint64_t ll128Region(const fcclDevComm& c, uint64_t parity, int writer, int receiver) {
   return fcclLL128RegionOffset(&c.layout, c.nranks, parity, writer, receiver);
@@ -58,16 +43,9 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   const int lane = threadIdx.x & 31;
   const int part = lane & 7;
   const bool flagPart = part == 7;
-  const int blockWarps = blockDim.x >> 5;
-  const bool split = FCCL_LL128_SPLIT && blockWarps >= 2;
-  const int roleWarps = split ? blockWarps / 2 : blockWarps; /* warps of this block in each role */
-  const int blockWarp = threadIdx.x >> 5;
-  const bool pushes = !split || blockWarp < roleWarps;
-  const bool receives = !split || (blockWarp >= roleWarps && blockWarp < 2 * roleWarps); /* an odd warp idles */
-  /* This warp's index among its role's warps, and their number (in groups of kLinesPerWarp lines). */
-  const uint64_t warp = split ? (uint64_t)blockIdx.x * roleWarps + blockWarp % roleWarps
-                              : ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const uint64_t groupStride = split ? (uint64_t)gridDim.x * roleWarps : ((uint64_t)gridDim.x * blockDim.x) >> 5;
+  /* This warp's index in the grid, and the number of warps (in groups of kLinesPerWarp lines). */
+  const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const uint64_t groupStride = ((uint64_t)gridDim.x * blockDim.x) >> 5;
   const uint64_t groups = divUp(lines, kLinesPerWarp);
   /* Our own units of line L: L * 15 + 2 part, and the next one unless this is the flag part. */
   auto loadOwn = [&](uint64_t line, Unit& u0, Unit& u1) {
@@ -86,37 +64,11 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   const int n = c.nranks;
   const int me = c.rank;
 
-  /* Push: every lane runs the same iterations, and the lanes of a line store it together. */
-  auto pushLine = [&](uint64_t line, const Unit& u0, const Unit& u1) {
-    const uint64_t lo = u0.words[0];
-    const uint64_t hi = flagPart ? epoch : u1.words[0];
-    const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
-#pragma unroll
-    for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
-      if (p >= n || p == me) continue;
-      __syncwarp();
-      if (line < lines) st_ll_packet(ptr<char>(c.slots[p] + ll128Region(c, parity, me, p) + at), lo, hi);
-    }
-  };
-  if (kPushBatch > 1) {
-    for (uint64_t g = pushes ? warp : groups; g < groups; g += kPushBatch * groupStride) {
-      Unit b0[kPushBatch], b1[kPushBatch];
-#pragma unroll
-      for (int k = 0; k < kPushBatch; k++) {
-        const uint64_t line = (g + k * groupStride) * kLinesPerWarp + (lane >> 3);
-        b0[k].words[0] = 0;
-        b1[k].words[0] = 0;
-        if (line < lines) loadOwn(line, b0[k], b1[k]);
-      }
-#pragma unroll
-      for (int k = 0; k < kPushBatch; k++)
-        pushLine((g + k * groupStride) * kLinesPerWarp + (lane >> 3), b0[k], b1[k]);
-    }
-  } else {
-    /* The next group's input is loaded before this group's stores, so that its memory latency overlaps them
-     * instead of following them. */
+  /* Push: every lane runs the same iterations, and the lanes of a line store it together. The next group's input
+   * is loaded before this group's stores, so that its memory latency overlaps them instead of following them. */
+  {
     Unit d0 = first0, d1 = first1;
-    for (uint64_t g = pushes ? warp : groups; g < groups; g += groupStride) {
+    for (uint64_t g = warp; g < groups; g += groupStride) {
       const uint64_t line = g * kLinesPerWarp + (lane >> 3);
       const bool active = line < lines;
       const uint64_t nextLine = line + groupStride * kLinesPerWarp;
@@ -140,7 +92,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
 
   /* Receive kGroups groups at a time: all their polls are issued before any is checked. */
   bool failed = false;
-  for (uint64_t g0 = receives ? warp : groups; g0 < groups && !failed; g0 += kGroups * groupStride) {
+  for (uint64_t g0 = warp; g0 < groups && !failed; g0 += kGroups * groupStride) {
     uint64_t line[kGroups];
     bool active[kGroups];
     UnitReducer<TT, OT, 8> acc0[kGroups], acc1[kGroups];

@@ -19,7 +19,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   using Unit = typename IO::Unit;
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
-  FCCL_PHASE_MARK(epoch, 0);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -28,8 +27,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   /* Our inbox region [parity] in each peer's slot (pushBases), and rank w's data for the reduction (bases): our
-   * input for w == me, else inbox [parity][w] of our slot. Computed once, before the flag: s7's SASS showed the
-   * peer-region arithmetic left in the loop, per unit and peer. */
+   * input for w == me, else inbox [parity][w] of our slot. Computed once, before the flag, so that no peer-region
+   * arithmetic runs per unit and peer. */
   uint64_t pushBases[FCCL_DEVICE_MAX_RANKS] = {};
   uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
   peerRegionsOutbound<NR>(c, c.layout.inboxOffset, parity, pushBases);
@@ -44,20 +43,14 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
     for (int p = 0; p < NR; p++)
       if (p < n && p != me) st_data16(ptr<void>(pushBases[p] + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
   }
-  FCCL_PHASE_MARK(epoch, 1);
   __syncthreads();
-  FCCL_PHASE_MARK(epoch, 2);
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true);
-  FCCL_PHASE_MARK(epoch, 3);
   if (!waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PUSH, FCCL_PHASE_INBOX,
                  epoch)) {
-    FCCL_PHASE_MARK(epoch, 4);
-    /* The pulling loop's batches (all loads of PullDepth units before the first add). One unit at a time, each
-     * iteration waits a load latency: the harness's 4 MiB reduction took 2.0 us after the flag, batched 1.7
-     * (docs/perf/2026-11-30-h200x2-s8). */
+    /* The pulling loop's batches (all loads of PullDepth units before the first add): one unit at a time, each
+     * iteration would wait a load latency. */
     reducePulled<TT, OpTraits<OP>, NR>(bases, n, 0, units, first, stride, a.bytes,
                                        [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
-    FCCL_PHASE_MARK(epoch, 5);
   }
   epochEnd(c, epoch);
 }

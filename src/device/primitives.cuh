@@ -7,7 +7,7 @@
  *                its own flag (LL packets), where the flag and the data arrive in one single-copy-atomic word.
  *   release.sys  every earlier load and store of this thread (and, through a preceding __syncthreads, of its
  *                block) is visible system-wide before the flag is. Used where a flag hands over data written in
- *                the same kernel. Costs a system fence (0.6 us more per hop than relaxed, measured on H200).
+ *                the same kernel. Costs a system fence (docs/perf/notes/link.md has the price per hop).
  *   acquire.sys  later loads of this thread (and, after a __syncthreads, of its block) see what the releasing
  *                writer wrote before its flag. Polls spin relaxed and make one acquire load once the flag is
  *                seen, so the L1 invalidation an acquire implies is paid once, not per iteration.
@@ -153,9 +153,9 @@ static __device__ __noinline__ void recordError(uint64_t stateAddr, uint64_t hos
  * the host set the abort word, another wait of this communicator already failed, or FCCL_TIMEOUT passed (then
  * the failure is recorded as fcclTimeout). The clock is read every 256 polls; the abort word and the error claim
  * only once a wait has lasted kQuietNs. The abort word lives in host memory: when every waiting block of a large
- * grid read it at once, the reads went over PCIe one after another (about 0.65 us each) and a wait of a few tens
- * of microseconds (a peer that started late) grew into 90-400 us per call, which then made the peer late in turn.
- * An abort is still seen about a millisecond into a wait.
+ * grid read it at once, the reads went over PCIe one after another, so that a short wait (a peer that started
+ * late) grew many times longer and then made the peer late in turn. An abort is still seen about a millisecond
+ * into a wait.
  */
 struct Spin {
   static constexpr uint64_t kQuietNs = 1000000; /* 1 ms: far longer than any skew a healthy call absorbs */

@@ -1,38 +1,34 @@
 /*
  * Two-shot all-reduce over registered buffers: rank r owns units [r * share, (r + 1) * share). It reduces its units
  * in rank order and stores the result into every rank's output (all-gather by push). Each unit crosses NVLink twice,
- * whatever the rank count. The reduce-scatter comes in two forms:
+ * whatever the rank count. The reduce-scatter comes in these forms (fcclScatter_t, chosen by fcclAlgoSelect):
  *
  *   pull (any rank count, in place or not) the owner reads its units from every rank's input in place.
  *     ready  (pad A step 1, relaxed post, one acquire load once seen) a peer reached the call: its input is final
  *            and its output may be written.
  *     done   (pad B, release, waited with acquire) a peer finished reading our input and writing our output.
- *   push (2 ranks, out of place, FCCL_SCATTER_PUSH) each rank first stores its input units of the peer's share into
- *     the peer's output, at their own place, which the owner then reduces in place with its input. Only stores
- *     cross NVLink: on 2x H200, stores in both directions at once move 365 GB/s per direction, loads 335
- *     (docs/perf/2026-11-30-h200x2-s5/linkbw.txt), at the price of one more flag hop: faster from 16 MiB
- *     (64 MiB: 189.5 us against 202), slower below (4 MiB: 19.7 against 17.3). Each release after remote stores
- *     costs 1.5-3 us (docs/perf/2026-11-30-h200x2-s6), so more than two parts lose (s8 phases.txt).
+ *   push (2 ranks, out of place) each rank first stores its input units of the peer's share into the peer's
+ *     output, at their own place, which the owner then reduces in place with its input. Only stores cross NVLink,
+ *     which move more than loads with both directions busy, at the price of one more flag hop: chosen for large
+ *     messages only (FCCL_PUSH_SCATTER_MIN_2RANKS). Each release after remote stores costs a fence, so the scatter
+ *     goes in at most two parts.
  *     ready  as above.
  *     sent   (pad A steps 2 and 3, release, acquire) the peer's units of our share are in our output: one step
  *            per part (two up to kTwoPartRows rows per block), so that part 0 is reduced while part 1 crosses.
  *     done   as above. The peer's result goes to the other share of our output, which nothing else touches.
- *   inbox (2 ranks, out of place, FCCL_SCATTER_INBOX: while a share fits one staging chunk) as push, but into the
- *     owner's inbox region (staging, parity epoch & 1), whose reuse follows from the epochs as for the staged
- *     algorithms: no "ready" to post or wait for. The all-gather still writes the peer's output, but only after the
- *     peer's "sent", which it posted from inside the call. 16 MiB on 2x H200: 51.80 us against 52.16 with the push
- *     into the output (docs/perf/2026-11-30-h200x2-s11); slower than the pull at 2-8 MiB, where it is not chosen.
+ *   inbox (2 ranks, out of place, while a share fits one staging chunk) as push, but into the owner's inbox region
+ *     (staging, parity epoch & 1), whose reuse follows from the epochs as for the staged algorithms: no "ready" to
+ *     post or wait for. The all-gather still writes the peer's output, but only after the peer's "sent", which it
+ *     posted from inside the call.
  *     sent, done   as push.
- *   copy (2 ranks, out of place, FCCL_SCATTER_COPY) as push, but the host enqueued a barrier and a copy-engine
- *     copy of the peer's units before the kernel (collectives.c, scatterByCopy): the copy engines move 390 GB/s
- *     per direction against 364 for SM stores (docs/perf/2026-11-30-h200x2-s9/linkmix.txt). When the kernel
- *     starts, our units of the peer's share are in the peer's output and the barrier stood for "ready".
+ *   copy (2 ranks, out of place, from FCCL_COPY_SCATTER_MIN) as push, but the host enqueued a barrier and a
+ *     copy-engine copy of the peer's units before the kernel (core/allreduce.c): the copy engines move more than
+ *     SM stores. When the kernel starts, our units of the peer's share are in the peer's output and the barrier
+ *     stood for "ready".
  *     sent   (pad A step 2, release, acquire) the peer's copy into our output completed.
  *     done   as above.
- *   copy-pull (FCCL_SCATTER_COPY_PULL, a build-time experiment: -DFCCL_COPY_SCATTER_PULL=1) as copy, but our own
- *     copy read the peer's units of our share from its input into our output, so stream order stands for "sent".
- *     done   as above; it also tells the peer that our copy has finished reading its input.
  * In place is safe (pull): only the owner of a unit reads or writes it, the reads before the writes, in one thread.
+ * Measurements behind these choices: docs/perf/notes/selection.md, docs/perf/notes/copy-engines.md.
  */
 #include "common.cuh"
 #include "kernels.cuh"
@@ -40,13 +36,7 @@
 namespace fccl {
 
 /* The reduce-scatter by push goes in two parts while a block's share is at most kTwoPartRows grid rows (128 MiB
- * on 132 blocks of 512 threads), in one part beyond. On 2x H200, two parts took 16 MiB from 53.7-53.9 us to
- * 53.3-53.4 (3fbf1ff against c36f16e); once the kernels stopped spilling (s9), two parts up to 64 rows against 8
- * took 32 MiB from 97.97 to 97.24 us, 64 MiB from 190.49 to 190.00, 128 MiB from 376.13 to 375.53
- * (docs/perf/2026-11-30-h200x2-s9/ab-rows-52765c0.txt). Beyond, the copy engines scatter (FCCL_SCATTER_COPY). */
-#ifndef FCCL_TWO_PART_ROWS /* -DFCCL_TWO_PART_ROWS=N sets another bound at build time, to time alternatives */
-#define FCCL_TWO_PART_ROWS 64
-#endif
+ * on 132 blocks of 512 threads; tuning.h), in one part beyond. */
 constexpr uint64_t kTwoPartRows = FCCL_TWO_PART_ROWS;
 
 template <int DT, int OP, int NR>
@@ -56,7 +46,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   using Unit = typename IO::Unit;
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c);
-  FCCL_PHASE_MARK(epoch, 0);
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
@@ -80,7 +69,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
       return;
     }
   }
-  FCCL_PHASE_MARK(epoch, 1);
   if (a.scatter != FCCL_SCATTER_PULL) { /* push, inbox or copy: 2 ranks, out of place (fcclAlgoSelect) */
     const int peer = 1 - me;
     const uint64_t peerBegin = (uint64_t)peer * share;
@@ -96,12 +84,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     const uint64_t arrivedBase = inbox ? stagingRegion(c, c.layout.inboxOffset, parity, peer, me) -
                                              begin * FCCL_UNIT_BYTES
                                        : a.recvbuf;
-    /* Our own stream's copy brought the peer's units of our share: nothing to post or wait for. */
-    const bool pulledCopy = FCCL_COPY_SCATTER_PULL && a.scatter == FCCL_SCATTER_COPY_PULL;
-    const bool copied = a.scatter == FCCL_SCATTER_COPY || pulledCopy;
+    const bool copied = a.scatter == FCCL_SCATTER_COPY;
     /* In parts of whole grid rows, each with its own "sent" step: the owner reduces and all-gathers part 0 while
-     * part 1 is still on the link (harness: 16 MiB 50.8-51.0 us against 51.9-52.4 in one part, s8 phases.txt).
-     * Each part costs a release fence after remote stores (kTwoPartRows bounds where two parts were measured). */
+     * part 1 is still on the link. Each part costs a release fence after remote stores. */
     const uint64_t rows = divUp(share, stride);
     const int parts = !copied && rows <= kTwoPartRows ? 2 : 1;
     const uint64_t partUnits = divUp(rows, (uint64_t)parts) * stride;
@@ -116,21 +101,19 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
         }
         __syncthreads();
       }
-      if (!pulledCopy) postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
+      postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
-    FCCL_PHASE_MARK(epoch, 2);
-    /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
+      /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
      * inbox) at [peer]. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
     bases[0] = me == 0 ? a.sendbuf : arrivedBase;
     bases[1] = me == 0 ? arrivedBase : a.sendbuf;
     for (int part = 0; part < parts; part++) {
-      if (!pulledCopy && waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true,
-                                   FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_INBOX, epoch)) {
+      if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
+                    FCCL_PHASE_INBOX, epoch)) {
         epochEnd(c, epoch);
         return;
       }
-      if (part == 0) FCCL_PHASE_MARK(epoch, 3);
       const uint64_t partBegin = begin + part * partUnits;
       const uint64_t partEnd = partBegin + partUnits < end ? partBegin + partUnits : end;
       if (partBegin < partEnd)
@@ -140,11 +123,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
     reducePulled<TT, OpTraits<OP>, NR>(a.peerSend, n, begin, end, first, stride, a.bytes, storeAll);
   }
   __syncthreads();
-  FCCL_PHASE_MARK(epoch, 4);
   postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
-  FCCL_PHASE_MARK(epoch, 5);
   (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_DONE, epoch);
-  FCCL_PHASE_MARK(epoch, 6);
   epochEnd(c, epoch);
 }
 

@@ -7,6 +7,8 @@
 #ifndef FCCL_DEVICE_HOST_H_
 #define FCCL_DEVICE_HOST_H_
 
+#include "tuning.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,25 +40,18 @@
 /* The LL area of a slot holds 2 parities x nranks writers x (capacity x 2) bytes; it is this size for any nranks. */
 #define FCCL_LL_AREA_BYTES (2u << 20)
 /*
- * LL128: lines of 128 bytes, 120 of data and the epoch in the last 8. The area holds 2 parities x (n - 1) writers
- * (writer w's region in receiver r's slot is number (w - r - 1 + n) % n) of ll128Lines lines each; 4 MiB in all,
- * so 1.875 MiB of data per writer for 2 ranks (the table uses LL128 up to 1 MiB), 274 KiB for 8. Every byte here
- * costs FCCL_ARENA_SLOTS bytes per GPU (the arena allocates that many slots at once).
+ * LL128: lines of 128 bytes, 120 of data and the epoch in the last 8. The area (FCCL_LL128_AREA_BYTES) holds
+ * 2 parities x (n - 1) writers (writer w's region in receiver r's slot is number (w - r - 1 + n) % n) of
+ * ll128Lines lines each: 1.875 MiB of data per writer for 2 ranks, 274 KiB for 8.
  */
 #define FCCL_LL128_LINE_BYTES 128
 #define FCCL_LL128_LINE_DATA 120
-#ifndef FCCL_LL128_AREA_BYTES /* -DFCCL_LL128_AREA_BYTES=N (host and device, a multiple of 2 MiB) to time others */
-#define FCCL_LL128_AREA_BYTES (4u << 20)
-#endif
-/* Threads per LL128 block, as for LL; also the kernel's launch bound, which leaves it the registers its 4 line
- * groups of accumulators need without spilling (1-byte types spilled 312 bytes per thread under the 512-thread
- * bound). -DFCCL_LL128_THREADS=N (host and device) to time others. */
-#ifndef FCCL_LL128_THREADS
-#define FCCL_LL128_THREADS 256
-#endif
 FCCL_STATIC_ASSERT(FCCL_LL128_THREADS >= 32 && FCCL_LL128_THREADS <= FCCL_DEVICE_THREADS &&
                        FCCL_LL128_THREADS % 32 == 0,
                    "FCCL_LL128_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
+FCCL_STATIC_ASSERT(FCCL_LL_THREADS >= 32 && FCCL_LL_THREADS <= FCCL_DEVICE_THREADS && FCCL_LL_THREADS % 32 == 0,
+                   "FCCL_LL_THREADS must be a multiple of 32 in [32, FCCL_DEVICE_THREADS]");
+FCCL_STATIC_ASSERT(FCCL_LL128_AREA_BYTES % (2u << 20) == 0, "FCCL_LL128_AREA_BYTES must be a multiple of 2 MiB");
 /* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
 #define FCCL_UNIT_BYTES 16
 #define FCCL_SLOT_ALIGN 4096
@@ -218,20 +213,13 @@ typedef struct {
 FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + sizeof(fcclSlotLayout) + 16,
                    "fcclDevComm layout");
 
-/* -DFCCL_COPY_SCATTER_PULL=1 (host and device; an experiment): the copy-engine scatter is pulled by each owner
- * (FCCL_SCATTER_COPY_PULL) instead of pushed. */
-#ifndef FCCL_COPY_SCATTER_PULL
-#define FCCL_COPY_SCATTER_PULL 0
-#endif
-
 /* How the registered two-shot's reduce-scatter moves each owner's units of the other ranks' inputs (twoshot_reg.cu). */
 typedef enum {
   FCCL_SCATTER_PULL = 0, /* the owner loads them from every rank's input */
   FCCL_SCATTER_PUSH = 1, /* 2 ranks, out of place: the kernel stores them into the owner's output */
   FCCL_SCATTER_COPY = 2, /* as push, by a copy-engine copy the host enqueues before the kernel, after a barrier */
-  FCCL_SCATTER_INBOX = 3, /* 2 ranks, out of place, a share within one staging chunk: the kernel stores them into the
+  FCCL_SCATTER_INBOX = 3  /* 2 ranks, out of place, a share within one staging chunk: the kernel stores them into the
                            * owner's inbox, which needs no "ready" (its reuse follows from the epochs) */
-  FCCL_SCATTER_COPY_PULL = 4 /* as copy, but each owner's copy reads the peer's units into its own output: no "sent" */
 } fcclScatter_t;
 
 /* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */

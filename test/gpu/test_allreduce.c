@@ -16,7 +16,10 @@
  * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
  */
 #include "comm.h"
+#include "algo.h"
 #include "device.h"
+#include "device_state.h"
+#include "enqueue.h"
 #include "param.h"
 #include "test_allreduce_common.h"
 #include "transport.h"

@@ -1,7 +1,10 @@
 /* Shared machinery of the collective GPU tests: see test_allreduce_common.h. */
 #include "test_allreduce_common.h"
 
+#include "algo.h"
 #include "device.h"
+#include "device_state.h"
+#include "enqueue.h"
 #include "param.h"
 
 #include <errno.h>

@@ -8,7 +8,8 @@
  *                (set to 300 ms here), record fcclTimeout, fcclCommGetAsyncError reports it, later calls return it
  *   abort        rank 1 never joins: fcclCommAbort on rank 0 stops its waiting barrier, LL and LL128 kernels at once
  */
-#include "device.h"
+#include "algo.h"
+#include "enqueue.h"
 #include "test_allreduce_common.h"
 
 #include <unistd.h>

@@ -6,7 +6,9 @@
  * eager calls are interleaved between replays to check that both share the same counters.
  *   test_graph [nranks]
  */
+#include "algo.h"
 #include "device.h"
+#include "enqueue.h"
 #include "test_allreduce_common.h"
 
 #include <unistd.h>

@@ -4,7 +4,10 @@
  * before any CUDA call (on a hand-made communicator without device state).
  */
 #include "comm.h"
+#include "algo.h"
 #include "device.h"
+#include "device_state.h"
+#include "enqueue.h"
 #include "param.h"
 #include "test.h"
 

@@ -4,7 +4,8 @@
  */
 #include "topo.h"
 
-#include "device.h"
+#include "algo.h"
+#include "device_state.h"
 #include "param.h"
 
 #include <ctype.h>

@@ -1,20 +1,20 @@
 /*
- * The collectives on the host: the communicator's device state (epoch counters, error words, slot pointers), and
- * the public fcclAllReduce / fcclBarrier: argument checks, algorithm choice (algo.c), kernel launch (src/device).
- * Nothing here waits for the GPU or for peers except fcclDeviceInit (one bootstrap all-gather) and fcclDeviceFini.
- * docs/collectives.md has the design.
+ * The collectives' per-communicator device state: the device communicator (every rank's slot), epoch counters in
+ * device memory, the host-mapped error words and the abort page; the knobs every rank must share, checked at init;
+ * and the kernels' error report. Nothing here waits for the GPU or for peers except fcclDeviceInit (one bootstrap
+ * all-gather) and fcclDeviceFini. docs/collectives.md has the design.
  */
+#include "device_state.h"
+
+#include "algo.h"
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
-#include "cudawrap.h"
 #include "debug.h"
-#include "device.h"
 #include "param.h"
 #include "transport.h"
 
 #include <cuda_runtime.h>
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,42 +22,6 @@
 #define FCCL_STAGING_MIN_BYTES ((uint64_t)4 * FCCL_DEVICE_MAX_RANKS * FCCL_SLOT_ALIGN)
 #define FCCL_STAGING_MAX_BYTES ((uint64_t)1 << 32)
 #define FCCL_DEVICE_LAYOUT_VERSION 1
-
-struct fcclDeviceState {
-  fcclDevComm dev;           /* passed by value to every kernel */
-  fcclDevState* state;       /* device memory: epochs, error claim */
-  fcclDevHostWords* words;   /* host memory mapped into the device: the kernels' error report */
-  void* abortPage;           /* comm->abortFlag's page, registered (mapped) for the kernels; NULL if not ours */
-  int smCount;
-  int algoRequest;           /* FCCL_ALGO, parsed once */
-  int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
-  int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
-  int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
-  uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
-  int reported;              /* the kernels' error was described once (atomic) */
-};
-
-size_t fcclTypeSize(fcclDataType_t type) {
-  switch (type) {
-    case fcclInt8:
-    case fcclUint8: return 1;
-    case fcclFloat16:
-    case fcclBfloat16: return 2;
-    case fcclInt32:
-    case fcclUint32:
-    case fcclFloat32: return 4;
-    case fcclInt64:
-    case fcclUint64:
-    case fcclFloat64: return 8;
-    default: return 0;
-  }
-}
-
-static const char* typeName(fcclDataType_t type) {
-  static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                      "uint64", "float16", "float32", "float64", "bfloat16"};
-  return (int)type >= 0 && type < fcclNumTypes ? names[type] : "unknown";
-}
 
 static const char* phaseName(int phase) {
   switch (phase) {
@@ -407,253 +371,4 @@ fcclResult_t fcclDeviceGetEpochForTest(struct fcclComm* comm, uint64_t* epoch) {
   CUDACHECK(cudaDeviceSynchronize());
   CUDACHECK(cudaMemcpy(epoch, &comm->device->state->epochs[0], sizeof(*epoch), cudaMemcpyDeviceToHost));
   return fcclSuccess;
-}
-
-/* ---- public calls ---- */
-
-/* The parts of a call's checks that need the device: the stream's device and the buffers' kind and device. */
-struct callDevice {
-  int saved;
-};
-
-static fcclResult_t enterDevice(struct fcclComm* comm, struct callDevice* cd) {
-  CUDACHECK(cudaGetDevice(&cd->saved));
-  if (cd->saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
-  return fcclSuccess;
-}
-
-static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
-  if (cd->saved >= 0 && cd->saved != comm->cudaDev) (void)cudaSetDevice(cd->saved);
-}
-
-static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {
-  /* While a stream is captured (global mode) most queries, cudaStreamGetDevice included, are refused and would
-   * invalidate the capture; cudaStreamIsCapturing is the one made for it. A captured stream of another device is
-   * then refused by the launch itself (no node is added). */
-  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &capture);
-  *capturing = err == cudaSuccess && capture == cudaStreamCaptureStatusActive;
-  if (*capturing) return fcclSuccess;
-  int dev = -1;
-  if (err == cudaSuccess) err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: stream %p is not a valid CUDA stream here (%s)",
-                      caller, stream, cudaGetErrorName(err));
-  }
-  if (dev != comm->cudaDev)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
-                      "%s: stream %p belongs to device %d, the communicator (rank %d) to device %d", caller, stream,
-                      dev, comm->rank, comm->cudaDev);
-  return fcclSuccess;
-}
-
-static fcclResult_t checkBuffer(struct fcclComm* comm, const void* buf, const char* name, const char* caller) {
-  /* One driver query for what the check needs: about half the host time of cudaPointerGetAttributes, paid on every
-   * call (fccl-call-cost). Memory the driver does not know reads as type 0 rather than failing. */
-  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
-  unsigned int memoryType = 0, managed = 0;
-  int ordinal = -1;
-  void* values[3] = {&memoryType, &ordinal, &managed};
-  CUresult err = pfn_cuPointerGetAttributes(3, attributes, values, (CUdeviceptr)(uintptr_t)buf);
-  if (err != CUDA_SUCCESS) {
-    const char* errorName = "unknown";
-    (void)pfn_cuGetErrorName(err, &errorName);
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not a CUDA pointer (%s)", caller, name,
-                      buf, errorName);
-  }
-  if (managed) return fcclSuccess;
-  if (memoryType != CU_MEMORYTYPE_DEVICE)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is %s memory, not device memory", caller, name,
-                      buf, memoryType == CU_MEMORYTYPE_HOST ? "host" : "unregistered host");
-  if (ordinal != comm->cudaDev)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
-                      "%s: %s %p is memory of device %d, the communicator (rank %d) uses device %d", caller, name, buf,
-                      ordinal, comm->rank, comm->cudaDev);
-  return fcclSuccess;
-}
-
-/* Common entry checks: a live communicator with device state, and no earlier kernel failure. */
-static fcclResult_t checkComm(struct fcclComm* comm, const char* caller) {
-  if (!fcclCommIsValid(comm))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", caller,
-                      (void*)comm);
-  return fcclSuccess;
-}
-
-static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
-  fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  if (state == fcclInProgress)
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
-                      "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
-                      caller);
-  if (comm->device == NULL)
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no device state (its init failed)",
-                      caller);
-  fcclResult_t kernels = fcclDeviceAsyncError(comm); /* describes a kernel failure the first time it is seen */
-  if (state == fcclSuccess) state = kernels;
-  if (state != fcclSuccess)
-    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it", caller,
-                      fcclGetErrorString(state));
-  return fcclSuccess;
-}
-
-/* Whether registered buffers would run another algorithm than staged ones at this size (LL and LL128 always stage):
- * the same answer on every rank, so every rank of a captured call registers or none does. */
-static int registeredPays(struct fcclComm* comm, const struct fcclDeviceState* s, uint64_t bytes, int inPlace) {
-  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, inPlace, s->smCount, &s->dev.layout, s->ll128Auto,
-                                          s->copyScatterMin);
-  query.forced = fcclAlgoResolveRequest(s->algoRequest, 1);
-  fcclAlgoChoice choice;
-  if (fcclAlgoSelect(&query, &choice) != fcclSuccess) return 0;
-  return choice.algo == FCCL_ALGO_TWOSHOT_REG || choice.algo == FCCL_ALGO_ONESHOT_PULL;
-}
-
-/*
- * The reduce-scatter of the registered two-shot by the copy engines (FCCL_SCATTER_COPY, 2 ranks, out of place):
- * a barrier (the peer reached the call, so its output may be written), then one copy of our input's units of the
- * peer's share into the peer's output at their own place, both on the stream before the kernel, which then only
- * reduces and all-gathers. The share is the kernel's: divUp(units, 2) units per rank, the last one up to bytes.
- */
-static fcclResult_t scatterByCopy(struct fcclComm* comm, const fcclDevArgs* args, cudaStream_t stream) {
-  const int peer = 1 - comm->rank;
-  /* FCCL_SCATTER_COPY_PULL: the peer's units of our share, from its input into our output. */
-  const int pull = args->scatter == FCCL_SCATTER_COPY_PULL;
-  const uint64_t units = (args->bytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
-  const uint64_t share = (units + 1) / 2 * FCCL_UNIT_BYTES;
-  const uint64_t begin = (uint64_t)(pull ? comm->rank : peer) * share;
-  const uint64_t end = begin + share < args->bytes ? begin + share : args->bytes;
-  const uint64_t from = pull ? args->peerSend[peer] : args->sendbuf;
-  const uint64_t to = pull ? args->recvbuf : args->peerRecv[peer];
-  FCCLCHECK(fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, stream));
-  if (begin < end)
-    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)to + begin, (const char*)(uintptr_t)from + begin, end - begin,
-                              cudaMemcpyDefault, stream));
-  return fcclSuccess;
-}
-
-static fcclResult_t allReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
-                              fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo, const char* caller) {
-  FCCLCHECK(checkComm(comm, caller));
-  if ((int)datatype < 0 || datatype >= fcclNumTypes)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown datatype %d", caller, (int)datatype);
-  if ((int)op < 0 || op >= fcclNumOps)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)op);
-  const size_t size = fcclTypeSize(datatype);
-  if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
-                      sendbuf == NULL ? "sendbuf" : "recvbuf", count);
-  if (count > SIZE_MAX / size)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: count %zu of %s overflows a size", caller, count,
-                      typeName(datatype));
-  if ((uintptr_t)sendbuf % size != 0 || (uintptr_t)recvbuf % size != 0)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not aligned to its %s elements (%zu bytes)",
-                      caller, (uintptr_t)sendbuf % size != 0 ? "sendbuf" : "recvbuf",
-                      (uintptr_t)sendbuf % size != 0 ? sendbuf : (const void*)recvbuf, typeName(datatype), size);
-  if (algo < -1 || algo >= FCCL_ALGO_COUNT)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, algo);
-  FCCLCHECK(checkReady(comm, caller));
-  struct fcclDeviceState* s = comm->device;
-
-  struct callDevice cd = {-1};
-  fcclResult_t res = enterDevice(comm, &cd);
-  if (res != fcclSuccess) return res;
-  int capturing = 0;
-  FCCLCHECKGOTO(checkStream(comm, stream, caller, &capturing), res, out);
-  /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
-  FCCLCHECKGOTO(fcclTransportReleaseGraphRegistrations(comm->transport, 0), res, out);
-  if (count == 0) goto out; /* every rank has count 0: nothing to move, no epoch used */
-  FCCLCHECKGOTO(checkBuffer(comm, sendbuf, "sendbuf", caller), res, out);
-  if (recvbuf != sendbuf) FCCLCHECKGOTO(checkBuffer(comm, recvbuf, "recvbuf", caller), res, out);
-
-  const uint64_t bytes = (uint64_t)count * size;
-  /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
-   * request is forced does not depend on registration. */
-  if (fcclAlgoIsCopy(comm->nranks, algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, 0))) {
-    if (recvbuf != sendbuf)
-      CUDACHECKGOTO(cudaMemcpyAsync(recvbuf, sendbuf, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream), res,
-                    out);
-    goto out;
-  }
-  fcclDevArgs args;
-  memset(&args, 0, sizeof(args));
-  args.sendbuf = (uint64_t)(uintptr_t)sendbuf;
-  args.recvbuf = (uint64_t)(uintptr_t)recvbuf;
-  args.count = count;
-  args.bytes = bytes;
-  args.inPlace = sendbuf == recvbuf;
-  void* peers[FCCL_DEVICE_MAX_RANKS];
-  int registered = fcclTransportLookup(comm->transport, sendbuf, bytes, peers);
-  if (registered)
-    for (int r = 0; r < comm->nranks; r++) args.peerSend[r] = (uint64_t)(uintptr_t)peers[r];
-  if (registered && recvbuf != sendbuf) registered = fcclTransportLookup(comm->transport, recvbuf, bytes, peers);
-  if (registered)
-    for (int r = 0; r < comm->nranks; r++) args.peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
-  if (!registered && capturing && s->graphRegister && algo < 0 && registeredPays(comm, s, bytes, args.inPlace)) {
-    /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
-    void* peerSend[FCCL_DEVICE_MAX_RANKS];
-    void* peerRecv[FCCL_DEVICE_MAX_RANKS];
-    FCCLCHECKGOTO(fcclTransportGraphRegister(comm->transport, stream, (void*)(uintptr_t)sendbuf, bytes, recvbuf, bytes, peerSend,
-                                             peerRecv, &registered),
-                  res, out);
-    for (int r = 0; registered && r < comm->nranks; r++) {
-      args.peerSend[r] = (uint64_t)(uintptr_t)peerSend[r];
-      args.peerRecv[r] = (uint64_t)(uintptr_t)peerRecv[r];
-    }
-  }
-
-  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, registered, args.inPlace, s->smCount,
-                                          &s->dev.layout, s->ll128Auto, s->copyScatterMin);
-  query.forced = algo >= 0 ? algo : fcclAlgoResolveRequest(s->algoRequest, registered);
-  query.strict = algo >= 0;
-  fcclAlgoChoice choice;
-  FCCLCHECKGOTO(fcclAlgoSelect(&query, &choice), res, out);
-  args.roundUnits = choice.roundUnits;
-  args.scatter = choice.scatter;
-  FCCL_TRACE(FCCL_SUBSYS_COLL, "allreduce %zu x %s op %d %s: %s, %d x %d, stream %p", count, typeName(datatype),
-             (int)op, registered ? "registered" : "staged", fcclAlgoName(choice.algo), choice.blocks, choice.threads,
-             stream);
-  if (choice.scatter == FCCL_SCATTER_COPY || choice.scatter == FCCL_SCATTER_COPY_PULL)
-    FCCLCHECKGOTO(scatterByCopy(comm, &args, (cudaStream_t)stream), res, out);
-  FCCLCHECKGOTO(fcclDeviceLaunchAllReduce(choice.algo, datatype, op, &s->dev, &args, choice.blocks, choice.threads,
-                                          s->pdl, (cudaStream_t)stream),
-                res, out);
-out:
-  leaveDevice(comm, &cd);
-  return res;
-}
-
-fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
-                               fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo) {
-  fcclClearError();
-  fcclResult_t res = allReduce(sendbuf, recvbuf, count, datatype, op, comm, stream, algo, "fcclAllReduce");
-  if (res != fcclSuccess && fcclCommIsValid(comm)) fcclCommRecordThreadError(comm);
-  return res;
-}
-
-FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
-                                    fcclRedOp_t op, fcclComm_t comm, void* stream) {
-  return fcclAllReduceAlgo(sendbuf, recvbuf, count, datatype, op, comm, stream, -1);
-}
-
-FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream) {
-  fcclClearError();
-  fcclResult_t res = checkComm(comm, "fcclBarrier");
-  if (res != fcclSuccess) return res;
-  FCCLCHECKGOTO(checkReady(comm, "fcclBarrier"), res, fail);
-  struct callDevice cd = {-1};
-  FCCLCHECKGOTO(enterDevice(comm, &cd), res, fail);
-  int capturing = 0;
-  res = checkStream(comm, stream, "fcclBarrier", &capturing);
-  /* As in fcclAllReduce: graphs destroyed since the last call give back what they registered. */
-  if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
-  /* A barrier of one rank has nobody to wait for: nothing to launch. */
-  if (res == fcclSuccess && comm->nranks > 1)
-    res = fcclDeviceLaunchBarrier(&comm->device->dev, comm->device->pdl, (cudaStream_t)stream);
-  leaveDevice(comm, &cd);
-  if (res == fcclSuccess) return res;
-fail:
-  fcclCommRecordThreadError(comm);
-  return res;
 }

@@ -1,0 +1,244 @@
+/*
+ * The one path from a collective's public call to the stream: the checks every call shares (a live communicator
+ * whose init finished and no kernel failed, datatype and op, buffers of the comm's device and aligned, the stream
+ * of its device), registered buffers looked up (or registered for a captured graph), the algorithm chosen by the
+ * collective's table and its work enqueued. Nothing is launched when a check fails; nothing here waits for the
+ * GPU or for peers (except the host exchange of a graph registration at capture, bounded by the timeout).
+ */
+#include "enqueue.h"
+
+#include "check.h"
+#include "comm.h"
+#include "cudawrap.h"
+#include "debug.h"
+#include "device.h"
+#include "device_state.h"
+#include "transport.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+static const char* typeName(fcclDataType_t type) {
+  static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
+                                      "uint64", "float16", "float32", "float64", "bfloat16"};
+  return (int)type >= 0 && type < fcclNumTypes ? names[type] : "unknown";
+}
+
+/* The current device made the communicator's for the call, and put back afterwards. */
+struct callDevice {
+  int saved;
+};
+
+static fcclResult_t enterDevice(struct fcclComm* comm, struct callDevice* cd) {
+  CUDACHECK(cudaGetDevice(&cd->saved));
+  if (cd->saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
+  return fcclSuccess;
+}
+
+static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
+  if (cd->saved >= 0 && cd->saved != comm->cudaDev) (void)cudaSetDevice(cd->saved);
+}
+
+static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {
+  /* While a stream is captured (global mode) most queries, cudaStreamGetDevice included, are refused and would
+   * invalidate the capture; cudaStreamIsCapturing is the one made for it. A captured stream of another device is
+   * then refused by the launch itself (no node is added). */
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing((cudaStream_t)stream, &capture);
+  *capturing = err == cudaSuccess && capture == cudaStreamCaptureStatusActive;
+  if (*capturing) return fcclSuccess;
+  int dev = -1;
+  if (err == cudaSuccess) err = cudaStreamGetDevice((cudaStream_t)stream, &dev);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: stream %p is not a valid CUDA stream here (%s)",
+                      caller, stream, cudaGetErrorName(err));
+  }
+  if (dev != comm->cudaDev)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "%s: stream %p belongs to device %d, the communicator (rank %d) to device %d", caller, stream,
+                      dev, comm->rank, comm->cudaDev);
+  return fcclSuccess;
+}
+
+static fcclResult_t checkBuffer(struct fcclComm* comm, const void* buf, const char* name, const char* caller) {
+  /* One driver query for what the check needs: about half the host time of cudaPointerGetAttributes, paid on every
+   * call (fccl-call-cost). Memory the driver does not know reads as type 0 rather than failing. */
+  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  unsigned int memoryType = 0, managed = 0;
+  int ordinal = -1;
+  void* values[3] = {&memoryType, &ordinal, &managed};
+  CUresult err = pfn_cuPointerGetAttributes(3, attributes, values, (CUdeviceptr)(uintptr_t)buf);
+  if (err != CUDA_SUCCESS) {
+    const char* errorName = "unknown";
+    (void)pfn_cuGetErrorName(err, &errorName);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not a CUDA pointer (%s)", caller, name,
+                      buf, errorName);
+  }
+  if (managed) return fcclSuccess;
+  if (memoryType != CU_MEMORYTYPE_DEVICE)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is %s memory, not device memory", caller, name,
+                      buf, memoryType == CU_MEMORYTYPE_HOST ? "host" : "unregistered host");
+  if (ordinal != comm->cudaDev)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "%s: %s %p is memory of device %d, the communicator (rank %d) uses device %d", caller, name, buf,
+                      ordinal, comm->rank, comm->cudaDev);
+  return fcclSuccess;
+}
+
+/* A live communicator with device state, whose init finished and whose kernels have not failed. */
+static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
+  fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (state == fcclInProgress)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                      "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
+                      caller);
+  if (comm->device == NULL)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no device state (its init failed)",
+                      caller);
+  fcclResult_t kernels = fcclDeviceAsyncError(comm); /* describes a kernel failure the first time it is seen */
+  if (state == fcclSuccess) state = kernels;
+  if (state != fcclSuccess)
+    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it", caller,
+                      fcclGetErrorString(state));
+  return fcclSuccess;
+}
+
+/* The call's arguments, before anything touches the device. *sendBytes and *recvBytes: the two buffers' sizes. */
+static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcclCall* call, uint64_t* sendBytes,
+                                   uint64_t* recvBytes) {
+  const struct fcclCollective* coll = call->coll;
+  const char* caller = coll->name;
+  *sendBytes = *recvBytes = 0;
+  if (!coll->moves) return fcclSuccess;
+  if ((int)call->datatype < 0 || call->datatype >= fcclNumTypes)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown datatype %d", caller, (int)call->datatype);
+  if (coll->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
+  if (call->count > 0 && (call->sendbuf == NULL || call->recvbuf == NULL))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
+                      call->sendbuf == NULL ? "sendbuf" : "recvbuf", call->count);
+  const uint64_t size = fcclTypeSize(call->datatype);
+  /* Both buffers' bytes must fit a size: count times the larger of their elements per counted element. */
+  const uint64_t perSend = coll->sendCount(1, comm->nranks), perRecv = coll->recvCount(1, comm->nranks);
+  if (call->count > SIZE_MAX / size / (perSend > perRecv ? perSend : perRecv))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: count %zu of %s overflows a size", caller,
+                      call->count, typeName(call->datatype));
+  *sendBytes = coll->sendCount(call->count, comm->nranks) * size;
+  *recvBytes = coll->recvCount(call->count, comm->nranks) * size;
+  if ((uintptr_t)call->sendbuf % size != 0 || (uintptr_t)call->recvbuf % size != 0) {
+    const int send = (uintptr_t)call->sendbuf % size != 0;
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not aligned to its %s elements (%zu bytes)",
+                      caller, send ? "sendbuf" : "recvbuf", send ? call->sendbuf : (const void*)call->recvbuf,
+                      typeName(call->datatype), (size_t)size);
+  }
+  if (call->algo < -1 || call->algo >= FCCL_ALGO_COUNT)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, call->algo);
+  return fcclSuccess;
+}
+
+/* Peers' copies of both buffers when each lies in registered memory: registered by the application, or (a call
+ * being captured, where registered buffers pay) for the graph being captured. */
+static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall* call, uint64_t sendBytes,
+                                    uint64_t recvBytes, int capturing, const fcclAlgoQuery* registeredQuery,
+                                    fcclDevArgs* args, int* registered) {
+  const struct fcclDeviceState* s = comm->device;
+  void* peers[FCCL_DEVICE_MAX_RANKS];
+  *registered = fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
+  if (*registered)
+    for (int r = 0; r < comm->nranks; r++) args->peerSend[r] = (uint64_t)(uintptr_t)peers[r];
+  if (*registered && call->recvbuf != call->sendbuf)
+    *registered = fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers);
+  if (*registered) {
+    for (int r = 0; r < comm->nranks; r++) args->peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
+    return fcclSuccess;
+  }
+  if (!capturing || !s->graphRegister || call->algo >= 0 || !call->coll->registeredPays ||
+      !call->coll->registeredPays(registeredQuery))
+    return fcclSuccess;
+  /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
+  void* peerSend[FCCL_DEVICE_MAX_RANKS];
+  void* peerRecv[FCCL_DEVICE_MAX_RANKS];
+  FCCLCHECK(fcclTransportGraphRegister(comm->transport, call->stream, (void*)(uintptr_t)call->sendbuf, sendBytes,
+                                       call->recvbuf, recvBytes, peerSend, peerRecv, registered));
+  for (int r = 0; *registered && r < comm->nranks; r++) {
+    args->peerSend[r] = (uint64_t)(uintptr_t)peerSend[r];
+    args->peerRecv[r] = (uint64_t)(uintptr_t)peerRecv[r];
+  }
+  return fcclSuccess;
+}
+
+/* Everything after the device is current and the stream checked. */
+static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* call, uint64_t sendBytes,
+                                uint64_t recvBytes, int capturing) {
+  const struct fcclCollective* coll = call->coll;
+  const struct fcclDeviceState* s = comm->device;
+  cudaStream_t stream = (cudaStream_t)call->stream;
+  FCCLCHECK(checkBuffer(comm, call->sendbuf, "sendbuf", coll->name));
+  if (call->recvbuf != call->sendbuf) FCCLCHECK(checkBuffer(comm, call->recvbuf, "recvbuf", coll->name));
+
+  const uint64_t bytes = (uint64_t)call->count * fcclTypeSize(call->datatype);
+  /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
+   * request is forced does not depend on registration. */
+  const int request = call->algo >= 0 ? call->algo : fcclAlgoResolveRequest(s->algoRequest, 0);
+  if (fcclAlgoIsCopy(comm->nranks, request)) {
+    if (call->recvbuf != call->sendbuf)
+      CUDACHECK(cudaMemcpyAsync(call->recvbuf, call->sendbuf, sendBytes, cudaMemcpyDeviceToDevice, stream));
+    return fcclSuccess;
+  }
+  struct fcclPlan plan;
+  memset(&plan, 0, sizeof(plan));
+  fcclDevArgs* args = &plan.args;
+  args->sendbuf = (uint64_t)(uintptr_t)call->sendbuf;
+  args->recvbuf = (uint64_t)(uintptr_t)call->recvbuf;
+  args->count = call->count;
+  args->bytes = bytes;
+  args->inPlace = call->sendbuf == call->recvbuf;
+
+  fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, args->inPlace, s->smCount, &s->dev.layout,
+                                          s->ll128Auto, s->copyScatterMin);
+  query.forced = fcclAlgoResolveRequest(s->algoRequest, 1);
+  FCCLCHECK(findPeerBuffers(comm, call, sendBytes, recvBytes, capturing, &query, args, &plan.registered));
+
+  query.registered = plan.registered;
+  query.forced = call->algo >= 0 ? call->algo : fcclAlgoResolveRequest(s->algoRequest, plan.registered);
+  query.strict = call->algo >= 0;
+  FCCLCHECK(coll->select(&query, &plan.choice));
+  args->roundUnits = plan.choice.roundUnits;
+  args->scatter = plan.choice.scatter;
+  FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %s op %d %s: %s, %d x %d, stream %p", coll->name, call->count,
+             typeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
+             fcclAlgoName(plan.choice.algo), plan.choice.blocks, plan.choice.threads, call->stream);
+  return coll->launch(comm, call, &plan, stream);
+}
+
+fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call) {
+  const struct fcclCollective* coll = call->coll;
+  if (!fcclCommIsValid(comm))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", coll->name,
+                      (void*)comm);
+  uint64_t sendBytes = 0, recvBytes = 0;
+  fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
+  if (res == fcclSuccess) res = checkReady(comm, coll->name);
+  struct callDevice cd = {-1};
+  if (res == fcclSuccess) res = enterDevice(comm, &cd);
+  if (res == fcclSuccess) {
+    int capturing = 0;
+    res = checkStream(comm, call->stream, coll->name, &capturing);
+    /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
+    if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
+    if (res == fcclSuccess) {
+      if (!coll->moves) {
+        /* No data: one rank has nobody to wait for. */
+        if (comm->nranks > 1) res = coll->launch(comm, call, NULL, (cudaStream_t)call->stream);
+      } else if (call->count > 0) { /* every rank has count 0: nothing to move, no epoch used */
+        res = enqueueData(comm, call, sendBytes, recvBytes, capturing);
+      }
+    }
+    leaveDevice(comm, &cd);
+  }
+  if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+  return res;
+}

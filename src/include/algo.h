@@ -1,0 +1,94 @@
+/*
+ * Which algorithm runs a collective call, and on how many blocks (src/core/algo.c): pure functions of the call's
+ * size, the rank count and whether the buffers are registered, so that every rank makes the same choice. The
+ * thresholds are one table; docs/collectives.md explains each algorithm.
+ */
+#ifndef FCCL_ALGO_H_
+#define FCCL_ALGO_H_
+
+#include "device_host.h"
+#include "fccl.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* What the choice depends on; identical on every rank for one call (registration must be symmetric). */
+typedef struct {
+  uint64_t bytes;      /* count * element size, > 0 */
+  int nranks;
+  int registered;      /* sendbuf and recvbuf both inside registered buffers */
+  int inPlace;
+  int smCount;         /* multiprocessors of the device */
+  uint64_t llBytes;    /* LL capacity per writer (fcclSlotLayout.llBytes) */
+  uint64_t chunkBytes; /* staging capacity per writer and parity (fcclSlotLayout.chunkBytes) */
+  uint64_t ll128Bytes; /* LL128 capacity per writer (fcclSlotLayout.ll128Lines x FCCL_LL128_LINE_DATA) */
+  int ll128Auto;       /* the table may choose LL128 (FCCL_LL128) */
+  /* 2 ranks, registered, out of place: the two-shot's reduce-scatter by the copy engines from this size (0: never;
+   * FCCL_COPY_SCATTER_MIN): they move more than SM stores with both directions busy, after a barrier and a copy
+   * that cost a fixed time per call (docs/perf/notes/copy-engines.md). */
+  uint64_t copyScatterMin;
+  int forced;          /* -1: choose; else the fcclDevKernel_t to use */
+  int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
+} fcclAlgoQuery;
+
+/* A query for the automatic choice (forced -1, strict 0), its capacities (LL, LL128, staging) from the slot
+ * layout. Callers that force an algorithm set forced and strict afterwards. */
+static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int registered, int inPlace, int smCount,
+                                              const fcclSlotLayout* layout, int ll128Auto, uint64_t copyScatterMin) {
+  fcclAlgoQuery query;
+  memset(&query, 0, sizeof(query));
+  query.bytes = bytes;
+  query.nranks = nranks;
+  query.registered = registered;
+  query.inPlace = inPlace;
+  query.smCount = smCount;
+  query.llBytes = layout->llBytes;
+  query.ll128Bytes = layout->ll128Lines * FCCL_LL128_LINE_DATA;
+  query.chunkBytes = layout->chunkBytes;
+  query.ll128Auto = ll128Auto;
+  query.copyScatterMin = copyScatterMin;
+  query.forced = -1;
+  query.strict = 0;
+  return query;
+}
+
+typedef struct {
+  fcclDevKernel_t algo;
+  int blocks;
+  int threads;
+  uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
+  fcclScatter_t scatter; /* registered two-shot: how the reduce-scatter moves the data (twoshot_reg.cu) */
+} fcclAlgoChoice;
+
+/*
+ * Picks the algorithm and grid (table in algo.c, docs/collectives.md). fcclInvalidArgument (with a message) when
+ * a strict forced algorithm cannot run this call, or when the call needs more steps than a signal can count
+ * (a count far beyond any device memory with a tiny FCCL_STAGING_BYTES). Pure: no CUDA, no environment.
+ */
+fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
+
+/* Whether algo can run the call described by query (0 or 1); why receives a reason when it cannot. */
+int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* query, const char** why);
+
+/* "ll", "oneshot_push", ... ; "barrier"; "unknown" otherwise. */
+const char* fcclAlgoName(int algo);
+
+/* "pull", "push", "inbox" or "copy" ("unknown" otherwise): how the registered two-shot moves its reduce-scatter
+ * (fcclScatter_t). */
+const char* fcclScatterName(int scatter);
+
+/* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "ll", "oneshot", "twoshot" (the registered or staged
+ * variant by the buffers), or an exact name ("oneshot_push", ...); -1 for anything else. */
+#define FCCL_ALGO_REQUEST_AUTO 100
+#define FCCL_ALGO_REQUEST_ONESHOT 101
+#define FCCL_ALGO_REQUEST_TWOSHOT 102
+int fcclAlgoParseRequest(const char* name);
+
+/* The forced algorithm for a request and this call's registration (-1 for auto). */
+int fcclAlgoResolveRequest(int request, int registered);
+
+/* Whether a call needs no kernel: one rank and no forced algorithm (forced as for fcclAlgoQuery.forced). Every op
+ * of one contribution is the identity (avg divides by 1), so the call is a copy, or nothing in place. */
+int fcclAlgoIsCopy(int nranks, int forced);
+
+#endif /* FCCL_ALGO_H_ */

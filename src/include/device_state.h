@@ -1,0 +1,75 @@
+/*
+ * The collectives' per-communicator device state (src/core/device_state.c): the device-side communicator, epoch
+ * counters in device memory, the host-mapped abort and error words, and the knobs every rank must share. Built by
+ * the communicator's init after the transport, freed by its teardown.
+ */
+#ifndef FCCL_DEVICE_STATE_H_
+#define FCCL_DEVICE_STATE_H_
+
+#include "device_host.h"
+#include "fccl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fcclComm;
+
+/* What the collectives keep per communicator (comm->device). */
+struct fcclDeviceState {
+  fcclDevComm dev;           /* passed by value to every kernel */
+  fcclDevState* state;       /* device memory: epochs, error claim */
+  fcclDevHostWords* words;   /* host memory mapped into the device: the kernels' error report */
+  void* abortPage;           /* comm->abortFlag's page, registered (mapped) for the kernels; NULL if not ours */
+  int smCount;
+  int algoRequest;           /* FCCL_ALGO, parsed once */
+  int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
+  int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
+  int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
+  uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
+  int reported;              /* the kernels' error was described once (atomic) */
+};
+
+/*
+ * Bytes of the slot each communicator needs in every rank's arena for nranks ranks: header, signal pads, LL area
+ * (2 MiB), LL128 area (4 MiB; none for one rank) and FCCL_STAGING_BYTES of staging. The same on every rank as long
+ * as FCCL_STAGING_BYTES is.
+ */
+size_t fcclDeviceSlotBytes(int nranks);
+
+/* FCCL_STAGING_BYTES as the collectives use it: clamped to what a slot layout can hold (warned once). */
+uint64_t fcclDeviceStagingBytes(void);
+
+/* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
+uint64_t fcclDeviceCopyScatterMin(void);
+
+/* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
+int fcclDeviceLL128Auto(void);
+
+/*
+ * Creates comm->device once comm->transport is up: the device communicator (slot pointers of every rank), epoch
+ * counters in device memory, host-mapped abort and error words. Cleans this rank's slot (signal pads, LL area),
+ * then all-gathers the last epoch each rank's slot recorded and the layout: every rank starts past the largest,
+ * so flags an earlier communicator left in a reused slot never satisfy a wait. Collective (one bootstrap
+ * all-gather). fcclInvalidUsage when ranks disagree on FCCL_STAGING_BYTES or nranks is out of range.
+ */
+fcclResult_t fcclDeviceInit(struct fcclComm* comm);
+
+/* Frees comm->device (NULL is fine). Waits for the device first: kernels of this communicator stop on their own
+ * (every wait is bounded by FCCL_TIMEOUT), and about a millisecond into a wait once *comm->abortFlag is set, which
+ * the kernels poll through a mapping of its page (cudaHostRegister at init). Local: no peer traffic. */
+fcclResult_t fcclDeviceFini(struct fcclComm* comm);
+
+/*
+ * fcclSuccess, or the error a kernel of comm recorded (fcclTimeout when a spin bound expired). The first time an
+ * error is seen it is described once (FCCL_ERROR: rank waited for, phase, epoch, how long) and kept in
+ * comm->asyncError and the communicator's last error. Any thread.
+ */
+fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm);
+
+/* Test hooks: set every epoch counter (all ranks pass the same value, after an fcclBarrier that every rank has
+ * completed, so that no peer still works on an older call; never one whose low 32 bits are 0), read the next
+ * call's epoch. Both synchronise the device. */
+fcclResult_t fcclDeviceSetEpochForTest(struct fcclComm* comm, uint64_t epoch);
+fcclResult_t fcclDeviceGetEpochForTest(struct fcclComm* comm, uint64_t* epoch);
+
+#endif /* FCCL_DEVICE_STATE_H_ */

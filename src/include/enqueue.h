@@ -1,0 +1,76 @@
+/*
+ * The one path every collective call takes from its public function to the stream (src/core/enqueue.c): argument
+ * and state checks, the stream's and buffers' device, registered or graph-registered buffers, the algorithm and
+ * the launch. A collective is one struct fcclCollective (its file in src/core/ defines it beside its public call)
+ * plus its kernels in src/device/: adding one is adding those files, not editing switch statements.
+ */
+#ifndef FCCL_ENQUEUE_H_
+#define FCCL_ENQUEUE_H_
+
+#include "algo.h"
+#include "device_host.h"
+#include "fccl.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct fcclComm;
+
+/* One call as the application made it. */
+struct fcclCall {
+  const struct fcclCollective* coll;
+  const void* sendbuf;
+  void* recvbuf;
+  size_t count;            /* elements, as the collective's public call counts them */
+  fcclDataType_t datatype;
+  fcclRedOp_t op;          /* collectives that reduce */
+  int root;                /* collectives with a root */
+  void* stream;
+  int algo;                /* -1: choose (FCCL_ALGO included); else that fcclDevKernel_t exactly (tests) */
+};
+
+/* What the enqueue path has worked out when a collective's launch runs. */
+struct fcclPlan {
+  fcclAlgoChoice choice;
+  fcclDevArgs args;
+  int registered;          /* both buffers are read and written in place */
+};
+
+struct fcclCollective {
+  const char* name;        /* the public call, for messages: "fcclAllReduce" */
+  int moves;               /* 0: no buffers (the barrier) */
+  int reduces;             /* takes a datatype and an op; else a datatype only (or nothing when !moves) */
+  /* Elements of sendbuf and recvbuf for a call of count elements on nranks ranks. */
+  uint64_t (*sendCount)(uint64_t count, int nranks);
+  uint64_t (*recvCount)(uint64_t count, int nranks);
+  /* The algorithm for the query (pure: the same on every rank). */
+  fcclResult_t (*select)(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
+  /* Whether registered buffers would run another algorithm than staged ones for this query: the same answer on
+   * every rank, so that every rank of a captured call registers its buffers for the graph or none does. */
+  int (*registeredPays)(const fcclAlgoQuery* query);
+  /* Enqueues the planned work on stream (the comm's device is current); plan is NULL for a collective that
+   * moves no data. */
+  fcclResult_t (*launch)(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
+                         cudaStream_t stream);
+};
+
+/*
+ * Runs call: validates it and enqueues its work (the public function has cleared the thread's last error). On
+ * failure nothing is launched and the error is also recorded on the communicator (fcclGetLastError(comm)). The
+ * codes are the public calls'.
+ */
+fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call);
+
+/* The collectives (src/core/<name>.c). */
+extern const struct fcclCollective fcclCollAllReduce;
+extern const struct fcclCollective fcclCollBarrier;
+
+/*
+ * fcclAllReduce with the algorithm chosen by the caller: algo -1 chooses as fcclAllReduce does (FCCL_ALGO
+ * included), otherwise that fcclDevKernel_t exactly (fcclInvalidArgument when it cannot run the call). For tests.
+ */
+fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                               fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
+
+#endif /* FCCL_ENQUEUE_H_ */
