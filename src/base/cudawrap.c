@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
 /* The ABI version of the driver entry points we ask for: the CUDA 12.0 signatures of the functions above. */
 #define FCCL_DRIVER_ABI_VERSION 12000
 
@@ -45,10 +47,10 @@ fcclResult_t fcclCudaDriverLoad(void) {
   return fcclSuccess;
 }
 
-fcclResult_t fcclCuError(CUresult error, const char* call, const char* file, int line) {
+fcclResult_t fcclCuError(CUresult error, const char* call, fcclSubsys_t subsys, const char* file, int line) {
   const char* name = "unknown";
   const char* text = "";
   if (pfn_cuGetErrorName) pfn_cuGetErrorName(error, &name);
   if (pfn_cuGetErrorString) pfn_cuGetErrorString(error, &text);
-  return fcclSetError(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, file, line, "%s failed: %s (%s)", call, name, text);
+  return fcclSetError(fcclUnhandledCudaError, subsys, file, line, "%s failed: %s (%s)", call, name, text);
 }

@@ -1,6 +1,8 @@
 #include "check.h"
 #include "fccl.h"
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
 FCCL_API fcclResult_t fcclGetVersion(int* version) {
   fcclClearError();
   FCCL_REQUIRE(version != NULL, "fcclGetVersion: version is NULL");

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
+
 #define FCCL_NCCL_FUNCTIONS(X)                                                                              \
   X(ncclGetVersion, ncclResult_t, (int* version))                                                           \
   X(ncclGetErrorString, const char*, (ncclResult_t result))                                                 \

@@ -24,6 +24,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
+
 /* Unauthenticated connections the root keeps at once; the oldest is dropped beyond that. */
 #define ROOT_MAX_PENDING 64
 /* Roots this process may have running at once (unused unique ids keep theirs until the timeout). */
@@ -516,12 +518,8 @@ static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t 
   root->secret = secret;
   root->timeoutMs = timeoutMs;
   root->pid = self;
-  int err = pthread_create(&root->thread, NULL, rootMain, root);
-  if (err != 0) {
-    fcclSocketClose(&root->listenFd);
-    free(root);
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot start the bootstrap root thread: %s", strerror(err));
-  }
+  PTHREADCHECKGOTO(pthread_create(&root->thread, NULL, rootMain, root), "starting the bootstrap root thread", res,
+                   noThread);
   pthread_mutex_lock(&rootsLock);
   root->next = roots;
   roots = root;
@@ -537,6 +535,10 @@ static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t 
   FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root listening at %s",
             fcclSocketAddrToString(&root->addr, text, sizeof(text)));
   return fcclSuccess;
+noThread:
+  fcclSocketClose(&root->listenFd);
+  free(root);
+  return res;
 }
 
 fcclResult_t fcclBootstrapStartRoot(const void* listenAddr, uint64_t secret, int timeoutMs, fcclUniqueId* id) {

@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
+
 /*
  * Up to llMax bytes: LL (one hop, data carries its flags, 2x the bytes on the wire). Then one-shot up to
  * oneshotMax (plain: push through staging; registered: pull in place; one flag hop, (n - 1) x the bytes), and

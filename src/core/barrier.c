@@ -5,6 +5,8 @@
 #include "device_state.h"
 #include "enqueue.h"
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
+
 static fcclResult_t launchBarrier(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                                   cudaStream_t stream) {
   (void)call;

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
 int fcclCommIsValid(const struct fcclComm* comm) { return comm != NULL && comm->magic == FCCL_COMM_MAGIC; }
 
 fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller) {

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
+
 #define FCCL_STAGING_MIN_BYTES ((uint64_t)4 * FCCL_DEVICE_MAX_RANKS * FCCL_SLOT_ALIGN)
 #define FCCL_STAGING_MAX_BYTES ((uint64_t)1 << 32)
 #define FCCL_DEVICE_LAYOUT_VERSION 1
@@ -95,32 +97,9 @@ struct deviceHello {
 static fcclResult_t freeState(struct fcclDeviceState* s) {
   fcclResult_t res = fcclSuccess;
   if (!s) return res;
-  if (s->state) {
-    cudaError_t err = cudaFree(s->state);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "cudaFree of the epoch counters failed: %s",
-                       cudaGetErrorString(err));
-    }
-  }
-  if (s->words) {
-    cudaError_t err = cudaFreeHost(s->words);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      if (res == fcclSuccess)
-        res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "cudaFreeHost of the error words failed: %s",
-                         cudaGetErrorString(err));
-    }
-  }
-  if (s->abortPage) {
-    cudaError_t err = cudaHostUnregister(s->abortPage);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      if (res == fcclSuccess)
-        res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "cudaHostUnregister of the abort flag failed: %s",
-                         cudaGetErrorString(err));
-    }
-  }
+  if (s->state) CUDACHECKKEEP(cudaFree(s->state), res);
+  if (s->words) CUDACHECKKEEP(cudaFreeHost(s->words), res);
+  if (s->abortPage) CUDACHECKKEEP(cudaHostUnregister(s->abortPage), res);
   free(s);
   return res;
 }
@@ -133,7 +112,7 @@ static fcclResult_t copyToDevice(void* dst, const void* src, size_t bytes) {
   CUDACHECKGOTO(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), res, out);
   CUDACHECKGOTO(cudaStreamSynchronize(stream), res, out);
 out:
-  (void)cudaStreamDestroy(stream);
+  CUDACHECKIGNORE(cudaStreamDestroy(stream));
   return res;
 }
 
@@ -157,7 +136,7 @@ static fcclResult_t cleanOwnSlot(char* ownSlot, const fcclSlotLayout* layout, ui
                 res, out);
   CUDACHECKGOTO(cudaStreamSynchronize(stream), res, out);
 out:
-  (void)cudaStreamDestroy(stream);
+  CUDACHECKIGNORE(cudaStreamDestroy(stream));
   return res;
 }
 
@@ -191,12 +170,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
-  cudaError_t err = cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "cudaHostRegister of the abort flag page failed: %s",
-                      cudaGetErrorString(err));
-  }
+  CUDACHECK(cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
   s->abortPage = (void*)comm->abortFlag;
   void* abortDev = NULL;
   CUDACHECK(cudaHostGetDevicePointer(&abortDev, (void*)comm->abortFlag, 0));
@@ -308,7 +282,7 @@ fcclResult_t fcclDeviceInit(struct fcclComm* comm) {
     comm->device = s;
   else
     (void)freeState(s);
-  if (saved != comm->cudaDev) (void)cudaSetDevice(saved);
+  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
   return res;
 }
 
@@ -318,15 +292,10 @@ fcclResult_t fcclDeviceFini(struct fcclComm* comm) {
   CUDACHECK(cudaGetDevice(&saved));
   if (saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
   /* Our kernels may still run on the application's streams; they end on their own (bounded waits, abort flag). */
-  cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    FCCL_INFO(FCCL_SUBSYS_COLL, "cudaDeviceSynchronize before freeing the collectives' state: %s",
-              cudaGetErrorString(err));
-  }
+  CUDACHECKIGNORE(cudaDeviceSynchronize());
   fcclResult_t res = freeState(comm->device);
   comm->device = NULL;
-  if (saved != comm->cudaDev) (void)cudaSetDevice(saved);
+  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
   return res;
 }
 

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
+
 static const char* typeName(fcclDataType_t type) {
   static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
                                       "uint64", "float16", "float32", "float64", "bfloat16"};
@@ -37,7 +39,7 @@ static fcclResult_t enterDevice(struct fcclComm* comm, struct callDevice* cd) {
 }
 
 static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
-  if (cd->saved >= 0 && cd->saved != comm->cudaDev) (void)cudaSetDevice(cd->saved);
+  if (cd->saved >= 0 && cd->saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(cd->saved));
 }
 
 static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {

@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
 typedef enum { INIT_TCP, INIT_ENV, INIT_PREMADE } fcclInitKind_t;
 
 /* What commInitTask needs beyond the comm: how to bring the bootstrap up. */
@@ -253,14 +255,15 @@ static fcclResult_t commStart(struct fcclComm* comm, int blocking, fcclComm_t* o
     *out = comm;
     return fcclSuccess;
   }
-  int err = pthread_create(&comm->initThread, NULL, initThreadMain, comm);
-  if (err != 0) {
-    (void)commFree(comm);
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "cannot start the init thread: %s", strerror(err));
-  }
+  fcclResult_t started = fcclSuccess;
+  PTHREADCHECKGOTO(pthread_create(&comm->initThread, NULL, initThreadMain, comm), "starting the init thread",
+                   started, noThread);
   comm->initThreadActive = 1;
   *out = comm;
   return fcclInProgress;
+noThread:
+  commFreeAfterFailure(comm);
+  return started;
 }
 
 static fcclResult_t currentDevice(int* dev) {
@@ -398,12 +401,10 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
   int started = 0;
   for (int i = 0; i < ndev && res == fcclSuccess; i++) {
     ranks[i] = (struct initAllRank){.dev = devlist ? devlist[i] : i, .rank = i, .ndev = ndev, .id = id};
-    int err = pthread_create(&threads[i], NULL, initAllThread, &ranks[i]);
-    if (err != 0)
-      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "fcclCommInitAll: cannot start thread %d: %s", i,
-                       strerror(err));
-    else
-      started++;
+    PTHREADCHECKGOTO(pthread_create(&threads[i], NULL, initAllThread, &ranks[i]), "fcclCommInitAll: starting a rank's "
+                     "thread", res, notStarted);
+    started++;
+  notStarted:;
   }
   /* A rank that never started would keep the others waiting for it until their timeout: stopping the root now
    * makes those already waiting for the welcome (which needs every rank) fail at once. */

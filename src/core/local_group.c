@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
 struct fcclLocalGroup {
   pthread_mutex_t lock;
   int count; /* members still attached */

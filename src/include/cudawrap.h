@@ -6,6 +6,7 @@
 #ifndef FCCL_CUDAWRAP_H_
 #define FCCL_CUDAWRAP_H_
 
+#include "debug.h"
 #include "fccl.h"
 
 #include <cuda.h>
@@ -57,18 +58,19 @@ fcclResult_t fcclCudaDriverLoad(void);
 #define CUCHECK(call)                                                                                           \
   do {                                                                                                          \
     CUresult fcclCuErr_ = pfn_##call;                                                                           \
-    if (fcclCuErr_ != CUDA_SUCCESS) return fcclCuError(fcclCuErr_, #call, __FILE__, __LINE__);                \
+    if (fcclCuErr_ != CUDA_SUCCESS) return fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__);                \
   } while (0)
 
 #define CUCHECKGOTO(call, res, label)                                                                           \
   do {                                                                                                          \
     CUresult fcclCuErr_ = pfn_##call;                                                                           \
     if (fcclCuErr_ != CUDA_SUCCESS) {                                                                           \
-      (res) = fcclCuError(fcclCuErr_, #call, __FILE__, __LINE__);                                               \
+      (res) = fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__);                                               \
       goto label;                                                                                               \
     }                                                                                                           \
   } while (0)
 
-fcclResult_t fcclCuError(CUresult error, const char* call, const char* file, int line);
+/* Describes a failed driver call once (FCCL_ERROR's way) under subsys. */
+fcclResult_t fcclCuError(CUresult error, const char* call, fcclSubsys_t subsys, const char* file, int line);
 
 #endif /* FCCL_CUDAWRAP_H_ */

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define ARENA_PAGE 4096u
 
 struct arenaChunk {
@@ -252,7 +254,7 @@ static fcclResult_t cudaChunkCreate(void* ctx, int dev, size_t bytes, struct fcc
   FCCLCHECKGOTO(fcclIpcAllocExport(alloc), res, freeAlloc);
   return fcclSuccess;
 destroyStream:
-  (void)cudaStreamDestroy(stream);
+  CUDACHECKIGNORE(cudaStreamDestroy(stream));
 restore:
   fcclIpcRestoreDevice(previous);
 freeAlloc:

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define MAX_IMPORT_PIECES 4096
 
 uint64_t fcclMix64(uint64_t value) {

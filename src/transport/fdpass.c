@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 /* The generic syscall numbers (x86-64 and aarch64 share them); libc headers older than the kernel may lack them. */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434

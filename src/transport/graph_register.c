@@ -12,6 +12,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 /*
  * The buffers one captured all-reduce registered, owned by its graph through a CUDA user object. CUDA destroys the
  * object on a thread of its own once the graph and every instantiation and launch of it are gone; no CUDA call may
@@ -129,12 +131,11 @@ static fcclResult_t holderForCapture(struct fcclTransport* t, cudaStream_t strea
   struct fcclGraphHolder* holder = calloc(1, sizeof(*holder));
   if (!holder) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
   cudaUserObject_t object;
-  cudaError_t err = cudaUserObjectCreate(&object, holder, graphHolderDestroy, 1, cudaUserObjectNoDestructorSync);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+  fcclResult_t res = fcclSuccess;
+  CUDACHECKKEEP(cudaUserObjectCreate(&object, holder, graphHolderDestroy, 1, cudaUserObjectNoDestructorSync), res);
+  if (res != fcclSuccess) {
     free(holder);
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaUserObjectCreate failed: %s",
-                      cudaGetErrorString(err));
+    return res;
   }
   /* Linked before the graph owns it: from then on only the destructor or teardown frees it. */
   pthread_mutex_lock(&graphLock);
@@ -142,13 +143,11 @@ static fcclResult_t holderForCapture(struct fcclTransport* t, cudaStream_t strea
   holder->next = t->graphHolders;
   t->graphHolders = holder;
   pthread_mutex_unlock(&graphLock);
-  err = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
+  CUDACHECKKEEP(cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove), res);
+  if (res != fcclSuccess) {
     /* Our reference is the only one: releasing it runs the destructor, which marks the (empty) holder gone. */
-    (void)cudaUserObjectRelease(object, 1);
-    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaGraphRetainUserObject failed: %s",
-                      cudaGetErrorString(err));
+    CUDACHECKIGNORE(cudaUserObjectRelease(object, 1));
+    return res;
   }
   *out = holder;
   return fcclSuccess;

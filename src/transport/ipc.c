@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define LEGACY_GRANULARITY (2u << 20) /* cudaMalloc memory is handed out in 2 MiB blocks: never share one */
 
 static pthread_once_t identityOnce = PTHREAD_ONCE_INIT;
@@ -184,11 +186,10 @@ fcclResult_t fcclIpcAllocExport(struct fcclIpcAlloc* alloc) {
   } else {
     int previous;
     FCCLCHECK(fcclIpcSetDevice(alloc->dev, &previous));
-    cudaError_t err = cudaIpcGetMemHandle(&alloc->legacyHandle, alloc->ptr);
+    fcclResult_t res = fcclSuccess;
+    CUDACHECKKEEP(cudaIpcGetMemHandle(&alloc->legacyHandle, alloc->ptr), res);
     fcclIpcRestoreDevice(previous);
-    if (err != cudaSuccess)
-      return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaIpcGetMemHandle(%p) failed: %s", alloc->ptr,
-                        cudaGetErrorString(err));
+    FCCLCHECK(res);
   }
   alloc->exported = 1;
   return fcclSuccess;
@@ -205,15 +206,13 @@ fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc) {
     CUresult freed = pfn_cuMemAddressFree(va, alloc->size);
     CUresult released = pfn_cuMemRelease(alloc->handle);
     CUresult first = unmapped != CUDA_SUCCESS ? unmapped : freed != CUDA_SUCCESS ? freed : released;
-    if (first != CUDA_SUCCESS) res = fcclCuError(first, "cuMemUnmap/cuMemAddressFree/cuMemRelease", __FILE__, __LINE__);
+    if (first != CUDA_SUCCESS)
+      res = fcclCuError(first, "cuMemUnmap/cuMemAddressFree/cuMemRelease", FCCL_LOG_SUBSYS, __FILE__, __LINE__);
   } else {
     int previous;
     FCCLCHECK(fcclIpcSetDevice(alloc->dev, &previous));
-    cudaError_t err = cudaFree(alloc->ptr);
+    CUDACHECKKEEP(cudaFree(alloc->ptr), res);
     fcclIpcRestoreDevice(previous);
-    if (err != cudaSuccess)
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaFree(%p) failed: %s", alloc->ptr,
-                       cudaGetErrorString(err));
   }
   FCCL_INFO(FCCL_SUBSYS_IPC, "freed buffer %" PRIu64 ": %zu bytes at %p on device %d", alloc->serial, alloc->size,
             alloc->ptr, alloc->dev);
@@ -270,7 +269,7 @@ static fcclResult_t cuMemOpen(const struct fcclRegKey* key, size_t size, const s
     CUresult err = pfn_cuMemMap(va + mapped, import->sizes[i], 0, handle, 0);
     (void)pfn_cuMemRelease(handle); /* the mapping holds the allocation from here on */
     if (err != CUDA_SUCCESS) {
-      res = fcclCuError(err, "cuMemMap", __FILE__, __LINE__);
+      res = fcclCuError(err, "cuMemMap", FCCL_LOG_SUBSYS, __FILE__, __LINE__);
       goto unmap;
     }
     mapped += import->sizes[i];
@@ -324,15 +323,12 @@ static fcclResult_t cudaRegistryClose(void* ctx, const struct fcclRegKey* key, s
   if (key->kind == FCCL_REG_CUMEM) {
     CUresult unmapped = pfn_cuMemUnmap((CUdeviceptr)base, size);
     CUresult freed = pfn_cuMemAddressFree((CUdeviceptr)base, size);
-    if (unmapped != CUDA_SUCCESS) res = fcclCuError(unmapped, "cuMemUnmap", __FILE__, __LINE__);
-    else if (freed != CUDA_SUCCESS) res = fcclCuError(freed, "cuMemAddressFree", __FILE__, __LINE__);
+    if (unmapped != CUDA_SUCCESS)
+      res = fcclCuError(unmapped, "cuMemUnmap", FCCL_LOG_SUBSYS, __FILE__, __LINE__);
+    else if (freed != CUDA_SUCCESS)
+      res = fcclCuError(freed, "cuMemAddressFree", FCCL_LOG_SUBSYS, __FILE__, __LINE__);
   } else {
-    cudaError_t err = cudaIpcCloseMemHandle(base);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaIpcCloseMemHandle(%p) failed: %s", base,
-                       cudaGetErrorString(err));
-    }
+    CUDACHECKKEEP(cudaIpcCloseMemHandle(base), res);
   }
   fcclIpcRestoreDevice(previous);
   return res;

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define REGISTRY_BUCKETS 256
 
 _Static_assert(sizeof(struct fcclCuMemId) == FCCL_REG_ID_BYTES, "a cuMem id fills the key's id bytes exactly");

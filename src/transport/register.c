@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define MAX_PIECES 4096 /* physical allocations one registration may span (PyTorch maps 2 or 20 MiB pages) */
 
 /* What this rank registers, as it tells its peers. */
@@ -145,6 +147,7 @@ static fcclResult_t analyseBuffer(const struct fcclTransportParams* cfg, void* b
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
                         "fcclCommRegister: [%p, %p + %zu) spans %d cudaMalloc allocations; register each one", buf,
                         buf, size, exp->pieces);
+    /* Memory that cannot be shared is the caller's argument, not a CUDA failure. */
     cudaError_t err = cudaIpcGetMemHandle(&exp->legacyHandle, (void*)exp->regionBase);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
@@ -177,7 +180,7 @@ static fcclResult_t analyseBuffer(const struct fcclTransportParams* cfg, void* b
     (void)pfn_cuMemRelease(handle); /* drops the reference cuMemRetainAllocationHandle took */
     if (err != CUDA_SUCCESS) {
       exp->fds[i] = -1;
-      return fcclCuError(err, "cuMemExportToShareableHandle", __FILE__, __LINE__);
+      return fcclCuError(err, "cuMemExportToShareableHandle", FCCL_LOG_SUBSYS, __FILE__, __LINE__);
     }
     unsigned long long bufferId = 0;
     if (pfn_cuPointerGetAttribute(&bufferId, CU_POINTER_ATTRIBUTE_BUFFER_ID, exp->bases[i]) != CUDA_SUCCESS)

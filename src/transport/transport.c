@@ -19,6 +19,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
+
 #define HELLO_MAGIC 0x66636c7472616e73ull /* "fcltrans" */
 #define CLAIM_ATTEMPTS 16                 /* slot agreements retried when concurrent inits of one process collide */
 #define MAX_IMPORT_PIECES 4096
@@ -370,7 +372,7 @@ static fcclResult_t checkP2P(struct fcclTransport* t, fcclResult_t local, uint64
     }
   }
 exit:
-  if (stream) (void)cudaStreamDestroy(stream);
+  if (stream) CUDACHECKIGNORE(cudaStreamDestroy(stream));
   free(records);
   free(seen);
   return res;
