@@ -154,7 +154,7 @@ struct UnitTail {
 
   /* Assembled into the 8-byte words, never written element by element into the unit: with per-element writes,
    * types narrower than 4 bytes had the vector path's result split into 16- or 8-bit registers where the two
-   * paths join, and the thread waited for that load right there (docs/perf/notes/tried-and-dropped.md). */
+   * paths join, and the thread waited for that load right there (docs/perf/notes/small-messages.md). */
   static __device__ __noinline__ UnitWords<B> load(uint64_t base, uint64_t offset, uint64_t bytes) {
     UnitWords<B> x = {};
 #pragma unroll
