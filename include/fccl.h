@@ -310,10 +310,9 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * divided once by the number of ranks. Any count and any element-aligned pointers.
  * Buffers inside a range registered with fcclCommRegister (on every rank, at the same offset, and in place on every
  * rank or on none) are read and written in place; others go through the communicator's staging buffers
- * (FCCL_STAGING_BYTES) in rounds, so any count works. The algorithm follows the size (FCCL_ALGO overrides);
- * docs/collectives.md has the table. The call enqueues one kernel, except for 2 ranks on registered buffers out of
- * place from FCCL_COPY_SCATTER_MIN bytes (256 MiB): a barrier kernel, a copy-engine copy into the peer's output and
- * the kernel, all on stream.
+ * (FCCL_STAGING_BYTES) in rounds, so any count works. The algorithm follows the size (FCCL_ALGO overrides); all
+ * the work (kernels, and for some sizes a copy-engine copy) is enqueued on stream. docs/collectives.md has the
+ * algorithms and the table.
  * @param sendbuf   input, count elements of device memory of the communicator's device (NULL only with count 0).
  * @param recvbuf   output, likewise; may equal sendbuf.
  * @param count     elements (0 does nothing).
@@ -330,20 +329,20 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * be ordered (one stream, or streams the application orders). Blocks: no (enqueued on stream); the kernel waits
  * for the peers' kernels, at most FCCL_TIMEOUT, and stops at once on fcclCommAbort. Collective: yes, the same
  * count, type and op on every rank, in the same order. Graph capture: yes; replays are correct any number of times.
- * Captured with buffers that are not registered, at a size where registered buffers run another algorithm (2
- * ranks: above 1 MiB) and with every rank in a process of its own, the call registers them with every rank for the
- * graph's lifetime (FCCL_GRAPH_REGISTER=0:
- * it stages instead), so that replays read them in place: the call then also exchanges with the peers on the host
- * (blocks, bounded by the communicator's timeout; every rank must capture it), and the registrations are released
- * when the graph is destroyed, at the communicator's next all-reduce or barrier. The buffers must outlive the
- * graph, as PyTorch's graph memory pools do. Eager calls on the same buffers still stage.
+ * Captured with buffers that are not registered, at a size where registered buffers run another algorithm
+ * (docs/collectives.md#graph-registration) and with every rank in a process of its own, the call registers them
+ * with every rank for the graph's lifetime (FCCL_GRAPH_REGISTER=0: it stages instead), so that replays read them
+ * in place: the call then also exchanges with the peers on the host (blocks, bounded by the communicator's
+ * timeout; every rank must capture it), and the registrations are released when the graph is destroyed, at the
+ * communicator's next collective call. The buffers must outlive the graph, as PyTorch's graph memory pools do.
+ * Eager calls on the same buffers still stage.
  */
 FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     fcclRedOp_t op, fcclComm_t comm, void* stream);
 
 /**
  * Device-side barrier across all ranks, ordered on stream: work enqueued after it on any rank's stream starts
- * only after every rank's stream reached it. A floor of about one NVLink flag hop (1.5 us in a CUDA graph).
+ * only after every rank's stream reached it.
  * @param comm    communicator.
  * @param stream  cudaStream_t of the communicator's device (NULL: the default stream).
  * @return fcclSuccess; fcclInvalidArgument (invalid comm, stream of another device); fcclInvalidUsage (init not
@@ -400,8 +399,8 @@ FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, 
 FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle);
 
 /**
- * Allocates size bytes of device memory on the current device, rounded up to the allocation granularity (2 MiB
- * on current GPUs), that can be registered and shared across processes: cuMem with POSIX file-descriptor export,
+ * Allocates size bytes of device memory on the current device, rounded up to the allocation granularity, that can
+ * be registered and shared across processes: cuMem with POSIX file-descriptor export,
  * accessible from every GPU of this process that can reach it (cudaMalloc where the GPU cannot export cuMem
  * memory, or with FCCL_CUMEM_ENABLE=0). Not zeroed. Free it with fcclMemFree.
  * @return fcclSuccess; fcclInvalidArgument (NULL ptr, size 0, a size that cannot be rounded up);
@@ -431,8 +430,7 @@ typedef struct {
                                     device's arena (0 when comm is NULL) */
   uint64_t commGraphRegistrations; /**< buffers this communicator registered for captured CUDA graphs
                                         (FCCL_GRAPH_REGISTER), held until each graph is destroyed and the
-                                        communicator's next all-reduce or barrier (0 when comm is
-                                        NULL) */
+                                        communicator's next collective call (0 when comm is NULL) */
 } fcclMemStats_t;
 
 /**
