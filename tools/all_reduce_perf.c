@@ -32,7 +32,7 @@ static int launchAllReduce(benchAgent_t* agent, int engine, int gpu, int iter, v
                   (slices > 1 ? op->bytes * ((size_t)iter % slices) : 0);
   char* recv = b->recv + offset;
   const char* send = op->inPlace ? recv : b->send + offset;
-  return benchAllReduce(agent, engine, gpu, send, recv, op->count, op->type, op->op);
+  return agent->engines[engine].ops->allReduce(agent, engine, gpu, send, recv, op->count, op->type, op->op, -1);
 }
 
 static int warmUp(benchAgent_t* agent, int type, int redop) {

@@ -17,7 +17,7 @@ typedef struct {
 static int launchBarrier(benchAgent_t* agent, int engine, int gpu, int iter, void* arg) {
   (void)iter;
   barrierCtx_t* ctx = (barrierCtx_t*)arg;
-  return benchBarrierOp(agent, engine, gpu, ctx->scratch[gpu]);
+  return agent->engines[engine].ops->barrier(agent, engine, gpu, ctx->scratch[gpu]);
 }
 
 typedef struct {

@@ -6,7 +6,7 @@
  * build, and the fccl communicator itself when torchrun-style variables started the processes. Rank 0's agent
  * prints; every agent takes part in every exchange, so all ranks agree on sizes, times and error counts.
  */
-#include "runtime.h"
+#include "runtime_internal.h"
 
 #include "fccl_build_config.h"
 
@@ -20,15 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if FCCL_HAVE_NCCL
-#include <nccl.h>
-/* ncclMemAlloc and ncclCommRegister came with NCCL 2.19, symmetric windows with 2.27. */
-#define BENCH_NCCL_REGISTER (NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0))
-#define BENCH_NCCL_WINDOWS (NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0))
-#else
-#define BENCH_NCCL_REGISTER 0
-#define BENCH_NCCL_WINDOWS 0
-#endif
 #if FCCL_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -76,46 +67,13 @@ void benchFail(benchAgent_t* agent, const char* fmt, ...) {
   pthread_mutex_unlock(&errorLock);
 }
 
-#define BENCH_CUDA(agent, call)                                                                     \
-  do {                                                                                              \
-    cudaError_t benchErr_ = (call);                                                                 \
-    if (benchErr_ != cudaSuccess) {                                                                 \
-      (void)cudaGetLastError();                                                                     \
-      benchFail((agent), "%s failed: %s (%s)", #call, cudaGetErrorName(benchErr_),                  \
-                cudaGetErrorString(benchErr_));                                                     \
-      return -1;                                                                                    \
-    }                                                                                               \
-  } while (0)
-
-#define BENCH_FCCL(agent, comm, call)                                                               \
-  do {                                                                                              \
-    fcclResult_t benchRes_ = (call);                                                                \
-    if (benchRes_ != fcclSuccess) {                                                                 \
-      benchFail((agent), "%s failed: %s: %s", #call, fcclGetErrorString(benchRes_),                 \
-                fcclGetLastError(comm));                                                            \
-      return -1;                                                                                    \
-    }                                                                                               \
-  } while (0)
-
-#if FCCL_HAVE_NCCL
-#define BENCH_NCCL(agent, comm, call)                                                               \
-  do {                                                                                              \
-    ncclResult_t benchRes_ = (call);                                                                \
-    if (benchRes_ != ncclSuccess) {                                                                 \
-      benchFail((agent), "%s failed: %s: %s", #call, ncclGetErrorString(benchRes_),                 \
-                ncclGetLastError(comm));                                                            \
-      return -1;                                                                                    \
-    }                                                                                               \
-  } while (0)
-#endif
-
 static int timeoutSec(const benchAgent_t* agent) {
   return agent->args.timeoutSec > 0 ? agent->args.timeoutSec : DEFAULT_TIMEOUT_SEC;
 }
 
 /* Makes local rank gpu's device current when this thread drives several. */
 static int useDevice(benchAgent_t* agent, int gpu) {
-  if (agent->nLocal > 1) BENCH_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
   return 0;
 }
 
@@ -163,7 +121,8 @@ static void mpiAbort(benchOob_t* oob) {
 #endif
 
 /* torchrun-style launch has no channel of its own before the communicator exists; after that, an all-gather is an
- * fccl all-reduce (uint8 sum) of a zeroed buffer in which each rank filled its own slot. */
+ * all-reduce (uint8 sum) on the first engine's communicator of a zeroed buffer in which each rank filled its own
+ * slot. */
 typedef struct {
   benchAgent_t* agent;
   unsigned char* device;
@@ -173,20 +132,26 @@ typedef struct {
 static int commAllgather(benchOob_t* oob, const void* mine, size_t bytes, void* all) {
   commOob_t* state = (commOob_t*)oob->state;
   benchAgent_t* agent = state->agent;
+  const benchEngineOps_t* ops = agent->engines[0].ops;
   size_t total = (size_t)oob->nAgents * BENCH_OOB_SLOT;
   memset(state->host, 0, total);
   if (bytes) memcpy(state->host + (size_t)oob->agent * BENCH_OOB_SLOT, mine, bytes);
   cudaStream_t stream = agent->streams[0];
-  if (cudaMemcpyAsync(state->device, state->host, total, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
-      fcclAllReduce(state->device, state->device, total, fcclUint8, fcclSum, agent->fccl[0], (void*)stream) !=
-          fcclSuccess ||
-      cudaMemcpyAsync(state->host, state->device, total, cudaMemcpyDeviceToHost, stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    snprintf(oob->error, sizeof(oob->error), "exchange through the communicator failed: %s",
-             fcclGetLastError(agent->fccl[0]));
+  cudaError_t copied = cudaMemcpyAsync(state->device, state->host, total, cudaMemcpyHostToDevice, stream);
+  if (copied == cudaSuccess &&
+      ops->allReduce(agent, 0, 0, state->device, state->device, total, benchUint8, benchSum, 0) != 0) {
+    snprintf(oob->error, sizeof(oob->error), "exchange through the communicator failed");
     return -1;
   }
-  if (benchSync(agent, BENCH_FCCL) != 0) {
+  if (copied == cudaSuccess)
+    copied = cudaMemcpyAsync(state->host, state->device, total, cudaMemcpyDeviceToHost, stream);
+  if (copied != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(oob->error, sizeof(oob->error), "exchange through the communicator failed: %s",
+             cudaGetErrorString(copied));
+    return -1;
+  }
+  if (benchSync(agent, 0) != 0) {
     snprintf(oob->error, sizeof(oob->error), "exchange through the communicator did not complete");
     return -1;
   }
@@ -242,90 +207,10 @@ static int forEachGpu(benchAgent_t* agent, perGpuFn_t fn, void* ctx) {
 
 /* ---- engines ---------------------------------------------------------------------------------------------------- */
 
-int benchAllReduce(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
-                   int op) {
-  if (engine == BENCH_FCCL) {
-    BENCH_FCCL(agent, agent->fccl[gpu],
-               fcclAllReduce(send, recv, count, (fcclDataType_t)type, (fcclRedOp_t)op, agent->fccl[gpu],
-                             (void*)agent->streams[gpu]));
-    return 0;
-  }
-#if FCCL_HAVE_NCCL
-  ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
-  BENCH_NCCL(agent, comm,
-             ncclAllReduce(send, recv, count, (ncclDataType_t)type, (ncclRedOp_t)op, comm, agent->streams[gpu]));
-  return 0;
-#else
-  benchFail(agent, "this build has no NCCL");
-  return -1;
-#endif
-}
-
-int benchBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch) {
-  if (engine == BENCH_FCCL) {
-    BENCH_FCCL(agent, agent->fccl[gpu], fcclBarrier(agent->fccl[gpu], (void*)agent->streams[gpu]));
-    return 0;
-  }
-  /* NCCL has no barrier call; an all-reduce of one element is the usual stand-in. */
-  return benchAllReduce(agent, engine, gpu, scratch, scratch, 1, benchFloat32, benchSum);
-}
-
-int benchGroupStart(benchAgent_t* agent, int engine) {
-#if FCCL_HAVE_NCCL
-  if (engine == BENCH_NCCL && agent->nLocal > 1) BENCH_NCCL(agent, NULL, ncclGroupStart());
-#else
-  (void)agent;
-  (void)engine;
-#endif
-  return 0;
-}
-
-int benchGroupEnd(benchAgent_t* agent, int engine) {
-#if FCCL_HAVE_NCCL
-  if (engine == BENCH_NCCL && agent->nLocal > 1) BENCH_NCCL(agent, NULL, ncclGroupEnd());
-#else
-  (void)agent;
-  (void)engine;
-#endif
-  return 0;
-}
-
-/* Aborts this agent's communicators of engine after a timeout; they are gone afterwards. */
+/* Aborts this agent's communicators of engine after a failure or a timeout; they are gone afterwards. */
 static void abortEngine(benchAgent_t* agent, int engine) {
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    if (engine == BENCH_FCCL && agent->fccl[gpu]) {
-      fcclCommAbort(agent->fccl[gpu]);
-      agent->fccl[gpu] = NULL;
-    }
-#if FCCL_HAVE_NCCL
-    if (engine == BENCH_NCCL && agent->nccl[gpu]) {
-      ncclCommAbort((ncclComm_t)agent->nccl[gpu]);
-      agent->nccl[gpu] = NULL;
-    }
-#endif
-  }
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) agent->engines[engine].ops->abort(agent, engine, gpu);
   benchOobAbort(agent->oob);
-}
-
-static int asyncError(benchAgent_t* agent, int engine, int gpu, char* text, size_t len) {
-  if (engine == BENCH_FCCL) {
-    fcclResult_t error = fcclSuccess;
-    if (agent->fccl[gpu] && fcclCommGetAsyncError(agent->fccl[gpu], &error) == fcclSuccess && error != fcclSuccess &&
-        error != fcclInProgress) {
-      snprintf(text, len, "%s: %s", fcclGetErrorString(error), fcclGetLastError(agent->fccl[gpu]));
-      return 1;
-    }
-    return 0;
-  }
-#if FCCL_HAVE_NCCL
-  ncclResult_t error = ncclSuccess;
-  ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
-  if (comm && ncclCommGetAsyncError(comm, &error) == ncclSuccess && error != ncclSuccess && error != ncclInProgress) {
-    snprintf(text, len, "%s: %s", ncclGetErrorString(error), ncclGetLastError(comm));
-    return 1;
-  }
-#endif
-  return 0;
 }
 
 int benchSync(benchAgent_t* agent, int engine) {
@@ -342,7 +227,7 @@ int benchSync(benchAgent_t* agent, int engine) {
       }
       if ((polls & 255) == 255) {
         char text[600];
-        if (asyncError(agent, engine, gpu, text, sizeof(text))) {
+        if (agent->engines[engine].ops->asyncError(agent, engine, gpu, text, sizeof(text))) {
           benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine],
                     agent->firstRank + gpu, text);
           abortEngine(agent, engine);
@@ -364,16 +249,17 @@ int benchSync(benchAgent_t* agent, int engine) {
 /* ---- launching, timing ------------------------------------------------------------------------------------------ */
 
 int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count) {
+  const benchEngineOps_t* ops = agent->engines[engine].ops;
   for (int iter = firstIter; iter < firstIter + count; iter++) {
-    if (benchGroupStart(agent, engine) != 0) return -1;
+    if (ops->groupStart && ops->groupStart(agent, engine) != 0) return -1;
     int status = 0;
     for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
       status = useDevice(agent, gpu);
       if (status == 0) status = launch(agent, engine, gpu, iter, ctx);
     }
-    if (benchGroupEnd(agent, engine) != 0 || status != 0) return -1;
+    if ((ops->groupEnd && ops->groupEnd(agent, engine) != 0) || status != 0) return -1;
   }
-  if (agent->nLocal > 1) BENCH_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   return 0;
 }
 
@@ -434,7 +320,7 @@ static int captureGraphs(benchAgent_t* agent, int engine, benchLaunchFn_t launch
 static int launchGraphs(benchAgent_t* agent, cudaGraphExec_t* exec) {
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (useDevice(agent, gpu) != 0) return -1;
-    BENCH_CUDA(agent, cudaGraphLaunch(exec[gpu], agent->streams[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaGraphLaunch(exec[gpu], agent->streams[gpu]));
   }
   return 0;
 }
@@ -520,9 +406,9 @@ int benchUpload(benchAgent_t* agent, int gpu, void* dst, size_t count, int type,
   for (size_t first = 0; first < count; first += chunk) {
     size_t n = count - first < chunk ? count - first : chunk;
     benchFillInput(agent->staging, n, first, type, op, agent->firstRank + gpu, agent->nranks, seed);
-    BENCH_CUDA(agent, cudaMemcpyAsync((char*)dst + first * size, agent->staging, n * size, cudaMemcpyHostToDevice,
-                                      agent->streams[gpu]));
-    BENCH_CUDA(agent, cudaStreamSynchronize(agent->streams[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaMemcpyAsync((char*)dst + first * size, agent->staging, n * size,
+                                            cudaMemcpyHostToDevice, agent->streams[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaStreamSynchronize(agent->streams[gpu]));
   }
   return 0;
 }
@@ -559,7 +445,7 @@ int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int 
 
 int benchPoison(benchAgent_t* agent, int gpu, void* dst, size_t bytes) {
   if (useDevice(agent, gpu) != 0) return -1;
-  BENCH_CUDA(agent, cudaMemsetAsync(dst, BENCH_POISON_BYTE, bytes, agent->streams[gpu]));
+  BENCH_CHECK_CUDA(agent, cudaMemsetAsync(dst, BENCH_POISON_BYTE, bytes, agent->streams[gpu]));
   return 0;
 }
 
@@ -567,9 +453,9 @@ int benchCorrupt(benchAgent_t* agent, int gpu, void* ptr, size_t index, int type
   unsigned char byte = 0;
   char* where = (char*)ptr + (index + 1) * benchTypeSize(type) - 1; /* the top byte (little-endian) */
   if (useDevice(agent, gpu) != 0) return -1;
-  BENCH_CUDA(agent, cudaMemcpy(&byte, where, 1, cudaMemcpyDeviceToHost));
+  BENCH_CHECK_CUDA(agent, cudaMemcpy(&byte, where, 1, cudaMemcpyDeviceToHost));
   byte ^= 0x40;
-  BENCH_CUDA(agent, cudaMemcpy(where, &byte, 1, cudaMemcpyHostToDevice));
+  BENCH_CHECK_CUDA(agent, cudaMemcpy(where, &byte, 1, cudaMemcpyHostToDevice));
   return 0;
 }
 
@@ -585,86 +471,53 @@ void benchProgress(benchAgent_t* agent, const char* text) {
 /* ---- communicators ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
-  fcclUniqueId fcclId;
-#if FCCL_HAVE_NCCL
-  ncclUniqueId ncclId;
-#endif
+  int engine;
+  const void* id; /* NULL: created from the launcher's variables */
   double ms[BENCH_MAX_LOCAL];
   double bytes[BENCH_MAX_LOCAL];
   double self[BENCH_MAX_LOCAL];
-} initCtx_t;
+} createCtx_t;
 
 /* Device memory in use on the current device, for the before/after difference around communicator creation. */
 static int usedBytes(benchAgent_t* agent, double* used) {
   size_t freeBytes = 0, totalBytes = 0;
-  BENCH_CUDA(agent, cudaDeviceSynchronize());
-  BENCH_CUDA(agent, cudaMemGetInfo(&freeBytes, &totalBytes));
+  BENCH_CHECK_CUDA(agent, cudaDeviceSynchronize());
+  BENCH_CHECK_CUDA(agent, cudaMemGetInfo(&freeBytes, &totalBytes));
   *used = (double)(totalBytes - freeBytes);
   return 0;
 }
 
-static int fcclInitOne(benchAgent_t* agent, int gpu, void* arg) {
-  initCtx_t* ctx = (initCtx_t*)arg;
+static int createOne(benchAgent_t* agent, int gpu, void* arg) {
+  createCtx_t* ctx = (createCtx_t*)arg;
+  const benchEngineOps_t* ops = agent->engines[ctx->engine].ops;
   double before = 0, after = 0;
   if (usedBytes(agent, &before) != 0) return -1;
-  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
-  config.commName = agent->test->program;
-  config.allowSharedDevice = agent->args.shareGpu ? 1 : 0;
-  if (agent->args.timeoutSec > 0) config.timeoutMs = agent->args.timeoutSec * 1000;
   double begin = nowSec();
-  if (agent->launchKind == BENCH_LAUNCH_ENV)
-    BENCH_FCCL(agent, NULL, fcclCommInitFromEnv(&agent->fccl[gpu], &config));
-  else
-    BENCH_FCCL(agent, NULL,
-               fcclCommInitRankConfig(&agent->fccl[gpu], agent->nranks, ctx->fcclId, agent->firstRank + gpu, &config));
+  if (ops->create(agent, ctx->engine, gpu, ctx->id) != 0) return -1;
   ctx->ms[gpu] = (nowSec() - begin) * 1000.0;
   if (usedBytes(agent, &after) != 0) return -1;
   ctx->bytes[gpu] = after > before ? after - before : 0;
-  fcclMemStats_t stats;
-  memset(&stats, 0, sizeof(stats));
-  stats.size = sizeof(stats);
-  ctx->self[gpu] = fcclCommGetMemStats(agent->fccl[gpu], &stats) == fcclSuccess ? (double)stats.commDeviceBytes : -1;
+  ctx->self[gpu] = ops->selfReportedBytes(agent, ctx->engine, gpu);
   return 0;
 }
 
-#if FCCL_HAVE_NCCL
-static int ncclInitOne(benchAgent_t* agent, int gpu, void* arg) {
-  initCtx_t* ctx = (initCtx_t*)arg;
-  double before = 0, after = 0;
-  if (usedBytes(agent, &before) != 0) return -1;
-  ncclComm_t comm = NULL;
-  double begin = nowSec();
-  BENCH_NCCL(agent, NULL, ncclCommInitRank(&comm, agent->nranks, ctx->ncclId, agent->firstRank + gpu));
-  agent->nccl[gpu] = comm;
-  ctx->ms[gpu] = (nowSec() - begin) * 1000.0;
-  if (usedBytes(agent, &after) != 0) return -1;
-  ctx->bytes[gpu] = after > before ? after - before : 0;
-  ctx->self[gpu] = -1;
-  return 0;
-}
-#endif
-
-/* Creates one engine's communicators on every local GPU and records creation time and memory (worst rank). */
+/* Creates one engine's communicators on every local GPU and records creation time and memory (worst rank). Under
+ * a launcher there is no exchange before the first engine's communicator exists: it is created from the
+ * launcher's variables, and carries the exchange from then on. */
 static int createComms(benchAgent_t* agent, int engine) {
-  initCtx_t ctx;
+  const benchEngineOps_t* ops = agent->engines[engine].ops;
+  unsigned char id[BENCH_UNIQUE_ID_BYTES];
+  createCtx_t ctx;
   memset(&ctx, 0, sizeof(ctx));
-  perGpuFn_t fn = fcclInitOne;
-  if (engine == BENCH_FCCL) {
-    if (agent->launchKind != BENCH_LAUNCH_ENV) {
-      if (agent->agent == 0) BENCH_FCCL(agent, NULL, fcclGetUniqueId(&ctx.fcclId));
-      if (exchangeBcast(agent, &ctx.fcclId, sizeof(ctx.fcclId)) != 0) return -1;
-    }
-  } else {
-#if FCCL_HAVE_NCCL
-    fn = ncclInitOne;
-    if (agent->agent == 0) BENCH_NCCL(agent, NULL, ncclGetUniqueId(&ctx.ncclId));
-    if (exchangeBcast(agent, &ctx.ncclId, sizeof(ctx.ncclId)) != 0) return -1;
-#else
-    benchFail(agent, "this build has no NCCL");
-    return -1;
-#endif
+  memset(id, 0, sizeof(id));
+  ctx.engine = engine;
+  const int fromLauncher = agent->launchKind == BENCH_LAUNCH_ENV && engine == 0;
+  if (!fromLauncher) {
+    if (agent->agent == 0 && ops->uniqueId(agent, engine, id) != 0) return -1;
+    if (exchangeBcast(agent, id, ops->uniqueIdBytes) != 0) return -1;
+    ctx.id = id;
   }
-  int status = forEachGpu(agent, fn, &ctx);
+  int status = forEachGpu(agent, createOne, &ctx);
   if (status != 0) {
     benchOobAbort(agent->oob);
     return -1;
@@ -675,44 +528,27 @@ static int createComms(benchAgent_t* agent, int engine) {
     worst[1] = fmax(worst[1], ctx.bytes[gpu]);
     worst[2] = fmax(worst[2], ctx.self[gpu]);
   }
-  if (agent->launchKind == BENCH_LAUNCH_ENV && engine == BENCH_FCCL) return 0; /* reduced once the channel exists */
+  if (fromLauncher) return 0; /* reduced once the communicator carries the exchange */
   if (benchReduce(agent, worst, 3, BENCH_REDUCE_MAX) != 0) return -1;
-  agent->init[engine] = (benchInitStats_t){worst[0], worst[1], worst[2]};
+  agent->engines[engine].init = (benchInitStats_t){worst[0], worst[1], worst[2]};
   return 0;
 }
 
 static int destroyOne(benchAgent_t* agent, int gpu, void* arg) {
   int engine = *(int*)arg;
-  if (engine == BENCH_FCCL && agent->fccl[gpu]) {
-    fcclResult_t res = fcclCommDestroy(agent->fccl[gpu]);
-    agent->fccl[gpu] = NULL;
-    if (res != fcclSuccess) {
-      benchFail(agent, "fcclCommDestroy failed: %s", fcclGetErrorString(res));
-      return -1;
-    }
-  }
-#if FCCL_HAVE_NCCL
-  if (engine == BENCH_NCCL && agent->nccl[gpu]) {
-    ncclResult_t res = ncclCommDestroy((ncclComm_t)agent->nccl[gpu]);
-    agent->nccl[gpu] = NULL;
-    if (res != ncclSuccess) {
-      benchFail(agent, "ncclCommDestroy failed: %s", ncclGetErrorString(res));
-      return -1;
-    }
-  }
-#endif
-  return 0;
+  return agent->engines[engine].ops->destroy(agent, engine, gpu);
 }
 
 /* ---- buffers ---------------------------------------------------------------------------------------------------- */
 
 static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
   size_t bytes = *(size_t*)arg;
-  const int reg = agent->args.localRegister;
+  const int kind = agent->args.localRegister;
   for (int engine = 0; engine < agent->nEngines; engine++) {
+    const benchEngineOps_t* ops = agent->engines[engine].ops;
     benchBuffers_t* b = &agent->buffers[gpu][engine];
     b->bytes = bytes;
-    if (reg == 0 && engine > 0) {
+    if (kind == BENCH_BUFFERS_PLAIN && engine > 0) {
       *b = agent->buffers[gpu][0];
       b->kind = BENCH_ALLOC_ALIAS;
       continue;
@@ -720,40 +556,17 @@ static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
     char** ptrs[2] = {&b->send, &b->recv};
     for (int i = 0; i < 2; i++) {
       void* ptr = NULL;
-      if (reg == 0) {
-        BENCH_CUDA(agent, cudaMalloc(&ptr, bytes));
+      if (kind == BENCH_BUFFERS_PLAIN) {
+        BENCH_CHECK_CUDA(agent, cudaMalloc(&ptr, bytes));
         b->kind = BENCH_ALLOC_CUDA;
-      } else if (engine == BENCH_FCCL) {
-        BENCH_FCCL(agent, agent->fccl[gpu], fcclMemAlloc(&ptr, bytes));
-        b->kind = BENCH_ALLOC_FCCL;
       } else {
-#if BENCH_NCCL_REGISTER
-        BENCH_NCCL(agent, (ncclComm_t)agent->nccl[gpu], ncclMemAlloc(&ptr, bytes));
-        b->kind = BENCH_ALLOC_NCCL;
-#else
-        BENCH_CUDA(agent, cudaMalloc(&ptr, bytes)); /* NCCL before 2.19 registers nothing */
-        b->kind = BENCH_ALLOC_CUDA;
-#endif
+        if (ops->memAlloc(agent, engine, gpu, bytes, &ptr) != 0) return -1;
+        b->kind = BENCH_ALLOC_ENGINE;
       }
       *ptrs[i] = (char*)ptr;
-      BENCH_CUDA(agent, cudaMemset(ptr, 0, bytes));
-      if (reg == 0) continue;
-      if (engine == BENCH_FCCL) {
-        BENCH_FCCL(agent, agent->fccl[gpu], fcclCommRegister(agent->fccl[gpu], ptr, bytes, &b->fcclReg[i]));
-      } else {
-#if BENCH_NCCL_REGISTER
-        ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
-#if BENCH_NCCL_WINDOWS
-        if (reg == 2 && agent->ncclVersion >= NCCL_VERSION(2, 27, 0)) {
-          ncclWindow_t window = NULL;
-          BENCH_NCCL(agent, comm, ncclCommWindowRegister(comm, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
-          b->ncclReg[i] = window;
-          continue;
-        }
-#endif
-        BENCH_NCCL(agent, comm, ncclCommRegister(comm, ptr, bytes, &b->ncclReg[i]));
-#endif
-      }
+      BENCH_CHECK_CUDA(agent, cudaMemset(ptr, 0, bytes));
+      if (kind != BENCH_BUFFERS_PLAIN && ops->registerBuffer(agent, engine, gpu, kind, ptr, bytes, &b->reg[i]) != 0)
+        return -1;
     }
   }
   return 0;
@@ -763,6 +576,7 @@ static int freeOne(benchAgent_t* agent, int gpu, void* arg) {
   (void)arg;
   int status = 0;
   for (int engine = agent->nEngines - 1; engine >= 0; engine--) {
+    const benchEngineOps_t* ops = agent->engines[engine].ops;
     benchBuffers_t* b = &agent->buffers[gpu][engine];
     if (b->kind == BENCH_ALLOC_ALIAS || b->kind == BENCH_ALLOC_NONE) {
       memset(b, 0, sizeof(*b));
@@ -770,32 +584,11 @@ static int freeOne(benchAgent_t* agent, int gpu, void* arg) {
     }
     char* ptrs[2] = {b->send, b->recv};
     for (int i = 0; i < 2; i++) {
-      if (b->fcclReg[i] && agent->fccl[gpu] && fcclCommDeregister(agent->fccl[gpu], b->fcclReg[i]) != fcclSuccess) {
-        benchFail(agent, "fcclCommDeregister failed: %s", fcclGetLastError(agent->fccl[gpu]));
+      if (b->reg[i] && ops->deregisterBuffer(agent, engine, gpu, agent->args.localRegister, b->reg[i]) != 0)
         status = -1;
-      }
-#if BENCH_NCCL_REGISTER
-      ncclComm_t comm = (ncclComm_t)agent->nccl[gpu];
-      if (b->ncclReg[i] && comm) {
-        ncclResult_t res = ncclSuccess;
-#if BENCH_NCCL_WINDOWS
-        if (agent->args.localRegister == 2 && agent->ncclVersion >= NCCL_VERSION(2, 27, 0))
-          res = ncclCommWindowDeregister(comm, (ncclWindow_t)b->ncclReg[i]);
-        else
-#endif
-          res = ncclCommDeregister(comm, b->ncclReg[i]);
-        if (res != ncclSuccess) {
-          benchFail(agent, "NCCL deregistration failed: %s", ncclGetErrorString(res));
-          status = -1;
-        }
-      }
-#endif
       if (!ptrs[i]) continue;
       if (b->kind == BENCH_ALLOC_CUDA && cudaFree(ptrs[i]) != cudaSuccess) status = -1;
-      if (b->kind == BENCH_ALLOC_FCCL && fcclMemFree(ptrs[i]) != fcclSuccess) status = -1;
-#if BENCH_NCCL_REGISTER
-      if (b->kind == BENCH_ALLOC_NCCL && ncclMemFree(ptrs[i]) != ncclSuccess) status = -1;
-#endif
+      if (b->kind == BENCH_ALLOC_ENGINE && ops->memFree(agent, engine, gpu, ptrs[i]) != 0) status = -1;
     }
     memset(b, 0, sizeof(*b));
   }
@@ -810,11 +603,11 @@ static int fitMaxBytes(benchAgent_t* agent) {
   int sharing = agent->sharedGpus ? (agent->nranks + process.layout.nDevices - 1) / process.layout.nDevices : 1;
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (useDevice(agent, gpu) != 0) return -1;
-    BENCH_CUDA(agent, cudaMemGetInfo(&freeBytes, &totalBytes));
+    BENCH_CHECK_CUDA(agent, cudaMemGetInfo(&freeBytes, &totalBytes));
     double usable = ((double)freeBytes - (double)(1u << 30)) / sharing;
     fit = fmin(fit, usable / sets - (double)agent->args.unalign * 8 - 4096);
   }
-  if (agent->nLocal > 1) BENCH_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   double limit = fit > 0 ? fit : 0;
   if (benchReduce(agent, &limit, 1, BENCH_REDUCE_MIN) != 0) return -1;
   if ((double)agent->args.maxBytes > limit) {
@@ -885,13 +678,14 @@ static void printBytesLine(const char* label, const benchInitStats_t* stats) {
 
 static void printHeader(benchAgent_t* agent) {
   const benchArgs_t* args = &process.args;
-  int version = 0;
-  fcclGetVersion(&version);
+  int version = agent->engines[BENCH_FCCL].version;
   printf("# fccl %d.%d.%d %s (nccl-tests layout)", version / 10000, (version / 100) % 100, version % 100,
          agent->test->program);
-#if FCCL_HAVE_NCCL
-  printf(" nccl-headers=%d nccl-library=%d", NCCL_VERSION_CODE, agent->ncclVersion);
-#endif
+  /* The other libraries this build has, whether or not this run compares with them. */
+  for (int engine = 1; engine < BENCH_MAX_ENGINES; engine++) {
+    const benchEngine_t* e = &agent->engines[engine];
+    if (e->ops) printf(" %s-headers=%d %s-library=%d", e->ops->name, e->ops->headersVersion, e->ops->name, e->version);
+  }
   printf("\n# Collective test starting: %s\n", agent->test->program);
   printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
          "validation: %d graph: %d unalign: %d\n",
@@ -909,23 +703,22 @@ static void printHeader(benchAgent_t* agent) {
   char label[64];
   for (int engine = 0; engine < agent->nEngines; engine++) {
     snprintf(label, sizeof(label), "%s comm init", agent->engineNames[engine]);
-    printBytesLine(label, &agent->init[engine]);
+    printBytesLine(label, &agent->engines[engine].init);
   }
 }
 
 /* The preamble common to both programs (config, devices, communicator creation). */
 static void jsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   const benchArgs_t* args = &agent->args;
-  int version = 0;
-  fcclGetVersion(&version);
+  int version = agent->engines[BENCH_FCCL].version;
   char text[64];
   benchJsonKeyString(json, "tool", agent->test->program);
   benchJsonKeyInt(json, "json_version", 1);
   snprintf(text, sizeof(text), "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
   benchJsonKeyString(json, "fccl_version", text);
   benchJsonKey(json, "nccl_version");
-  if (agent->ncclVersion)
-    benchJsonInt(json, agent->ncclVersion);
+  if (agent->engines[BENCH_NCCL].version)
+    benchJsonInt(json, agent->engines[BENCH_NCCL].version);
   else
     benchJsonNull(json);
   time_t now = time(NULL);
@@ -970,11 +763,12 @@ static void jsonPreamble(benchAgent_t* agent, benchJson_t* json) {
   for (int engine = 0; engine < agent->nEngines; engine++) {
     benchJsonKey(json, agent->engineNames[engine]);
     benchJsonBeginObject(json);
-    benchJsonKeyDouble(json, "time_ms", agent->init[engine].timeMs);
-    benchJsonKeyDouble(json, "device_bytes", agent->init[engine].deviceBytes);
+    const benchInitStats_t* init = &agent->engines[engine].init;
+    benchJsonKeyDouble(json, "time_ms", init->timeMs);
+    benchJsonKeyDouble(json, "device_bytes", init->deviceBytes);
     benchJsonKey(json, "self_reported_bytes");
-    if (agent->init[engine].selfBytes >= 0)
-      benchJsonDouble(json, agent->init[engine].selfBytes);
+    if (init->selfBytes >= 0)
+      benchJsonDouble(json, init->selfBytes);
     else
       benchJsonNull(json);
     benchJsonEndObject(json);
@@ -1022,13 +816,13 @@ typedef struct {
 
 static int setUpAgent(benchAgent_t* agent) {
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    BENCH_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
-    BENCH_CUDA(agent, cudaFree(NULL)); /* create the context now, so it is not counted as a communicator's */
-    BENCH_CUDA(agent, cudaStreamCreateWithFlags(&agent->streams[gpu], cudaStreamNonBlocking));
-    BENCH_CUDA(agent, cudaEventCreate(&agent->start[gpu]));
-    BENCH_CUDA(agent, cudaEventCreate(&agent->stop[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaFree(NULL)); /* create the context now, so it is not counted as a communicator's */
+    BENCH_CHECK_CUDA(agent, cudaStreamCreateWithFlags(&agent->streams[gpu], cudaStreamNonBlocking));
+    BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->start[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->stop[gpu]));
   }
-  BENCH_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   return 0;
 }
 
@@ -1064,9 +858,10 @@ static int runAgent(benchAgent_t* agent) {
       status = -1;
     }
     agent->oob = &commOob;
-    double worst[3] = {agent->init[0].timeMs, agent->init[0].deviceBytes, agent->init[0].selfBytes};
+    benchInitStats_t* init = &agent->engines[0].init;
+    double worst[3] = {init->timeMs, init->deviceBytes, init->selfBytes};
     if (status == 0) status = benchReduce(agent, worst, 3, BENCH_REDUCE_MAX);
-    agent->init[0] = (benchInitStats_t){worst[0], worst[1], worst[2]};
+    *init = (benchInitStats_t){worst[0], worst[1], worst[2]};
   }
   if (status == 0 && agent->nEngines > 1) status = createComms(agent, BENCH_NCCL);
   if (status == 0) status = gatherDevices(agent);
@@ -1132,19 +927,19 @@ static void* agentThread(void* arg) {
   agent->showProgress = agent->output && (process.args.progress == 1 ||
                                           (process.args.progress == -1 && isatty(STDERR_FILENO)));
   memcpy(agent->devices, plan->devices, sizeof(agent->devices));
-  agent->nEngines = 1;
-  agent->engineNames[0] = "fccl";
-  agent->engineNames[1] = "nccl";
-  if (process.args.compareNccl && !process.compareSkipped) agent->nEngines = 2;
+  agent->engines[BENCH_FCCL].ops = &benchFcclEngine;
+  agent->engines[BENCH_NCCL].ops = benchNcclEngine;
+  agent->nEngines = process.args.compareNccl && !process.compareSkipped ? 2 : 1;
   static const char* const buffersText[3] = {"plain", "registered", "symmetric"};
-  agent->buffersText[0] = buffersText[process.args.localRegister > 0 ? 1 : 0]; /* fccl has no symmetric kind */
-  agent->buffersText[1] = buffersText[process.args.localRegister];
-#if !BENCH_NCCL_WINDOWS
-  if (process.args.localRegister == 2) agent->buffersText[1] = buffersText[1];
-#endif
-#if FCCL_HAVE_NCCL
-  ncclGetVersion(&agent->ncclVersion);
-#endif
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++) {
+    benchEngine_t* e = &agent->engines[engine];
+    int kind = process.args.localRegister;
+    /* An engine without symmetric windows registers -R 2's buffers plainly. */
+    if (kind == BENCH_BUFFERS_SYMMETRIC && !(e->ops && e->ops->symmetricWindows)) kind = BENCH_BUFFERS_REGISTERED;
+    agent->buffersText[engine] = buffersText[kind];
+    agent->engineNames[engine] = e->ops ? e->ops->name : NULL;
+    e->version = e->ops ? e->ops->libraryVersion() : 0;
+  }
   int status = runAgent(agent);
   plan->status = status < 0 ? -1 : status;
   free(agent);
@@ -1226,14 +1021,11 @@ static const char* realGetenv(const char* name) { return getenv(name); }
 
 /* What this build makes of --compare and -R 2, said once (by the launcher, or rank 0) when the run starts. */
 static void printBuildNotes(const benchArgs_t* args) {
-#if !FCCL_HAVE_NCCL
-  if (args->compareNccl) printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
-#elif !BENCH_NCCL_WINDOWS
-  if (args->localRegister == 2 && args->compareNccl)
+  if (!args->compareNccl) return;
+  if (!benchNcclEngine)
+    printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
+  else if (args->localRegister == BENCH_BUFFERS_SYMMETRIC && !benchNcclEngine->symmetricWindows)
     printf("# -R 2: this NCCL has no symmetric windows (2.27+); NCCL's buffers are registered plainly\n");
-#else
-  (void)args;
-#endif
 }
 
 int benchMain(int argc, char** argv, const benchTest_t* test) {
@@ -1254,12 +1046,10 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     return 2;
   }
   benchArgs_t* args = &process.args;
-  /* NVLink SHARP (multicast) stays off for NCCL in every rank: multicast objects can take a host's GPUs out of
-   * service, and fccl does not use them either, so the comparison is like for like. */
-  setenv("NCCL_NVLS_ENABLE", "0", 1);
-#if !FCCL_HAVE_NCCL
-  if (args->compareNccl) process.compareSkipped = 1;
-#endif
+  const benchEngineOps_t* const buildEngines[BENCH_MAX_ENGINES] = {&benchFcclEngine, benchNcclEngine};
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++)
+    if (buildEngines[engine] && buildEngines[engine]->prepareProcess) buildEngines[engine]->prepareProcess();
+  if (args->compareNccl && !benchNcclEngine) process.compareSkipped = 1;
   if (benchDetectLaunch(realGetenv, &process.env, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;

@@ -8,13 +8,9 @@
 #define FCCL_BENCH_RUNTIME_H_
 
 #include "bench.h"
-#include "fccl.h"
+#include "engine.h"
 
 #include <cuda_runtime.h>
-
-enum { BENCH_FCCL = 0, BENCH_NCCL = 1 };
-
-typedef struct benchAgent benchAgent_t;
 
 typedef struct {
   const char* program;              /* "all_reduce_perf" */
@@ -32,16 +28,10 @@ typedef struct {
   char* recv;
   size_t bytes;      /* usable bytes from send/recv (maxBytes + the -u offset) */
   int kind;          /* how they were allocated: BENCH_ALLOC_* */
-  fcclRegHandle_t fcclReg[2];
-  void* ncclReg[2];  /* ncclCommRegister handles or NCCL windows */
+  void* reg[2];      /* the engine's registration handles of send and recv (NULL: none) */
 } benchBuffers_t;
-enum { BENCH_ALLOC_NONE, BENCH_ALLOC_CUDA, BENCH_ALLOC_FCCL, BENCH_ALLOC_NCCL, BENCH_ALLOC_ALIAS };
-
-typedef struct {
-  double timeMs;      /* communicator creation, the slowest rank */
-  double deviceBytes; /* cudaMemGetInfo before/after, the largest rank */
-  double selfBytes;   /* what the library itself reports (fccl: fcclCommGetMemStats), -1 unknown */
-} benchInitStats_t;
+/* CUDA: cudaMalloc; ENGINE: the engine's memAlloc; ALIAS: another engine's (plain buffers are shared). */
+enum { BENCH_ALLOC_NONE, BENCH_ALLOC_CUDA, BENCH_ALLOC_ENGINE, BENCH_ALLOC_ALIAS };
 
 struct benchAgent {
   benchArgs_t args;          /* this agent's copy (maxBytes may shrink to fit memory) */
@@ -61,30 +51,19 @@ struct benchAgent {
   cudaStream_t streams[BENCH_MAX_LOCAL];
   cudaEvent_t start[BENCH_MAX_LOCAL];
   cudaEvent_t stop[BENCH_MAX_LOCAL];
-  fcclComm_t fccl[BENCH_MAX_LOCAL];
-  void* nccl[BENCH_MAX_LOCAL]; /* ncclComm_t */
-  int nEngines;
+  int nEngines;              /* engines measured: fccl, and NCCL beside it with --compare nccl */
+  benchEngine_t engines[BENCH_MAX_ENGINES]; /* every engine the build has (ops NULL for one it lacks) */
   const char* engineNames[BENCH_MAX_ENGINES];
-  benchInitStats_t init[BENCH_MAX_ENGINES];
   benchBuffers_t buffers[BENCH_MAX_LOCAL][BENCH_MAX_ENGINES];
   const char* buffersText[BENCH_MAX_ENGINES]; /* per engine: "plain", "registered", "symmetric" (NCCL -R 2) */
   unsigned char* staging;    /* pinned host chunk for uploads and checks */
   size_t stagingBytes;
   uint64_t seedCounter;
-  int ncclVersion;
   char error[1024];
 };
 
 /* Prints the failure to stderr with the agent's first rank, and keeps the first one in agent->error. */
 void benchFail(benchAgent_t* agent, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Engine calls on local rank `gpu`; 0 or -1 (agent->error). Group bracket NCCL launches when a thread drives more
- * than one GPU (no-ops otherwise, and for fccl). */
-int benchAllReduce(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
-                   int op);
-int benchBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch);
-int benchGroupStart(benchAgent_t* agent, int engine);
-int benchGroupEnd(benchAgent_t* agent, int engine);
 
 /* Launches one operation for local rank gpu of iteration iter. */
 typedef int (*benchLaunchFn_t)(benchAgent_t* agent, int engine, int gpu, int iter, void* ctx);
