@@ -3,6 +3,11 @@
  * variables, MPI), communicators for fccl and NCCL with their creation time and memory, buffers, CUDA-event
  * timing in eager and graph mode, bounded waits, data upload and result checking. A program supplies only its
  * measurement (benchTest_t.run); everything it prints goes through the agent that owns rank 0.
+ *
+ * One file per job: main.c (flags, launch modes, processes and their agents), agent.c (an agent's life and its
+ * communicators), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table each), exchange.c
+ * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks) and output.c (the header,
+ * the progress line, the -J and --csv files).
  */
 #ifndef FCCL_BENCH_RUNTIME_H_
 #define FCCL_BENCH_RUNTIME_H_
@@ -21,6 +26,8 @@ typedef struct {
 /* Parses the flags, launches the ranks and runs test on each; returns the process exit status
  * (0 success, 1 wrong results or a failure, 2 usage error or nothing to run on). */
 int benchMain(int argc, char** argv, const benchTest_t* test);
+
+#define BENCH_DEVICE_LINE 256
 
 /* One rank's pair of buffers for one engine (plain: shared by both engines). */
 typedef struct {
@@ -45,6 +52,10 @@ struct benchAgent {
   int launchKind;            /* BENCH_LAUNCH_* */
   const char* launchText;    /* "2 processes forked", "torchrun", ... */
   int sharedGpus;
+  int nDevices;              /* GPUs visible to this process */
+  int compareSkipped;        /* --compare nccl asked but impossible here (the launcher said why) */
+  int argc;                  /* the command line, for the JSON */
+  char** argv;
   int output;                /* prints the table (owns rank 0) */
   int showProgress;
   int devices[BENCH_MAX_LOCAL];
@@ -59,6 +70,8 @@ struct benchAgent {
   unsigned char* staging;    /* pinned host chunk for uploads and checks */
   size_t stagingBytes;
   uint64_t seedCounter;
+  char (*deviceLines)[BENCH_DEVICE_LINE]; /* the output agent's: every rank's "#  Rank ..." line, in rank order */
+  int nDeviceLines;
   char error[1024];
 };
 
