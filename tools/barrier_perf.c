@@ -145,6 +145,6 @@ static int runBarrier(benchAgent_t* agent) {
 }
 
 int main(int argc, char** argv) {
-  static const benchTest_t test = {"barrier_perf", runBarrier, 0};
+  static const benchTest_t test = {"barrier_perf", runBarrier, NULL};
   return benchMain(argc, argv, &test);
 }

@@ -6,6 +6,8 @@
  */
 #include "runtime_internal.h"
 
+#include "collective.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -206,11 +208,16 @@ int benchRunAgent(benchAgent_t* agent) {
     }
   }
   int buffersMade = 0;
-  if (status == 0 && agent->test->dataBuffers) {
-    status = benchFitMaxBytes(agent);
-    size_t bytes = agent->args.maxBytes + (size_t)agent->args.unalign * 8;
-    if (bytes < 4096) bytes = 4096;
-    if (status == 0) status = benchAllocBuffers(agent, bytes);
+  if (status == 0 && agent->test->collective) {
+    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds. */
+    benchCounts_t per = agent->test->collective->counts(1, agent->nranks);
+    status = benchFitMaxBytes(agent, (int)(per.send + per.recv));
+    size_t bytes[2] = {agent->args.maxBytes * per.send, agent->args.maxBytes * per.recv};
+    for (int i = 0; i < 2; i++) {
+      bytes[i] += (size_t)agent->args.unalign * 8;
+      if (bytes[i] < 4096) bytes[i] = 4096;
+    }
+    if (status == 0) status = benchAllocBuffers(agent, bytes[0], bytes[1]);
     buffersMade = 1;
   }
   if (status == 0) {

@@ -9,12 +9,13 @@
 #include <string.h>
 
 static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
-  size_t bytes = *(size_t*)arg;
+  const size_t* sizes = (const size_t*)arg; /* send, recv */
   const int kind = agent->args.localRegister;
   for (int engine = 0; engine < agent->nEngines; engine++) {
     const benchEngineOps_t* ops = agent->engines[engine].ops;
     benchBuffers_t* b = &agent->buffers[gpu][engine];
-    b->bytes = bytes;
+    b->sendBytes = sizes[0];
+    b->recvBytes = sizes[1];
     if (kind == BENCH_BUFFERS_PLAIN && engine > 0) {
       *b = agent->buffers[gpu][0];
       b->kind = BENCH_ALLOC_ALIAS;
@@ -22,6 +23,7 @@ static int allocOne(benchAgent_t* agent, int gpu, void* arg) {
     }
     char** ptrs[2] = {&b->send, &b->recv};
     for (int i = 0; i < 2; i++) {
+      const size_t bytes = sizes[i];
       void* ptr = NULL;
       if (kind == BENCH_BUFFERS_PLAIN) {
         BENCH_CHECK_CUDA(agent, cudaMalloc(&ptr, bytes));
@@ -63,10 +65,10 @@ static int freeOne(benchAgent_t* agent, int gpu, void* arg) {
 }
 
 /* Shrinks maxBytes, like nccl-tests, when send + receive buffers of every engine would not fit (1 GiB kept free). */
-int benchFitMaxBytes(benchAgent_t* agent) {
+int benchFitMaxBytes(benchAgent_t* agent, int buffersPerSize) {
   size_t freeBytes = 0, totalBytes = 0;
   double fit = INFINITY;
-  int sets = (agent->args.localRegister > 0 ? agent->nEngines : 1) * 2;
+  int sets = (agent->args.localRegister > 0 ? agent->nEngines : 1) * buffersPerSize;
   int sharing = agent->sharedGpus ? (agent->nranks + agent->nDevices - 1) / agent->nDevices : 1;
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (benchUseDevice(agent, gpu) != 0) return -1;
@@ -85,6 +87,9 @@ int benchFitMaxBytes(benchAgent_t* agent) {
   return 0;
 }
 
-int benchAllocBuffers(benchAgent_t* agent, size_t bytes) { return benchForEachGpu(agent, allocOne, &bytes); }
+int benchAllocBuffers(benchAgent_t* agent, size_t sendBytes, size_t recvBytes) {
+  size_t sizes[2] = {sendBytes, recvBytes};
+  return benchForEachGpu(agent, allocOne, sizes);
+}
 
 int benchFreeBuffers(benchAgent_t* agent) { return benchForEachGpu(agent, freeOne, NULL); }

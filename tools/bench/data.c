@@ -19,14 +19,9 @@ int benchUpload(benchAgent_t* agent, int gpu, void* dst, size_t count, int type,
   return 0;
 }
 
-int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int type, int op, uint64_t seed,
+int benchCheck(benchAgent_t* agent, int gpu, const benchChecker_t* checker, const void* src, size_t count,
                int64_t* wrong) {
-  benchChecker_t checker;
-  if (benchCheckerInit(&checker, type, op, agent->nranks, seed) != 0) {
-    benchFail(agent, "out of host memory for the check");
-    return -1;
-  }
-  size_t size = benchTypeSize(type);
+  size_t size = checker->elemSize;
   size_t chunk = agent->stagingBytes / size;
   int64_t total = 0;
   int status = benchUseDevice(agent, gpu);
@@ -42,9 +37,8 @@ int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int 
       status = -1;
       break;
     }
-    total += benchCheckerCount(&checker, agent->staging, n, first);
+    total += benchCheckerCount(checker, agent->staging, n, first);
   }
-  benchCheckerFree(&checker);
   *wrong = total;
   return status;
 }

@@ -6,7 +6,8 @@
  *
  * Every entry takes the agent and the engine's index in it (BENCH_FCCL, BENCH_NCCL: also its place in the table's
  * columns) and acts on local rank gpu's communicator, stream and buffers; it returns 0, or -1 after benchFail has
- * said why. A new collective is one entry here, one function in each engine file and one small program.
+ * said why. A new collective is one entry here and one function in each engine file, beside its program and its
+ * result function (collective.h).
  */
 #ifndef FCCL_BENCH_ENGINE_H_
 #define FCCL_BENCH_ENGINE_H_

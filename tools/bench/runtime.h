@@ -1,13 +1,14 @@
 /*
- * The benchmark runtime shared by all_reduce_perf and barrier_perf: launch (forked ranks, torchrun/mpirun
- * variables, MPI), communicators for fccl and NCCL with their creation time and memory, buffers, CUDA-event
- * timing in eager and graph mode, bounded waits, data upload and result checking. A program supplies only its
- * measurement (benchTest_t.run); everything it prints goes through the agent that owns rank 0.
+ * The benchmark runtime shared by the collectives' programs (all_reduce_perf) and barrier_perf: launch (forked
+ * ranks, torchrun/mpirun variables, MPI), communicators for fccl and NCCL with their creation time and memory,
+ * buffers, CUDA-event timing in eager and graph mode, bounded waits, data upload and result checking. A program
+ * supplies only its measurement (benchTest_t.run; a collective's is collective.c's driver); everything it prints
+ * goes through the agent that owns rank 0.
  *
  * One file per job: main.c (flags, launch modes, processes and their agents), agent.c (an agent's life and its
  * communicators), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table each), exchange.c
- * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks) and output.c (the header,
- * the progress line, the -J and --csv files).
+ * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks), output.c (the header,
+ * the progress line, the -J and --csv files) and collective.h/.c (a collective's description and its driver).
  */
 #ifndef FCCL_BENCH_RUNTIME_H_
 #define FCCL_BENCH_RUNTIME_H_
@@ -17,10 +18,13 @@
 
 #include <cuda_runtime.h>
 
+typedef struct benchCollective benchCollective_t; /* collective.h */
+
 typedef struct {
-  const char* program;              /* "all_reduce_perf" */
-  int (*run)(benchAgent_t* agent);  /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
-  int dataBuffers;                  /* 1: allocate send/recv buffers of maxBytes per rank and engine */
+  const char* program;                 /* "all_reduce_perf" */
+  int (*run)(benchAgent_t* agent);     /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
+  const benchCollective_t* collective; /* a collective's benchmark: send and receive buffers per rank and engine,
+                                        * as large as the collective's counts make them at maxBytes; NULL: none */
 } benchTest_t;
 
 /* Parses the flags, launches the ranks and runs test on each; returns the process exit status
@@ -33,7 +37,8 @@ int benchMain(int argc, char** argv, const benchTest_t* test);
 typedef struct {
   char* send;
   char* recv;
-  size_t bytes;      /* usable bytes from send/recv (maxBytes + the -u offset) */
+  size_t sendBytes;  /* usable bytes from send and from recv (the collective's at maxBytes, + the -u offset) */
+  size_t recvBytes;
   int kind;          /* how they were allocated: BENCH_ALLOC_* */
   void* reg[2];      /* the engine's registration handles of send and recv (NULL: none) */
 } benchBuffers_t;
@@ -94,8 +99,9 @@ int benchSync(benchAgent_t* agent, int engine);
 
 /* Writes rank's input (elements [0, count) of the pattern) to dst on local rank gpu, and waits. */
 int benchUpload(benchAgent_t* agent, int gpu, void* dst, size_t count, int type, int op, uint64_t seed);
-/* Reads back count elements from src on local rank gpu and counts wrong ones (*wrong). */
-int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int type, int op, uint64_t seed,
+/* Reads back count elements from src on local rank gpu and counts the wrong ones (*wrong) with checker, which
+ * benchCheckerSetResult has pointed at this rank's result. */
+int benchCheck(benchAgent_t* agent, int gpu, const benchChecker_t* checker, const void* src, size_t count,
                int64_t* wrong);
 /* Fills bytes at dst with BENCH_POISON_BYTE so that elements an operation failed to write show. */
 int benchPoison(benchAgent_t* agent, int gpu, void* dst, size_t bytes);

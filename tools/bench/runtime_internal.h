@@ -68,10 +68,11 @@ void benchOobMpiInit(benchOob_t* oob, int nAgents, int agent);
 
 /* ---- buffers.c -------------------------------------------------------------------------------------------------- */
 
-/* Shrinks agent->args.maxBytes, like nccl-tests, when the buffers would not fit the GPUs (every agent calls). */
-int benchFitMaxBytes(benchAgent_t* agent);
-/* Send and receive buffers of bytes for every local rank and measured engine, as -R says. */
-int benchAllocBuffers(benchAgent_t* agent, size_t bytes);
+/* Shrinks agent->args.maxBytes, like nccl-tests, when the buffers would not fit the GPUs (every agent calls):
+ * buffersPerSize is how many times maxBytes the buffers of one rank and engine take (all-reduce: 2). */
+int benchFitMaxBytes(benchAgent_t* agent, int buffersPerSize);
+/* Send and receive buffers for every local rank and measured engine, as -R says. */
+int benchAllocBuffers(benchAgent_t* agent, size_t sendBytes, size_t recvBytes);
 /* Deregisters and frees them (also a partial set after a failure); -1 when anything failed. */
 int benchFreeBuffers(benchAgent_t* agent);
 
