@@ -17,7 +17,7 @@ typedef struct {
 static int launchBarrier(benchAgent_t* agent, int engine, int gpu, int iter, void* arg) {
   (void)iter;
   barrierCtx_t* ctx = (barrierCtx_t*)arg;
-  return benchBarrierOp(agent, engine, gpu, ctx->scratch[gpu]);
+  return agent->engines[engine].ops->barrier(agent, engine, gpu, ctx->scratch[gpu]);
 }
 
 typedef struct {
@@ -145,6 +145,6 @@ static int runBarrier(benchAgent_t* agent) {
 }
 
 int main(int argc, char** argv) {
-  static const benchTest_t test = {"barrier_perf", runBarrier, 0};
+  static const benchTest_t test = {"barrier_perf", runBarrier, NULL};
   return benchMain(argc, argv, &test);
 }

@@ -694,6 +694,60 @@ static void testChecker(void) {
   free(other);
 }
 
+/* Other collectives' result functions, as their programs would declare them: all-gather (every rank's input in
+ * turn) and reduce-scatter (the rank's slice of the reduction). */
+static benchSpan_t allGatherResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)rank;
+  (void)nranks;
+  (void)root;
+  return (benchSpan_t){(int)(index / count), index % count, count - index % count};
+}
+
+static benchSpan_t reduceScatterResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)nranks;
+  (void)root;
+  return (benchSpan_t){BENCH_SOURCE_REDUCED, (size_t)rank * count + index, SIZE_MAX};
+}
+
+static void testCheckerResults(void) {
+  const int nranks = 3, type = benchInt32;
+  const size_t count = BENCH_PATTERN_PERIOD + 5, total = count * (size_t)nranks, size = 4;
+  const uint64_t seed = 11;
+  EXPECT(strcmp(benchOpName(BENCH_NO_OP), "none") == 0);
+  /* All-gather: every rank's input, in rank order, checked whole and in pieces that cross the ranks' parts. */
+  unsigned char* gathered = (unsigned char*)malloc(total * size);
+  for (int rank = 0; rank < nranks; rank++)
+    benchFillInput(gathered + (size_t)rank * count * size, count, 0, type, BENCH_NO_OP, rank, nranks, seed);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, BENCH_NO_OP, nranks, seed), 0);
+  benchCheckerSetResult(&checker, allGatherResult, count, 1, -1);
+  EXPECT_EQ_INT(benchCheckerCount(&checker, gathered, total, 0), 0);
+  const size_t split = count + 7;
+  EXPECT_EQ_INT(benchCheckerCount(&checker, gathered, split, 0) +
+                    benchCheckerCount(&checker, gathered + split * size, total - split, split),
+                0);
+  gathered[(2 * count + 3) * size] ^= 1;
+  EXPECT_EQ_INT(benchCheckerCount(&checker, gathered, total, 0), 1);
+  gathered[(2 * count + 3) * size] ^= 1;
+  /* Rank 0's part where rank 1's belongs. */
+  memcpy(gathered + count * size, gathered, count * size);
+  int64_t wrong = benchCheckerCount(&checker, gathered, total, 0);
+  EXPECT_MSG(wrong > (int64_t)count / 2, "another rank's input in rank 1's part: %lld wrong", (long long)wrong);
+  benchCheckerFree(&checker);
+  free(gathered);
+
+  /* Reduce-scatter: rank 1 holds elements [count, 2 count) of the reduction of inputs of nranks x count. */
+  unsigned char* reduced = (unsigned char*)malloc(total * size);
+  hostAllReduce(type, benchSum, nranks, seed, total, reduced);
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, benchSum, nranks, seed), 0);
+  benchCheckerSetResult(&checker, reduceScatterResult, count, 1, -1);
+  EXPECT_EQ_INT(benchCheckerCount(&checker, reduced + count * size, count, 0), 0);
+  wrong = benchCheckerCount(&checker, reduced, count, 0);
+  EXPECT_MSG(wrong > (int64_t)count / 2, "rank 0's slice taken for rank 1's: %lld wrong", (long long)wrong);
+  benchCheckerFree(&checker);
+  free(reduced);
+}
+
 /* ---- the exchange ----------------------------------------------------------------------------------------------- */
 
 static void* shmRegion;
@@ -957,6 +1011,7 @@ int main(void) {
   testCsvAndJson();
   testHalfAndBf16();
   testChecker();
+  testCheckerResults();
   testExchange();
   testLaunchVariables();
   testPlan();

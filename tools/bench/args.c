@@ -21,7 +21,10 @@ static const char* const opNames[BENCH_NUM_OPS] = {"sum", "prod", "max", "min", 
 
 const char* benchTypeName(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeNames[type] : "?"; }
 size_t benchTypeSize(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeSizes[type] : 0; }
-const char* benchOpName(int op) { return op >= 0 && op < BENCH_NUM_OPS ? opNames[op] : "?"; }
+const char* benchOpName(int op) {
+  if (op == BENCH_NO_OP) return "none";
+  return op >= 0 && op < BENCH_NUM_OPS ? opNames[op] : "?";
+}
 
 int benchTypeFromName(const char* name) {
   static const struct {

@@ -17,13 +17,15 @@ enum { BENCH_NUM_TYPES = 10, BENCH_NUM_OPS = 5 };
 enum { benchInt8, benchUint8, benchInt32, benchUint32, benchInt64, benchUint64, benchFloat16, benchFloat32,
        benchFloat64, benchBfloat16 };
 enum { benchSum, benchProd, benchMax, benchMin, benchAvg };
-#define BENCH_ALL (-2) /* -d all / -o all */
+#define BENCH_ALL (-2)   /* -d all / -o all */
+#define BENCH_NO_OP (-3) /* the op of a collective without one (all-gather, broadcast): "none" in the table */
 
 /* nccl-tests' names ("bfloat16", "float", "half", ...); "?" for an unknown value. */
 const char* benchTypeName(int type);
 size_t benchTypeSize(int type);
 /* Accepts nccl-tests' names and the usual aliases (bf16, fp16, fp32, fp64, int, char, ...); -1 if unknown. */
 int benchTypeFromName(const char* name);
+/* "sum", "prod", "max", "min", "avg"; "none" for BENCH_NO_OP; "?" for an unknown value. */
 const char* benchOpName(int op);
 int benchOpFromName(const char* name);
 
@@ -180,12 +182,32 @@ void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t
  * Inputs are small integers (exactly representable in every type, sums and products of up to 64 ranks included), so
  * every op but avg has one exact answer, compared bit for bit; avg is compared within a few units in the last
  * place. The pattern repeats every BENCH_PATTERN_PERIOD elements (a prime, so it never lines up with a chunk),
- * which keeps filling and checking gigabytes at memcpy/memcmp speed. */
+ * which keeps filling and checking gigabytes at memcpy/memcmp speed.
+ *
+ * One checker serves every collective: a collective says where each element of a rank's result comes from, as a
+ * benchResultFn_t (one function per collective, below), and the checker compares runs of elements against one
+ * period of that source. Without an op (BENCH_NO_OP) the inputs follow sum's pattern. */
 
 #define BENCH_PATTERN_PERIOD 1021
 /* Fill byte for results before a checked run: with up to 11 ranks, 0x5a5a... is no result of the pattern in any
  * type and op (a large integer; a non-integral or huge float), so an element left unwritten counts as wrong. */
 #define BENCH_POISON_BYTE 0x5a
+
+/* Result element `index` of a rank is element `input` of `source`, and so are the next run - 1 elements, one input
+ * element each (run >= 1; SIZE_MAX: every element from here on). */
+enum { BENCH_SOURCE_REDUCED = -1 }; /* the source that is the reduction, with the op, of every rank's input */
+typedef struct {
+  int source; /* a rank (its input), or BENCH_SOURCE_REDUCED */
+  size_t input;
+  size_t run;
+} benchSpan_t;
+/* Where element index of rank's result comes from, for a call with count (the collective's count argument) and
+ * root. */
+typedef benchSpan_t (*benchResultFn_t)(size_t index, size_t count, int rank, int nranks, int root);
+/* All-reduce: every rank holds the reduction, element for element. The other collectives are one such function
+ * each: all-gather {index / count, index % count, count - index % count}, reduce-scatter {BENCH_SOURCE_REDUCED,
+ * rank * count + index, SIZE_MAX}, broadcast {root, index, SIZE_MAX}. */
+benchSpan_t benchAllReduceResult(size_t index, size_t count, int rank, int nranks, int root);
 
 typedef struct {
   int type;
@@ -193,13 +215,21 @@ typedef struct {
   int nranks;
   uint64_t seed;
   size_t elemSize;
-  unsigned char* expected; /* one period of expected elements, in the type's encoding */
-  double* expectedValue;   /* the same as doubles (avg's tolerance check) */
+  benchResultFn_t result;  /* the collective (benchCheckerInit: all-reduce) */
+  size_t count;            /* its call's count and root, and whose result the counts are of */
+  int root;
+  int rank;
+  unsigned char* expected; /* one period of each source, in the type's encoding: the reduction, then every rank's
+                            * input in rank order */
+  double* expectedValue;   /* the reduction's period as doubles (avg's tolerance check) */
 } benchChecker_t;
 
 /* Writes count elements of rank's input, elements [first, first + count) of the sequence. */
 void benchFillInput(void* dst, size_t count, size_t first, int type, int op, int rank, int nranks, uint64_t seed);
+/* A checker of all-reduce results; 0, or -1 (an unknown type or op, no ranks, out of memory). */
 int benchCheckerInit(benchChecker_t* checker, int type, int op, int nranks, uint64_t seed);
+/* Makes the checker count rank's result of another collective (result), called with count and root. */
+void benchCheckerSetResult(benchChecker_t* checker, benchResultFn_t result, size_t count, int rank, int root);
 /* Wrong elements among got[0..count), which holds result elements [first, first + count). */
 int64_t benchCheckerCount(const benchChecker_t* checker, const void* got, size_t count, size_t first);
 void benchCheckerFree(benchChecker_t* checker);

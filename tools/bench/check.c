@@ -3,6 +3,8 @@
  * index, the rank and a seed, so that the exact result of sum, prod, max and min is representable in every type
  * (8-bit integers wrap, identically on host and device) and can be compared bit for bit, whatever order the
  * device adds in. avg divides, so it is compared within a few units in the last place (integers within one).
+ * What a rank's result should hold comes from the collective's result function: runs of the reduction or of one
+ * rank's input, each compared against one period of it.
  */
 #include "bench.h"
 
@@ -145,26 +147,48 @@ void benchFillInput(void* dst, size_t count, size_t first, int type, int op, int
   }
 }
 
+/* ---- what each collective's result holds ----------------------------------------------------------------------- */
+
+benchSpan_t benchAllReduceResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)count;
+  (void)rank;
+  (void)nranks;
+  (void)root;
+  return (benchSpan_t){BENCH_SOURCE_REDUCED, index, SIZE_MAX};
+}
+
+/* ---- the checker ---------------------------------------------------------------------------------------------- */
+
+/* One period of source's expected elements. */
+static unsigned char* periodOf(const benchChecker_t* checker, int source) {
+  return checker->expected + (size_t)(source + 1) * PERIOD * checker->elemSize;
+}
+
 int benchCheckerInit(benchChecker_t* checker, int type, int op, int nranks, uint64_t seed) {
   memset(checker, 0, sizeof(*checker));
-  if (type < 0 || type >= BENCH_NUM_TYPES || op < 0 || op >= BENCH_NUM_OPS || nranks < 1) return -1;
+  if (type < 0 || type >= BENCH_NUM_TYPES || (op != BENCH_NO_OP && (op < 0 || op >= BENCH_NUM_OPS)) || nranks < 1)
+    return -1;
   checker->type = type;
   checker->op = op;
   checker->nranks = nranks;
   checker->seed = seed;
   checker->elemSize = benchTypeSize(type);
-  checker->expected = (unsigned char*)malloc(PERIOD * checker->elemSize);
+  checker->result = benchAllReduceResult;
+  checker->root = -1;
+  checker->expected = (unsigned char*)malloc((size_t)(nranks + 1) * PERIOD * checker->elemSize);
   checker->expectedValue = (double*)malloc(PERIOD * sizeof(double));
   if (!checker->expected || !checker->expectedValue) {
     benchCheckerFree(checker);
     return -1;
   }
+  unsigned char* reduced = periodOf(checker, BENCH_SOURCE_REDUCED);
   for (size_t phase = 0; phase < PERIOD; phase++) {
     uint64_t bits = op == benchProd ? 1u : 0u;  /* integer result, wrapping like the device */
     double floating = op == benchProd ? 1.0 : 0.0;
     int64_t extreme = 0;
     for (int rank = 0; rank < nranks; rank++) {
       int64_t v = inputValue(op, type, rank, nranks, seed, phase);
+      encode(type, (uint64_t)v, (double)v, periodOf(checker, rank) + phase * checker->elemSize);
       if (op == benchProd) {
         bits *= (uint64_t)v;
         floating *= (double)v;
@@ -182,10 +206,17 @@ int benchCheckerInit(benchChecker_t* checker, int type, int op, int nranks, uint
       floating = isFloat(type) ? floating / nranks : (double)(sum / nranks);
       bits = (uint64_t)(sum / nranks);
     }
-    encode(type, bits, floating, checker->expected + phase * checker->elemSize);
-    checker->expectedValue[phase] = benchLoadAsDouble(checker->expected, phase, type);
+    encode(type, bits, floating, reduced + phase * checker->elemSize);
+    checker->expectedValue[phase] = benchLoadAsDouble(reduced, phase, type);
   }
   return 0;
+}
+
+void benchCheckerSetResult(benchChecker_t* checker, benchResultFn_t result, size_t count, int rank, int root) {
+  checker->result = result;
+  checker->count = count;
+  checker->rank = rank;
+  checker->root = root;
 }
 
 /* Relative tolerance for avg: a few units in the last place of the type. */
@@ -199,28 +230,43 @@ static double avgTolerance(int type) {
   }
 }
 
-int64_t benchCheckerCount(const benchChecker_t* checker, const void* got, size_t count, size_t first) {
-  const unsigned char* data = (const unsigned char*)got;
+/* Wrong elements among data[0..n), which should hold elements [input, input + n) of source. */
+static int64_t countSpan(const benchChecker_t* checker, int source, size_t input, const unsigned char* data,
+                         size_t n) {
+  if (source < BENCH_SOURCE_REDUCED || source >= checker->nranks) return (int64_t)n; /* no such source */
   size_t size = checker->elemSize;
   int64_t wrong = 0;
-  if (checker->op == benchAvg) {
+  if (source == BENCH_SOURCE_REDUCED && checker->op == benchAvg) {
     double tolerance = avgTolerance(checker->type);
-    for (size_t i = 0; i < count; i++) {
-      double expected = checker->expectedValue[phaseOf(first + i, checker->seed)];
+    for (size_t i = 0; i < n; i++) {
+      double expected = checker->expectedValue[phaseOf(input + i, checker->seed)];
       double value = benchLoadAsDouble(data, i, checker->type);
       double bound = isFloat(checker->type) ? tolerance * (fabs(expected) > 1.0 ? fabs(expected) : 1.0) : 1.0;
       if (!(fabs(value - expected) <= bound)) wrong++;
     }
     return wrong;
   }
-  for (size_t i = 0; i < count;) {
-    size_t phase = phaseOf(first + i, checker->seed);
-    size_t n = PERIOD - phase < count - i ? PERIOD - phase : count - i;
-    const unsigned char* want = checker->expected + phase * size;
-    if (memcmp(data + i * size, want, n * size) != 0) {
-      for (size_t k = 0; k < n; k++)
+  const unsigned char* period = periodOf(checker, source);
+  for (size_t i = 0; i < n;) {
+    size_t phase = phaseOf(input + i, checker->seed);
+    size_t run = PERIOD - phase < n - i ? PERIOD - phase : n - i;
+    const unsigned char* want = period + phase * size;
+    if (memcmp(data + i * size, want, run * size) != 0) {
+      for (size_t k = 0; k < run; k++)
         if (memcmp(data + (i + k) * size, want + k * size, size) != 0) wrong++;
     }
+    i += run;
+  }
+  return wrong;
+}
+
+int64_t benchCheckerCount(const benchChecker_t* checker, const void* got, size_t count, size_t first) {
+  const unsigned char* data = (const unsigned char*)got;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count;) {
+    benchSpan_t span = checker->result(first + i, checker->count, checker->rank, checker->nranks, checker->root);
+    size_t n = span.run == 0 ? 1 : span.run < count - i ? span.run : count - i;
+    wrong += countSpan(checker, span.source, span.input, data + i * checker->elemSize, n);
     i += n;
   }
   return wrong;

@@ -1,47 +1,49 @@
 /*
- * The benchmark runtime shared by all_reduce_perf and barrier_perf: launch (forked ranks, torchrun/mpirun
- * variables, MPI), communicators for fccl and NCCL with their creation time and memory, buffers, CUDA-event
- * timing in eager and graph mode, bounded waits, data upload and result checking. A program supplies only its
- * measurement (benchTest_t.run); everything it prints goes through the agent that owns rank 0.
+ * The benchmark runtime shared by the collectives' programs (all_reduce_perf) and barrier_perf: launch (forked
+ * ranks, torchrun/mpirun variables, MPI), communicators for fccl and NCCL with their creation time and memory,
+ * buffers, CUDA-event timing in eager and graph mode, bounded waits, data upload and result checking. A program
+ * supplies only its measurement (benchTest_t.run; a collective's is collective.c's driver); everything it prints
+ * goes through the agent that owns rank 0.
+ *
+ * One file per job: main.c (flags, launch modes, processes and their agents), agent.c (an agent's life and its
+ * communicators), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table each), exchange.c
+ * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks), output.c (the header,
+ * the progress line, the -J and --csv files) and collective.h/.c (a collective's description and its driver).
  */
 #ifndef FCCL_BENCH_RUNTIME_H_
 #define FCCL_BENCH_RUNTIME_H_
 
 #include "bench.h"
-#include "fccl.h"
+#include "engine.h"
 
 #include <cuda_runtime.h>
 
-enum { BENCH_FCCL = 0, BENCH_NCCL = 1 };
-
-typedef struct benchAgent benchAgent_t;
+typedef struct benchCollective benchCollective_t; /* collective.h */
 
 typedef struct {
-  const char* program;              /* "all_reduce_perf" */
-  int (*run)(benchAgent_t* agent);  /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
-  int dataBuffers;                  /* 1: allocate send/recv buffers of maxBytes per rank and engine */
+  const char* program;                 /* "all_reduce_perf" */
+  int (*run)(benchAgent_t* agent);     /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
+  const benchCollective_t* collective; /* a collective's benchmark: send and receive buffers per rank and engine,
+                                        * as large as the collective's counts make them at maxBytes; NULL: none */
 } benchTest_t;
 
 /* Parses the flags, launches the ranks and runs test on each; returns the process exit status
  * (0 success, 1 wrong results or a failure, 2 usage error or nothing to run on). */
 int benchMain(int argc, char** argv, const benchTest_t* test);
 
+#define BENCH_DEVICE_LINE 256
+
 /* One rank's pair of buffers for one engine (plain: shared by both engines). */
 typedef struct {
   char* send;
   char* recv;
-  size_t bytes;      /* usable bytes from send/recv (maxBytes + the -u offset) */
+  size_t sendBytes;  /* usable bytes from send and from recv (the collective's at maxBytes, + the -u offset) */
+  size_t recvBytes;
   int kind;          /* how they were allocated: BENCH_ALLOC_* */
-  fcclRegHandle_t fcclReg[2];
-  void* ncclReg[2];  /* ncclCommRegister handles or NCCL windows */
+  void* reg[2];      /* the engine's registration handles of send and recv (NULL: none) */
 } benchBuffers_t;
-enum { BENCH_ALLOC_NONE, BENCH_ALLOC_CUDA, BENCH_ALLOC_FCCL, BENCH_ALLOC_NCCL, BENCH_ALLOC_ALIAS };
-
-typedef struct {
-  double timeMs;      /* communicator creation, the slowest rank */
-  double deviceBytes; /* cudaMemGetInfo before/after, the largest rank */
-  double selfBytes;   /* what the library itself reports (fccl: fcclCommGetMemStats), -1 unknown */
-} benchInitStats_t;
+/* CUDA: cudaMalloc; ENGINE: the engine's memAlloc; ALIAS: another engine's (plain buffers are shared). */
+enum { BENCH_ALLOC_NONE, BENCH_ALLOC_CUDA, BENCH_ALLOC_ENGINE, BENCH_ALLOC_ALIAS };
 
 struct benchAgent {
   benchArgs_t args;          /* this agent's copy (maxBytes may shrink to fit memory) */
@@ -55,36 +57,31 @@ struct benchAgent {
   int launchKind;            /* BENCH_LAUNCH_* */
   const char* launchText;    /* "2 processes forked", "torchrun", ... */
   int sharedGpus;
+  int nDevices;              /* GPUs visible to this process */
+  int compareSkipped;        /* --compare nccl asked but impossible here (the launcher said why) */
+  int argc;                  /* the command line, for the JSON */
+  char** argv;
   int output;                /* prints the table (owns rank 0) */
   int showProgress;
   int devices[BENCH_MAX_LOCAL];
   cudaStream_t streams[BENCH_MAX_LOCAL];
   cudaEvent_t start[BENCH_MAX_LOCAL];
   cudaEvent_t stop[BENCH_MAX_LOCAL];
-  fcclComm_t fccl[BENCH_MAX_LOCAL];
-  void* nccl[BENCH_MAX_LOCAL]; /* ncclComm_t */
-  int nEngines;
+  int nEngines;              /* engines measured: fccl, and NCCL beside it with --compare nccl */
+  benchEngine_t engines[BENCH_MAX_ENGINES]; /* every engine the build has (ops NULL for one it lacks) */
   const char* engineNames[BENCH_MAX_ENGINES];
-  benchInitStats_t init[BENCH_MAX_ENGINES];
   benchBuffers_t buffers[BENCH_MAX_LOCAL][BENCH_MAX_ENGINES];
   const char* buffersText[BENCH_MAX_ENGINES]; /* per engine: "plain", "registered", "symmetric" (NCCL -R 2) */
   unsigned char* staging;    /* pinned host chunk for uploads and checks */
   size_t stagingBytes;
   uint64_t seedCounter;
-  int ncclVersion;
+  char (*deviceLines)[BENCH_DEVICE_LINE]; /* the output agent's: every rank's "#  Rank ..." line, in rank order */
+  int nDeviceLines;
   char error[1024];
 };
 
 /* Prints the failure to stderr with the agent's first rank, and keeps the first one in agent->error. */
 void benchFail(benchAgent_t* agent, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Engine calls on local rank `gpu`; 0 or -1 (agent->error). Group bracket NCCL launches when a thread drives more
- * than one GPU (no-ops otherwise, and for fccl). */
-int benchAllReduce(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
-                   int op);
-int benchBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch);
-int benchGroupStart(benchAgent_t* agent, int engine);
-int benchGroupEnd(benchAgent_t* agent, int engine);
 
 /* Launches one operation for local rank gpu of iteration iter. */
 typedef int (*benchLaunchFn_t)(benchAgent_t* agent, int engine, int gpu, int iter, void* ctx);
@@ -102,8 +99,9 @@ int benchSync(benchAgent_t* agent, int engine);
 
 /* Writes rank's input (elements [0, count) of the pattern) to dst on local rank gpu, and waits. */
 int benchUpload(benchAgent_t* agent, int gpu, void* dst, size_t count, int type, int op, uint64_t seed);
-/* Reads back count elements from src on local rank gpu and counts wrong ones (*wrong). */
-int benchCheck(benchAgent_t* agent, int gpu, const void* src, size_t count, int type, int op, uint64_t seed,
+/* Reads back count elements from src on local rank gpu and counts the wrong ones (*wrong) with checker, which
+ * benchCheckerSetResult has pointed at this rank's result. */
+int benchCheck(benchAgent_t* agent, int gpu, const benchChecker_t* checker, const void* src, size_t count,
                int64_t* wrong);
 /* Fills bytes at dst with BENCH_POISON_BYTE so that elements an operation failed to write show. */
 int benchPoison(benchAgent_t* agent, int gpu, void* dst, size_t bytes);

@@ -1,0 +1,243 @@
+/*
+ * An agent's life: a thread that drives -g GPUs, one rank each. It sets up its GPUs' streams and events, creates
+ * every measured engine's communicators (timing them and measuring their memory), has rank 0's agent print the
+ * header, makes the buffers, runs the program's measurement and tears it all down in reverse, collectively when
+ * every rank got through in order, locally (aborting) after a failure.
+ */
+#include "runtime_internal.h"
+
+#include "collective.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STAGING_BYTES ((size_t)64 << 20)
+
+static pthread_mutex_t errorLock = PTHREAD_MUTEX_INITIALIZER;
+
+void benchFail(benchAgent_t* agent, const char* fmt, ...) {
+  char text[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&errorLock);
+  if (agent->error[0] == '\0') snprintf(agent->error, sizeof(agent->error), "%s", text);
+  fprintf(stderr, "%s: rank %d: %s\n", agent->test ? agent->test->program : "bench", agent->firstRank, text);
+  fflush(stderr);
+  pthread_mutex_unlock(&errorLock);
+}
+
+int benchUseDevice(benchAgent_t* agent, int gpu) {
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
+  return 0;
+}
+
+/* ---- per-GPU work in parallel (collective, blocking calls when a thread drives several GPUs) -------------------- */
+
+typedef struct {
+  benchAgent_t* agent;
+  int gpu;
+  benchPerGpuFn_t fn;
+  void* ctx;
+  int status;
+} perGpuJob_t;
+
+static void* perGpuThread(void* arg) {
+  perGpuJob_t* job = (perGpuJob_t*)arg;
+  if (cudaSetDevice(job->agent->devices[job->gpu]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    benchFail(job->agent, "cudaSetDevice(%d) failed", job->agent->devices[job->gpu]);
+    job->status = -1;
+    return NULL;
+  }
+  job->status = job->fn(job->agent, job->gpu, job->ctx);
+  return NULL;
+}
+
+int benchForEachGpu(benchAgent_t* agent, benchPerGpuFn_t fn, void* ctx) {
+  if (agent->nLocal == 1) return fn(agent, 0, ctx);
+  perGpuJob_t jobs[BENCH_MAX_LOCAL];
+  pthread_t threads[BENCH_MAX_LOCAL];
+  int started = 0, status = 0;
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    jobs[gpu] = (perGpuJob_t){agent, gpu, fn, ctx, 0};
+    if (pthread_create(&threads[gpu], NULL, perGpuThread, &jobs[gpu]) != 0) {
+      benchFail(agent, "pthread_create failed");
+      status = -1;
+      break;
+    }
+    started++;
+  }
+  for (int gpu = 0; gpu < started; gpu++) {
+    pthread_join(threads[gpu], NULL);
+    if (jobs[gpu].status != 0) status = -1;
+  }
+  if (cudaSetDevice(agent->devices[0]) != cudaSuccess) status = -1;
+  return status;
+}
+
+/* ---- communicators ---------------------------------------------------------------------------------------------- */
+
+/* Aborts this agent's communicators of engine after a failure or a timeout; they are gone afterwards. */
+void benchAbortEngine(benchAgent_t* agent, int engine) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) agent->engines[engine].ops->abort(agent, engine, gpu);
+  benchOobAbort(agent->oob);
+}
+
+typedef struct {
+  int engine;
+  const void* id; /* NULL: created from the launcher's variables */
+  double ms[BENCH_MAX_LOCAL];
+  double bytes[BENCH_MAX_LOCAL];
+  double self[BENCH_MAX_LOCAL];
+} createCtx_t;
+
+/* Device memory in use on the current device, for the before/after difference around communicator creation. */
+static int usedBytes(benchAgent_t* agent, double* used) {
+  size_t freeBytes = 0, totalBytes = 0;
+  BENCH_CHECK_CUDA(agent, cudaDeviceSynchronize());
+  BENCH_CHECK_CUDA(agent, cudaMemGetInfo(&freeBytes, &totalBytes));
+  *used = (double)(totalBytes - freeBytes);
+  return 0;
+}
+
+static int createOne(benchAgent_t* agent, int gpu, void* arg) {
+  createCtx_t* ctx = (createCtx_t*)arg;
+  const benchEngineOps_t* ops = agent->engines[ctx->engine].ops;
+  double before = 0, after = 0;
+  if (usedBytes(agent, &before) != 0) return -1;
+  double begin = benchNowSec();
+  if (ops->create(agent, ctx->engine, gpu, ctx->id) != 0) return -1;
+  ctx->ms[gpu] = (benchNowSec() - begin) * 1000.0;
+  if (usedBytes(agent, &after) != 0) return -1;
+  ctx->bytes[gpu] = after > before ? after - before : 0;
+  ctx->self[gpu] = ops->selfReportedBytes(agent, ctx->engine, gpu);
+  return 0;
+}
+
+/* Creates one engine's communicators on every local GPU and records creation time and memory (worst rank). Under
+ * a launcher there is no exchange before the first engine's communicator exists: it is created from the
+ * launcher's variables, and carries the exchange from then on. */
+static int createComms(benchAgent_t* agent, int engine) {
+  const benchEngineOps_t* ops = agent->engines[engine].ops;
+  unsigned char id[BENCH_UNIQUE_ID_BYTES];
+  createCtx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  memset(id, 0, sizeof(id));
+  ctx.engine = engine;
+  const int fromLauncher = agent->launchKind == BENCH_LAUNCH_ENV && engine == 0;
+  if (!fromLauncher) {
+    if (agent->agent == 0 && ops->uniqueId(agent, engine, id) != 0) return -1;
+    if (benchBcast(agent, id, ops->uniqueIdBytes) != 0) return -1;
+    ctx.id = id;
+  }
+  int status = benchForEachGpu(agent, createOne, &ctx);
+  if (status != 0) {
+    benchOobAbort(agent->oob);
+    return -1;
+  }
+  double worst[3] = {0, 0, -1};
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    worst[0] = fmax(worst[0], ctx.ms[gpu]);
+    worst[1] = fmax(worst[1], ctx.bytes[gpu]);
+    worst[2] = fmax(worst[2], ctx.self[gpu]);
+  }
+  if (fromLauncher) return 0; /* reduced once the communicator carries the exchange */
+  if (benchReduce(agent, worst, 3, BENCH_REDUCE_MAX) != 0) return -1;
+  agent->engines[engine].init = (benchInitStats_t){worst[0], worst[1], worst[2]};
+  return 0;
+}
+
+static int destroyOne(benchAgent_t* agent, int gpu, void* arg) {
+  int engine = *(int*)arg;
+  return agent->engines[engine].ops->destroy(agent, engine, gpu);
+}
+
+/* ---- the life --------------------------------------------------------------------------------------------------- */
+
+static int setUpAgent(benchAgent_t* agent) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaFree(NULL)); /* create the context now, so it is not counted as a communicator's */
+    BENCH_CHECK_CUDA(agent, cudaStreamCreateWithFlags(&agent->streams[gpu], cudaStreamNonBlocking));
+    BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->start[gpu]));
+    BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->stop[gpu]));
+  }
+  BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  return 0;
+}
+
+static void tearDownAgent(benchAgent_t* agent) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (cudaSetDevice(agent->devices[gpu]) != cudaSuccess) continue;
+    if (agent->start[gpu]) cudaEventDestroy(agent->start[gpu]);
+    if (agent->stop[gpu]) cudaEventDestroy(agent->stop[gpu]);
+    if (agent->streams[gpu]) cudaStreamDestroy(agent->streams[gpu]);
+  }
+  if (agent->staging) cudaFreeHost(agent->staging);
+  agent->staging = NULL;
+  (void)cudaGetLastError();
+}
+
+int benchRunAgent(benchAgent_t* agent) {
+  benchCommExchange_t commExchange;
+  memset(&commExchange, 0, sizeof(commExchange));
+  int status = setUpAgent(agent);
+  if (status == 0) status = createComms(agent, BENCH_FCCL);
+  if (status == 0 && agent->launchKind == BENCH_LAUNCH_ENV) {
+    /* From here on the communicator carries the exchange. */
+    status = benchCommExchangeStart(agent, &commExchange);
+    benchInitStats_t* init = &agent->engines[0].init;
+    double worst[3] = {init->timeMs, init->deviceBytes, init->selfBytes};
+    if (status == 0) status = benchReduce(agent, worst, 3, BENCH_REDUCE_MAX);
+    *init = (benchInitStats_t){worst[0], worst[1], worst[2]};
+  }
+  if (status == 0 && agent->nEngines > 1) status = createComms(agent, BENCH_NCCL);
+  if (status == 0) status = benchGatherDevices(agent);
+  if (status == 0 && agent->output) benchPrintHeader(agent);
+  if (status == 0) {
+    agent->stagingBytes = STAGING_BYTES;
+    if (cudaMallocHost((void**)&agent->staging, agent->stagingBytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cannot allocate %zu bytes of pinned host memory", agent->stagingBytes);
+      status = -1;
+    }
+  }
+  int buffersMade = 0;
+  if (status == 0 && agent->test->collective) {
+    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds. */
+    benchCounts_t per = agent->test->collective->counts(1, agent->nranks);
+    status = benchFitMaxBytes(agent, (int)(per.send + per.recv));
+    size_t bytes[2] = {agent->args.maxBytes * per.send, agent->args.maxBytes * per.recv};
+    for (int i = 0; i < 2; i++) {
+      bytes[i] += (size_t)agent->args.unalign * 8;
+      if (bytes[i] < 4096) bytes[i] = 4096;
+    }
+    if (status == 0) status = benchAllocBuffers(agent, bytes[0], bytes[1]);
+    buffersMade = 1;
+  }
+  if (status == 0) {
+    fflush(stdout);
+    status = agent->test->run(agent);
+  }
+  if (status < 0) benchOobAbort(agent->oob);
+  /* Collective teardown only when everyone got here in order; after a failure, free what is local. */
+  int clean = status >= 0;
+  if (buffersMade && benchFreeBuffers(agent) != 0 && status >= 0) status = -1;
+  benchCommExchangeStop(&commExchange);
+  for (int engine = agent->nEngines - 1; engine >= 0; engine--) {
+    if (clean) {
+      if (benchForEachGpu(agent, destroyOne, &engine) != 0 && status >= 0) status = -1;
+    } else {
+      benchAbortEngine(agent, engine);
+    }
+  }
+  tearDownAgent(agent);
+  free(agent->deviceLines);
+  agent->deviceLines = NULL;
+  return status;
+}

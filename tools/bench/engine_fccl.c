@@ -1,0 +1,162 @@
+/*
+ * The fccl engine: the library under test, through its public API only (include/fccl.h).
+ */
+#include "runtime_internal.h"
+
+#include "fccl.h"
+
+#include <string.h>
+
+#define BENCH_CHECK_FCCL(agent, comm, call)                                                         \
+  do {                                                                                              \
+    fcclResult_t benchRes_ = (call);                                                                \
+    if (benchRes_ != fcclSuccess) {                                                                 \
+      benchFail((agent), "%s failed: %s: %s", #call, fcclGetErrorString(benchRes_),                 \
+                fcclGetLastError(comm));                                                            \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+
+static fcclComm_t commOf(const benchAgent_t* agent, int engine, int gpu) {
+  return (fcclComm_t)agent->engines[engine].comms[gpu];
+}
+
+static int fcclVersion(void) {
+  int version = 0;
+  fcclGetVersion(&version);
+  return version;
+}
+
+static int fcclUniqueIdOp(benchAgent_t* agent, int engine, void* id) {
+  (void)engine;
+  fcclUniqueId unique;
+  BENCH_CHECK_FCCL(agent, NULL, fcclGetUniqueId(&unique));
+  memcpy(id, &unique, sizeof(unique));
+  return 0;
+}
+
+static int fcclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) {
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.commName = agent->test->program;
+  config.allowSharedDevice = agent->args.shareGpu ? 1 : 0;
+  if (agent->args.timeoutSec > 0) config.timeoutMs = agent->args.timeoutSec * 1000;
+  fcclComm_t comm = NULL;
+  if (!id) {
+    BENCH_CHECK_FCCL(agent, NULL, fcclCommInitFromEnv(&comm, &config));
+  } else {
+    fcclUniqueId unique;
+    memcpy(&unique, id, sizeof(unique));
+    BENCH_CHECK_FCCL(agent, NULL,
+                     fcclCommInitRankConfig(&comm, agent->nranks, unique, agent->firstRank + gpu, &config));
+  }
+  agent->engines[engine].comms[gpu] = comm;
+  return 0;
+}
+
+static double fcclSelfReportedBytes(benchAgent_t* agent, int engine, int gpu) {
+  fcclMemStats_t stats;
+  memset(&stats, 0, sizeof(stats));
+  stats.size = sizeof(stats);
+  return fcclCommGetMemStats(commOf(agent, engine, gpu), &stats) == fcclSuccess ? (double)stats.commDeviceBytes : -1;
+}
+
+static int fcclDestroy(benchAgent_t* agent, int engine, int gpu) {
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm) return 0;
+  fcclResult_t res = fcclCommDestroy(comm);
+  agent->engines[engine].comms[gpu] = NULL;
+  if (res != fcclSuccess) {
+    benchFail(agent, "fcclCommDestroy failed: %s", fcclGetErrorString(res));
+    return -1;
+  }
+  return 0;
+}
+
+static void fcclAbort(benchAgent_t* agent, int engine, int gpu) {
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm) return;
+  fcclCommAbort(comm);
+  agent->engines[engine].comms[gpu] = NULL;
+}
+
+static int fcclAsyncError(benchAgent_t* agent, int engine, int gpu, char* text, size_t len) {
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  fcclResult_t error = fcclSuccess;
+  if (comm && fcclCommGetAsyncError(comm, &error) == fcclSuccess && error != fcclSuccess && error != fcclInProgress) {
+    snprintf(text, len, "%s: %s", fcclGetErrorString(error), fcclGetLastError(comm));
+    return 1;
+  }
+  return 0;
+}
+
+static int fcclMemAllocOp(benchAgent_t* agent, int engine, int gpu, size_t bytes, void** ptr) {
+  BENCH_CHECK_FCCL(agent, commOf(agent, engine, gpu), fcclMemAlloc(ptr, bytes));
+  return 0;
+}
+
+static int fcclMemFreeOp(benchAgent_t* agent, int engine, int gpu, void* ptr) {
+  (void)agent;
+  (void)engine;
+  (void)gpu;
+  return fcclMemFree(ptr) == fcclSuccess ? 0 : -1;
+}
+
+/* fccl has one kind of registration: -R 2 registers like -R 1. */
+static int fcclRegister(benchAgent_t* agent, int engine, int gpu, int kind, void* ptr, size_t bytes, void** handle) {
+  (void)kind;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  fcclRegHandle_t reg = NULL;
+  BENCH_CHECK_FCCL(agent, comm, fcclCommRegister(comm, ptr, bytes, &reg));
+  *handle = reg;
+  return 0;
+}
+
+static int fcclDeregister(benchAgent_t* agent, int engine, int gpu, int kind, void* handle) {
+  (void)kind;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm || fcclCommDeregister(comm, (fcclRegHandle_t)handle) == fcclSuccess) return 0;
+  benchFail(agent, "fcclCommDeregister failed: %s", fcclGetLastError(comm));
+  return -1;
+}
+
+static int fcclBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch) {
+  (void)scratch;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm, fcclBarrier(comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclAllReduceOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)root;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclAllReduce(send, recv, count, (fcclDataType_t)type, (fcclRedOp_t)op, comm,
+                                 (void*)agent->streams[gpu]));
+  return 0;
+}
+
+const benchEngineOps_t benchFcclEngine = {
+    .name = "fccl",
+    .uniqueIdBytes = sizeof(fcclUniqueId),
+    .headersVersion = FCCL_VERSION_CODE,
+    .symmetricWindows = 0,
+    .prepareProcess = NULL,
+    .libraryVersion = fcclVersion,
+    .uniqueId = fcclUniqueIdOp,
+    .create = fcclCreate,
+    .selfReportedBytes = fcclSelfReportedBytes,
+    .destroy = fcclDestroy,
+    .abort = fcclAbort,
+    .asyncError = fcclAsyncError,
+    .memAlloc = fcclMemAllocOp,
+    .memFree = fcclMemFreeOp,
+    .registerBuffer = fcclRegister,
+    .deregisterBuffer = fcclDeregister,
+    .groupStart = NULL, /* fccl's collectives only enqueue (fccl.h: Blocks: no), so one thread launches on its */
+    .groupEnd = NULL,   /* GPUs in turn; fccl has no group calls */
+    .barrier = fcclBarrierOp,
+    .allReduce = fcclAllReduceOp,
+};
+
+_Static_assert(sizeof(fcclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "fccl's unique id must fit the exchange");

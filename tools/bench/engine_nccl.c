@@ -1,0 +1,237 @@
+/*
+ * The NCCL engine (--compare nccl): NCCL in the same processes, on the same GPUs and streams, so that its numbers
+ * stand beside fccl's. The one file of the benchmark that knows NCCL; a build without NCCL has no NCCL table.
+ */
+#include "runtime_internal.h"
+
+#include "fccl_build_config.h"
+
+#if FCCL_HAVE_NCCL
+
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ncclMemAlloc and ncclCommRegister came with NCCL 2.19, symmetric windows with 2.27. */
+#define BENCH_NCCL_REGISTER (NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0))
+#define BENCH_NCCL_WINDOWS (NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0))
+
+#define BENCH_CHECK_NCCL(agent, comm, call)                                                         \
+  do {                                                                                              \
+    ncclResult_t benchRes_ = (call);                                                                \
+    if (benchRes_ != ncclSuccess) {                                                                 \
+      benchFail((agent), "%s failed: %s: %s", #call, ncclGetErrorString(benchRes_),                 \
+                ncclGetLastError(comm));                                                            \
+      return -1;                                                                                    \
+    }                                                                                               \
+  } while (0)
+
+static ncclComm_t commOf(const benchAgent_t* agent, int engine, int gpu) {
+  return (ncclComm_t)agent->engines[engine].comms[gpu];
+}
+
+/* NVLink SHARP (multicast) stays off for NCCL in every rank: multicast objects can take a host's GPUs out of
+ * service, and fccl does not use them either, so the comparison is like for like. */
+static void ncclPrepareProcess(void) { setenv("NCCL_NVLS_ENABLE", "0", 1); }
+
+static int ncclVersion(void) {
+  int version = 0;
+  ncclGetVersion(&version);
+  return version;
+}
+
+static int ncclUniqueIdOp(benchAgent_t* agent, int engine, void* id) {
+  (void)engine;
+  ncclUniqueId unique;
+  BENCH_CHECK_NCCL(agent, NULL, ncclGetUniqueId(&unique));
+  memcpy(id, &unique, sizeof(unique));
+  return 0;
+}
+
+static int ncclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) {
+  if (!id) {
+    benchFail(agent, "NCCL needs a unique id to create a communicator");
+    return -1;
+  }
+  ncclUniqueId unique;
+  memcpy(&unique, id, sizeof(unique));
+  ncclComm_t comm = NULL;
+  BENCH_CHECK_NCCL(agent, NULL, ncclCommInitRank(&comm, agent->nranks, unique, agent->firstRank + gpu));
+  agent->engines[engine].comms[gpu] = comm;
+  return 0;
+}
+
+static double ncclSelfReportedBytes(benchAgent_t* agent, int engine, int gpu) {
+  (void)agent;
+  (void)engine;
+  (void)gpu;
+  return -1; /* NCCL does not say */
+}
+
+static int ncclDestroy(benchAgent_t* agent, int engine, int gpu) {
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm) return 0;
+  ncclResult_t res = ncclCommDestroy(comm);
+  agent->engines[engine].comms[gpu] = NULL;
+  if (res != ncclSuccess) {
+    benchFail(agent, "ncclCommDestroy failed: %s", ncclGetErrorString(res));
+    return -1;
+  }
+  return 0;
+}
+
+static void ncclAbort(benchAgent_t* agent, int engine, int gpu) {
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm) return;
+  ncclCommAbort(comm);
+  agent->engines[engine].comms[gpu] = NULL;
+}
+
+static int ncclAsyncError(benchAgent_t* agent, int engine, int gpu, char* text, size_t len) {
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  ncclResult_t error = ncclSuccess;
+  if (comm && ncclCommGetAsyncError(comm, &error) == ncclSuccess && error != ncclSuccess && error != ncclInProgress) {
+    snprintf(text, len, "%s: %s", ncclGetErrorString(error), ncclGetLastError(comm));
+    return 1;
+  }
+  return 0;
+}
+
+static int ncclMemAllocOp(benchAgent_t* agent, int engine, int gpu, size_t bytes, void** ptr) {
+#if BENCH_NCCL_REGISTER
+  BENCH_CHECK_NCCL(agent, commOf(agent, engine, gpu), ncclMemAlloc(ptr, bytes));
+#else
+  (void)engine;
+  (void)gpu;
+  BENCH_CHECK_CUDA(agent, cudaMalloc(ptr, bytes)); /* NCCL before 2.19 registers nothing */
+#endif
+  return 0;
+}
+
+static int ncclMemFreeOp(benchAgent_t* agent, int engine, int gpu, void* ptr) {
+  (void)agent;
+  (void)engine;
+  (void)gpu;
+#if BENCH_NCCL_REGISTER
+  return ncclMemFree(ptr) == ncclSuccess ? 0 : -1;
+#else
+  return cudaFree(ptr) == cudaSuccess ? 0 : -1;
+#endif
+}
+
+#if BENCH_NCCL_WINDOWS
+/* Whether kind is registered as a symmetric window: -R 2, with a library of 2.27 or later loaded. */
+static int usesWindow(const benchAgent_t* agent, int engine, int kind) {
+  return kind == BENCH_BUFFERS_SYMMETRIC && agent->engines[engine].version >= NCCL_VERSION(2, 27, 0);
+}
+#endif
+
+static int ncclRegister(benchAgent_t* agent, int engine, int gpu, int kind, void* ptr, size_t bytes, void** handle) {
+#if BENCH_NCCL_REGISTER
+  ncclComm_t comm = commOf(agent, engine, gpu);
+#if BENCH_NCCL_WINDOWS
+  if (usesWindow(agent, engine, kind)) {
+    ncclWindow_t window = NULL;
+    BENCH_CHECK_NCCL(agent, comm, ncclCommWindowRegister(comm, ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
+    *handle = window;
+    return 0;
+  }
+#endif
+  BENCH_CHECK_NCCL(agent, comm, ncclCommRegister(comm, ptr, bytes, handle));
+#else
+  (void)agent;
+  (void)engine;
+  (void)gpu;
+  (void)kind;
+  (void)ptr;
+  (void)bytes;
+  (void)handle;
+#endif
+  return 0;
+}
+
+static int ncclDeregister(benchAgent_t* agent, int engine, int gpu, int kind, void* handle) {
+#if BENCH_NCCL_REGISTER
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  if (!comm) return 0;
+  ncclResult_t res = ncclSuccess;
+#if BENCH_NCCL_WINDOWS
+  if (usesWindow(agent, engine, kind))
+    res = ncclCommWindowDeregister(comm, (ncclWindow_t)handle);
+  else
+#endif
+    res = ncclCommDeregister(comm, handle);
+  if (res != ncclSuccess) {
+    benchFail(agent, "NCCL deregistration failed: %s", ncclGetErrorString(res));
+    return -1;
+  }
+#else
+  (void)agent;
+  (void)engine;
+  (void)gpu;
+  (void)kind;
+  (void)handle;
+#endif
+  return 0;
+}
+
+/* A thread that drives several GPUs must group their launches: each would otherwise wait for ranks whose launch
+ * this same thread has not made yet. */
+static int ncclGroupStartOp(benchAgent_t* agent, int engine) {
+  (void)engine;
+  if (agent->nLocal > 1) BENCH_CHECK_NCCL(agent, NULL, ncclGroupStart());
+  return 0;
+}
+
+static int ncclGroupEndOp(benchAgent_t* agent, int engine) {
+  (void)engine;
+  if (agent->nLocal > 1) BENCH_CHECK_NCCL(agent, NULL, ncclGroupEnd());
+  return 0;
+}
+
+static int ncclAllReduceOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)root;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm,
+                   ncclAllReduce(send, recv, count, (ncclDataType_t)type, (ncclRedOp_t)op, comm, agent->streams[gpu]));
+  return 0;
+}
+
+/* NCCL has no barrier call; an all-reduce of one element is the usual stand-in. */
+static int ncclBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch) {
+  return ncclAllReduceOp(agent, engine, gpu, scratch, scratch, 1, benchFloat32, benchSum, 0);
+}
+
+static const benchEngineOps_t ncclOps = {
+    .name = "nccl",
+    .uniqueIdBytes = sizeof(ncclUniqueId),
+    .headersVersion = NCCL_VERSION_CODE,
+    .symmetricWindows = BENCH_NCCL_WINDOWS,
+    .prepareProcess = ncclPrepareProcess,
+    .libraryVersion = ncclVersion,
+    .uniqueId = ncclUniqueIdOp,
+    .create = ncclCreate,
+    .selfReportedBytes = ncclSelfReportedBytes,
+    .destroy = ncclDestroy,
+    .abort = ncclAbort,
+    .asyncError = ncclAsyncError,
+    .memAlloc = ncclMemAllocOp,
+    .memFree = ncclMemFreeOp,
+    .registerBuffer = ncclRegister,
+    .deregisterBuffer = ncclDeregister,
+    .groupStart = ncclGroupStartOp,
+    .groupEnd = ncclGroupEndOp,
+    .barrier = ncclBarrierOp,
+    .allReduce = ncclAllReduceOp,
+};
+
+_Static_assert(sizeof(ncclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "NCCL's unique id must fit the exchange");
+
+const benchEngineOps_t* const benchNcclEngine = &ncclOps;
+
+#else
+
+const benchEngineOps_t* const benchNcclEngine = NULL;
+
+#endif /* FCCL_HAVE_NCCL */

@@ -1,0 +1,203 @@
+/*
+ * Launching and timing: every local rank's operation per iteration (grouped where the engine needs it), CUDA
+ * graphs for -G, the timed loop with CUDA events, and the bounded wait that watches the engine's asynchronous
+ * errors and aborts it after -T.
+ */
+#include "runtime_internal.h"
+
+#include <sched.h>
+#include <time.h>
+
+#define DEFAULT_TIMEOUT_SEC 300
+
+double benchNowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int benchTimeoutSec(const benchAgent_t* agent) {
+  return agent->args.timeoutSec > 0 ? agent->args.timeoutSec : DEFAULT_TIMEOUT_SEC;
+}
+
+int benchSync(benchAgent_t* agent, int engine) {
+  double deadline = benchNowSec() + benchTimeoutSec(agent);
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    for (unsigned long polls = 0;; polls++) {
+      cudaError_t status = cudaStreamQuery(agent->streams[gpu]);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        benchFail(agent, "waiting for rank %d's stream: %s (%s)", agent->firstRank + gpu, cudaGetErrorName(status),
+                  cudaGetErrorString(status));
+        return -1;
+      }
+      if ((polls & 255) == 255) {
+        char text[600];
+        if (agent->engines[engine].ops->asyncError(agent, engine, gpu, text, sizeof(text))) {
+          benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine],
+                    agent->firstRank + gpu, text);
+          benchAbortEngine(agent, engine);
+          return -1;
+        }
+        if (benchNowSec() > deadline) {
+          benchFail(agent, "%s did not complete on rank %d within %d s (-T changes the bound); aborting",
+                    agent->engineNames[engine], agent->firstRank + gpu, benchTimeoutSec(agent));
+          benchAbortEngine(agent, engine);
+          return -1;
+        }
+      }
+      sched_yield();
+    }
+  }
+  return 0;
+}
+
+int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count) {
+  const benchEngineOps_t* ops = agent->engines[engine].ops;
+  for (int iter = firstIter; iter < firstIter + count; iter++) {
+    if (ops->groupStart && ops->groupStart(agent, engine) != 0) return -1;
+    int status = 0;
+    for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+      status = benchUseDevice(agent, gpu);
+      if (status == 0) status = launch(agent, engine, gpu, iter, ctx);
+    }
+    if ((ops->groupEnd && ops->groupEnd(agent, engine) != 0) || status != 0) return -1;
+  }
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  return 0;
+}
+
+static void destroyGraphs(benchAgent_t* agent, cudaGraphExec_t* exec) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (exec[gpu]) cudaGraphExecDestroy(exec[gpu]);
+    exec[gpu] = NULL;
+  }
+}
+
+/* Captures count iterations per local rank into one graph each (thread-local capture: other threads of this
+ * process keep launching freely). */
+static int captureGraphs(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int count,
+                         cudaGraphExec_t* exec) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) exec[gpu] = NULL;
+  int capturing = 0, status = 0;
+  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+    status = benchUseDevice(agent, gpu);
+    if (status == 0 && cudaStreamBeginCapture(agent->streams[gpu], cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cudaStreamBeginCapture failed on rank %d", agent->firstRank + gpu);
+      status = -1;
+    }
+    if (status == 0) capturing++;
+  }
+  if (status == 0) status = benchLaunchAll(agent, engine, launch, ctx, 0, count);
+  /* End every capture that began, even after a failure, so the streams stay usable; instantiate only when none
+   * is left open (instantiating is not allowed while this thread still captures another stream). */
+  cudaGraph_t graphs[BENCH_MAX_LOCAL] = {0};
+  for (int gpu = 0; gpu < capturing; gpu++) {
+    if (agent->nLocal > 1) cudaSetDevice(agent->devices[gpu]);
+    cudaError_t ended = cudaStreamEndCapture(agent->streams[gpu], &graphs[gpu]);
+    if (ended != cudaSuccess && status == 0) {
+      benchFail(agent, "capturing %s into a CUDA graph failed on rank %d: %s", agent->engineNames[engine],
+                agent->firstRank + gpu, cudaGetErrorString(ended));
+      status = -1;
+    }
+  }
+  for (int gpu = 0; gpu < capturing; gpu++) {
+    if (status == 0) {
+      if (agent->nLocal > 1) cudaSetDevice(agent->devices[gpu]);
+      cudaError_t made = cudaGraphInstantiate(&exec[gpu], graphs[gpu], 0);
+      if (made == cudaSuccess) made = cudaGraphUpload(exec[gpu], agent->streams[gpu]);
+      if (made != cudaSuccess) {
+        benchFail(agent, "instantiating the CUDA graph failed on rank %d: %s", agent->firstRank + gpu,
+                  cudaGetErrorString(made));
+        status = -1;
+      }
+    }
+    if (graphs[gpu]) cudaGraphDestroy(graphs[gpu]);
+  }
+  (void)cudaGetLastError();
+  if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
+  if (status != 0) destroyGraphs(agent, exec);
+  return status;
+}
+
+static int launchGraphs(benchAgent_t* agent, cudaGraphExec_t* exec) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (benchUseDevice(agent, gpu) != 0) return -1;
+    BENCH_CHECK_CUDA(agent, cudaGraphLaunch(exec[gpu], agent->streams[gpu]));
+  }
+  return 0;
+}
+
+int benchRunOnce(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int count) {
+  if (agent->args.graphLaunches > 0) {
+    cudaGraphExec_t exec[BENCH_MAX_LOCAL];
+    if (captureGraphs(agent, engine, launch, ctx, count, exec) != 0) return -1;
+    int status = launchGraphs(agent, exec);
+    if (status == 0) status = benchSync(agent, engine);
+    destroyGraphs(agent, exec);
+    return status;
+  }
+  if (benchLaunchAll(agent, engine, launch, ctx, 0, count) != 0) return -1;
+  return benchSync(agent, engine);
+}
+
+int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
+                  double* cpuUs) {
+  const int iters = agent->args.iters;
+  const int launches = agent->args.graphLaunches;
+  cudaGraphExec_t exec[BENCH_MAX_LOCAL] = {0};
+  if (launches > 0 && captureGraphs(agent, engine, launch, ctx, iters, exec) != 0) return -1;
+  int status = benchBarrier(agent);
+  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+    status = benchUseDevice(agent, gpu);
+    if (status == 0 && cudaEventRecord(agent->start[gpu], agent->streams[gpu]) != cudaSuccess) {
+      benchFail(agent, "cudaEventRecord failed");
+      status = -1;
+    }
+  }
+  double begin = benchNowSec();
+  if (status == 0) {
+    if (launches > 0) {
+      for (int l = 0; l < launches && status == 0; l++) status = launchGraphs(agent, exec);
+    } else if (agent->args.blocking) {
+      for (int iter = 0; iter < iters && status == 0; iter++) {
+        status = benchLaunchAll(agent, engine, launch, ctx, iter, 1);
+        if (status == 0) status = benchSync(agent, engine);
+        if (status == 0) status = benchBarrier(agent);
+      }
+    } else {
+      status = benchLaunchAll(agent, engine, launch, ctx, 0, iters);
+    }
+  }
+  double cpu = benchNowSec() - begin;
+  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+    status = benchUseDevice(agent, gpu);
+    if (status == 0 && cudaEventRecord(agent->stop[gpu], agent->streams[gpu]) != cudaSuccess) {
+      benchFail(agent, "cudaEventRecord failed");
+      status = -1;
+    }
+  }
+  if (status == 0) status = benchSync(agent, engine);
+  float slowestMs = 0;
+  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, agent->start[gpu], agent->stop[gpu]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cudaEventElapsedTime failed");
+      status = -1;
+    }
+    if (ms > slowestMs) slowestMs = ms;
+  }
+  if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
+  destroyGraphs(agent, exec);
+  if (status != 0) return -1;
+  double ops = (double)iters * (launches > 0 ? launches : 1);
+  double values[2] = {(double)slowestMs * 1000.0 / ops, cpu * 1.0e6 / ops};
+  static const int how[4] = {BENCH_REDUCE_FIRST, BENCH_REDUCE_AVG, BENCH_REDUCE_MIN, BENCH_REDUCE_MAX};
+  if (benchReduce(agent, values, 2, how[agent->args.average]) != 0) return -1;
+  *timeUs = values[0];
+  *cpuUs = values[1];
+  return 0;
+}
