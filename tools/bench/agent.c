@@ -146,7 +146,8 @@ static int createComms(benchAgent_t* agent, int engine) {
     worst[1] = fmax(worst[1], ctx.bytes[gpu]);
     worst[2] = fmax(worst[2], ctx.self[gpu]);
   }
-  if (fromLauncher) return 0; /* reduced once the communicator carries the exchange */
+  agent->engines[engine].init = (benchInitStats_t){worst[0], worst[1], worst[2]};
+  if (fromLauncher) return 0; /* this rank's values, reduced once the communicator carries the exchange */
   if (benchReduce(agent, worst, 3, BENCH_REDUCE_MAX) != 0) return -1;
   agent->engines[engine].init = (benchInitStats_t){worst[0], worst[1], worst[2]};
   return 0;

@@ -53,8 +53,12 @@ int benchCorrupt(benchAgent_t* agent, int gpu, void* ptr, size_t index, int type
   unsigned char byte = 0;
   char* where = (char*)ptr + (index + 1) * benchTypeSize(type) - 1; /* the top byte (little-endian) */
   if (benchUseDevice(agent, gpu) != 0) return -1;
-  BENCH_CHECK_CUDA(agent, cudaMemcpy(&byte, where, 1, cudaMemcpyDeviceToHost));
+  /* On the rank's stream, waited for: a cudaMemcpy from pageable memory may return before its copy lands, and the
+   * check reads back on this (non-blocking) stream, which does not wait for the legacy stream. */
+  BENCH_CHECK_CUDA(agent, cudaMemcpyAsync(&byte, where, 1, cudaMemcpyDeviceToHost, agent->streams[gpu]));
+  BENCH_CHECK_CUDA(agent, cudaStreamSynchronize(agent->streams[gpu]));
   byte ^= 0x40;
-  BENCH_CHECK_CUDA(agent, cudaMemcpy(where, &byte, 1, cudaMemcpyHostToDevice));
+  BENCH_CHECK_CUDA(agent, cudaMemcpyAsync(where, &byte, 1, cudaMemcpyHostToDevice, agent->streams[gpu]));
+  BENCH_CHECK_CUDA(agent, cudaStreamSynchronize(agent->streams[gpu]));
   return 0;
 }
