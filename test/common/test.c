@@ -41,8 +41,19 @@ uint64_t testRandom(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
+long testElapsedMs(const struct timespec* start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
 int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
                   int* exitCodes) {
+  return testForkRanksWatched(nranks, fn, arg, timeoutSeconds, exitCodes, NULL, NULL);
+}
+
+int testForkRanksWatched(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
+                         int* exitCodes, void (*onExit)(int rank, int exitCode, void* ctx), void* ctx) {
   pid_t pids[64];
   if (nranks > 64) return nranks;
   fflush(stdout);
@@ -71,6 +82,7 @@ int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* 
         codes[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         if (codes[rank] != 0) failed++;
         remaining--;
+        if (onExit) onExit(rank, codes[rank], ctx);
       }
       continue;
     }
@@ -84,6 +96,7 @@ int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* 
         waitpid(pids[rank], NULL, 0);
         failed++;
         remaining--;
+        if (onExit) onExit(rank, -2, ctx);
       }
       break;
     }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TEST_SKIP 77
 
@@ -72,5 +73,13 @@ uint64_t testRandom(uint64_t* state);
  */
 int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
                   int* exitCodes);
+
+/* testForkRanks, calling onExit(rank, exitCode, ctx) in this process as soon as it sees a rank end (exitCode as in
+ * exitCodes), e.g. to abort the waits of its peers (testShmForkRanks). */
+int testForkRanksWatched(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
+                         int* exitCodes, void (*onExit)(int rank, int exitCode, void* ctx), void* ctx);
+
+/* Milliseconds since start (CLOCK_MONOTONIC). */
+long testElapsedMs(const struct timespec* start);
 
 #endif /* FCCL_TEST_H_ */

@@ -406,10 +406,10 @@ int main(int argc, char** argv) {
     return TEST_SKIP;
   }
   args.seed = testSeed();
-  args.shared = collSharedNew();
+  args.shared = collSharedNew(nranks);
   printf("allreduce %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
   int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, collQuick() ? 900 : 600, codes);
+  int failed = testShmForkRanks(args.shared->shm, rankMain, &args, collQuick() ? 900 : 600, codes);
   for (int r = 0; r < nranks; r++)
     if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
   const uint64_t calls = (uint64_t)args.shared->flags[0];
