@@ -22,8 +22,9 @@ void testFail(const char* file, int line, const char* fmt, ...) {
 
 int testSummary(const char* name) {
   printf("%s: %d passed, %d failed\n", name, testPassed, testFailed);
+  if (testPassed == 0 && testFailed == 0) printf("%s: FAIL: no check ran\n", name);
   fflush(stdout);
-  return testFailed == 0 ? 0 : 1;
+  return testFailed == 0 && testPassed > 0 ? 0 : 1;
 }
 
 uint64_t testSeed(void) {
@@ -61,6 +62,8 @@ int testForkRanksWatched(int nranks, int (*fn)(int rank, int nranks, void* arg),
   for (int rank = 0; rank < nranks; rank++) {
     pids[rank] = fork();
     if (pids[rank] == 0) {
+      testPassed = 0; /* the rank's testSummary counts its own checks, not the parent's before the fork */
+      testFailed = 0;
       int code = fn(rank, nranks, arg);
       fflush(stdout);
       fflush(stderr);
