@@ -10,9 +10,9 @@
  *   wrap        epochs across the 32-bit wrap of the LL flags: stale packets must never satisfy a later call
  *   reinit      communicators destroyed and created again over the same slot: epochs start past the old ones
  *   invalid     argument errors: fcclInvalidArgument, nothing launched, the next call still right
- *   overrun     for scripts/gpu-sanitize only: every rank's all-reduce reads and writes 256 bytes past its
- *               cudaMalloc'd buffers, which compute-sanitizer memcheck must report from the forked ranks (proof that
- *               the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
+ *   overrun     for contrib/gpu-lab/gpu-sanitize only: every rank's all-reduce reads and writes 256 bytes past
+ *               its cudaMalloc'd buffers, which compute-sanitizer memcheck must report from the forked ranks (proof
+ *               that the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
  * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
  */
 #include "comm.h"
