@@ -243,7 +243,7 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
   fcclComm_t keeper = collCommCreate(args->shared, rank, nranks, args->gpus, COLL_MAX_IDS - 1);
   if (!keeper) return 1;
   for (int cycle = 0; cycle < cycles && testFailed == 0; cycle++) {
-    /* Skewed ranks: the re-init race of the user report needs one rank to arrive late. */
+    /* Skewed ranks: the re-init races of docs/ipc.md#the-failures-this-rules-out need one rank to arrive late. */
     if (rank == cycle % nranks) usleep(20000);
     fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, cycle);
     if (!comm) return 1;

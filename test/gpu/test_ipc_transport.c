@@ -2,8 +2,9 @@
  * The transport layer across two processes (forked ranks, one GPU each; with one GPU both share it), driven
  * through fcclTransportInitWithExchange with a shared-memory exchange in place of the bootstrap:
  *   basic     - peer slots mapped and P2P-checked; data written into a peer's slot is read by its owner
- *   reinit    - the user report's pattern: init comm_i while comm_{i-1} lives, exchange flags through comm_i,
- *               destroy comm_{i-1}; FCCLTEST_ROUNDS rounds (1000); open mappings equal after round 1 and the last
+ *   reinit    - re-initialisation as an application replacing its communicator does it: init comm_i while
+ *               comm_{i-1} lives, exchange flags through comm_i, destroy comm_{i-1}; FCCLTEST_ROUNDS rounds (1000);
+ *               open mappings equal after round 1 and the last
  *   cycles    - FCCLTEST_CYCLES init/destroy cycles (10000): mappings back to zero, device memory back where it was
  *   two       - two communicators alive at once over the same GPUs, used alternately on two streams
  *   register  - fcclCommRegister of the same buffer twice, two sub-ranges of one cudaMalloc allocation, an
@@ -51,10 +52,11 @@ static fcclMemStats_t stats(struct fcclComm* comm) {
 }
 
 /* Every rank writes value into word `rank` (after `base` words) of every peer's slot; after a barrier each owner
- * finds every peer's value in its own slot. Host copies through the mappings, like the lead's flag exchange. */
+ * finds every peer's value in its own slot. Host copies through the mappings, like an application's host-side flag
+ * exchange. */
 static int flagExchange(struct rankCtx* ctx, struct fcclComm* comm, uint64_t value, size_t base, int skew) {
   int ok = 1;
-  if (skew) usleep(200); /* one rank a little late, as in the report */
+  if (skew) usleep(200); /* one rank a little late, as real ranks are */
   for (int p = 0; p < ctx->nranks; p++) {
     uint64_t* slot = fcclTransportPeerSlot((comm)->transport, p);
     if (!slot) return 0;

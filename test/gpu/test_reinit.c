@@ -1,9 +1,10 @@
 /*
- * The user report's scenario through the public API, two processes (one GPU each; with one GPU they share it):
+ * Re-initialisation through the public API, two processes (one GPU each; with one GPU they share it):
  *   report - FCCLTEST_ROUNDS rounds (1000) of: fcclCommInitRank again while the previous communicator lives
  *            (its fcclBarrier possibly still running), fcclBarrier across the GPUs on the new one, then
- *            fcclCommDestroy of the previous one. Every barrier completes; fcclCommGetMemStats' open mappings
- *            are equal after round 1 and after the last round, and nothing is mapped after round 1.
+ *            fcclCommDestroy of the previous one: how an application replaces its communicator (what could hang
+ *            it: docs/ipc.md#the-failures-this-rules-out). Every barrier completes; fcclCommGetMemStats' open
+ *            mappings are equal after round 1 and after the last round, and nothing is mapped after round 1.
  *   cycles - FCCLTEST_CYCLES (10000) fcclCommInitRank/fcclCommDestroy cycles: open mappings back to zero, device
  *            memory (cudaMemGetInfo) back to where it was after the first cycle (the arena frees its chunks when
  *            the device's last communicator goes); a barrier every 100 cycles.
@@ -36,7 +37,7 @@ static fcclResult_t create(struct rankCtx* ctx, fcclComm_t* comm, const char* na
   fcclResult_t res = fcclCommInitRankConfig(comm, ctx->nranks, ids[0], ctx->rank, &config);
   EXPECT_MSG(res == fcclSuccess, "rank %d: init of %s failed: %s", ctx->rank, name, fcclGetLastError(NULL));
   if (res == fcclSuccess && fcclTransportPeerSlot((*comm)->transport, ctx->rank) == NULL) {
-    EXPECT_MSG(0, "rank %d: fcclCommInitRank did not set up the transport (init.c's LAYER SETUP hook)", ctx->rank);
+    EXPECT_MSG(0, "rank %d: fcclCommInitRank did not set up the transport (no slot of its own)", ctx->rank);
     (void)fcclCommDestroy(*comm);
     return fcclInternalError;
   }
@@ -71,7 +72,7 @@ static int barrier(fcclComm_t comm, cudaStream_t stream, int wait) {
 }
 
 /*
- * As in the report: the barrier of round i-1 may still be running (not waited for) while round i creates the next
+ * The barrier of round i-1 may still be running (not waited for) while round i creates the next
  * communicator; only then is it waited for, and the previous communicator destroyed after the new one's barrier
  * is enqueued. One rank is a little late every third round.
  */
@@ -118,7 +119,8 @@ static void testReport(struct rankCtx* ctx) {
   EXPECT_EQ_INT(stats(NULL).openMappings, 0);
 }
 
-/* One cycle of testCycles: fcclCommInitRank and fcclCommDestroy, with a barrier kernel every 100 cycles. */
+/* One cycle of testCycles: fcclCommInitRank and fcclCommDestroy; every 100 cycles the communicator also runs a
+ * barrier, so that the cycles create communicators that work, not only ones that come and go. */
 struct cycleCtx {
   struct rankCtx* rank;
   fcclComm_t comm;
