@@ -22,8 +22,9 @@ void testFail(const char* file, int line, const char* fmt, ...) {
 
 int testSummary(const char* name) {
   printf("%s: %d passed, %d failed\n", name, testPassed, testFailed);
+  if (testPassed == 0 && testFailed == 0) printf("%s: FAIL: no check ran\n", name);
   fflush(stdout);
-  return testFailed == 0 ? 0 : 1;
+  return testFailed == 0 && testPassed > 0 ? 0 : 1;
 }
 
 uint64_t testSeed(void) {
@@ -41,8 +42,19 @@ uint64_t testRandom(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
+long testElapsedMs(const struct timespec* start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
 int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
                   int* exitCodes) {
+  return testForkRanksWatched(nranks, fn, arg, timeoutSeconds, exitCodes, NULL, NULL);
+}
+
+int testForkRanksWatched(int nranks, int (*fn)(int rank, int nranks, void* arg), void* arg, int timeoutSeconds,
+                         int* exitCodes, void (*onExit)(int rank, int exitCode, void* ctx), void* ctx) {
   pid_t pids[64];
   if (nranks > 64) return nranks;
   fflush(stdout);
@@ -50,6 +62,8 @@ int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* 
   for (int rank = 0; rank < nranks; rank++) {
     pids[rank] = fork();
     if (pids[rank] == 0) {
+      testPassed = 0; /* the rank's testSummary counts its own checks, not the parent's before the fork */
+      testFailed = 0;
       int code = fn(rank, nranks, arg);
       fflush(stdout);
       fflush(stderr);
@@ -71,6 +85,7 @@ int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* 
         codes[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         if (codes[rank] != 0) failed++;
         remaining--;
+        if (onExit) onExit(rank, codes[rank], ctx);
       }
       continue;
     }
@@ -84,6 +99,7 @@ int testForkRanks(int nranks, int (*fn)(int rank, int nranks, void* arg), void* 
         waitpid(pids[rank], NULL, 0);
         failed++;
         remaining--;
+        if (onExit) onExit(rank, -2, ctx);
       }
       break;
     }

@@ -1,7 +1,7 @@
 /*
  * libFuzzer target for the bootstrap's message parsers (src/bootstrap/wire.c): whatever bytes arrive on the
  * root's port or a ring connection, parsing must refuse or accept them without reading out of bounds, overflowing
- * or crashing. Built and run by scripts/fuzz-bootstrap (the meson 'fuzz' suite), seeds in test/fuzz/seeds.
+ * or crashing. Built and run by test/fuzz/fuzz-bootstrap (the meson 'fuzz' suite), seeds in test/fuzz/seeds.
  */
 #include "wire.h"
 

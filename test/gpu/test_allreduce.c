@@ -10,9 +10,9 @@
  *   wrap        epochs across the 32-bit wrap of the LL flags: stale packets must never satisfy a later call
  *   reinit      communicators destroyed and created again over the same slot: epochs start past the old ones
  *   invalid     argument errors: fcclInvalidArgument, nothing launched, the next call still right
- *   overrun     for scripts/gpu-sanitize only: every rank's all-reduce reads and writes 256 bytes past its
- *               cudaMalloc'd buffers, which compute-sanitizer memcheck must report from the forked ranks (proof that
- *               the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
+ *   overrun     for contrib/gpu-lab/gpu-sanitize only: every rank's all-reduce reads and writes 256 bytes past
+ *               its cudaMalloc'd buffers, which compute-sanitizer memcheck must report from the forked ranks (proof
+ *               that the tool sees them); without the tool it passes, the bytes past lie in the same allocation block
  * FCCLTEST_QUICK=1 shortens every mode (for compute-sanitizer); FCCLTEST_SEED repeats the data.
  */
 #include "comm.h"
@@ -243,7 +243,7 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
   fcclComm_t keeper = collCommCreate(args->shared, rank, nranks, args->gpus, COLL_MAX_IDS - 1);
   if (!keeper) return 1;
   for (int cycle = 0; cycle < cycles && testFailed == 0; cycle++) {
-    /* Skewed ranks: the re-init race of the user report needs one rank to arrive late. */
+    /* Skewed ranks: the re-init races of docs/ipc.md#the-failures-this-rules-out need one rank to arrive late. */
     if (rank == cycle % nranks) usleep(20000);
     fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, cycle);
     if (!comm) return 1;
@@ -406,10 +406,10 @@ int main(int argc, char** argv) {
     return TEST_SKIP;
   }
   args.seed = testSeed();
-  args.shared = collSharedNew();
+  args.shared = collSharedNew(nranks);
   printf("allreduce %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
   int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, collQuick() ? 900 : 600, codes);
+  int failed = testShmForkRanks(args.shared->shm, rankMain, &args, collQuick() ? 900 : 600, codes);
   for (int r = 0; r < nranks; r++)
     if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
   const uint64_t calls = (uint64_t)args.shared->flags[0];

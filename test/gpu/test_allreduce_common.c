@@ -7,21 +7,19 @@
 #include "enqueue.h"
 #include "param.h"
 
-#include <errno.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-struct collShared* collSharedNew(void) {
-  void* mem = mmap(NULL, sizeof(struct collShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
-    fprintf(stderr, "mmap of %zu shared bytes failed: %s\n", sizeof(struct collShared), strerror(errno));
-    exit(1);
-  }
-  memset(mem, 0, sizeof(struct collShared));
-  return mem;
+struct collShared* collSharedNew(int nranks) {
+  struct testShm* shm = testShmCreate(nranks, 0, sizeof(struct collShared), 60000);
+  if (!shm) exit(1);
+  struct collShared* shared = testShmUser(shm);
+  shared->shm = shm;
+  return shared;
 }
+
+void collSharedFree(struct collShared* shared) { testShmDestroy(shared->shm); }
 
 int collQuick(void) {
   const char* v = getenv("FCCLTEST_QUICK");
@@ -47,17 +45,12 @@ int collShareId(struct collShared* shared, int rank, int which, fcclUniqueId* id
       return 0;
     }
     shared->ids[which] = *id;
-    __atomic_store_n(&shared->idReady[which], 1, __ATOMIC_RELEASE);
+    testShmPost(&shared->idReady[which], 1);
     return 1;
   }
-  const int64_t deadline = collNowNs() + 60ll * 1000000000;
-  while (!__atomic_load_n(&shared->idReady[which], __ATOMIC_ACQUIRE)) {
-    if (collNowNs() > deadline) {
-      fprintf(stderr, "rank %d: id %d never published\n", rank, which);
-      return 0;
-    }
-    usleep(1000);
-  }
+  char what[48];
+  snprintf(what, sizeof(what), "rank %d: unique id %d", rank, which);
+  if (testShmWait(shared->shm, &shared->idReady[which], 1, 60000, what) != TEST_SHM_OK) return 0;
   *id = shared->ids[which];
   return 1;
 }
@@ -278,15 +271,16 @@ int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int 
     fprintf(stderr, "usage: %s [nranks 2..%d]\n", argv[0], REF_MAX_RANKS);
     return 2;
   }
-  struct collReplayArgs args = {collSharedNew(), testSeed(), testGpuCount()};
+  struct collReplayArgs args = {collSharedNew(nranks), testSeed(), testGpuCount()};
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     return TEST_SKIP;
   }
   int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, timeoutSeconds, codes);
+  int failed = testShmForkRanks(args.shared->shm, rankMain, &args, timeoutSeconds, codes);
   EXPECT_EQ_INT(failed, 0);
   int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
   EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
+  collSharedFree(args.shared);
   return testSummary(name);
 }

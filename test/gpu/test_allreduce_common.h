@@ -13,6 +13,7 @@
 #include "fccl.h"
 #include "test.h"
 #include "test_allreduce_ref.h"
+#include "test_shm.h"
 
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -23,8 +24,9 @@
 #define COLL_GUARD 64          /* poisoned bytes before and after every buffer region */
 #define COLL_POISON 0xa5
 
-/* Shared by the parent and every forked rank (MAP_SHARED). */
+/* Shared by the parent and every forked rank: the caller's area of a test_shm region. */
 struct collShared {
+  struct testShm* shm; /* the region this lives in: bounded waits, aborted when a rank dies (testShmForkRanks) */
   int idReady[COLL_MAX_IDS];
   fcclUniqueId ids[COLL_MAX_IDS];
   uint64_t hashes[COLL_MAX_HASHES][REF_MAX_RANKS]; /* output hash of call c on rank r (0: none) */
@@ -32,7 +34,9 @@ struct collShared {
   int flags[16];                                   /* free for tests */
 };
 
-struct collShared* collSharedNew(void);
+/* For nranks forked ranks; exits when the region cannot be mapped. */
+struct collShared* collSharedNew(int nranks);
+void collSharedFree(struct collShared* shared);
 
 /* FCCLTEST_QUICK set: run the short variant. */
 int collQuick(void);

@@ -137,9 +137,10 @@ static int modeStress(int rank, int nranks, const struct barrierArgs* args) {
 
 /* Waits (bounded) until shared->flags[index] is set by rank 0. */
 static void waitFlag(struct collShared* shared, int index) {
-  const int64_t deadline = collNowNs() + 120ll * 1000000000;
-  while (!__atomic_load_n(&shared->flags[index], __ATOMIC_ACQUIRE) && collNowNs() < deadline) usleep(2000);
-  EXPECT_MSG(shared->flags[index], "rank 0 never finished scenario %d", index);
+  char what[48];
+  snprintf(what, sizeof(what), "the end of scenario %d", index);
+  const int result = testShmWait(shared->shm, &shared->flags[index], 1, 120000, what);
+  EXPECT_MSG(result == TEST_SHM_OK, "rank 0 never finished scenario %d (%s)", index, testShmResultName(result));
 }
 
 /* One scenario of the timeout mode: rank 0 calls `what` alone and must see fcclTimeout, promptly. */
@@ -179,7 +180,7 @@ static void timeoutScenario(int rank, int nranks, const struct barrierArgs* args
     EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
     collBufferDestroy(comm, &buffer);
-    __atomic_store_n(&args->shared->flags[which], 1, __ATOMIC_RELEASE);
+    testShmPost(&args->shared->flags[which], 1);
   } else {
     waitFlag(args->shared, which);
   }
@@ -220,7 +221,7 @@ static void abortScenario(int rank, int nranks, const struct barrierArgs* args, 
     printf("scenario %d (%s): aborted in %.3f s\n", which, fcclAlgoName(algo), seconds);
     EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
     EXPECT_EQ_INT(cudaFree(data), cudaSuccess);
-    __atomic_store_n(&args->shared->flags[which], 1, __ATOMIC_RELEASE);
+    testShmPost(&args->shared->flags[which], 1);
   } else {
     waitFlag(args->shared, which);
     EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
@@ -263,9 +264,9 @@ int main(int argc, char** argv) {
     return TEST_SKIP;
   }
   args.seed = testSeed();
-  args.shared = collSharedNew();
+  args.shared = collSharedNew(nranks);
   int codes[REF_MAX_RANKS];
-  int failed = testForkRanks(nranks, rankMain, &args, 600, codes);
+  int failed = testShmForkRanks(args.shared->shm, rankMain, &args, 600, codes);
   EXPECT_EQ_INT(failed, 0);
   if (strcmp(args.mode, "order") == 0) checkOrder(args.shared, nranks);
   if (strcmp(args.mode, "stress") == 0) {

@@ -105,11 +105,9 @@ static int rankMode(int rank, int nranks, void* arg) {
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
 
   /* Non-blocking: fcclInProgress with a handle, polled until done. A new id: rank 0 withdraws the old one before
-   * the ranks meet at the flags, and publishes the new one after. */
-  if (rank == 0) __atomic_store_n(&shared->idReady, 0, __ATOMIC_RELEASE);
-  __atomic_store_n(&shared->flags[rank], 1, __ATOMIC_RELEASE);
-  for (int r = 0; r < nranks; r++)
-    for (int i = 0; i < 10000 && !__atomic_load_n(&shared->flags[r], __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
+   * the ranks meet at a barrier, and publishes the new one after. */
+  if (rank == 0) testShmPost(&shared->idReady, 0);
+  EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK);
   if (!shareId(shared, rank, &id)) return 1;
   config = testConfig("non-blocking");
   config.blocking = 0;
@@ -148,12 +146,12 @@ static int sharedGpuMode(int rank, int nranks, void* arg) {
 }
 
 static void testRank(void) {
-  struct bootShared* shared = bootSharedNew();
+  struct bootShared* shared = bootSharedNew(NRANKS);
   int codes[NRANKS];
-  EXPECT_EQ_INT(testForkRanks(NRANKS, rankMode, shared, 120, codes), 0);
+  EXPECT_EQ_INT(testShmForkRanks(shared->shm, rankMode, shared, 120, codes), 0);
   bootSharedFree(shared);
-  shared = bootSharedNew();
-  EXPECT_EQ_INT(testForkRanks(NRANKS, sharedGpuMode, shared, 120, codes), 0);
+  shared = bootSharedNew(NRANKS);
+  EXPECT_EQ_INT(testShmForkRanks(shared->shm, sharedGpuMode, shared, 120, codes), 0);
   bootSharedFree(shared);
 }
 
@@ -364,8 +362,10 @@ static void testExternal(void) {
 /* ---- nccl ---- */
 
 #if FCCL_HAVE_NCCL
+/* The caller's area of a test_shm region. */
 struct ncclShared {
-  volatile int ready;
+  struct testShm* shm;
+  int ready;
   ncclUniqueId id;
 };
 
@@ -376,9 +376,9 @@ static int ncclMode(int rank, int nranks, void* arg) {
   EXPECT_EQ_INT(cudaSetDevice(dev), cudaSuccess);
   if (rank == 0) {
     EXPECT_EQ_INT(ncclGetUniqueId(&shared->id), ncclSuccess);
-    __atomic_store_n(&shared->ready, 1, __ATOMIC_RELEASE);
+    testShmPost(&shared->ready, 1);
   } else {
-    for (int i = 0; i < 10000 && !__atomic_load_n(&shared->ready, __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
+    EXPECT_EQ_INT(testShmWait(shared->shm, &shared->ready, 1, 10000, "NCCL's unique id"), TEST_SHM_OK);
   }
   ncclComm_t nccl = NULL;
   ncclResult_t ncclRes = ncclCommInitRank(&nccl, nranks, shared->id, rank);
@@ -405,13 +405,13 @@ static int ncclMode(int rank, int nranks, void* arg) {
 
 static void testNccl(void) {
 #if FCCL_HAVE_NCCL
-  struct ncclShared* shared =
-      mmap(NULL, sizeof(struct ncclShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  EXPECT(shared != MAP_FAILED);
-  if (shared == MAP_FAILED) return;
-  memset(shared, 0, sizeof(*shared));
-  EXPECT_EQ_INT(testForkRanks(NRANKS, ncclMode, shared, 120, NULL), 0);
-  munmap(shared, sizeof(*shared));
+  struct testShm* shm = testShmCreate(NRANKS, 0, sizeof(struct ncclShared), 30000);
+  EXPECT(shm != NULL);
+  if (!shm) return;
+  struct ncclShared* shared = testShmUser(shm);
+  shared->shm = shm;
+  EXPECT_EQ_INT(testShmForkRanks(shm, ncclMode, shared, 120, NULL), 0);
+  testShmDestroy(shm);
 #else
   EXPECT_EQ_INT(cudaSetDevice(0), cudaSuccess);
   fcclComm_t comm;

@@ -76,7 +76,8 @@ struct testIpcArgs {
 
 /*
  * The main of a two-rank transport test: skips without a GPU, forks the ranks into rankMain (device rank % gpus),
- * bounded by FCCLTEST_TIMEOUT seconds (defaultTimeoutS unless set), and reports under name.
+ * bounded by FCCLTEST_TIMEOUT seconds (defaultTimeoutS unless set), and reports under name. A rank that fails
+ * aborts the shared region, so that its peer's waits end at once.
  */
 static inline int testIpcMain(int argc, char** argv, const char* name, int shmTimeoutMs, long defaultTimeoutS,
                               int (*rankMain)(int rank, int nranks, void* args)) {
@@ -87,13 +88,14 @@ static inline int testIpcMain(int argc, char** argv, const char* name, int shmTi
     return TEST_SKIP;
   }
   if (gpus < IPC_TEST_RANKS) printf("note: %d GPU: both ranks share it (two processes on one GPU)\n", gpus);
-  struct testIpcArgs args = {
-      .shm = testShmCreate(IPC_TEST_RANKS, shmTimeoutMs), .gpus = gpus, .mode = argc > 1 ? argv[1] : "all"};
+  struct testIpcArgs args = {.shm = testShmCreate(IPC_TEST_RANKS, TEST_IPC_RECORD_BYTES, 0, shmTimeoutMs),
+                             .gpus = gpus,
+                             .mode = argc > 1 ? argv[1] : "all"};
   EXPECT(args.shm != NULL);
   if (!args.shm) return testSummary(name);
   int codes[IPC_TEST_RANKS];
   const int timeout = (int)testEnvLong("FCCLTEST_TIMEOUT", defaultTimeoutS);
-  EXPECT_EQ_INT(testForkRanks(IPC_TEST_RANKS, rankMain, &args, timeout, codes), 0);
+  EXPECT_EQ_INT(testShmForkRanks(args.shm, rankMain, &args, timeout, codes), 0);
   for (int r = 0; r < IPC_TEST_RANKS; r++) EXPECT_MSG(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
   testShmDestroy(args.shm);
   return testSummary(name);

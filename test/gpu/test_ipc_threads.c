@@ -41,7 +41,7 @@ static void* twoGpus(void* arg) {
   if (!create(ctx, &comm, "threads")) return NULL;
   const int peer = 1 - ctx->rank;
   ctx->ownSlot = fcclTransportPeerSlot((&comm)->transport, ctx->rank);
-  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
+  EXPECT_EQ_INT(testShmBarrier(ctx->shmRank.shm, ctx->rank), TEST_SHM_OK);
   /* Direct use: the peer slot is the peer's own pointer, and nothing went through the registry. */
   EXPECT(fcclTransportPeerSlot((&comm)->transport, peer) == threads[peer].ownSlot);
   fcclMemStats_t stats = {.size = sizeof(stats)};
@@ -52,7 +52,7 @@ static void* twoGpus(void* arg) {
   EXPECT_EQ_INT(cudaMemcpy((uint64_t*)fcclTransportPeerSlot((&comm)->transport, peer) + ctx->rank, &value, 8,
                            cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ_INT(cudaDeviceSynchronize(), cudaSuccess); /* a pageable copy may return before its DMA lands */
-  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
+  EXPECT_EQ_INT(testShmBarrier(ctx->shmRank.shm, ctx->rank), TEST_SHM_OK);
   EXPECT_EQ_INT(cudaMemcpy(&seen, (uint64_t*)ctx->ownSlot + peer, 8, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ_INT(seen, 0xfeed0000ull + (uint64_t)peer);
 
@@ -101,11 +101,11 @@ static void* twoGpus(void* arg) {
     ok &= cudaMemcpy(fcclTransportPeerSlot((&comms[round % 2])->transport, peer), &flag, 8, cudaMemcpyHostToDevice) ==
           cudaSuccess;
     ok &= cudaDeviceSynchronize() == cudaSuccess;
-    ok &= testShmBarrier(&ctx->shmRank) == fcclSuccess;
+    ok &= testShmBarrier(ctx->shmRank.shm, ctx->rank) == TEST_SHM_OK;
     ok &= cudaMemcpy(&got, fcclTransportPeerSlot((&comms[round % 2])->transport, ctx->rank), 8, cudaMemcpyDeviceToHost) ==
           cudaSuccess;
     ok &= got == (((uint64_t)round << 8) | (uint64_t)peer);
-    ok &= testShmBarrier(&ctx->shmRank) == fcclSuccess;
+    ok &= testShmBarrier(ctx->shmRank.shm, ctx->rank) == TEST_SHM_OK;
     destroy(&comms[(round - 1) % 2]);
   }
   EXPECT(ok);
@@ -131,7 +131,9 @@ static void* sameGpu(void* arg) {
 }
 
 static void runPair(void* (*fn)(void*), int dev0, int dev1) {
-  struct testShm* shm = testShmCreate(2, 30000);
+  struct testShm* shm = testShmCreate(2, TEST_IPC_RECORD_BYTES, 0, 30000);
+  EXPECT(shm != NULL);
+  if (!shm) return;
   pthread_t ids[2];
   for (int r = 0; r < 2; r++) {
     memset(&threads[r], 0, sizeof(threads[r]));

@@ -1,22 +1,24 @@
 /*
- * The user report's scenario through the public API, two processes (one GPU each; with one GPU they share it):
+ * Re-initialisation through the public API, two processes (one GPU each; with one GPU they share it):
  *   report - FCCLTEST_ROUNDS rounds (1000) of: fcclCommInitRank again while the previous communicator lives
  *            (its fcclBarrier possibly still running), fcclBarrier across the GPUs on the new one, then
- *            fcclCommDestroy of the previous one. Every barrier completes; fcclCommGetMemStats' open mappings
- *            are equal after round 1 and after the last round, and nothing is mapped after round 1.
+ *            fcclCommDestroy of the previous one: how an application replaces its communicator (what could hang
+ *            it: docs/ipc.md#the-failures-this-rules-out). Every barrier completes; fcclCommGetMemStats' open
+ *            mappings are equal after round 1 and after the last round, and nothing is mapped after round 1.
  *   cycles - FCCLTEST_CYCLES (10000) fcclCommInitRank/fcclCommDestroy cycles: open mappings back to zero, device
  *            memory (cudaMemGetInfo) back to where it was after the first cycle (the arena frees its chunks when
  *            the device's last communicator goes); a barrier every 100 cycles.
  *   two    - two communicators alive at once over the same GPUs, all-reduces alternating between them on two
  *            streams: both correct.
  */
+#include "test_cycles.h"
 #include "test_ipc_common.h"
 #include "transport.h"
 
 #define NRANKS 2
 
 struct rankCtx {
-  struct testShmRank shmRank;
+  struct testShm* shm;
   int rank, nranks, dev;
 };
 
@@ -28,14 +30,14 @@ static fcclResult_t create(struct rankCtx* ctx, fcclComm_t* comm, const char* na
     fcclResult_t res = fcclGetUniqueId(&ids[0]);
     if (res != fcclSuccess) return res;
   }
-  if (testShmAllGather(&ctx->shmRank, ids, sizeof(ids[0])) != fcclSuccess) return fcclTimeout;
+  if (testShmAllGather(ctx->shm, ctx->rank, ids, sizeof(ids[0])) != TEST_SHM_OK) return fcclTimeout;
   fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
   config.commName = name;
   config.allowSharedDevice = 1; /* one GPU: both processes on it */
   fcclResult_t res = fcclCommInitRankConfig(comm, ctx->nranks, ids[0], ctx->rank, &config);
   EXPECT_MSG(res == fcclSuccess, "rank %d: init of %s failed: %s", ctx->rank, name, fcclGetLastError(NULL));
   if (res == fcclSuccess && fcclTransportPeerSlot((*comm)->transport, ctx->rank) == NULL) {
-    EXPECT_MSG(0, "rank %d: fcclCommInitRank did not set up the transport (init.c's LAYER SETUP hook)", ctx->rank);
+    EXPECT_MSG(0, "rank %d: fcclCommInitRank did not set up the transport (no slot of its own)", ctx->rank);
     (void)fcclCommDestroy(*comm);
     return fcclInternalError;
   }
@@ -70,7 +72,7 @@ static int barrier(fcclComm_t comm, cudaStream_t stream, int wait) {
 }
 
 /*
- * As in the report: the barrier of round i-1 may still be running (not waited for) while round i creates the next
+ * The barrier of round i-1 may still be running (not waited for) while round i creates the next
  * communicator; only then is it waited for, and the previous communicator destroyed after the new one's barrier
  * is enqueued. One rank is a little late every third round.
  */
@@ -117,39 +119,35 @@ static void testReport(struct rankCtx* ctx) {
   EXPECT_EQ_INT(stats(NULL).openMappings, 0);
 }
 
+/* One cycle of testCycles: fcclCommInitRank and fcclCommDestroy; every 100 cycles the communicator also runs a
+ * barrier, so that the cycles create communicators that work, not only ones that come and go. */
+struct cycleCtx {
+  struct rankCtx* rank;
+  fcclComm_t comm;
+};
+
+static int cycleCreate(void* arg, long cycle) {
+  struct cycleCtx* c = arg;
+  (void)cycle;
+  return create(c->rank, &c->comm, "cycle") == fcclSuccess;
+}
+
+static int cycleUse(void* arg, long cycle) {
+  struct cycleCtx* c = arg;
+  return cycle % 100 != 0 || barrier(c->comm, cudaStreamLegacy, 1);
+}
+
+static void cycleDestroy(void* arg, long cycle) {
+  struct cycleCtx* c = arg;
+  (void)cycle;
+  destroy(c->comm);
+  c->comm = NULL;
+}
+
 static void testCycles(struct rankCtx* ctx) {
-  long cycles = testEnvLong("FCCLTEST_CYCLES", 10000);
-  fcclComm_t comm = NULL;
-  size_t freeStart = 0, freeEnd = 0, total = 0;
-  if (create(ctx, &comm, "cycle") != fcclSuccess) return;
-  barrier(comm, cudaStreamLegacy, 1);
-  destroy(comm);
-  /* cudaMemGetInfo counts the whole GPU: where the ranks share one, each measures only while no rank holds a
-   * communicator (between host barriers), or the peer's allocations would count as our drift. */
-  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
-  EXPECT_EQ_INT(cudaMemGetInfo(&freeStart, &total), cudaSuccess);
-  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
-  struct timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  long done = 0;
-  for (long cycle = 1; cycle <= cycles; cycle++) {
-    if (create(ctx, &comm, "cycle") != fcclSuccess) break;
-    int ok = cycle % 100 != 0 || barrier(comm, cudaStreamLegacy, 1);
-    destroy(comm);
-    if (!ok) break;
-    done++;
-  }
-  EXPECT_EQ_INT(done, cycles);
-  fcclMemStats_t after = stats(NULL);
-  EXPECT_EQ_INT(after.openMappings, 0);
-  EXPECT_EQ_INT(after.totalOpens, after.totalCloses);
-  EXPECT_EQ_INT(testShmBarrier(&ctx->shmRank), fcclSuccess);
-  EXPECT_EQ_INT(cudaMemGetInfo(&freeEnd, &total), cudaSuccess);
-  long long drift = (long long)freeStart - (long long)freeEnd;
-  EXPECT_MSG(drift <= (2ll << 20), "rank %d: device memory in use grew by %lld bytes over %ld cycles", ctx->rank,
-             drift, done);
-  printf("rank %d: %ld init/destroy cycles in %.1f s: %llu mappings open, device memory drift %lld bytes\n",
-         ctx->rank, done, testShmElapsedMs(&start) / 1000.0, (unsigned long long)after.openMappings, drift);
+  const struct testCycleOps ops = {"init/destroy", cycleCreate, cycleUse, cycleDestroy};
+  struct cycleCtx cycle = {ctx, NULL};
+  testCyclesRun(ctx->shm, ctx->rank, testEnvLong("FCCLTEST_CYCLES", 10000), 2ll << 20, &ops, &cycle, NULL);
 }
 
 /* Two communicators over the same GPUs, all-reduces alternating between them on two streams: both correct. */
@@ -202,7 +200,7 @@ static void testTwo(struct rankCtx* ctx) {
 static int rankMain(int rank, int nranks, void* argp) {
   struct testIpcArgs* args = argp;
   struct rankCtx ctx = {.rank = rank, .nranks = nranks, .dev = rank % args->gpus};
-  ctx.shmRank = (struct testShmRank){.shm = args->shm, .rank = rank};
+  ctx.shm = args->shm;
   if (cudaSetDevice(ctx.dev) != cudaSuccess) {
     EXPECT_MSG(0, "rank %d: cudaSetDevice(%d) failed", rank, ctx.dev);
     return testSummary("reinit rank");

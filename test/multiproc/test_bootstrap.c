@@ -95,7 +95,7 @@ static int meetRank(int rank, int total, void* arg) {
 }
 
 static void testMeet(int nranks, int rootInRank0) {
-  struct bootShared* shared = bootSharedNew();
+  struct bootShared* shared = bootSharedNew(nranks + !rootInRank0);
   shared->seed = testSeed();
   struct meetArgs args = {shared, nranks, rootInRank0};
   int codes[64];
@@ -145,7 +145,7 @@ static int twoRank(int rank, int nranks, void* arg) {
 static void testTwoCommunicators(void) {
   struct twoArgs args;
   args.seed = testSeed();
-  for (int k = 0; k < 2; k++) args.shared[k] = bootSharedNew();
+  for (int k = 0; k < 2; k++) args.shared[k] = bootSharedNew(3);
   EXPECT_EQ_INT(testForkRanks(3, twoRank, &args, 60, NULL), 0);
   for (int k = 0; k < 2; k++) bootSharedFree(args.shared[k]);
 }

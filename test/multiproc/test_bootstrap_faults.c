@@ -82,9 +82,9 @@ struct faultArgs {
  * The id is made by rank 0's process (which then runs the root), never by this parent: forking while the parent
  * has a root thread starting (inside malloc, say) is how a child inherits a held lock.
  */
-static struct faultArgs* newArgs(void) {
+static struct faultArgs* newArgs(int nprocs) {
   struct faultArgs* args = calloc(1, sizeof(*args));
-  args->shared = bootSharedNew();
+  args->shared = bootSharedNew(nprocs);
   return args;
 }
 
@@ -105,10 +105,20 @@ static void freeArgs(struct faultArgs* args) {
 
 /* Marks this rank done; rank 0, whose process runs the root, stays until every rank is (late ones need the root). */
 static void rankDone(struct faultArgs* args, int rank, int nranks) {
-  __atomic_store_n(&args->shared->flags[32 + rank], 1, __ATOMIC_RELEASE);
+  testShmPost(&args->shared->flags[32 + rank], 1);
   if (rank != 0) return;
-  for (int r = 0; r < nranks; r++)
-    for (int i = 0; i < 10000 && !__atomic_load_n(&args->shared->flags[32 + r], __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
+  for (int r = 0; r < nranks; r++) {
+    char what[32];
+    snprintf(what, sizeof(what), "rank %d's end", r);
+    /* Not a check: each rank checks its own init; rank 0 only keeps the root up for the late ones. */
+    (void)testShmWait(args->shared->shm, &args->shared->flags[32 + r], 1, 10000, what);
+  }
+}
+
+/* The real ranks start once the intruder (rank 2) has done its harm, so that the root meets it first; they wait at
+ * most 2 s, since a late intruder makes the test weaker, not wrong. */
+static void waitIntruder(struct faultArgs* args) {
+  (void)testShmWait(args->shared->shm, &args->shared->flags[2], 1, 2000, "the intruder");
 }
 
 /* ---- intruders: the real ranks must not notice ---- */
@@ -122,10 +132,10 @@ static int wrongSecretRank(int rank, int nranks, void* arg) {
     fcclUniqueId forged = args->id;
     forged.internal[8] ^= 0x5a; /* the secret */
     expectInitFails(&forged, 1, 2, LONG_TIMEOUT_MS, fcclRemoteError, "wrong secret", NULL, 2000);
-    args->shared->flags[2] = 1;
+    testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }
-  for (int i = 0; i < 2000 && !args->shared->flags[2]; i++) bootSleepMs(1);
+  waitIntruder(args);
   return legitRank(&args->id, rank, 2);
 }
 
@@ -166,10 +176,10 @@ static int wrongVersionRank(int rank, int nranks, void* arg) {
       EXPECT_STR_CONTAINS(error.text, "protocol version 99");
     }
     close(fd);
-    args->shared->flags[2] = 1;
+    testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }
-  for (int i = 0; i < 2000 && !args->shared->flags[2]; i++) bootSleepMs(1);
+  waitIntruder(args);
   return legitRank(&args->id, rank, 2);
 }
 
@@ -190,27 +200,27 @@ static int garbageRank(int rank, int nranks, void* arg) {
     uint8_t header[FCCL_WIRE_HEADER_BYTES];
     fcclWireEncodeHeader(header, FCCL_WIRE_HELLO, 0xffffffffu, 0); /* a length no limit allows */
     EXPECT_EQ_INT(fcclSocketSendAll(huge, header, sizeof(header), bootNowMs() + 2000, NULL, "the root"), fcclSuccess);
-    args->shared->flags[2] = 1;
+    testShmPost(&args->shared->flags[2], 1);
     /* The root hangs up on the noisy ones; the silent one stays until the real ranks are done. */
     uint8_t byte;
     struct pollfd p = {.fd = noisy, .events = POLLIN};
     EXPECT(poll(&p, 1, 2000) == 1);
     long rc = fcclSocketTryRecv(noisy, &byte, 1);
     EXPECT_MSG(rc <= 0, "the root answered garbage with %ld bytes", rc);
-    for (int i = 0; i < 4000 && args->shared->flags[0] + args->shared->flags[1] < 2; i++) bootSleepMs(1);
+    for (int r = 0; r < 2; r++) (void)testShmWait(args->shared->shm, &args->shared->flags[r], 1, 4000, "a real rank");
     close(noisy);
     close(silent);
     close(huge);
     return testFailed != 0;
   }
-  for (int i = 0; i < 2000 && !args->shared->flags[2]; i++) bootSleepMs(1);
+  waitIntruder(args);
   int status = legitRank(&args->id, rank, 2);
-  args->shared->flags[rank] = 1;
+  testShmPost(&args->shared->flags[rank], 1);
   return status;
 }
 
 static void testIntruder(int (*fn)(int, int, void*), const char* name) {
-  struct faultArgs* args = newArgs();
+  struct faultArgs* args = newArgs(3);
   int codes[3];
   int failed = testForkRanks(3, fn, args, 30, codes);
   EXPECT_MSG(failed == 0, "%s: %d processes failed (exit codes %d %d %d)", name, failed, codes[0], codes[1], codes[2]);
@@ -243,7 +253,7 @@ static int mismatchRank(int rank, int nranks, void* arg) {
 }
 
 static void testAllFail(int (*fn)(int, int, void*), int nranks, const char* name) {
-  struct faultArgs* args = newArgs();
+  struct faultArgs* args = newArgs(nranks);
   int failed = testForkRanks(nranks, fn, args, 30, NULL);
   EXPECT_MSG(failed == 0, "%s: %d ranks did not fail as expected", name, failed);
   freeArgs(args);
@@ -298,12 +308,8 @@ static int killedBeforeAllGatherRank(int rank, int nranks, void* arg) {
   EXPECT_EQ_INT(res, fcclSuccess);
   if (res != fcclSuccess) return 1;
   /* The victim dies once every rank is through init (dying earlier fails their init instead, as it should). */
-  __atomic_store_n(&args->shared->flags[rank], 1, __ATOMIC_RELEASE);
-  if (rank == 1) {
-    for (int r = 0; r < nranks; r++)
-      for (int i = 0; i < 5000 && !__atomic_load_n(&args->shared->flags[r], __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
-    raise(SIGKILL);
-  }
+  EXPECT_EQ_INT(testShmBarrier(args->shared->shm, rank), TEST_SHM_OK);
+  if (rank == 1) raise(SIGKILL);
   uint8_t data[8 * 16] = {0};
   int64_t start = bootNowMs();
   res = fcclBootstrapAllGather(b, data, 16);
@@ -361,7 +367,7 @@ static int stalledRank(int rank, int nranks, void* arg) {
 }
 
 static void testDeath(int (*fn)(int, int, void*), int nranks, int victim, const char* name) {
-  struct faultArgs* args = newArgs();
+  struct faultArgs* args = newArgs(nranks);
   int codes[8];
   testForkRanks(nranks, fn, args, 30, codes);
   int bad = 0;
@@ -383,7 +389,7 @@ static int envRetryRank(int rank, int nranks, void* arg) {
   setenv("OMPI_COMM_WORLD_RANK", text, 1);
   snprintf(text, sizeof(text), "%d", nranks);
   setenv("OMPI_COMM_WORLD_SIZE", text, 1);
-  snprintf(text, sizeof(text), "127.0.0.1:%d", args->shared->flags[63]);
+  snprintf(text, sizeof(text), "127.0.0.1:%d", args->shared->port);
   setenv("FCCL_COMM_ID", text, 1);
   fcclParamResetForTest();
   struct fcclEnvLaunch launch;
@@ -393,9 +399,10 @@ static int envRetryRank(int rank, int nranks, void* arg) {
     EXPECT_EQ_INT(fcclBootstrapEnvInit(&launch, 300, NULL, &b), fcclTimeout);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1 did not arrive");
     EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0); /* stopped and joined, port released */
-    __atomic_store_n(&args->shared->flags[0], 1, __ATOMIC_RELEASE);
+    testShmPost(&args->shared->flags[0], 1);
   } else {
-    for (int i = 0; i < 5000 && !__atomic_load_n(&args->shared->flags[0], __ATOMIC_ACQUIRE); i++) bootSleepMs(1);
+    /* Not a check: rank 0's retry (the one that matters) waits LONG_TIMEOUT_MS for this one. */
+    (void)testShmWait(args->shared->shm, &args->shared->flags[0], 1, 5000, "rank 0's failed init");
   }
   fcclResult_t res = fcclBootstrapEnvInit(&launch, LONG_TIMEOUT_MS, NULL, &b);
   EXPECT_MSG(res == fcclSuccess, "rank %d: retry: %s", rank, fcclGetLastError(NULL));
@@ -407,12 +414,12 @@ static int envRetryRank(int rank, int nranks, void* arg) {
 }
 
 static void testEnvRetry(void) {
-  struct faultArgs* args = newArgs();
+  struct faultArgs* args = newArgs(2);
   union fcclSocketAddress loopback, bound;
   fcclSocketLoopback(&loopback, 0);
   int fd = -1;
   EXPECT_EQ_INT(fcclSocketListen(&loopback, &fd, &bound), fcclSuccess);
-  args->shared->flags[63] = ntohs(bound.sin.sin_port); /* a free port, for FCCL_COMM_ID */
+  args->shared->port = ntohs(bound.sin.sin_port); /* a free port, for FCCL_COMM_ID */
   fcclSocketClose(&fd);
   int failed = testForkRanks(2, envRetryRank, args, 30, NULL);
   EXPECT_MSG(failed == 0, "launcher-variable retry: %d ranks failed", failed);

@@ -7,32 +7,34 @@
 
 #include "bootstrap.h"
 #include "test.h"
+#include "test_shm.h"
 
 #include <dirent.h>
 #include <stdint.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Shared between the parent and every forked rank (MAP_SHARED before the fork). */
+/* Shared between the parent and every forked rank: the caller's area of a test_shm region created before the fork
+ * (its waits end early when a rank forked by testShmForkRanks dies). */
 struct bootShared {
-  volatile int idReady;
+  struct testShm* shm; /* the region this lives in */
+  int idReady;
   fcclUniqueId id;
   uint64_t seed;
-  volatile int flags[64]; /* per-rank flags a test may use */
+  int flags[64]; /* per-rank flags a test may use (testShmPost, testShmWait) */
+  int port;      /* a free port, found by the parent */
 };
 
-static inline struct bootShared* bootSharedNew(void) {
-  void* mem = mmap(NULL, sizeof(struct bootShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
-    perror("mmap");
-    exit(1);
-  }
-  memset(mem, 0, sizeof(struct bootShared));
-  return mem;
+/* For nprocs forked processes. */
+static inline struct bootShared* bootSharedNew(int nprocs) {
+  struct testShm* shm = testShmCreate(nprocs, 0, sizeof(struct bootShared), 30000);
+  if (!shm) exit(1);
+  struct bootShared* shared = testShmUser(shm);
+  shared->shm = shm;
+  return shared;
 }
 
-static inline void bootSharedFree(struct bootShared* shared) { munmap(shared, sizeof(*shared)); }
+static inline void bootSharedFree(struct bootShared* shared) { testShmDestroy(shared->shm); }
 
 static inline int64_t bootNowMs(void) {
   struct timespec now;
@@ -48,16 +50,12 @@ static inline void bootSleepMs(int ms) {
 /* Publishes an id made by this process (it becomes the root's process). */
 static inline void bootPublishId(struct bootShared* shared, const fcclUniqueId* id) {
   shared->id = *id;
-  __atomic_store_n(&shared->idReady, 1, __ATOMIC_RELEASE);
+  testShmPost(&shared->idReady, 1);
 }
 
 /* Waits (at most 10 s) for the id; 0 when it never came. */
 static inline int bootWaitId(struct bootShared* shared, fcclUniqueId* id) {
-  int64_t end = bootNowMs() + 10000;
-  while (!__atomic_load_n(&shared->idReady, __ATOMIC_ACQUIRE)) {
-    if (bootNowMs() > end) return 0;
-    bootSleepMs(1);
-  }
+  if (testShmWait(shared->shm, &shared->idReady, 1, 10000, "the unique id") != TEST_SHM_OK) return 0;
   *id = shared->id;
   return 1;
 }

@@ -4,10 +4,10 @@
  * drop), and with pidfd_getfd where the kernel allows it. Checks that the receiver holds the same file, that
  * nothing leaks, and that waits are bounded (timeout) and abortable.
  */
-#include "../gpu/test_ipc_shm.h"
 #include "check.h"
 #include "fdpass.h"
 #include "test.h"
+#include "test_shm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,7 +54,7 @@ static int checkFd(int fd, const struct rankInfo* owner, int ownerRank) {
 }
 
 static int rankMain(int rank, int nranks, void* arg) {
-  struct testShmRank self = {.shm = arg, .rank = rank};
+  struct testShm* shm = arg;
   /* Let the sibling ranks pidfd_getfd from us even under Yama ptrace_scope=1 (test only: the library never
    * changes the process's security settings). */
   (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -77,7 +77,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   infos[rank] = (struct rankInfo){.pid = (int32_t)getpid(), .fd = file, .inode = (uint64_t)st.st_ino,
                                   .random = fcclRandom64()};
   memcpy(infos[rank].name, sock.name, sizeof(sock.name));
-  EXPECT_EQ_INT(testShmAllGather(&self, infos, sizeof(infos[0])), fcclSuccess);
+  EXPECT_EQ_INT(testShmAllGather(shm, rank, infos, sizeof(infos[0])), TEST_SHM_OK);
   uint64_t tag = infos[0].random ^ infos[nranks - 1].random;
 
   int dups[FDS_PER_PEER];
@@ -89,7 +89,7 @@ static int rankMain(int rank, int nranks, void* arg) {
     struct fcclFdSend stray = {.peerName = infos[1].name, .peerRank = 0, .count = 3, .fds = dups};
     EXPECT_EQ_INT(fcclFdExchange(&sock, tag + 1, rank, 1, &stray, 0, NULL, 5000, NULL), fcclSuccess);
   }
-  EXPECT_EQ_INT(testShmBarrier(&self), fcclSuccess);
+  EXPECT_EQ_INT(testShmBarrier(shm, rank), TEST_SHM_OK);
 
   /* Everyone sends FDS_PER_PEER descriptors of its file to everyone else. */
   struct fcclFdSend sends[NRANKS];
@@ -113,7 +113,7 @@ static int rankMain(int rank, int nranks, void* arg) {
                FDS_PER_PEER, recvs[r].peerRank);
   }
   EXPECT_EQ_INT(countOpenFds(), before); /* the stray ones were closed too */
-  EXPECT_EQ_INT(testShmBarrier(&self), fcclSuccess);
+  EXPECT_EQ_INT(testShmBarrier(shm, rank), TEST_SHM_OK);
 
   /* Bounded: nobody sends to rank 0 now. */
   if (rank == 0) {
@@ -122,14 +122,14 @@ static int rankMain(int rank, int nranks, void* arg) {
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
     EXPECT_EQ_INT(fcclFdExchange(&sock, tag + 7, rank, 0, NULL, 1, &wait, 300, NULL), fcclTimeout);
-    long elapsed = testShmElapsedMs(&start);
+    long elapsed = testElapsedMs(&start);
     EXPECT_MSG(elapsed >= 250 && elapsed < 3000, "timeout after %ld ms", elapsed);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "still waiting for ranks: 2");
     EXPECT_EQ_INT(lonely[0], -1);
     volatile int abortFlag = 1;
     clock_gettime(CLOCK_MONOTONIC, &start);
     EXPECT_EQ_INT(fcclFdExchange(&sock, tag + 8, rank, 0, NULL, 1, &wait, 60000, &abortFlag), fcclInvalidUsage);
-    EXPECT(testShmElapsedMs(&start) < 2000);
+    EXPECT(testElapsedMs(&start) < 2000);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "aborted");
   }
 
@@ -153,7 +153,7 @@ static int rankMain(int rank, int nranks, void* arg) {
     EXPECT_EQ_INT(unsupported, 0);
   }
   if (!supported) printf("rank %d: pidfd_getfd is not permitted here; the socket path was tested\n", rank);
-  EXPECT_EQ_INT(testShmBarrier(&self), fcclSuccess); /* peers are done pulling before the files close */
+  EXPECT_EQ_INT(testShmBarrier(shm, rank), TEST_SHM_OK); /* peers are done pulling before the files close */
 
   for (int i = 0; i < FDS_PER_PEER; i++) close(dups[i]);
   fcclFdSocketClose(&sock);
@@ -164,11 +164,11 @@ static int rankMain(int rank, int nranks, void* arg) {
 }
 
 int main(void) {
-  struct testShm* shm = testShmCreate(NRANKS, 20000);
+  struct testShm* shm = testShmCreate(NRANKS, sizeof(struct rankInfo), 0, 20000);
   EXPECT(shm != NULL);
   if (!shm) return testSummary("fdpass");
   int codes[NRANKS];
-  int failed = testForkRanks(NRANKS, rankMain, shm, 60, codes);
+  int failed = testShmForkRanks(shm, rankMain, shm, 60, codes);
   for (int r = 0; r < NRANKS; r++) EXPECT_MSG(codes[r] == 0, "rank %d exited with %d", r, codes[r]);
   EXPECT_EQ_INT(failed, 0);
   /* A process that is gone: an error, not "unsupported" (where pidfd works at all: pulling our own stdin). */

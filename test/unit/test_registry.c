@@ -1,7 +1,8 @@
 /*
  * The peer-mapping registry and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
  * injected (fake operations that count what they do), so reference counts, keys, offsets, concurrent users,
- * statistics, slot agreement and the re-init pattern of the user report run in CI. A communicator with a fake
+ * statistics, slot agreement and re-initialisation (the next communicator created while the previous one lives) run
+ * in CI. A communicator with a fake
  * exchange covers the collective bookkeeping of registration and teardown that needs no device.
  */
 #include "arena.h"
@@ -431,8 +432,9 @@ static void testArena(void) {
 }
 
 /*
- * The user report's pattern on two simulated ranks, each with its own arena and registry (two processes): round i
- * creates comm_i while comm_{i-1} is alive, then destroys comm_{i-1}. Creating a comm runs the transport's steps:
+ * Re-initialisation on two simulated ranks, each with its own arena and registry (two processes), as an application
+ * replacing its communicator does it (docs/ipc.md#the-failures-this-rules-out): round i creates comm_i while
+ * comm_{i-1} is alive, then destroys comm_{i-1}. Creating a comm runs the transport's steps:
  * publish free bitmaps, take the lowest common slot, map the peer's chunk by its key. The number of open mappings
  * must not grow, and comm_i's slot never equals comm_{i-1}'s (so their flags never share memory).
  */

@@ -1,9 +1,9 @@
 #!/bin/sh
-# scripts/gpu-tune end to end without a GPU: a stand-in all_reduce_perf (made-up times from FCCL_ALGO, the size and
+# gpu-tune end to end without a GPU: a stand-in all_reduce_perf (made-up times from FCCL_ALGO, the size and
 # FCCL_STAGING_BYTES, in all_reduce_perf's CSV format) beside the real fccl-info. Checks the sizes each forced
 # algorithm was run at (fccl-info --algo's ranges), the suggestion, the staging table and the files written.
-# usage: check_gpu_tune.sh SOURCE_ROOT FCCL_INFO
-root=$1
+# usage: check_gpu_tune.sh GPU_LAB_DIR FCCL_INFO
+lab=$1
 info=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -14,7 +14,7 @@ chmod +x "$dir/build/tools/all_reduce_perf"
 export FAKE_LOG="$dir/calls.txt"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-bash "$root/scripts/gpu-tune" "$dir/build" "$dir/out" 2 > "$dir/stdout.txt" 2>&1 || fail "gpu-tune exited non-zero"
+bash "$lab/gpu-tune" "$dir/build" "$dir/out" 2 > "$dir/stdout.txt" 2>&1 || fail "gpu-tune exited non-zero"
 cat "$dir/stdout.txt"
 # LL runs up to its 256 KiB area for 2 ranks, plain one-shot up to one 8 MiB chunk, registered one-shot and the
 # rest up to the 256 MiB cap.

@@ -1,9 +1,9 @@
 #!/bin/sh
-# scripts/gpu-ab end to end without a GPU: two "builds" holding the stand-in all_reduce_perf, three variants (one
+# gpu-ab end to end without a GPU: two "builds" holding the stand-in all_reduce_perf, three variants (one
 # with an environment setting that adds 1 us to every time). Checks the turns, the settings reaching the runs, the
 # table's ratios and the files written; a variant naming no build must be refused.
-# usage: check_gpu_ab.sh SOURCE_ROOT
-root=$1
+# usage: check_gpu_ab.sh GPU_LAB_DIR
+lab=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for build in a b; do
@@ -14,7 +14,7 @@ done
 export FAKE_LOG="$dir/calls.txt"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-AB_MAX=64K AB_BUFFERS=plain bash "$root/scripts/gpu-ab" "$dir/out" base="$dir/a" same="$dir/b" \
+AB_MAX=64K AB_BUFFERS=plain bash "$lab/gpu-ab" "$dir/out" base="$dir/a" same="$dir/b" \
   slow="$dir/b,FAKE_EXTRA_US=1,FCCL_ALGO=ll" > "$dir/stdout.txt" 2>&1 || fail "gpu-ab exited non-zero"
 cat "$dir/stdout.txt"
 [ "$(grep -c . "$dir/calls.txt")" = 6 ] || fail "expected 3 variants x 2 turns = 6 runs"
@@ -25,6 +25,6 @@ awk '$1 == 1024 && $2 == "2.53" && $4 == "2.53" && $6 == "3.53" && $7 == "(1.396
   "$dir/out/ab.txt" || fail "wrong table row for 1024 bytes"
 [ "$(ls "$dir/out" | tr '\n' ' ')" = "ab.csv ab.txt " ] || fail "gpu-ab wrote $(ls "$dir/out")"
 [ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 6 ] || fail "ab.csv does not hold 6 rows for 1024 bytes"
-bash "$root/scripts/gpu-ab" "$dir/out2" base="$dir/none" > /dev/null 2>&1 && fail "a variant without a build ran"
+bash "$lab/gpu-ab" "$dir/out2" base="$dir/none" > /dev/null 2>&1 && fail "a variant without a build ran"
 echo "gpu-ab: $failures failed"
 [ $failures = 0 ]

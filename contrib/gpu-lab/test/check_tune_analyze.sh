@@ -1,10 +1,10 @@
 #!/bin/sh
-# scripts/tune-analyze on made-up measurements with known crossovers: LL fastest up to 64 KiB, LL128 up to 256 KiB
+# tune-analyze on made-up measurements with known crossovers: LL fastest up to 64 KiB, LL128 up to 256 KiB
 # (where it is 0.5% behind one-shot, inside the 2% tolerance), one-shot up to 512 KiB, two-shot beyond; a 1% LL
 # loss at 8 KiB stays inside the tolerance too. Without LL128 files, LL128's limit is LL's. Bad file names are
 # refused.
-# usage: check_tune_analyze.sh SOURCE_ROOT
-root=$1
+# usage: check_tune_analyze.sh GPU_LAB_DIR
+lab=$1
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 header="collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong"
@@ -34,7 +34,7 @@ while [ $size -le 4194304 ]; do
   }'
   size=$((size * 2))
 done
-output=$(python3 "$root/scripts/tune-analyze" "$dir"/*.csv) || { echo "FAIL: tune-analyze exited non-zero"; exit 1; }
+output=$(python3 "$lab/tune-analyze" "$dir"/*.csv) || { echo "FAIL: tune-analyze exited non-zero"; exit 1; }
 echo "$output"
 failures=0
 echo "$output" | grep -q "suggested for 2 ranks, plain: ll up to 65536 B, ll128 up to 262144 B, oneshot up to 524288 B" ||
@@ -48,14 +48,14 @@ echo "$output" | awk '$1 == 1048576 && $7 == "twoshot" && $8 == "1.00" { found =
 # The same measurements without LL128: its limit collapses onto LL's.
 mkdir "$dir/noll128"
 for algo in ll oneshot twoshot auto; do cp "$dir/2-plain-$algo.csv" "$dir/noll128/"; done
-python3 "$root/scripts/tune-analyze" "$dir/noll128"/*.csv |
+python3 "$lab/tune-analyze" "$dir/noll128"/*.csv |
   grep -q "suggested for 2 ranks, plain: ll up to 65536 B, ll128 up to 65536 B, oneshot up to 524288 B" ||
   { echo "FAIL: wrong suggestion without LL128 measurements"; failures=$((failures + 1)); }
 # LL cannot run 512 KiB: its cell is '-'.
 echo "$output" | awk '$1 == 524288 && $2 == "-" { found = 1 } END { exit !found }' ||
   { echo "FAIL: the 512 KiB LL cell should be '-'"; failures=$((failures + 1)); }
 cp "$dir/2-plain-ll.csv" "$dir/bogus.csv"
-if python3 "$root/scripts/tune-analyze" "$dir/bogus.csv" > /dev/null 2>&1; then
+if python3 "$lab/tune-analyze" "$dir/bogus.csv" > /dev/null 2>&1; then
   echo "FAIL: a file not named RANKS-BUFFERS-ALGO.csv was accepted"
   failures=$((failures + 1))
 fi
