@@ -351,6 +351,51 @@ FCCL_API fcclResult_t fcclAllReduce(const void* sendbuf, void* recvbuf, size_t c
  */
 FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream);
 
+/**
+ * Gathers sendcount elements from every rank into recvbuf on every rank: rank r's elements land at
+ * recvbuf + r * sendcount (in elements). In place when sendbuf == recvbuf + rank * sendcount (the rank's own
+ * elements are then not copied). Registered buffers (fcclCommRegister: sendbuf and recvbuf inside registered
+ * ranges, at the same offsets on every rank) are written in place; others go through staging in rounds, so any
+ * count works; captured in a CUDA graph, plain buffers are registered for the graph as fcclAllReduce's are.
+ * FCCL_ALLGATHER_ALGO overrides the algorithm (docs/collectives.md).
+ * @param sendbuf    sendcount elements of device memory of the communicator's device (NULL only with count 0).
+ * @param recvbuf    nranks * sendcount elements of device memory of that device.
+ * @param sendcount  elements each rank contributes (0 does nothing).
+ * @return as fcclAllReduce, without the op.
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same sendcount and type on every
+ * rank, in the same order as the communicator's other collectives.
+ */
+FCCL_API fcclResult_t fcclAllGather(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,
+                                    fcclComm_t comm, void* stream);
+
+/**
+ * Reduces nranks blocks of recvcount elements across ranks and leaves block r's result in rank r's recvbuf: the
+ * reduction rules are fcclAllReduce's (rank order, fp32 accumulation for 16-bit floats, NaN rules, avg divided
+ * once), so a reduce-scatter followed by an all-gather gives bit for bit what fcclAllReduce gives. In place when
+ * recvbuf == sendbuf + rank * recvcount. Buffers as for fcclAllGather; FCCL_REDUCESCATTER_ALGO overrides the
+ * algorithm.
+ * @param sendbuf    nranks * recvcount elements of device memory of the communicator's device.
+ * @param recvbuf    recvcount elements of device memory of that device.
+ * @param recvcount  elements of each rank's result (0 does nothing).
+ * @return as fcclAllReduce.
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same recvcount, type and op on
+ * every rank.
+ */
+FCCL_API fcclResult_t fcclReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                        fcclDataType_t datatype, fcclRedOp_t op, fcclComm_t comm, void* stream);
+
+/**
+ * Copies count elements of root's sendbuf into every rank's recvbuf (root's included). sendbuf is read on root
+ * only (other ranks may pass NULL); in place when root's sendbuf == recvbuf. Buffers as for fcclAllGather (on
+ * ranks other than root only recvbuf counts); FCCL_BROADCAST_ALGO overrides the algorithm.
+ * @param root  the rank whose data is sent, 0..nranks-1, the same on every rank.
+ * @return as fcclAllReduce, without the op, plus fcclInvalidArgument for a root out of range.
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same count, type and root on
+ * every rank.
+ */
+FCCL_API fcclResult_t fcclBroadcast(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                    int root, fcclComm_t comm, void* stream);
+
 /* end of collectives */
 
 /* ---------------------------------------------------------------------------------------------------------------

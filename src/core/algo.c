@@ -49,6 +49,15 @@ const char* fcclAlgoName(int algo) {
     case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
     case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
     case FCCL_ALGO_LL128: return "ll128";
+    case FCCL_KERNEL_ALLGATHER_LL: return "allgather_ll";
+    case FCCL_KERNEL_ALLGATHER_DIRECT: return "allgather_direct";
+    case FCCL_KERNEL_ALLGATHER_STAGED: return "allgather_staged";
+    case FCCL_KERNEL_REDUCESCATTER_LL: return "reducescatter_ll";
+    case FCCL_KERNEL_REDUCESCATTER_DIRECT: return "reducescatter_direct";
+    case FCCL_KERNEL_REDUCESCATTER_STAGED: return "reducescatter_staged";
+    case FCCL_KERNEL_BROADCAST_LL: return "broadcast_ll";
+    case FCCL_KERNEL_BROADCAST_DIRECT: return "broadcast_direct";
+    case FCCL_KERNEL_BROADCAST_STAGED: return "broadcast_staged";
     case FCCL_KERNEL_BARRIER: return "barrier";
     default: return "unknown";
   }
@@ -239,4 +248,100 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
                       (unsigned long long)q->bytes, why);
   grid(algo, q, choice);
   return fcclSuccess;
+}
+
+/* ---- all-gather, reduce-scatter, broadcast ----------------------------------------------------------------------
+ * One table for the three: a block of up to the all-reduce's LL limit for the rank count (and the LL area) goes by
+ * LL packets; beyond, registered buffers are moved directly, plain ones through staging in rounds of one chunk. */
+
+int fcclMoveParseRequest(const char* name) {
+  if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_MOVE_REQUEST_AUTO;
+  if (strcmp(name, "ll") == 0) return FCCL_MOVE_LL;
+  if (strcmp(name, "direct") == 0) return FCCL_MOVE_DIRECT;
+  if (strcmp(name, "staged") == 0) return FCCL_MOVE_STAGED;
+  return -1;
+}
+
+int fcclMoveResolveRequest(int request, int firstKernel) {
+  return request >= FCCL_MOVE_LL && request <= FCCL_MOVE_STAGED ? firstKernel + request : -1;
+}
+
+/* Rounds of the staged form, and whether each still fits a signal's steps (+2: the broadcast's ready step). */
+static uint64_t moveRounds(const fcclAlgoQuery* q) { return divUp(divUp(q->bytes, FCCL_UNIT_BYTES), stagedRoundUnits(q)); }
+
+static int moveApplicable(int form, const fcclAlgoQuery* q, const char** why) {
+  const char* reason = NULL;
+  switch (form) {
+    case FCCL_MOVE_LL:
+      if (q->bytes > q->llBytes) reason = "the block is larger than the LL area";
+      break;
+    case FCCL_MOVE_DIRECT:
+      if (!q->registered) reason = "the buffers are not registered";
+      break;
+    case FCCL_MOVE_STAGED:
+      if (stagedRoundUnits(q) == 0)
+        reason = "there is no staging (FCCL_STAGING_BYTES too small)";
+      else if (moveRounds(q) + 2 > FCCL_MAX_STEPS)
+        reason = "the block needs too many staging rounds (count too large for FCCL_STAGING_BYTES)";
+      break;
+    default: reason = "unknown algorithm"; break;
+  }
+  if (why) *why = reason;
+  return reason == NULL;
+}
+
+fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoChoice* c) {
+  if (q == NULL || c == NULL || q->nranks < 1 || q->nranks > FCCL_DEVICE_MAX_RANKS || q->bytes == 0)
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "algorithm selection called with an invalid query");
+  int form = -1;
+  if (q->forced >= 0) {
+    const int wanted = q->forced - firstKernel;
+    const char* why = NULL;
+    if (wanted < FCCL_MOVE_LL || wanted > FCCL_MOVE_STAGED)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "algorithm %d is not one of this collective's",
+                        q->forced);
+    if (moveApplicable(wanted, q, &why))
+      form = wanted;
+    else if (q->strict)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "algorithm %s cannot run %llu bytes: %s",
+                        fcclAlgoName(q->forced), (unsigned long long)q->bytes, why);
+    else
+      FCCL_TRACE(FCCL_SUBSYS_COLL, "%s cannot run %llu bytes (%s); choosing by size", fcclAlgoName(q->forced),
+                 (unsigned long long)q->bytes, why);
+  }
+  if (form < 0) {
+    if (q->bytes <= algoTable[tableRow(q)].llMax && moveApplicable(FCCL_MOVE_LL, q, NULL))
+      form = FCCL_MOVE_LL;
+    else
+      form = q->registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
+  }
+  const char* why = NULL;
+  if (!moveApplicable(form, q, &why))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "a block of %llu bytes cannot be moved: %s",
+                      (unsigned long long)q->bytes, why);
+  memset(c, 0, sizeof(*c));
+  c->algo = (fcclDevKernel_t)(firstKernel + form);
+  c->scatter = FCCL_SCATTER_PULL;
+  c->threads = FCCL_DEVICE_THREADS;
+  const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
+  switch (form) {
+    case FCCL_MOVE_LL: {
+      const uint64_t packets = divUp(q->bytes, FCCL_LL_DATA_BYTES);
+      c->blocks = blocksFor(q, packets, FCCL_LL_THREADS, FCCL_LL_MAX_PACKETS_PER_PASS / FCCL_LL_THREADS);
+      c->threads = clampInt(divUp(packets, 32) * 32, 32, FCCL_LL_THREADS);
+      break;
+    }
+    case FCCL_MOVE_DIRECT: c->blocks = dataBlocks(q, units); break;
+    default:
+      c->roundUnits = stagedRoundUnits(q);
+      c->blocks = dataBlocks(q, units < c->roundUnits ? units : c->roundUnits);
+      break;
+  }
+  return fcclSuccess;
+}
+
+int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel) {
+  fcclAlgoChoice choice;
+  if (fcclMoveSelect(query, firstKernel, &choice) != fcclSuccess) return 0;
+  return (int)choice.algo == firstKernel + FCCL_MOVE_DIRECT;
 }

@@ -19,6 +19,10 @@ static uint64_t sameCount(uint64_t count, int nranks) {
   return count;
 }
 
+static int request(const struct fcclDeviceState* state, int registered) {
+  return fcclAlgoResolveRequest(state->algoRequest, registered);
+}
+
 static int registeredPays(const fcclAlgoQuery* query) {
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(query, &choice) != fcclSuccess) return 0;
@@ -57,8 +61,11 @@ const struct fcclCollective fcclCollAllReduce = {
     .name = "fcclAllReduce",
     .moves = 1,
     .reduces = 1,
+    .firstKernel = 0,
+    .kernels = FCCL_ALGO_COUNT,
     .sendCount = sameCount,
     .recvCount = sameCount,
+    .request = request,
     .select = fcclAlgoSelect,
     .registeredPays = registeredPays,
     .launch = launchAllReduce,

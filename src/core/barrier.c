@@ -17,6 +17,8 @@ static fcclResult_t launchBarrier(struct fcclComm* comm, const struct fcclCall* 
 
 const struct fcclCollective fcclCollBarrier = {
     .name = "fcclBarrier",
+    .firstKernel = FCCL_KERNEL_BARRIER,
+    .kernels = 1,
     .launch = launchBarrier,
 };
 

@@ -92,6 +92,7 @@ struct deviceHello {
   int32_t ll128Auto;
   int32_t graphRegister;
   uint64_t copyScatterMin;
+  int32_t requests[4]; /* FCCL_ALGO, FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO, parsed */
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -140,6 +141,33 @@ out:
   return res;
 }
 
+/* FCCL_ALGO and the other collectives' algorithm variables, parsed once (an unknown value is warned about and
+ * chooses by size). */
+static void parseRequests(struct fcclDeviceState* s) {
+  const char* algo = fcclParamString(FCCL_PARAM_ALGO);
+  s->algoRequest = fcclAlgoParseRequest(algo);
+  if (s->algoRequest < 0) {
+    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot, oneshot_push, oneshot_pull, "
+              "twoshot_staged, twoshot_reg, ll128; choosing by size", algo);
+    s->algoRequest = FCCL_ALGO_REQUEST_AUTO;
+  }
+  const struct {
+    fcclParamId_t param;
+    int* request;
+  } moves[] = {{FCCL_PARAM_ALLGATHER_ALGO, &s->allGatherRequest},
+               {FCCL_PARAM_REDUCESCATTER_ALGO, &s->reduceScatterRequest},
+               {FCCL_PARAM_BROADCAST_ALGO, &s->broadcastRequest}};
+  for (size_t m = 0; m < sizeof(moves) / sizeof(moves[0]); m++) {
+    const char* name = fcclParamString(moves[m].param);
+    *moves[m].request = fcclMoveParseRequest(name);
+    if (*moves[m].request < 0) {
+      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of auto, ll, direct, staged; choosing by size",
+                fcclParamInfo(moves[m].param)->name, name);
+      *moves[m].request = FCCL_MOVE_REQUEST_AUTO;
+    }
+  }
+}
+
 /* This rank's part: pointers, words, a clean slot. */
 static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceState* s, uint64_t* lastEpoch) {
   const int nranks = comm->nranks;
@@ -168,6 +196,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->ll128Auto = fcclDeviceLL128Auto();
   s->copyScatterMin = fcclDeviceCopyScatterMin();
   s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
+  parseRequests(s);
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
   CUDACHECK(cudaHostRegister((void*)comm->abortFlag, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
@@ -209,6 +238,8 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->ll128Auto = s->ll128Auto;
   mine->graphRegister = s->graphRegister;
   mine->copyScatterMin = s->copyScatterMin;
+  const int32_t requests[4] = {s->algoRequest, s->allGatherRequest, s->reduceScatterRequest, s->broadcastRequest};
+  memcpy(mine->requests, requests, sizeof(requests));
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
   uint64_t start = 0;
@@ -238,6 +269,11 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "rank %d has FCCL_COPY_SCATTER_MIN=%llu, rank %d %llu: set the same value on every rank (the "
                        "ranks of a call must choose the same algorithm)", r, (unsigned long long)h->copyScatterMin,
                        comm->rank, (unsigned long long)mine->copyScatterMin);
+    else if (memcmp(h->requests, mine->requests, sizeof(mine->requests)) != 0)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d and rank %d were given different algorithms (FCCL_ALGO, FCCL_ALLGATHER_ALGO, "
+                       "FCCL_REDUCESCATTER_ALGO or FCCL_BROADCAST_ALGO): set the same values on every rank (the "
+                       "ranks of a call must run the same kernel)", r, comm->rank);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);
@@ -249,13 +285,6 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   for (int b = 0; b < FCCL_DEVICE_MAX_BLOCKS; b++) initial.epochs[b] = start;
   FCCLCHECK(copyToDevice(s->state, &initial, sizeof(initial)));
 
-  const char* algo = fcclParamString(FCCL_PARAM_ALGO);
-  s->algoRequest = fcclAlgoParseRequest(algo);
-  if (s->algoRequest < 0) {
-    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot, oneshot_push, oneshot_pull, "
-              "twoshot_staged, twoshot_reg, ll128; choosing by size", algo);
-    s->algoRequest = FCCL_ALGO_REQUEST_AUTO;
-  }
   FCCL_INFO(FCCL_SUBSYS_COLL,
             "collectives ready: %d ranks, slot %llu bytes (LL %llu B/peer, staging chunk %llu B), first epoch %llu, "
             "%d SMs, timeout %llu ms, programmatic dependent launch %s",

@@ -119,6 +119,9 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown datatype %d", caller, (int)call->datatype);
   if (coll->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
+  if (coll->rooted && (call->root < 0 || call->root >= comm->nranks))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: root %d outside 0..%d", caller, call->root,
+                      comm->nranks - 1);
   if (call->count > 0 && (call->sendbuf == NULL || call->recvbuf == NULL))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
                       call->sendbuf == NULL ? "sendbuf" : "recvbuf", call->count);
@@ -136,7 +139,7 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
                       caller, send ? "sendbuf" : "recvbuf", send ? call->sendbuf : (const void*)call->recvbuf,
                       typeName(call->datatype), (size_t)size);
   }
-  if (call->algo < -1 || call->algo >= FCCL_ALGO_COUNT)
+  if (call->algo != -1 && (call->algo < coll->firstKernel || call->algo >= coll->firstKernel + coll->kernels))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, call->algo);
   return fcclSuccess;
 }
@@ -184,7 +187,7 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   const uint64_t bytes = (uint64_t)call->count * fcclTypeSize(call->datatype);
   /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
    * request is forced does not depend on registration. */
-  const int request = call->algo >= 0 ? call->algo : fcclAlgoResolveRequest(s->algoRequest, 0);
+  const int request = call->algo >= 0 ? call->algo : coll->request(s, 0);
   if (fcclAlgoIsCopy(comm->nranks, request)) {
     if (call->recvbuf != call->sendbuf)
       CUDACHECK(cudaMemcpyAsync(call->recvbuf, call->sendbuf, sendBytes, cudaMemcpyDeviceToDevice, stream));
@@ -197,15 +200,17 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   args->recvbuf = (uint64_t)(uintptr_t)call->recvbuf;
   args->count = call->count;
   args->bytes = bytes;
-  args->inPlace = call->sendbuf == call->recvbuf;
+  args->inPlace = coll->inPlace ? coll->inPlace(call, comm->rank, fcclTypeSize(call->datatype))
+                                 : call->sendbuf == call->recvbuf;
+  args->root = call->root;
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, args->inPlace, s->smCount, &s->dev.layout,
                                           s->ll128Auto, s->copyScatterMin);
-  query.forced = fcclAlgoResolveRequest(s->algoRequest, 1);
+  query.forced = coll->request(s, 1);
   FCCLCHECK(findPeerBuffers(comm, call, sendBytes, recvBytes, capturing, &query, args, &plan.registered));
 
   query.registered = plan.registered;
-  query.forced = call->algo >= 0 ? call->algo : fcclAlgoResolveRequest(s->algoRequest, plan.registered);
+  query.forced = call->algo >= 0 ? call->algo : coll->request(s, plan.registered);
   query.strict = call->algo >= 0;
   FCCLCHECK(coll->select(&query, &plan.choice));
   args->roundUnits = plan.choice.roundUnits;
@@ -216,11 +221,21 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   return coll->launch(comm, call, &plan, stream);
 }
 
-fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call) {
-  const struct fcclCollective* coll = call->coll;
+fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
+                               cudaStream_t stream) {
+  return fcclDeviceLaunch(plan->choice.algo, call->datatype, call->op, &comm->device->dev, &plan->args,
+                          plan->choice.blocks, plan->choice.threads, comm->device->pdl, stream);
+}
+
+fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall) {
+  const struct fcclCollective* coll = userCall->coll;
   if (!fcclCommIsValid(comm))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", coll->name,
                       (void*)comm);
+  /* A rooted collective reads sendbuf on the root only: elsewhere it stands for recvbuf. */
+  struct fcclCall rooted = *userCall;
+  if (coll->rooted && comm->rank != rooted.root) rooted.sendbuf = rooted.recvbuf;
+  const struct fcclCall* call = &rooted;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
   if (res == fcclSuccess) res = checkReady(comm, coll->name);

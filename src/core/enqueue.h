@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 struct fcclComm;
+struct fcclDeviceState;
 
 /* One call as the application made it. */
 struct fcclCall {
@@ -41,9 +42,16 @@ struct fcclCollective {
   const char* name;        /* the public call, for messages: "fcclAllReduce" */
   int moves;               /* 0: no buffers (the barrier) */
   int reduces;             /* takes a datatype and an op; else a datatype only (or nothing when !moves) */
+  int rooted;              /* takes a root (its sendbuf is read on the root only) */
+  int firstKernel;         /* its kernels are [firstKernel, firstKernel + kernels) of fcclDevKernel_t */
+  int kernels;
   /* Elements of sendbuf and recvbuf for a call of count elements on nranks ranks. */
   uint64_t (*sendCount)(uint64_t count, int nranks);
   uint64_t (*recvCount)(uint64_t count, int nranks);
+  /* Whether sendbuf and recvbuf make the call in place on this rank (elemSize: bytes of an element). */
+  int (*inPlace)(const struct fcclCall* call, int rank, size_t elemSize);
+  /* The kernel FCCL_ALGO or its kin force for this call (-1: none); registered says whether the buffers are. */
+  int (*request)(const struct fcclDeviceState* state, int registered);
   /* The algorithm for the query (pure: the same on every rank). */
   fcclResult_t (*select)(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
   /* Whether registered buffers would run another algorithm than staged ones for this query: the same answer on
@@ -62,8 +70,15 @@ struct fcclCollective {
  */
 fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call);
 
+/* A collective's launch that is one kernel: plan->choice's, with the call's type and op. */
+fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
+                               cudaStream_t stream);
+
 /* The collectives (src/core/<name>.c). */
 extern const struct fcclCollective fcclCollAllReduce;
+extern const struct fcclCollective fcclCollAllGather;
+extern const struct fcclCollective fcclCollReduceScatter;
+extern const struct fcclCollective fcclCollBroadcast;
 extern const struct fcclCollective fcclCollBarrier;
 
 /*
@@ -72,5 +87,13 @@ extern const struct fcclCollective fcclCollBarrier;
  */
 fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
+
+/* The same for the other collectives: algo -1 or one of the collective's kernels (FCCL_KERNEL_ALLGATHER_LL...). */
+fcclResult_t fcclAllGatherAlgo(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,
+                               struct fcclComm* comm, void* stream, int algo);
+fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t recvcount, fcclDataType_t datatype,
+                                   fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
+fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                               struct fcclComm* comm, void* stream, int algo);
 
 #endif /* FCCL_ENQUEUE_H_ */

@@ -134,6 +134,40 @@ __device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOff
   return __syncthreads_or(failed) != 0;
 }
 
+/*
+ * postPeers and waitPeers for the peers in mask (bit p: rank p; our own bit is ignored): the collectives whose
+ * flags do not go between every pair (a broadcast's "done" goes to or from the root only).
+ */
+__device__ __forceinline__ void postPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release,
+                                            uint32_t mask) {
+  const int p = threadIdx.x;
+  if (p < c.nranks && p != c.rank && ((mask >> p) & 1u)) {
+    uint64_t* pad = signalPad(c, p, areaOffset, c.rank);
+    if (release)
+      st_release_sys(pad, value);
+    else
+      st_relaxed_sys(pad, value);
+  }
+}
+
+__device__ __forceinline__ bool waitPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
+                                            int kernel, int phase, uint64_t epoch, uint32_t mask) {
+  bool failed = false;
+  const int p = threadIdx.x;
+  if (p < c.nranks && p != c.rank && ((mask >> p) & 1u)) {
+    const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
+    Spin spin(c, kernel, phase, p, epoch);
+    while (ld_relaxed_sys(pad) < value) {
+      if (spin.spin()) {
+        failed = true;
+        break;
+      }
+    }
+    if (!failed && acquire) (void)ld_acquire_sys(pad);
+  }
+  return __syncthreads_or(failed) != 0;
+}
+
 /* ---- units: 16 bytes (vector paths) and 8 bytes (LL), any alignment, any tail ------------------------------- */
 
 /* The 8-byte words of one unit, as the element-by-element paths pass them (by value: in registers). */
@@ -223,6 +257,28 @@ struct UnitIO {
 
 template <class TT>
 using Unit16 = typename UnitIO<TT, 16>::Unit;
+
+/* The element bits of an element size: the kernels that move data without reducing it are instantiated per element
+ * size (UnitIO's tail goes element by element), not per type and op. */
+template <int ES>
+struct MoveTraits;
+template <>
+struct MoveTraits<1> {
+  using Bits = uint8_t;
+};
+template <>
+struct MoveTraits<2> {
+  using Bits = uint16_t;
+};
+template <>
+struct MoveTraits<4> {
+  using Bits = uint32_t;
+};
+template <>
+struct MoveTraits<8> {
+  using Bits = uint64_t;
+};
+
 
 /*
  * Reduces K units of every rank's buffer (bases[r], r < n <= NR) in rank order: units u0 + k * step, k < K, those

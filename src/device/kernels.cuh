@@ -17,6 +17,12 @@ const void* oneshotPullKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound
 const void* twoshotStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* twoshotRegKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* ll128Kernel(fcclDataType_t type, fcclRedOp_t op);
+/* All-gather and broadcast move data: one instantiation per element size (1, 2, 4, 8) and form (kernel). */
+const void* allGatherKernel(int kernel, int elemSize);
+const void* broadcastKernel(int kernel, int elemSize);
+const void* reduceScatterLLKernel(fcclDataType_t type, fcclRedOp_t op);
+const void* reduceScatterDirectKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
+const void* reduceScatterStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 
 /*
  * The rank bound a pulling kernel is compiled for: the smallest of 2, 4 and 8 that holds nranks. Its register

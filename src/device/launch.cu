@@ -23,9 +23,10 @@ __global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(
   epochEnd(c, epoch);
 }
 
-/* The kernel of an all-reduce algorithm for (type, op) and the communicator's rank count; NULL when none. */
-static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
+/* The kernel for (type, op) and the communicator's rank count; NULL when none. */
+static const void* dataKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
   const int rankBound = fcclRankBound(nranks);
+  const int elemSize = (int)fcclTypeSize(type);
   switch (algo) {
     case FCCL_ALGO_LL: return llKernel(type, op);
     case FCCL_ALGO_ONESHOT_PUSH: return oneshotPushKernel(type, op, rankBound);
@@ -33,6 +34,15 @@ static const void* allReduceKernel(fcclDevKernel_t algo, fcclDataType_t type, fc
     case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op, rankBound);
     case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op, rankBound);
     case FCCL_ALGO_LL128: return ll128Kernel(type, op);
+    case FCCL_KERNEL_ALLGATHER_LL:
+    case FCCL_KERNEL_ALLGATHER_DIRECT:
+    case FCCL_KERNEL_ALLGATHER_STAGED: return allGatherKernel(algo, elemSize);
+    case FCCL_KERNEL_REDUCESCATTER_LL: return reduceScatterLLKernel(type, op);
+    case FCCL_KERNEL_REDUCESCATTER_DIRECT: return reduceScatterDirectKernel(type, op, rankBound);
+    case FCCL_KERNEL_REDUCESCATTER_STAGED: return reduceScatterStagedKernel(type, op, rankBound);
+    case FCCL_KERNEL_BROADCAST_LL:
+    case FCCL_KERNEL_BROADCAST_DIRECT:
+    case FCCL_KERNEL_BROADCAST_STAGED: return broadcastKernel(algo, elemSize);
     default: return nullptr;
   }
 }
@@ -75,7 +85,7 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
     return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
                         dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
   }
-  const void* function = fccl::allReduceKernel(kernel, type, op, comm->nranks);
+  const void* function = fccl::dataKernel(kernel, type, op, comm->nranks);
   if (function == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no kernel for algorithm %d, type %d, op %d",
                       (int)kernel, (int)type, (int)op);
@@ -85,5 +95,5 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
                       threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
   fcclDevArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "all-reduce");
+  return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective");
 }

@@ -91,4 +91,23 @@ int fcclAlgoResolveRequest(int request, int registered);
  * of one contribution is the identity (avg divides by 1), so the call is a copy, or nothing in place. */
 int fcclAlgoIsCopy(int nranks, int forced);
 
+/*
+ * All-gather, reduce-scatter and broadcast: three forms each, whose kernels are firstKernel + form
+ * (FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL). query->bytes is one block's
+ * (a rank's contribution, a rank's result, the broadcast message); query->forced is -1 or one of the collective's
+ * kernels. The table and the grid: algo.c; fcclInvalidArgument as for fcclAlgoSelect.
+ */
+enum { FCCL_MOVE_LL = 0, FCCL_MOVE_DIRECT = 1, FCCL_MOVE_STAGED = 2, FCCL_MOVE_REQUEST_AUTO = 100 };
+fcclResult_t fcclMoveSelect(const fcclAlgoQuery* query, int firstKernel, fcclAlgoChoice* choice);
+
+/* FCCL_ALLGATHER_ALGO and its kin: "" or "auto" -> FCCL_MOVE_REQUEST_AUTO, "ll", "direct", "staged" -> the form;
+ * -1 for anything else. */
+int fcclMoveParseRequest(const char* name);
+
+/* The forced kernel for a parsed request (-1 for auto). */
+int fcclMoveResolveRequest(int request, int firstKernel);
+
+/* Whether registered buffers would run the direct form for query (registered set): the graph-registration test. */
+int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel);
+
 #endif /* FCCL_ALGO_H_ */

@@ -183,10 +183,12 @@ typedef enum {
   FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
   FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
   FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
-  FCCL_PHASE_LL128 = 7    /* LL128 lines of a peer */
+  FCCL_PHASE_LL128 = 7,   /* LL128 lines of a peer */
+  FCCL_PHASE_CONSUMED = 8 /* a peer to have copied a staging round out, before its parity is written again */
 } fcclDevPhase_t;
 
-/* Kernels and algorithms. The names are what FCCL_ALGO and the logs use. */
+/* Kernels: the all-reduce's algorithms (FCCL_ALGO), the other collectives' forms, the barrier. The names are what
+ * the FCCL_*ALGO variables and the logs use (fcclAlgoName). */
 typedef enum {
   FCCL_ALGO_LL = 0,             /* one-shot push of LL packets into the peers' slots: no separate barrier */
   FCCL_ALGO_ONESHOT_PUSH = 1,   /* one-shot push of the whole input into the peers' staging, one flag */
@@ -194,8 +196,19 @@ typedef enum {
   FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
   FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
   FCCL_ALGO_LL128 = 5,          /* one-shot push of 128-byte lines (120 data bytes, the epoch in the last 8) */
-  FCCL_ALGO_COUNT = 6,
-  FCCL_KERNEL_BARRIER = 16      /* errorKernel only: the barrier is not an all-reduce algorithm */
+  FCCL_ALGO_COUNT = 6,          /* the all-reduce's algorithms are [0, FCCL_ALGO_COUNT) */
+  /* all-gather, reduce-scatter and broadcast: LL packets (small), direct on registered buffers, staged in rounds */
+  FCCL_KERNEL_ALLGATHER_LL = 6,
+  FCCL_KERNEL_ALLGATHER_DIRECT = 7,
+  FCCL_KERNEL_ALLGATHER_STAGED = 8,
+  FCCL_KERNEL_REDUCESCATTER_LL = 9,
+  FCCL_KERNEL_REDUCESCATTER_DIRECT = 10,
+  FCCL_KERNEL_REDUCESCATTER_STAGED = 11,
+  FCCL_KERNEL_BROADCAST_LL = 12,
+  FCCL_KERNEL_BROADCAST_DIRECT = 13,
+  FCCL_KERNEL_BROADCAST_STAGED = 14,
+  FCCL_KERNEL_COUNT = 15,
+  FCCL_KERNEL_BARRIER = 16      /* the barrier: no data, one warp */
 } fcclDevKernel_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
@@ -222,7 +235,9 @@ typedef enum {
                            * owner's inbox, which needs no "ready" (its reuse follows from the epochs) */
 } fcclScatter_t;
 
-/* Arguments of one all-reduce, passed by value (so a captured graph replays them as they were). */
+/* Arguments of one collective call, passed by value (so a captured graph replays them as they were). For the
+ * all-reduce count and bytes are the message's; for all-gather, reduce-scatter and broadcast they are one block's
+ * (a rank's contribution, a rank's result, the broadcast message). */
 typedef struct {
   uint64_t sendbuf;                        /* this rank's input */
   uint64_t recvbuf;                        /* this rank's output (== sendbuf in place) */
@@ -233,7 +248,9 @@ typedef struct {
   uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
   int32_t scatter;                         /* registered two-shot: fcclScatter_t */
+  int32_t root;                            /* broadcast: the rank whose data is sent */
+  int32_t reserved;
 } fcclDevArgs;
-FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 48, "fcclDevArgs layout");
+FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 56, "fcclDevArgs layout");
 
 #endif /* FCCL_DEVICE_HOST_H_ */

@@ -22,6 +22,9 @@ struct fcclDeviceState {
   void* abortPage;           /* comm->abortFlag's page, registered (mapped) for the kernels; NULL if not ours */
   int smCount;
   int algoRequest;           /* FCCL_ALGO, parsed once */
+  int allGatherRequest;      /* FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO: fcclMoveParseRequest */
+  int reduceScatterRequest;
+  int broadcastRequest;
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */

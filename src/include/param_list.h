@@ -33,6 +33,13 @@ FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
            "All-reduce algorithm: empty or auto (by size), ll, oneshot, twoshot, or an exact variant "
            "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg), or ll128; one that cannot run a call falls back "
            "to auto.")
+FCCL_PARAM(ALLGATHER_ALGO, FCCL_PARAM_STRING, "",
+           "All-gather algorithm: empty or auto (by size), ll, direct (registered buffers) or staged; one that cannot "
+           "run a call falls back to auto. Equal on every rank.")
+FCCL_PARAM(REDUCESCATTER_ALGO, FCCL_PARAM_STRING, "",
+           "Reduce-scatter algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
+FCCL_PARAM(BROADCAST_ALGO, FCCL_PARAM_STRING, "",
+           "Broadcast algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",

@@ -1,0 +1,63 @@
+/*
+ * fcclAllGather: rank r's sendcount elements land at recvbuf + r * sendcount on every rank. The forms (LL,
+ * direct, staged) and their table: algo.c's fcclMoveSelect; the kernels: src/device/allgather.cu.
+ */
+#include "algo.h"
+#include "check.h"
+#include "comm.h"
+#include "device_state.h"
+#include "enqueue.h"
+
+#include <stdint.h>
+
+static uint64_t sendCount(uint64_t count, int nranks) {
+  (void)nranks;
+  return count;
+}
+
+static uint64_t recvCount(uint64_t count, int nranks) { return count * (uint64_t)nranks; }
+
+static int inPlace(const struct fcclCall* call, int rank, size_t elemSize) {
+  return (const char*)call->sendbuf == (const char*)call->recvbuf + (size_t)rank * call->count * elemSize;
+}
+
+static int request(const struct fcclDeviceState* state, int registered) {
+  (void)registered;
+  return fcclMoveResolveRequest(state->allGatherRequest, FCCL_KERNEL_ALLGATHER_LL);
+}
+
+static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
+  return fcclMoveSelect(query, FCCL_KERNEL_ALLGATHER_LL, choice);
+}
+
+static int registeredPays(const fcclAlgoQuery* query) {
+  return fcclMoveRegisteredPays(query, FCCL_KERNEL_ALLGATHER_LL);
+}
+
+const struct fcclCollective fcclCollAllGather = {
+    .name = "fcclAllGather",
+    .moves = 1,
+    .firstKernel = FCCL_KERNEL_ALLGATHER_LL,
+    .kernels = 3,
+    .sendCount = sendCount,
+    .recvCount = recvCount,
+    .inPlace = inPlace,
+    .request = request,
+    .select = selectForm,
+    .registeredPays = registeredPays,
+    .launch = fcclEnqueueKernel,
+};
+
+fcclResult_t fcclAllGatherAlgo(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,
+                               struct fcclComm* comm, void* stream, int algo) {
+  fcclClearError();
+  const struct fcclCall call = {.coll = &fcclCollAllGather, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                                .count = sendcount, .datatype = datatype, .op = fcclSum, .root = -1,
+                                .stream = stream, .algo = algo};
+  return fcclEnqueue(comm, &call);
+}
+
+FCCL_API fcclResult_t fcclAllGather(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,
+                                    fcclComm_t comm, void* stream) {
+  return fcclAllGatherAlgo(sendbuf, recvbuf, sendcount, datatype, comm, stream, -1);
+}

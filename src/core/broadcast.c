@@ -1,0 +1,56 @@
+/*
+ * fcclBroadcast: root's count elements land in every rank's recvbuf. The forms and their table: algo.c's
+ * fcclMoveSelect; the kernels: src/device/broadcast.cu.
+ */
+#include "algo.h"
+#include "check.h"
+#include "comm.h"
+#include "device_state.h"
+#include "enqueue.h"
+
+#include <stdint.h>
+
+static uint64_t sameCount(uint64_t count, int nranks) {
+  (void)nranks;
+  return count;
+}
+
+static int request(const struct fcclDeviceState* state, int registered) {
+  (void)registered;
+  return fcclMoveResolveRequest(state->broadcastRequest, FCCL_KERNEL_BROADCAST_LL);
+}
+
+static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
+  return fcclMoveSelect(query, FCCL_KERNEL_BROADCAST_LL, choice);
+}
+
+static int registeredPays(const fcclAlgoQuery* query) {
+  return fcclMoveRegisteredPays(query, FCCL_KERNEL_BROADCAST_LL);
+}
+
+const struct fcclCollective fcclCollBroadcast = {
+    .name = "fcclBroadcast",
+    .moves = 1,
+    .rooted = 1,
+    .firstKernel = FCCL_KERNEL_BROADCAST_LL,
+    .kernels = 3,
+    .sendCount = sameCount,
+    .recvCount = sameCount,
+    .request = request,
+    .select = selectForm,
+    .registeredPays = registeredPays,
+    .launch = fcclEnqueueKernel,
+};
+
+fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                               struct fcclComm* comm, void* stream, int algo) {
+  fcclClearError();
+  const struct fcclCall call = {.coll = &fcclCollBroadcast, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                                .datatype = datatype, .op = fcclSum, .root = root, .stream = stream, .algo = algo};
+  return fcclEnqueue(comm, &call);
+}
+
+FCCL_API fcclResult_t fcclBroadcast(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                    int root, fcclComm_t comm, void* stream) {
+  return fcclBroadcastAlgo(sendbuf, recvbuf, count, datatype, root, comm, stream, -1);
+}

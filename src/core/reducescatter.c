@@ -1,0 +1,65 @@
+/*
+ * fcclReduceScatter: rank r's recvbuf gets the reduction of block r of every rank's sendbuf, with the all-reduce's
+ * reducers (bit for bit its result). The forms and their table: algo.c's fcclMoveSelect; the kernels:
+ * src/device/reducescatter.cu.
+ */
+#include "algo.h"
+#include "check.h"
+#include "comm.h"
+#include "device_state.h"
+#include "enqueue.h"
+
+#include <stdint.h>
+
+static uint64_t sendCount(uint64_t count, int nranks) { return count * (uint64_t)nranks; }
+
+static uint64_t recvCount(uint64_t count, int nranks) {
+  (void)nranks;
+  return count;
+}
+
+static int inPlace(const struct fcclCall* call, int rank, size_t elemSize) {
+  return (const char*)call->recvbuf == (const char*)call->sendbuf + (size_t)rank * call->count * elemSize;
+}
+
+static int request(const struct fcclDeviceState* state, int registered) {
+  (void)registered;
+  return fcclMoveResolveRequest(state->reduceScatterRequest, FCCL_KERNEL_REDUCESCATTER_LL);
+}
+
+static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
+  return fcclMoveSelect(query, FCCL_KERNEL_REDUCESCATTER_LL, choice);
+}
+
+static int registeredPays(const fcclAlgoQuery* query) {
+  return fcclMoveRegisteredPays(query, FCCL_KERNEL_REDUCESCATTER_LL);
+}
+
+const struct fcclCollective fcclCollReduceScatter = {
+    .name = "fcclReduceScatter",
+    .moves = 1,
+    .reduces = 1,
+    .firstKernel = FCCL_KERNEL_REDUCESCATTER_LL,
+    .kernels = 3,
+    .sendCount = sendCount,
+    .recvCount = recvCount,
+    .inPlace = inPlace,
+    .request = request,
+    .select = selectForm,
+    .registeredPays = registeredPays,
+    .launch = fcclEnqueueKernel,
+};
+
+fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t recvcount, fcclDataType_t datatype,
+                                   fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo) {
+  fcclClearError();
+  const struct fcclCall call = {.coll = &fcclCollReduceScatter, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                                .count = recvcount, .datatype = datatype, .op = op, .root = -1, .stream = stream,
+                                .algo = algo};
+  return fcclEnqueue(comm, &call);
+}
+
+FCCL_API fcclResult_t fcclReduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                        fcclDataType_t datatype, fcclRedOp_t op, fcclComm_t comm, void* stream) {
+  return fcclReduceScatterAlgo(sendbuf, recvbuf, recvcount, datatype, op, comm, stream, -1);
+}
