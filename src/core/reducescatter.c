@@ -1,7 +1,7 @@
 /*
  * fcclReduceScatter: rank r's recvbuf gets the reduction of block r of every rank's sendbuf, with the all-reduce's
  * reducers (bit for bit its result). The forms and their table: algo.c's fcclMoveSelect; the kernels:
- * src/device/reducescatter.cu.
+ * src/device/reducescatter_{ll,direct,staged}.cu.
  */
 #include "algo.h"
 #include "check.h"

@@ -1,0 +1,79 @@
+/* The reduce-scatter's staged form (reducescatter_ll.cu describes the three). */
+#include "common.cuh"
+#include "kernels.cuh"
+
+namespace fccl {
+
+template <int DT, int OP, int NR>
+__global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fcclDevComm c, fcclDevArgs a) {
+  using TT = TypeTraits<DT>;
+  using IO = UnitIO<TT, 16>;
+  using Unit = typename IO::Unit;
+  gridDependencyEnter();
+  const uint64_t epoch = epochBegin(c);
+  const int n = c.nranks;
+  const int me = c.rank;
+  const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
+  const uint64_t roundCap = a.roundUnits;
+  const uint64_t rounds = divUp(units, roundCap);
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int kernel = FCCL_KERNEL_REDUCESCATTER_STAGED;
+
+  /* Round k of block p into our inbox region of rank p, for every peer p, then pad A step k + 1. */
+  auto push = [&](uint64_t k) -> bool {
+    if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
+                            FCCL_PHASE_CONSUMED, epoch))
+      return false;
+    const uint64_t start = k * roundCap;
+    const uint64_t len = units - start < roundCap ? units - start : roundCap;
+    const uint64_t parity = (epoch + k) & 1;
+    for (int p = 0; p < n; p++) {
+      if (p == me) continue;
+      char* inbox = ptr<char>(stagingRegion(c, c.layout.inboxOffset, parity, me, p));
+      const uint64_t block = a.sendbuf + (uint64_t)p * a.bytes;
+      for (uint64_t j = first; j < len; j += stride) {
+        Unit v;
+        IO::load(block, start + j, a.bytes, v);
+        st_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
+      }
+    }
+    __syncthreads();
+    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
+    return true;
+  };
+
+  bool ok = rounds == 0 || push(0);
+  for (uint64_t k = 0; ok && k < rounds; k++) {
+    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, kernel, FCCL_PHASE_INBOX,
+                  epoch))
+      break;
+    if (k + 1 < rounds && !push(k + 1)) break;
+    const uint64_t start = k * roundCap;
+    const uint64_t len = units - start < roundCap ? units - start : roundCap;
+    const uint64_t parity = (epoch + k) & 1;
+    {
+      /* Rank w's units of our block: our input (w == me) or inbox [parity][w], shifted so that the block's unit
+       * index addresses both (constant indices keep the array in registers). */
+      uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
+      peerRegionsInbound<NR>(c, c.layout.inboxOffset, parity, bases);
+#pragma unroll
+      for (int w = 0; w < NR; w++)
+        bases[w] = w == me ? a.sendbuf + (uint64_t)me * a.bytes : bases[w] - start * FCCL_UNIT_BYTES;
+      reducePulled<TT, OpTraits<OP>, NR>(bases, n, start, start + len, first, stride, a.bytes,
+                                         [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
+    }
+    __syncthreads();
+    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
+    if (k + 1 == rounds)
+      (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)rounds), true, kernel,
+                      FCCL_PHASE_CONSUMED, epoch);
+  }
+  epochEnd(c, epoch);
+}
+
+#define FCCL_TABLE_KERNEL reduceScatterStaged
+FCCL_RANKED_KERNEL_TABLE(reduceScatterStagedKernel)
+#undef FCCL_TABLE_KERNEL
+
+}  // namespace fccl
