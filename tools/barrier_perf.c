@@ -83,26 +83,25 @@ static int writeCsv(benchAgent_t* agent, const barrierResult_t* results, int nRe
 }
 
 static int writeJson(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
-  benchJson_t json;
+  toolJson_t json;
   FILE* file = benchJsonStart(agent, &json);
   if (!file) return -1;
   for (int r = 0; r < nResults; r++) {
-    benchJsonBeginObject(&json);
-    benchJsonKeyString(&json, "mode", results[r].mode);
-    benchJsonKeyInt(&json, "iterations", agent->args.iters);
-    benchJsonKeyInt(&json, "graph_launches", results[r].launches);
+    toolJsonBeginObject(&json, NULL);
+    toolJsonString(&json, "mode", results[r].mode);
+    toolJsonInt(&json, "iterations", agent->args.iters);
+    toolJsonInt(&json, "graph_launches", results[r].launches);
     for (int engine = 0; engine < agent->nEngines; engine++) {
-      benchJsonKey(&json, agent->engineNames[engine]);
-      benchJsonBeginObject(&json);
-      benchJsonKeyDouble(&json, "time", results[r].timeUs[engine]);
-      benchJsonEndObject(&json);
+      toolJsonBeginObject(&json, agent->engineNames[engine]);
+      toolJsonDouble(&json, "time", results[r].timeUs[engine]);
+      toolJsonEnd(&json);
     }
     if (agent->nEngines > 1)
-      benchJsonKeyDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
-    benchJsonEndObject(&json);
+      toolJsonDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
+    toolJsonEnd(&json);
   }
-  benchJsonEndArray(&json);
-  benchJsonEndObject(&json);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
   return benchCloseOutput(agent, file, agent->args.jsonPath);
 }
 

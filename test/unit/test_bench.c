@@ -455,35 +455,36 @@ static void writeCsvCase(FILE* out, void* ctx) {
 
 static void writeJsonCase(FILE* out, void* ctx) {
   tableCase_t* c = (tableCase_t*)ctx;
-  benchJson_t json;
-  benchJsonInit(&json, out);
-  benchJsonBeginObject(&json);
-  benchJsonKeyString(&json, "name", "a \"q\"\\\n\x01");
-  benchJsonKey(&json, "list");
-  benchJsonBeginArray(&json);
-  benchJsonInt(&json, -3);
-  benchJsonDouble(&json, 0.5);
-  benchJsonDouble(&json, NAN);
-  benchJsonBool(&json, 1);
-  benchJsonNull(&json);
-  benchJsonString(&json, NULL);
-  benchJsonEndArray(&json);
-  benchJsonKey(&json, "empty");
-  benchJsonBeginObject(&json);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "fields");
-  benchJsonBeginObject(&json);
-  benchJsonKeyInt(&json, "int", -7);
-  benchJsonKeyDouble(&json, "double", 0.25);
-  benchJsonKeyDouble(&json, "infinite", INFINITY);
-  benchJsonKeyBool(&json, "bool", 0);
-  benchJsonKeyString(&json, "null", NULL);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "results");
-  benchJsonBeginArray(&json);
+  toolJson_t json;
+  toolJsonInit(&json, out, BENCH_JSON_WRAP_DEPTH);
+  toolJsonBeginObject(&json, NULL);
+  toolJsonString(&json, "name", "a \"q\"\\\n\x01");
+  toolJsonBeginArray(&json, "list");
+  toolJsonInt(&json, NULL, -3);
+  toolJsonDouble(&json, NULL, 0.5);
+  toolJsonDouble(&json, NULL, NAN);
+  toolJsonBool(&json, NULL, 1);
+  toolJsonNull(&json, NULL);
+  toolJsonString(&json, NULL, NULL);
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "empty");
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "fields");
+  toolJsonInt(&json, "int", -7);
+  toolJsonDouble(&json, "double", 0.25);
+  toolJsonDouble(&json, "infinite", INFINITY);
+  toolJsonFixed(&json, "fixed", 2.0 / 3.0, 3);
+  toolJsonBool(&json, "bool", 0);
+  toolJsonString(&json, "null", NULL);
+  toolJsonBeginInlineArray(&json, "inline");
+  toolJsonInt(&json, NULL, 0);
+  toolJsonInt(&json, NULL, 1);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
+  toolJsonBeginArray(&json, "results");
   benchJsonRow(&json, &c->table, &c->rows[0]);
-  benchJsonEndArray(&json);
-  benchJsonEndObject(&json);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
 }
 
 static void testCsvAndJson(void) {
@@ -503,8 +504,8 @@ static void testCsvAndJson(void) {
   text = capture(writeJsonCase, &c);
   static const char* const json =
       "{\n"
-      "  \"name\":\"a \\\"q\\\"\\\\\\n\\u0001\",\n"
-      "  \"list\":[\n"
+      "  \"name\": \"a \\\"q\\\"\\\\\\n\\u0001\",\n"
+      "  \"list\": [\n"
       "    -3,\n"
       "    0.5,\n"
       "    null,\n"
@@ -512,21 +513,24 @@ static void testCsvAndJson(void) {
       "    null,\n"
       "    null\n"
       "  ],\n"
-      "  \"empty\":{},\n"
-      "  \"fields\":{\n"
-      "    \"int\":-7,\n"
-      "    \"double\":0.25,\n"
-      "    \"infinite\":null,\n"
-      "    \"bool\":false,\n"
-      "    \"null\":null\n"
+      "  \"empty\": {},\n"
+      "  \"fields\": {\n"
+      "    \"int\": -7,\n"
+      "    \"double\": 0.25,\n"
+      "    \"infinite\": null,\n"
+      "    \"fixed\": 0.667,\n"
+      "    \"bool\": false,\n"
+      "    \"null\": null,\n"
+      "    \"inline\": [0, 1]\n"
       "  },\n"
-      "  \"results\":[\n"
-      "    {\"size\":8,\"count\":2,\"type\":\"float\",\"redop\":\"sum\",\"root\":-1,"
-      "\"out_of_place\":{\"time\":6.21,\"alg_bw\":0.00128824477,\"bus_bw\":0.00128824477,\"nwrong\":0},"
-      "\"in_place\":{\"time\":6.23,\"alg_bw\":0.00128410915,\"bus_bw\":0.00128410915,\"nwrong\":0},"
-      "\"nccl\":{\"out_of_place\":{\"time\":12.42,\"alg_bw\":0.000644122383,\"bus_bw\":0.000644122383,\"nwrong\":0},"
-      "\"in_place\":{\"time\":9.345,\"alg_bw\":0.000856072766,\"bus_bw\":0.000856072766,\"nwrong\":null},"
-      "\"speedup\":{\"out_of_place\":2,\"in_place\":1.5}}}\n"
+      "  \"results\": [\n"
+      "    {\"size\": 8, \"count\": 2, \"type\": \"float\", \"redop\": \"sum\", \"root\": -1, "
+      "\"out_of_place\": {\"time\": 6.21, \"alg_bw\": 0.00128824477, \"bus_bw\": 0.00128824477, \"nwrong\": 0}, "
+      "\"in_place\": {\"time\": 6.23, \"alg_bw\": 0.00128410915, \"bus_bw\": 0.00128410915, \"nwrong\": 0}, "
+      "\"nccl\": {\"out_of_place\": {\"time\": 12.42, \"alg_bw\": 0.000644122383, \"bus_bw\": 0.000644122383, "
+      "\"nwrong\": 0}, "
+      "\"in_place\": {\"time\": 9.345, \"alg_bw\": 0.000856072766, \"bus_bw\": 0.000856072766, \"nwrong\": null}, "
+      "\"speedup\": {\"out_of_place\": 2, \"in_place\": 1.5}}}\n"
       "  ]\n"
       "}\n";
   EXPECT_MSG(strcmp(text, json) == 0, "json:\n%s\n--- want ---\n%s", text, json);

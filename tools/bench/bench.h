@@ -7,6 +7,8 @@
 #ifndef FCCL_BENCH_H_
 #define FCCL_BENCH_H_
 
+#include "json.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,34 +151,13 @@ void benchFormatProgress(char* out, size_t len, int done, int total, const bench
 /* "512 B", "64 KiB", "1 GiB", "1.5 MiB". */
 void benchFormatBytes(double bytes, char* out, size_t len);
 
-/* ---- a small streaming JSON writer ---------------------------------------------------------------------------- */
+/* ---- JSON: the tools' writer (tools/common/json.h) --------------------------------------------------------- */
 
-#define BENCH_JSON_DEPTH 16
-typedef struct {
-  FILE* out;
-  int depth;
-  int count[BENCH_JSON_DEPTH]; /* values written at each level, for the commas */
-  int afterKey;
-} benchJson_t;
-
-void benchJsonInit(benchJson_t* json, FILE* out);
-void benchJsonBeginObject(benchJson_t* json);
-void benchJsonEndObject(benchJson_t* json);
-void benchJsonBeginArray(benchJson_t* json);
-void benchJsonEndArray(benchJson_t* json);
-void benchJsonKey(benchJson_t* json, const char* key);
-void benchJsonString(benchJson_t* json, const char* value); /* NULL writes null */
-void benchJsonInt(benchJson_t* json, long long value);
-void benchJsonDouble(benchJson_t* json, double value);     /* NaN and infinities write null */
-void benchJsonBool(benchJson_t* json, int value);
-void benchJsonNull(benchJson_t* json);
-/* A key and its value in one call. */
-void benchJsonKeyString(benchJson_t* json, const char* key, const char* value);
-void benchJsonKeyInt(benchJson_t* json, const char* key, long long value);
-void benchJsonKeyDouble(benchJson_t* json, const char* key, double value);
-void benchJsonKeyBool(benchJson_t* json, const char* key, int value);
+/* The -J files' layout (toolJsonInit's wrapDepth): the top level and the members of its objects and arrays on lines of
+ * their own, so that each result row is one line. */
+#define BENCH_JSON_WRAP_DEPTH 2
 /* One result row as nccl-tests' JSON does it, with an object per engine and the speedups. */
-void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row);
+void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row);
 
 /* ---- input data and result checking ----------------------------------------------------------------------------
  * Inputs are small integers (exactly representable in every type, sums and products of up to 64 ranks included), so

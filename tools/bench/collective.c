@@ -139,22 +139,20 @@ static int measure(benchAgent_t* agent, int engine, collCall_t* call, benchMeasu
 
 static int writeJson(benchAgent_t* agent, const benchTable_t* table, const benchRow_t* rows, int nRows,
                      const benchSummary_t* summary) {
-  benchJson_t json;
+  toolJson_t json;
   FILE* file = benchJsonStart(agent, &json);
   if (!file) return -1;
   for (int r = 0; r < nRows; r++) benchJsonRow(&json, table, &rows[r]);
-  benchJsonEndArray(&json);
-  benchJsonKey(&json, "out_of_bounds");
-  benchJsonBeginObject(&json);
-  benchJsonKeyInt(&json, "count", summary->errors[0]);
-  benchJsonKeyBool(&json, "okay", summary->errors[0] == 0);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "average_bus_bandwidth");
-  benchJsonBeginObject(&json);
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "out_of_bounds");
+  toolJsonInt(&json, "count", summary->errors[0]);
+  toolJsonBool(&json, "okay", summary->errors[0] == 0);
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "average_bus_bandwidth");
   for (int engine = 0; engine < table->nEngines; engine++)
-    benchJsonKeyDouble(&json, table->engineNames[engine], summary->avgBusBw[engine]);
-  benchJsonEndObject(&json);
-  benchJsonEndObject(&json);
+    toolJsonDouble(&json, table->engineNames[engine], summary->avgBusBw[engine]);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
   return benchCloseOutput(agent, file, agent->args.jsonPath);
 }
 

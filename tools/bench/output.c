@@ -99,72 +99,64 @@ void benchPrintHeader(benchAgent_t* agent) {
 }
 
 /* The preamble common to both programs (config, devices, communicator creation). */
-static void jsonPreamble(benchAgent_t* agent, benchJson_t* json) {
+static void jsonPreamble(benchAgent_t* agent, toolJson_t* json) {
   const benchArgs_t* args = &agent->args;
   int version = agent->engines[BENCH_FCCL].version;
   char text[64];
-  benchJsonKeyString(json, "tool", agent->test->program);
-  benchJsonKeyInt(json, "json_version", 1);
+  toolJsonString(json, "tool", agent->test->program);
+  toolJsonInt(json, "json_version", 1);
   snprintf(text, sizeof(text), "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
-  benchJsonKeyString(json, "fccl_version", text);
-  benchJsonKey(json, "nccl_version");
+  toolJsonString(json, "fccl_version", text);
   if (agent->engines[BENCH_NCCL].version)
-    benchJsonInt(json, agent->engines[BENCH_NCCL].version);
+    toolJsonInt(json, "nccl_version", agent->engines[BENCH_NCCL].version);
   else
-    benchJsonNull(json);
+    toolJsonNull(json, "nccl_version");
   time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  benchJsonKeyString(json, "time", text);
-  benchJsonKey(json, "args");
-  benchJsonBeginArray(json);
-  for (int i = 0; i < agent->argc; i++) benchJsonString(json, agent->argv[i]);
-  benchJsonEndArray(json);
-  benchJsonKey(json, "config");
-  benchJsonBeginObject(json);
-  benchJsonKeyInt(json, "nranks", agent->nranks);
-  benchJsonKeyString(json, "launch", agent->launchText);
-  benchJsonKeyInt(json, "nthreads", args->nThreads);
-  benchJsonKeyInt(json, "ngpus", args->nGpus);
-  benchJsonKeyInt(json, "minimum_bytes", (long long)args->minBytes);
-  benchJsonKeyInt(json, "maximum_bytes", (long long)args->maxBytes);
-  benchJsonKeyInt(json, args->stepFactor > 1 ? "step_factor" : "step_bytes",
-                  (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
-  benchJsonKeyInt(json, "warmup_iters", args->warmupIters);
-  benchJsonKeyInt(json, "iterations", args->iters);
-  benchJsonKeyInt(json, "validation", args->check);
-  benchJsonKeyInt(json, "graph", args->graphLaunches);
-  benchJsonKeyBool(json, "blocking_collectives", args->blocking);
-  benchJsonKeyInt(json, "unalign", args->unalign);
-  benchJsonKey(json, "buffers");
-  benchJsonBeginObject(json);
+  toolJsonString(json, "time", text);
+  toolJsonBeginArray(json, "args");
+  for (int i = 0; i < agent->argc; i++) toolJsonString(json, NULL, agent->argv[i]);
+  toolJsonEnd(json);
+  toolJsonBeginObject(json, "config");
+  toolJsonInt(json, "nranks", agent->nranks);
+  toolJsonString(json, "launch", agent->launchText);
+  toolJsonInt(json, "nthreads", args->nThreads);
+  toolJsonInt(json, "ngpus", args->nGpus);
+  toolJsonInt(json, "minimum_bytes", (long long)args->minBytes);
+  toolJsonInt(json, "maximum_bytes", (long long)args->maxBytes);
+  toolJsonInt(json, args->stepFactor > 1 ? "step_factor" : "step_bytes",
+              (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
+  toolJsonInt(json, "warmup_iters", args->warmupIters);
+  toolJsonInt(json, "iterations", args->iters);
+  toolJsonInt(json, "validation", args->check);
+  toolJsonInt(json, "graph", args->graphLaunches);
+  toolJsonBool(json, "blocking_collectives", args->blocking);
+  toolJsonInt(json, "unalign", args->unalign);
+  toolJsonBeginObject(json, "buffers");
   for (int engine = 0; engine < agent->nEngines; engine++)
-    benchJsonKeyString(json, agent->engineNames[engine], agent->buffersText[engine]);
-  benchJsonEndObject(json);
-  benchJsonKeyBool(json, "shared_gpus", agent->sharedGpus);
-  benchJsonKeyString(json, "compare", agent->nEngines > 1 ? agent->engineNames[1] : NULL);
-  benchJsonEndObject(json);
-  benchJsonKey(json, "devices");
-  benchJsonBeginArray(json);
-  for (int i = 0; i < agent->nDeviceLines; i++) benchJsonString(json, agent->deviceLines[i] + 3);
-  benchJsonEndArray(json);
-  benchJsonKey(json, "comm_init");
-  benchJsonBeginObject(json);
+    toolJsonString(json, agent->engineNames[engine], agent->buffersText[engine]);
+  toolJsonEnd(json);
+  toolJsonBool(json, "shared_gpus", agent->sharedGpus);
+  toolJsonString(json, "compare", agent->nEngines > 1 ? agent->engineNames[1] : NULL);
+  toolJsonEnd(json);
+  toolJsonBeginArray(json, "devices");
+  for (int i = 0; i < agent->nDeviceLines; i++) toolJsonString(json, NULL, agent->deviceLines[i] + 3);
+  toolJsonEnd(json);
+  toolJsonBeginObject(json, "comm_init");
   for (int engine = 0; engine < agent->nEngines; engine++) {
-    benchJsonKey(json, agent->engineNames[engine]);
-    benchJsonBeginObject(json);
+    toolJsonBeginObject(json, agent->engineNames[engine]);
     const benchInitStats_t* init = &agent->engines[engine].init;
-    benchJsonKeyDouble(json, "time_ms", init->timeMs);
-    benchJsonKeyDouble(json, "device_bytes", init->deviceBytes);
-    benchJsonKey(json, "self_reported_bytes");
+    toolJsonDouble(json, "time_ms", init->timeMs);
+    toolJsonDouble(json, "device_bytes", init->deviceBytes);
     if (init->selfBytes >= 0)
-      benchJsonDouble(json, init->selfBytes);
+      toolJsonDouble(json, "self_reported_bytes", init->selfBytes);
     else
-      benchJsonNull(json);
-    benchJsonEndObject(json);
+      toolJsonNull(json, "self_reported_bytes");
+    toolJsonEnd(json);
   }
-  benchJsonEndObject(json);
+  toolJsonEnd(json);
 }
 
 FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
@@ -173,14 +165,13 @@ FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
   return file;
 }
 
-FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json) {
+FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json) {
   FILE* file = benchOpenOutput(agent, agent->args.jsonPath);
   if (!file) return NULL;
-  benchJsonInit(json, file);
-  benchJsonBeginObject(json);
+  toolJsonInit(json, file, BENCH_JSON_WRAP_DEPTH);
+  toolJsonBeginObject(json, NULL);
   jsonPreamble(agent, json);
-  benchJsonKey(json, "results");
-  benchJsonBeginArray(json);
+  toolJsonBeginArray(json, "results");
   return file;
 }
 

@@ -186,168 +186,44 @@ void benchFormatProgress(char* out, size_t len, int done, int total, const bench
            size, what && *what ? " " : "", what ? what : "");
 }
 
-/* ---- JSON ---------------------------------------------------------------------------------------------------- */
+/* ---- JSON (the shared writer of tools/common/json.h) -------------------------------------------------------- */
 
-void benchJsonInit(benchJson_t* json, FILE* out) {
-  memset(json, 0, sizeof(*json));
-  json->out = out;
-}
-
-/* Separator and indentation before a key or a value that is not after a key. */
-static void jsonItem(benchJson_t* json) {
-  if (json->afterKey) {
-    json->afterKey = 0;
-    return;
-  }
-  if (json->count[json->depth]++ > 0) fputc(',', json->out);
-  if (json->depth > 0 && json->depth <= 2) fprintf(json->out, "\n%*s", 2 * json->depth, "");
-}
-
-static void jsonOpen(benchJson_t* json, char bracket) {
-  jsonItem(json);
-  fputc(bracket, json->out);
-  if (json->depth + 1 < BENCH_JSON_DEPTH) json->depth++;
-  json->count[json->depth] = 0;
-}
-
-static void jsonClose(benchJson_t* json, char bracket) {
-  int hadItems = json->count[json->depth] > 0;
-  if (json->depth > 0) json->depth--;
-  if (hadItems && json->depth < 2) fprintf(json->out, "\n%*s", 2 * json->depth, "");
-  fputc(bracket, json->out);
-  if (json->depth == 0) fputc('\n', json->out);
-}
-
-void benchJsonBeginObject(benchJson_t* json) { jsonOpen(json, '{'); }
-void benchJsonEndObject(benchJson_t* json) { jsonClose(json, '}'); }
-void benchJsonBeginArray(benchJson_t* json) { jsonOpen(json, '['); }
-void benchJsonEndArray(benchJson_t* json) { jsonClose(json, ']'); }
-
-static void jsonQuoted(FILE* out, const char* text) {
-  fputc('"', out);
-  for (const unsigned char* c = (const unsigned char*)text; *c; c++) {
-    switch (*c) {
-      case '"': fputs("\\\"", out); break;
-      case '\\': fputs("\\\\", out); break;
-      case '\n': fputs("\\n", out); break;
-      case '\t': fputs("\\t", out); break;
-      case '\r': fputs("\\r", out); break;
-      default:
-        if (*c < 0x20)
-          fprintf(out, "\\u%04x", *c);
-        else
-          fputc(*c, out);
-    }
-  }
-  fputc('"', out);
-}
-
-void benchJsonKey(benchJson_t* json, const char* key) {
-  jsonItem(json);
-  jsonQuoted(json->out, key);
-  fputc(':', json->out);
-  json->afterKey = 1;
-}
-
-void benchJsonString(benchJson_t* json, const char* value) {
-  if (!value) {
-    benchJsonNull(json);
-    return;
-  }
-  jsonItem(json);
-  jsonQuoted(json->out, value);
-}
-
-void benchJsonInt(benchJson_t* json, long long value) {
-  jsonItem(json);
-  fprintf(json->out, "%lld", value);
-}
-
-void benchJsonDouble(benchJson_t* json, double value) {
-  if (!isfinite(value)) {
-    benchJsonNull(json);
-    return;
-  }
-  jsonItem(json);
-  fprintf(json->out, "%.9g", value);
-}
-
-void benchJsonBool(benchJson_t* json, int value) {
-  jsonItem(json);
-  fputs(value ? "true" : "false", json->out);
-}
-
-void benchJsonNull(benchJson_t* json) {
-  jsonItem(json);
-  fputs("null", json->out);
-}
-
-void benchJsonKeyString(benchJson_t* json, const char* key, const char* value) {
-  benchJsonKey(json, key);
-  benchJsonString(json, value);
-}
-
-void benchJsonKeyInt(benchJson_t* json, const char* key, long long value) {
-  benchJsonKey(json, key);
-  benchJsonInt(json, value);
-}
-
-void benchJsonKeyDouble(benchJson_t* json, const char* key, double value) {
-  benchJsonKey(json, key);
-  benchJsonDouble(json, value);
-}
-
-void benchJsonKeyBool(benchJson_t* json, const char* key, int value) {
-  benchJsonKey(json, key);
-  benchJsonBool(json, value);
-}
-
-static void jsonMeasure(benchJson_t* json, const benchTable_t* table, const benchMeasure_t* m) {
-  benchJsonBeginObject(json);
-  benchJsonKeyDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
-  benchJsonKeyDouble(json, "alg_bw", m->algBw);
-  benchJsonKeyDouble(json, "bus_bw", m->busBw);
-  benchJsonKey(json, "nwrong");
+static void jsonMeasure(toolJson_t* json, const char* key, const benchTable_t* table, const benchMeasure_t* m) {
+  toolJsonBeginObject(json, key);
+  toolJsonDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
+  toolJsonDouble(json, "alg_bw", m->algBw);
+  toolJsonDouble(json, "bus_bw", m->busBw);
   if (m->wrong < 0)
-    benchJsonNull(json);
+    toolJsonNull(json, "nwrong");
   else
-    benchJsonInt(json, m->wrong);
-  benchJsonEndObject(json);
+    toolJsonInt(json, "nwrong", m->wrong);
+  toolJsonEnd(json);
 }
 
-void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row) {
+void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row) {
   static const char* const placeKeys[2] = {"out_of_place", "in_place"};
-  benchJsonBeginObject(json);
-  benchJsonKeyInt(json, "size", (long long)row->bytes);
-  benchJsonKeyInt(json, "count", (long long)row->count);
-  benchJsonKeyString(json, "type", benchTypeName(row->type));
-  benchJsonKeyString(json, "redop", benchOpName(row->op));
-  benchJsonKeyInt(json, "root", row->root);
+  toolJsonBeginObject(json, NULL);
+  toolJsonInt(json, "size", (long long)row->bytes);
+  toolJsonInt(json, "count", (long long)row->count);
+  toolJsonString(json, "type", benchTypeName(row->type));
+  toolJsonString(json, "redop", benchOpName(row->op));
+  toolJsonInt(json, "root", row->root);
   /* The first engine (fccl) in nccl-tests' shape, so readers of nccl-tests' JSON find its numbers. */
-  for (int place = 0; place < 2; place++) {
-    benchJsonKey(json, placeKeys[place]);
-    jsonMeasure(json, table, &row->m[0][place]);
-  }
+  for (int place = 0; place < 2; place++) jsonMeasure(json, placeKeys[place], table, &row->m[0][place]);
   for (int engine = 1; engine < table->nEngines; engine++) {
-    benchJsonKey(json, table->engineNames[engine]);
-    benchJsonBeginObject(json);
-    for (int place = 0; place < 2; place++) {
-      benchJsonKey(json, placeKeys[place]);
-      jsonMeasure(json, table, &row->m[engine][place]);
-    }
-    benchJsonKey(json, "speedup");
-    benchJsonBeginObject(json);
+    toolJsonBeginObject(json, table->engineNames[engine]);
+    for (int place = 0; place < 2; place++) jsonMeasure(json, placeKeys[place], table, &row->m[engine][place]);
+    toolJsonBeginObject(json, "speedup");
     for (int place = 0; place < 2; place++) {
       const benchMeasure_t* base = &row->m[0][place];
       const benchMeasure_t* m = &row->m[engine][place];
-      benchJsonKey(json, placeKeys[place]);
       if (base->valid && m->valid && base->timeUs > 0)
-        benchJsonDouble(json, m->timeUs / base->timeUs);
+        toolJsonDouble(json, placeKeys[place], m->timeUs / base->timeUs);
       else
-        benchJsonNull(json);
+        toolJsonNull(json, placeKeys[place]);
     }
-    benchJsonEndObject(json);
-    benchJsonEndObject(json);
+    toolJsonEnd(json);
+    toolJsonEnd(json);
   }
-  benchJsonEndObject(json);
+  toolJsonEnd(json);
 }

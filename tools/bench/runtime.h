@@ -124,6 +124,6 @@ int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path);
 /* Opens the -J file and writes what both programs share, up to an open results array: {"tool", versions, time,
  * args, config, devices, comm_init, "results": [. The caller writes its results, ends the array, adds what else it
  * has, ends the object and calls benchCloseOutput. NULL after benchFail when the file cannot be opened. */
-FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json);
+FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json);
 
 #endif /* FCCL_BENCH_RUNTIME_H_ */
