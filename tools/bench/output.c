@@ -11,6 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char** environ;
+
+void benchNowText(char* out, size_t len) { benchFormatTime((long long)time(NULL), out, len); }
+
+static void formatVersion(int version, char* out, size_t len) {
+  snprintf(out, len, "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
+}
+
 int benchGatherDevices(benchAgent_t* agent) {
   char host[64] = "?";
   gethostname(host, sizeof(host));
@@ -69,9 +77,10 @@ static void printBytesLine(const char* label, const benchInitStats_t* stats) {
 
 void benchPrintHeader(benchAgent_t* agent) {
   const benchArgs_t* args = &agent->args;
-  int version = agent->engines[BENCH_FCCL].version;
-  printf("# fccl %d.%d.%d %s (nccl-tests layout)", version / 10000, (version / 100) % 100, version % 100,
-         agent->test->program);
+  char version[32];
+  formatVersion(agent->engines[BENCH_FCCL].version, version, sizeof(version));
+  /* The build type is part of what the numbers are of (docs/benchmark.md#build-type). */
+  printf("# fccl %s %s (nccl-tests layout) build=%s", version, agent->test->program, FCCL_BUILD_TYPE);
   /* The other libraries this build has, whether or not this run compares with them. */
   for (int engine = 1; engine < BENCH_MAX_ENGINES; engine++) {
     const benchEngine_t* e = &agent->engines[engine];
@@ -83,7 +92,10 @@ void benchPrintHeader(benchAgent_t* agent) {
          args->nThreads, args->nGpus, args->minBytes, args->maxBytes,
          args->stepFactor > 1 ? args->stepFactor : args->stepBytes, args->stepFactor > 1 ? "factor" : "bytes",
          args->warmupIters, args->iters, args->check, args->graphLaunches, args->unalign);
-  if (args->blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  if (args->blocking != BENCH_BLOCKING_OFF) printf("# %s\n", benchBlockingText(args->blocking));
+  if (strcmp(FCCL_BUILD_TYPE, "debug") == 0)
+    printf("# Warning: a debug build (-O0): these are not the times of an optimised fccl; ./scripts/bench measures "
+           "a release build\n");
   printf("# Launch: %s, %d rank%s | buffers: %s%s%s | compare: %s\n", agent->launchText, agent->nranks,
          agent->nranks == 1 ? "" : "s", agent->buffersText[0], agent->nEngines > 1 ? ", nccl " : "",
          agent->nEngines > 1 ? agent->buffersText[1] : "",
@@ -98,67 +110,6 @@ void benchPrintHeader(benchAgent_t* agent) {
   }
 }
 
-/* The preamble common to both programs (config, devices, communicator creation). */
-static void jsonPreamble(benchAgent_t* agent, toolJson_t* json) {
-  const benchArgs_t* args = &agent->args;
-  int version = agent->engines[BENCH_FCCL].version;
-  char text[64];
-  toolJsonString(json, "tool", agent->test->program);
-  toolJsonInt(json, "json_version", 1);
-  snprintf(text, sizeof(text), "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
-  toolJsonString(json, "fccl_version", text);
-  if (agent->engines[BENCH_NCCL].version)
-    toolJsonInt(json, "nccl_version", agent->engines[BENCH_NCCL].version);
-  else
-    toolJsonNull(json, "nccl_version");
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  toolJsonString(json, "time", text);
-  toolJsonBeginArray(json, "args");
-  for (int i = 0; i < agent->argc; i++) toolJsonString(json, NULL, agent->argv[i]);
-  toolJsonEnd(json);
-  toolJsonBeginObject(json, "config");
-  toolJsonInt(json, "nranks", agent->nranks);
-  toolJsonString(json, "launch", agent->launchText);
-  toolJsonInt(json, "nthreads", args->nThreads);
-  toolJsonInt(json, "ngpus", args->nGpus);
-  toolJsonInt(json, "minimum_bytes", (long long)args->minBytes);
-  toolJsonInt(json, "maximum_bytes", (long long)args->maxBytes);
-  toolJsonInt(json, args->stepFactor > 1 ? "step_factor" : "step_bytes",
-              (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
-  toolJsonInt(json, "warmup_iters", args->warmupIters);
-  toolJsonInt(json, "iterations", args->iters);
-  toolJsonInt(json, "validation", args->check);
-  toolJsonInt(json, "graph", args->graphLaunches);
-  toolJsonBool(json, "blocking_collectives", args->blocking);
-  toolJsonInt(json, "unalign", args->unalign);
-  toolJsonBeginObject(json, "buffers");
-  for (int engine = 0; engine < agent->nEngines; engine++)
-    toolJsonString(json, agent->engineNames[engine], agent->buffersText[engine]);
-  toolJsonEnd(json);
-  toolJsonBool(json, "shared_gpus", agent->sharedGpus);
-  toolJsonString(json, "compare", agent->nEngines > 1 ? agent->engineNames[1] : NULL);
-  toolJsonEnd(json);
-  toolJsonBeginArray(json, "devices");
-  for (int i = 0; i < agent->nDeviceLines; i++) toolJsonString(json, NULL, agent->deviceLines[i] + 3);
-  toolJsonEnd(json);
-  toolJsonBeginObject(json, "comm_init");
-  for (int engine = 0; engine < agent->nEngines; engine++) {
-    toolJsonBeginObject(json, agent->engineNames[engine]);
-    const benchInitStats_t* init = &agent->engines[engine].init;
-    toolJsonDouble(json, "time_ms", init->timeMs);
-    toolJsonDouble(json, "device_bytes", init->deviceBytes);
-    if (init->selfBytes >= 0)
-      toolJsonDouble(json, "self_reported_bytes", init->selfBytes);
-    else
-      toolJsonNull(json, "self_reported_bytes");
-    toolJsonEnd(json);
-  }
-  toolJsonEnd(json);
-}
-
 FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
   FILE* file = fopen(path, "w");
   if (!file) benchFail(agent, "cannot write %s: %s", path, strerror(errno));
@@ -168,10 +119,34 @@ FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
 FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json) {
   FILE* file = benchOpenOutput(agent, agent->args.jsonPath);
   if (!file) return NULL;
-  toolJsonInit(json, file, BENCH_JSON_WRAP_DEPTH);
-  toolJsonBeginObject(json, NULL);
-  jsonPreamble(agent, json);
-  toolJsonBeginArray(json, "results");
+  char version[32];
+  formatVersion(agent->engines[BENCH_FCCL].version, version, sizeof(version));
+  benchJsonInfo_t info = {
+      .program = agent->test->program,
+      .fcclVersion = version,
+      .buildType = FCCL_BUILD_TYPE,
+      .ncclVersion = agent->engines[BENCH_NCCL].version,
+      .startTime = agent->startTime,
+      .argc = agent->argc,
+      .argv = agent->argv,
+      .envp = environ,
+      .args = &agent->args,
+      .nranks = agent->nranks,
+      .launch = agent->launchText,
+      .sharedGpus = agent->sharedGpus,
+      .deviceLines = (const char(*)[BENCH_DEVICE_LINE])agent->deviceLines,
+      .nDevices = agent->nDeviceLines,
+      .nEngines = agent->nEngines,
+  };
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    const benchInitStats_t* init = &agent->engines[engine].init;
+    info.engineNames[engine] = agent->engineNames[engine];
+    info.buffers[engine] = agent->buffersText[engine];
+    info.initMs[engine] = init->timeMs;
+    info.initBytes[engine] = init->deviceBytes;
+    info.initSelfBytes[engine] = init->selfBytes;
+  }
+  benchJsonBegin(json, file, &info);
   return file;
 }
 
