@@ -151,8 +151,11 @@ fcclResult_t fcclSocketListen(const union fcclSocketAddress* addr, int* fd, unio
       bind(sock, &addr->sa, fcclSocketAddrLen(addr)) != 0 || listen(sock, SOMAXCONN) != 0) {
     int err = errno;
     close(sock);
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot listen at %s: %s",
-                      fcclSocketAddrToString(addr, text, sizeof(text)), strerror(err));
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot listen at %s: %s%s",
+                      fcclSocketAddrToString(addr, text, sizeof(text)), strerror(err),
+                      err == EADDRNOTAVAIL ? " (it is not an address of this host)"
+                      : err == EADDRINUSE  ? " (another socket listens there)"
+                                           : "");
   }
   socklen_t length = sizeof(*bound);
   if (getsockname(sock, &bound->sa, &length) != 0) {

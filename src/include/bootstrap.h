@@ -72,7 +72,8 @@ int fcclBootstrapTimeoutMs(int configMs);
 fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
- * Same with a fixed listen address and secret (fcclCommInitFromEnv's rank 0). The id is written to id.
+ * Same with a fixed listen address (bound as given) and secret (fcclCommInitFromEnv's rank 0). The id is written
+ * to id.
  */
 fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, uint64_t secret,
                                     int timeoutMs, fcclUniqueId* id);
@@ -104,18 +105,21 @@ struct fcclEnvLaunch {
   int localRank;   /* -1 when the launcher did not say */
   char addr[256];  /* host:port where rank 0 listens */
   const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
+  uint64_t secret; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random for a single rank */
 };
 
 /*
  * Reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, else OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, and
- * FCCL_COMM_ID. fcclInvalidUsage naming the variable when they are missing, unparsable or inconsistent.
+ * FCCL_COMM_ID and FCCL_COMM_SECRET. fcclInvalidUsage naming the variable when they are missing, unparsable or
+ * inconsistent, or when FCCL_COMM_SECRET is missing or shorter than 16 characters with more than one rank.
  */
 fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch);
 
-/* The secret every rank derives from the same launch: a hash of the address and the world size. */
-uint64_t fcclBootstrapEnvSecret(const struct fcclEnvLaunch* launch);
+/* The wire secret of a launch: a hash of FCCL_COMM_SECRET's text, the rendezvous address and the world size. */
+uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks);
 
-/* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr; every rank then joins it. */
+/* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr (bound to exactly that address);
+ * every rank then joins it with launch->secret. */
 fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
                                   struct fcclBootstrap** bootstrap);
 

@@ -207,6 +207,7 @@ struct envArgs {
   int port;
   int mpi; /* Open MPI variables and FCCL_COMM_ID, else torchrun's */
   uint64_t seed;
+  char secret[40]; /* FCCL_COMM_SECRET */
 };
 
 static int envRank(int rank, int nranks, void* arg) {
@@ -232,6 +233,7 @@ static int envRank(int rank, int nranks, void* arg) {
     snprintf(text, sizeof(text), "%d", args->port - 1); /* fccl listens at MASTER_PORT + 1 */
     setenv("MASTER_PORT", text, 1);
   }
+  setenv("FCCL_COMM_SECRET", args->secret, 1); /* what the launcher exports to every rank */
   fcclParamResetForTest();
   struct fcclEnvLaunch launch;
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
@@ -248,6 +250,8 @@ static int envRank(int rank, int nranks, void* arg) {
 
 static void testEnv(int mpi) {
   struct envArgs args = {.port = freePort(), .mpi = mpi, .seed = testSeed()};
+  snprintf(args.secret, sizeof(args.secret), "%016llx%016llx", (unsigned long long)testRandom(&args.seed),
+           (unsigned long long)testRandom(&args.seed));
   EXPECT(args.port > 1);
   EXPECT_MSG(testForkRanks(3, envRank, &args, 60, NULL) == 0, "launcher variables (%s) failed",
              mpi ? "Open MPI" : "torchrun");
