@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct externalState {
   fcclBootstrapCallbacks_t callbacks;
@@ -94,6 +95,7 @@ fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks
   b->nranks = nranks;
   b->timeoutMs = 0;
   b->abortFlag = abortFlag;
+  b->pid = (int)getpid();
   b->impl = st;
   *bootstrap = b;
   return fcclSuccess;

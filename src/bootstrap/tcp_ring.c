@@ -537,6 +537,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   b->nranks = nranks;
   b->timeoutMs = timeoutMs;
   b->abortFlag = abortFlag;
+  b->pid = (int)getpid();
   b->impl = t;
 
   /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */

@@ -40,6 +40,7 @@ struct fcclBootstrap {
   int nranks;
   int timeoutMs;          /* bound on each operation */
   volatile int* abortFlag; /* may be NULL; when it becomes non-zero every wait returns promptly */
+  int pid;                /* the process that made it: a child of fork() may not use it (its peers are the parent's) */
   void* impl;             /* the method's state */
 };
 
@@ -48,7 +49,8 @@ struct fcclBootstrap {
  * holds every rank's bytes in rank order. bytesPerRank may be 0 (then it is a barrier). After a failure the
  * bootstrap is broken: later operations fail at once with fcclRemoteError.
  * @return fcclSuccess; fcclTimeout or fcclRemoteError naming the rank that is missing, died or disagreed;
- *         fcclInvalidUsage when aborted; fcclInvalidArgument for a NULL buffer.
+ *         fcclInvalidUsage when aborted, or when called in a child of fork() of the process that made the bootstrap
+ *         (nothing reaches the peers); fcclInvalidArgument for a NULL buffer.
  */
 fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allData, size_t bytesPerRank);
 

@@ -177,7 +177,7 @@ static int wrongVersionRank(int rank, int nranks, void* arg) {
       EXPECT_EQ_INT(error.result, fcclRemoteError);
       EXPECT_STR_CONTAINS(error.text, "protocol version 99");
     }
-    close(fd);
+    fcclSocketClose(&fd);
     testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }
@@ -210,9 +210,9 @@ static int garbageRank(int rank, int nranks, void* arg) {
     long rc = fcclSocketTryRecv(noisy, &byte, 1);
     EXPECT_MSG(rc <= 0, "the root answered garbage with %ld bytes", rc);
     for (int r = 0; r < 2; r++) (void)testShmWait(args->shared->shm, &args->shared->flags[r], 1, 4000, "a real rank");
-    close(noisy);
-    close(silent);
-    close(huge);
+    fcclSocketClose(&noisy);
+    fcclSocketClose(&silent);
+    fcclSocketClose(&huge);
     return testFailed != 0;
   }
   waitIntruder(args);
@@ -599,7 +599,7 @@ static int rootOutOfFdsRank(int rank, int nranks, void* arg) {
   struct fcclBootstrap* b = NULL;
   EXPECT_EQ_INT(fcclBootstrapTcpInit(&id, 0, 1, 5000, NULL, &b), fcclSuccess);
   fcclBootstrapDestroy(b);
-  if (client >= 0) close(client);
+  fcclSocketClose(&client);
   EXPECT_EQ_INT(fcclBootstrapRootsWait(2000), 0);
   return testFailed != 0;
 }
