@@ -39,6 +39,10 @@ fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap) {
   return bootstrap->ops->barrier(bootstrap);
 }
 
+int fcclBootstrapInCallback(const struct fcclBootstrap* bootstrap) {
+  return bootstrap != NULL && __atomic_load_n(&bootstrap->inCallback, __ATOMIC_ACQUIRE) != 0;
+}
+
 void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap) {
   if (bootstrap == NULL) return;
   if (bootstrap->ops) bootstrap->ops->destroy(bootstrap); /* frees bootstrap itself */

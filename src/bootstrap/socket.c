@@ -326,8 +326,8 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
       return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "connect to %s at %s failed: %s", what, text,
                         strerror(err));
     if (!retry)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "cannot reach %s at %s: %s (did it exit?)", what, text,
-                        strerror(err));
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "cannot reach %s at %s: %s%s", what, text, strerror(err),
+                        err == ECONNREFUSED ? " (nothing listens there any more)" : "");
     int64_t now = fcclTimeMs();
     if (now >= deadlineMs) break;
     /* Back off up to 50 ms: a late listener is found quickly without spinning. */
@@ -380,8 +380,8 @@ fcclResult_t fcclSocketSendAll(int fd, const void* buf, size_t size, int64_t dea
   while (done < size) {
     long rc = fcclSocketTrySend(fd, bytes + done, size - done);
     if (rc < 0)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "sending to %s failed: %s (did it exit?)", what,
-                        strerror(errno));
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "sending to %s failed: %s%s", what, strerror(errno),
+                        errno == EPIPE || errno == ECONNRESET ? " (it closed its connection)" : "");
     done += (size_t)rc;
     if (done == size) break;
     if (fcclAborted(abortFlag)) return abortedError(what);

@@ -158,8 +158,8 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d is gone: sending to it failed during bootstrap %s #%u (%s); it exited or failed",
-                        next, op, seq, strerror(errno));
+                        "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next, op,
+                        seq, strerror(errno));
       sendOff += (size_t)rc;
       progressed = 1;
       if (sendOff == frameSize) {
@@ -197,12 +197,12 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       long rc = fcclSocketTryRecv(t->fdPrev, dst, want);
       if (rc == 0)
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", prev, op, seq);
+                        "rank %d closed its connection during bootstrap %s #%u", prev, op, seq);
       if (rc < 0 && errno == EAGAIN) break;
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "receiving from rank %d failed during bootstrap %s #%u: %s; it exited or failed", prev, op,
-                        seq, strerror(errno));
+                        "receiving from rank %d failed during bootstrap %s #%u: %s%s", prev, op, seq,
+                        strerror(errno), errno == ECONNRESET ? " (it closed its connection)" : "");
       progressed = 1;
       recvOff += (size_t)rc;
       if (recvOff == FCCL_WIRE_HEADER_BYTES) {
@@ -242,7 +242,7 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       }
       if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR)
         return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", next, op, seq);
+                        "rank %d closed its connection during bootstrap %s #%u", next, op, seq);
       if (rr == FCCL_READ_MALFORMED)
         return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next, why);
     }
@@ -324,8 +324,8 @@ static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline,
     if (rc == 0) {
       free(body);
       return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (did the "
-                        "process that called fcclGetUniqueId exit?)",
+                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (the "
+                        "process that called fcclGetUniqueId exited, or stopped serving the id)",
                         rank, rootText);
     }
     if (rc < 0 && errno != EAGAIN) {
@@ -450,7 +450,7 @@ static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int 
     }
     if (rr != FCCL_READ_MORE) {
       res = ringFail(t, rank, fcclRemoteError, next, 0,
-                     "rank %d closed its connection during ring setup: it exited or failed", next);
+                     "rank %d closed its connection during ring setup", next);
       goto out;
     }
     if (fcclAborted(b->abortFlag)) {
@@ -459,8 +459,8 @@ static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int 
     }
     if (now >= deadline) {
       res = ringFail(t, rank, fcclTimeout, prev, 1,
-                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms (it exited or is "
-                     "stuck after the rendezvous)",
+                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms after the "
+                     "rendezvous",
                      prev, rank, b->timeoutMs);
       goto out;
     }

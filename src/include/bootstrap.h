@@ -41,6 +41,7 @@ struct fcclBootstrap {
   int timeoutMs;          /* bound on each operation */
   volatile int* abortFlag; /* may be NULL; when it becomes non-zero every wait returns promptly */
   int pid;                /* the process that made it: a child of fork() may not use it (its peers are the parent's) */
+  int inCallback;         /* atomic: non-zero while an application callback runs (external method), unbounded */
   void* impl;             /* the method's state */
 };
 
@@ -56,6 +57,12 @@ fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allDa
 
 /* Returns once every rank has entered it. Same codes as fcclBootstrapAllGather. */
 fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap);
+
+/*
+ * Whether one of the application's callbacks (fcclCommInitExternal) is running on this bootstrap now: a wait fccl
+ * cannot bound, which fcclCommAbort must not join. Any thread; bootstrap may be NULL.
+ */
+int fcclBootstrapInCallback(const struct fcclBootstrap* bootstrap);
 
 /* Frees the bootstrap (NULL is fine). Local: no message is sent; peers see the connections close. */
 void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap);
@@ -127,7 +134,10 @@ fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeou
 
 /* ---- application callbacks (bootstrap_external.c) ------------------------------------------------------------ */
 
-/* The callbacks are copied; their userContext must stay valid until fcclBootstrapDestroy. */
+/*
+ * The callbacks are copied; their userContext must stay valid until fcclBootstrapDestroy, and until a callback
+ * still running returns. The abort flag is checked before each call; no call starts once it is set.
+ */
 fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks, int rank, int nranks,
                                        volatile int* abortFlag, struct fcclBootstrap** bootstrap);
 

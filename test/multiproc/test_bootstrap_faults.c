@@ -723,6 +723,24 @@ static void testDifferentOperations(int op1, size_t bytes0, size_t bytes1, const
   fcclBootstrapDestroy(ranks[1].b);
 }
 
+/* A rank that closes its connections (it destroyed its communicator) is alive: nobody may be told it died. */
+static void testLiveRankCloses(void) {
+  struct threadRank ranks[2];
+  EXPECT(pairUp(ranks, NULL));
+  if (ranks[0].result != fcclSuccess || ranks[1].result != fcclSuccess) return;
+  fcclBootstrapDestroy(ranks[1].b); /* this process goes on: rank 1 is alive */
+  uint8_t data[2 * 64] = {0};
+  int64_t start = bootNowMs();
+  EXPECT_EQ_INT(fcclBootstrapAllGather(ranks[0].b, data, 64), fcclRemoteError);
+  const char* text = fcclGetLastError(NULL);
+  EXPECT_STR_CONTAINS(text, "rank 1 closed its connection");
+  EXPECT_MSG(strstr(text, "exited") == NULL && strstr(text, "died") == NULL && strstr(text, "or failed") == NULL,
+             "a live rank that closed its connection is said to be gone: %s", text);
+  EXPECT(bootNowMs() - start < 1000);
+  fcclBootstrapDestroy(ranks[0].b);
+  printf("a live rank closes its connections: \"%s\"\n", text);
+}
+
 int main(void) {
   seed = testSeed();
   testIntruder(wrongSecretRank, "wrong secret");
@@ -743,5 +761,6 @@ int main(void) {
   testAbortAllGather();
   testDifferentOperations(1, 64, 0, "all-gather against barrier");
   testDifferentOperations(0, 64, 32, "all-gathers of different sizes");
+  testLiveRankCloses();
   return testSummary("bootstrap_faults");
 }
