@@ -193,10 +193,15 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
  * Creates a communicator from launcher variables: RANK/WORLD_SIZE/LOCAL_RANK (torchrun), else
  * OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), else PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (PMI). Rank 0 listens at
  * FCCL_COMM_ID (host:port), or for torchrun without it at MASTER_ADDR and port MASTER_PORT + 1 (MASTER_PORT itself
- * is torch's store); the others connect there with a secret derived from that address and the world size.
+ * is torch's store): exactly that address, which must be one of rank 0's host; the others connect there.
+ * With more than one rank the launcher must also export FCCL_COMM_SECRET, the same random string of at least 16
+ * characters to every rank (e.g. FCCL_COMM_SECRET=$(openssl rand -hex 16) before torchrun, the same value on every
+ * node): the ranks present it to each other, so a process that cannot read the launch environment cannot join.
  * The device: the current one when the calling thread already has a CUDA context (after cudaSetDevice), else
  * LOCAL_RANK modulo the visible device count, which is then made current. config may be NULL.
- * @return as fcclCommInitRankConfig, plus fcclInvalidUsage when the variables are missing or inconsistent.
+ * @return as fcclCommInitRankConfig, plus fcclInvalidUsage when the variables are missing or inconsistent
+ *         (FCCL_COMM_SECRET missing or shorter than 16 characters with more than one rank), and fcclSystemError
+ *         when rank 0 cannot listen at the address (not an address of its host, or in use).
  * Thread safety: any thread. Blocks: yes (bounded). Collective: yes. Graph capture: no.
  */
 FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* config);

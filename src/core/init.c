@@ -31,12 +31,16 @@
 
 typedef enum { INIT_TCP, INIT_ENV, INIT_PREMADE } fcclInitKind_t;
 
+/* Who frees a communicator whose non-blocking init thread runs: the thread's joiner, or the thread itself. */
+typedef enum { INIT_THREAD_RUNNING = 0, INIT_THREAD_DONE, INIT_THREAD_ABANDONED } fcclInitThreadState_t;
+
 /* What commInitTask needs beyond the comm: how to bring the bootstrap up. */
 struct fcclInitJob {
   fcclInitKind_t kind;
   fcclUniqueId id;             /* INIT_TCP */
   struct fcclEnvLaunch launch; /* INIT_ENV */
                                /* INIT_PREMADE: comm->bootstrap was made by the caller (external, NCCL) */
+  int threadState;             /* fcclInitThreadState_t, atomic: see commAbort */
 };
 
 struct commSettings {
@@ -240,6 +244,11 @@ static void* initThreadMain(void* arg) {
     __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  /* fcclCommAbort returned while an application callback held this thread (commAbort): the comm is ours to free. */
+  if (__atomic_exchange_n(&comm->initJob->threadState, INIT_THREAD_DONE, __ATOMIC_ACQ_REL) == INIT_THREAD_ABANDONED) {
+    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+    (void)commFree(comm);
+  }
   return NULL;
 }
 
@@ -360,6 +369,37 @@ static void* initAllThread(void* arg) {
   return NULL;
 }
 
+/*
+ * With the abort flag set, waits for a non-blocking init's thread to finish: every wait of fccl's own polls the flag
+ * and ends within a poll slice. An application's callback (fcclCommInitExternal) is the one wait fccl cannot bound:
+ * while the thread is inside one, it is left to finish, and to free the comm itself once the callback returns
+ * (no callback starts after that: the flag is checked before each). Returns 1 when the thread was left so; the comm
+ * must not be touched then.
+ */
+static int commAbortInitThread(struct fcclComm* comm) {
+  struct fcclInitJob* job = comm->initJob;
+  const pthread_t thread = comm->initThread; /* read first: once the thread owns the comm it may free it at once */
+  const int callbacks = job->kind == INIT_PREMADE; /* comm->bootstrap set before the thread started */
+  for (;;) {
+    if (__atomic_load_n(&job->threadState, __ATOMIC_ACQUIRE) == INIT_THREAD_DONE) break;
+    if (callbacks && fcclBootstrapInCallback(comm->bootstrap)) {
+      comm->magic = FCCL_COMM_MAGIC_DEFERRED; /* dead to the caller now; refused while the thread keeps it */
+      int running = INIT_THREAD_RUNNING;
+      if (__atomic_compare_exchange_n(&job->threadState, &running, INIT_THREAD_ABANDONED, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        pthread_detach(thread);
+        return 1;
+      }
+      break; /* it finished meanwhile */
+    }
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  pthread_join(thread, NULL);
+  comm->initThreadActive = 0;
+  return 0;
+}
+
 /* fcclCommAbort after the handle was checked; leaves the thread's last error alone (internal callers report). */
 static void commAbort(struct fcclComm* comm) {
   __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
@@ -367,10 +407,7 @@ static void commAbort(struct fcclComm* comm) {
     fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
     comm->localGroup = NULL;
   }
-  if (comm->initThreadActive) {
-    pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
-    comm->initThreadActive = 0;
-  }
+  if (comm->initThreadActive && commAbortInitThread(comm)) return; /* the init thread frees it */
   (void)commFree(comm);
 }
 
