@@ -19,9 +19,12 @@ fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller) {
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
                       "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
                       caller);
-  if (state != fcclSuccess)
+  if (state != fcclSuccess) {
+    char failure[FCCL_LAST_ERROR_MAX];
+    fcclCommFailure(comm, failure, sizeof(failure));
     return FCCL_ERROR(state, FCCL_SUBSYS_INIT, "%s: the communicator failed earlier (%s); destroy or abort it",
-                      caller, fcclGetErrorString(state));
+                      caller, failure[0] ? failure : fcclGetErrorString(state));
+  }
   return fcclSuccess;
 }
 
@@ -42,4 +45,22 @@ FCCL_API const char* fcclGetLastError(fcclComm_t comm) {
   snprintf(snapshot, sizeof(snapshot), "%s", comm->lastError);
   pthread_mutex_unlock(&comm->errorLock);
   return snapshot;
+}
+
+void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, int abort) {
+  pthread_mutex_lock(&comm->errorLock);
+  if (comm->failure[0] == '\0') {
+    snprintf(comm->failure, sizeof(comm->failure), "%s", text);
+    snprintf(comm->lastError, sizeof(comm->lastError), "%s", text);
+  }
+  pthread_mutex_unlock(&comm->errorLock);
+  fcclResult_t expected = fcclSuccess;
+  __atomic_compare_exchange_n(&comm->asyncError, &expected, result, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (abort) __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+}
+
+void fcclCommFailure(struct fcclComm* comm, char* text, size_t size) {
+  pthread_mutex_lock(&comm->errorLock);
+  snprintf(text, size, "%s", comm->failure);
+  pthread_mutex_unlock(&comm->errorLock);
 }

@@ -243,6 +243,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   free(hellos);
   FCCLCHECK(res);
   start = fcclEpochNext(start);
+  s->firstEpoch = start;
 
   fcclDevState initial;
   memset(&initial, 0, sizeof(initial));
@@ -307,15 +308,17 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
   fcclResult_t result = (fcclResult_t)code;
   if (!__atomic_exchange_n(&s->reported, 1, __ATOMIC_ACQ_REL)) {
     const fcclDevHostWords* w = s->words;
+    /* The call number counts the communicator's calls that used an epoch since init, from 1. */
+    const unsigned long long call =
+        w->errorEpoch >= s->firstEpoch ? (unsigned long long)(w->errorEpoch - s->firstEpoch + 1) : 0;
     (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
-                     "rank %d: the %s kernel gave up in block %d waiting for rank %d (%s) at epoch %llu after "
-                     "%.1f ms (FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or abort it",
-                     w->errorRank, fcclAlgoName(w->errorKernel), w->errorBlock, w->errorPeer, phaseName(w->errorPhase),
-                     (unsigned long long)w->errorEpoch, (double)w->errorWaitedNs / 1e6,
+                     "rank %d: the %s kernel of call %llu (epoch %llu) gave up in block %d after %.1f ms: rank %d did "
+                     "not arrive (%s; FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or abort it",
+                     w->errorRank, fcclAlgoName(w->errorKernel), call, (unsigned long long)w->errorEpoch,
+                     w->errorBlock, (double)w->errorWaitedNs / 1e6, w->errorPeer, phaseName(w->errorPhase),
                      (unsigned long long)(s->dev.timeoutNs / 1000000ull), fcclGetErrorString(result));
     fcclCommRecordThreadError(comm);
-    fcclResult_t expected = fcclSuccess;
-    __atomic_compare_exchange_n(&comm->asyncError, &expected, result, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    fcclCommFail(comm, result, fcclThreadLastError(), 0);
   }
   return result;
 }

@@ -16,6 +16,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "local_group.h"
+#include "monitor.h"
 #include "param.h"
 #include "transport.h"
 
@@ -94,6 +95,8 @@ static fcclResult_t checkRanks(const char* caller, int nranks, int rank) {
 /* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
 static fcclResult_t commFree(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
+  /* First: once this returns the peer monitor never touches the communicator again. */
+  fcclMonitorForget(comm);
   /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
    * when *comm->abortFlag is set. The first error is kept in res. */
 
@@ -182,6 +185,26 @@ static fcclResult_t exchangePeerInfo(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
+/* Every peer process on this host (same kernel, same pid namespace, another process) is watched for its exit. */
+static fcclResult_t watchPeers(struct fcclComm* comm) {
+  const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
+  struct fcclMonitorPeer* peers = calloc((size_t)comm->nranks, sizeof(*peers));
+  if (!peers) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
+  int n = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    const struct fcclPeerInfo* info = &comm->peerInfo[r];
+    if (r == comm->rank || info->hostHash != mine->hostHash || info->pidNs != mine->pidNs || info->pid == mine->pid)
+      continue;
+    peers[n].rank = r;
+    peers[n].pid = info->pid;
+    snprintf(peers[n].host, sizeof(peers[n].host), "%s", info->hostname);
+    n++;
+  }
+  fcclResult_t res = n > 0 ? fcclMonitorWatch(comm, peers, n) : fcclSuccess;
+  free(peers);
+  return res;
+}
+
 /* The communicator's bootstrap as the transport's exchange. */
 static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
   return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
@@ -204,6 +227,7 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
   else if (job->kind == INIT_ENV)
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(exchangePeerInfo(comm));
+  FCCLCHECK(watchPeers(comm));
 
   /* Layers: each sets its own comm field only when it succeeded (or leaves enough there for its teardown in
    * commFree to undo a partial setup); a failure returns, and commFree runs every teardown. */

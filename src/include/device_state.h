@@ -27,6 +27,7 @@ struct fcclDeviceState {
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
   uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
   int reported;              /* the kernels' error was described once (atomic) */
+  uint64_t firstEpoch;       /* the epoch of the communicator's first call (error reports count calls from it) */
 };
 
 /*
