@@ -210,7 +210,8 @@ FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* 
  * Creates a communicator using the application's own all-gather and barrier (an inference server's process
  * group), on the current device. The callbacks are copied; they (and userContext) are used inside this call
  * (on the init thread when config->blocking is 0) and may be used inside fcclCommDestroy, so userContext must
- * stay valid until then. fccl cannot bound a callback's wait.
+ * stay valid until then; when fcclCommAbort ends a non-blocking init while a callback runs, until that callback has
+ * returned (after fcclCommAbort itself did). fccl cannot bound a callback's wait.
  * @return as fcclCommInitRankConfig; fcclInvalidArgument for NULL callbacks or allgather;
  *         fcclInvalidUsage when allgather does not gather in rank order; a callback's own error code.
  * Thread safety: any thread. Blocks: as long as the callbacks do. Collective: yes. Graph capture: no.
@@ -246,8 +247,11 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm);
  * Marks the communicator aborted: every wait of a non-blocking init still running returns promptly with an error
  * (and running kernels stop), then frees everything local without talking to peers. The handle is invalid
  * afterwards; no other call may be using it, except the non-blocking init's own thread. The other communicators
- * of an fcclCommInitAll group are aborted with it (their handles stay valid until destroyed or aborted).
- * @return fcclSuccess, fcclInvalidArgument (invalid handle).
+ * of an fcclCommInitAll group are aborted with it (their handles stay valid until destroyed or aborted). A
+ * non-blocking init inside an application's callback (fcclCommInitExternal) is not waited for: its thread frees
+ * the communicator once the callback returns.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle), fcclInvalidUsage (a communicator made by a parent of
+ *         this process, before a fork()).
  * Thread safety: may be called from another thread than the init's. Blocks: briefly. Collective: no.
  * Graph capture: no.
  */

@@ -81,8 +81,11 @@ static void printParams(void) {
   printf("\nEnvironment parameters (value / default):\n");
   for (int id = 0; id < FCCL_PARAM_COUNT; id++) {
     const fcclParamInfo_t* info = fcclParamInfo((fcclParamId_t)id);
-    printf("  %-24s = %-16s (default \"%s\"%s)\n      %s\n", info->name, fcclParamString((fcclParamId_t)id),
-           info->defaultValue, fcclParamIsSet((fcclParamId_t)id) ? ", set" : "", info->doc);
+    const char* value = fcclParamIsSecret((fcclParamId_t)id) && fcclParamIsSet((fcclParamId_t)id)
+                            ? "(hidden)"
+                            : fcclParamString((fcclParamId_t)id);
+    printf("  %-24s = %-16s (default \"%s\"%s)\n      %s\n", info->name, value, info->defaultValue,
+           fcclParamIsSet((fcclParamId_t)id) ? ", set" : "", info->doc);
   }
 }
 

@@ -10,10 +10,24 @@
 
 int fcclCommIsValid(const struct fcclComm* comm) { return comm != NULL && comm->magic == FCCL_COMM_MAGIC; }
 
+static unsigned forkGeneration;
+static void countFork(void) { __atomic_add_fetch(&forkGeneration, 1, __ATOMIC_RELAXED); }
+__attribute__((constructor)) static void registerForkCounter(void) { pthread_atfork(NULL, NULL, countFork); }
+
+unsigned fcclForkGeneration(void) { return __atomic_load_n(&forkGeneration, __ATOMIC_RELAXED); }
+
+fcclResult_t fcclCommCheckOwner(const struct fcclComm* comm, const char* caller) {
+  if (comm->forkGeneration == fcclForkGeneration()) return fcclSuccess;
+  return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                    "%s: communicator %p was created by a parent of this process (a fork() came between): a child "
+                    "cannot use it, nor destroy it (create a communicator of its own)", caller, (const void*)comm);
+}
+
 fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller) {
   if (!fcclCommIsValid(comm))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: invalid communicator handle %p", caller,
                       (void*)comm);
+  FCCLCHECK(fcclCommCheckOwner(comm, caller));
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (state == fcclInProgress)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,

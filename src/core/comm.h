@@ -44,6 +44,8 @@ struct fcclComm {
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/local_group.h), or NULL */
 
+  unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
+
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
   char failure[FCCL_LAST_ERROR_MAX];   /* why the communicator failed (fcclCommFail), "" while it works; errorLock */
@@ -51,6 +53,14 @@ struct fcclComm {
 
 /* Whether comm looks like a live communicator handle (non-NULL, magic intact). */
 int fcclCommIsValid(const struct fcclComm* comm);
+
+/* How many fork()s this process is away from the one that loaded fccl (0 there): a communicator made at another
+ * generation belongs to an ancestor process, whose peer mappings, pinned memory and sockets a child does not own. */
+unsigned fcclForkGeneration(void);
+
+/* fcclInvalidUsage (reported with caller's name) when comm was made by an ancestor of this process (a fork() came
+ * between): the only thing a child may do with it is nothing. */
+fcclResult_t fcclCommCheckOwner(const struct fcclComm* comm, const char* caller);
 
 /*
  * For entry points that use a communicator after init: fcclInvalidArgument for a bad handle (NULL, freed),

@@ -224,6 +224,8 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call) {
   if (!fcclCommIsValid(comm))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", coll->name,
                       (void*)comm);
+  fcclResult_t owner = fcclCommCheckOwner(comm, coll->name);
+  if (owner != fcclSuccess) return owner;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
   if (res == fcclSuccess) res = checkReady(comm, coll->name);

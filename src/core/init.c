@@ -59,6 +59,11 @@ static fcclResult_t resolveConfig(const fcclConfig_t* config, const char* caller
   if (config->magic != FCCL_CONFIG_MAGIC)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config does not start from FCCL_CONFIG_INITIALIZER (magic 0x%08x)", caller, config->magic);
+  /* The version of the header the caller was compiled with: 0.1.0 is the first with this struct. */
+  if (config->version < FCCL_VERSION(0, 1, 0) || config->version > FCCL_VERSION(99, 99, 99))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config.version is %u, not a version of fccl.h: start from FCCL_CONFIG_INITIALIZER", caller,
+                      config->version);
   if (config->size < sizeof(fcclConfig_t))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config.size is %zu, smaller than any fcclConfig_t (%zu): not from FCCL_CONFIG_INITIALIZER",
@@ -145,6 +150,7 @@ static fcclResult_t commNew(const struct commSettings* settings, int rank, int n
   }
   memset(abortPage, 0, 4096);
   comm->magic = FCCL_COMM_MAGIC;
+  comm->forkGeneration = fcclForkGeneration();
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;
@@ -589,6 +595,7 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
 FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommDestroy: invalid communicator handle %p", (void*)comm);
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommDestroy"));
   if (comm->localGroup) {
     /* The handle is dead for the caller now; the members are torn down together by the last destroy. */
     comm->magic = FCCL_COMM_MAGIC_DEFERRED;
@@ -600,6 +607,7 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
 FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommAbort: invalid communicator handle %p", (void*)comm);
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommAbort"));
   commAbort(comm);
   return fcclSuccess;
 }
@@ -608,6 +616,7 @@ FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* async
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommGetAsyncError: invalid communicator handle %p", (void*)comm);
   FCCL_REQUIRE(asyncError != NULL, "fcclCommGetAsyncError: asyncError is NULL");
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommGetAsyncError"));
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* collectives: an error a kernel recorded (spin timeout), described once */
   if (state == fcclSuccess) state = fcclDeviceAsyncError(comm);
