@@ -11,11 +11,15 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "device.h"
 #include "param.h"
 #include "transport.h"
 
+#include "fccl_build_config.h"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +144,24 @@ out:
   return res;
 }
 
+int fcclDeviceArchRunnable(int cc, const char* sassArchs, int ptxArch, char* why, size_t whySize) {
+  const char* p = sassArchs ? sassArchs : "";
+  while (*p) {
+    char* end = NULL;
+    long sm = strtol(p, &end, 10);
+    if (end == p) break;
+    if (sm / 10 == cc / 10 && sm % 10 <= cc % 10) return 1;
+    p = end;
+    while (*p == ' ' || *p == ',') p++;
+  }
+  if (ptxArch > 0 && ptxArch <= cc) return 1;
+  if (why)
+    snprintf(why, whySize, "this build has SASS for compute capabilities %s and %s; a GPU of compute capability "
+             "%d.%d can run none of it (rebuild with -Dgpu_archs='%d.%d')", sassArchs && sassArchs[0] ? sassArchs : "none",
+             ptxArch > 0 ? "PTX of the newest" : "no PTX", cc / 10, cc % 10, cc / 10, cc % 10);
+  return 0;
+}
+
 /* This rank's part: pointers, words, a clean slot. */
 static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceState* s, uint64_t* lastEpoch) {
   const int nranks = comm->nranks;
@@ -162,8 +184,15 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->dev.nranks = nranks;
   s->dev.timeoutNs = timeoutNs();
   CUDACHECK(cudaDeviceGetAttribute(&s->smCount, cudaDevAttrMultiProcessorCount, comm->cudaDev));
-  int ccMajor = 0;
+  int ccMajor = 0, ccMinor = 0;
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
+  CUDACHECK(cudaDeviceGetAttribute(&ccMinor, cudaDevAttrComputeCapabilityMinor, comm->cudaDev));
+  char why[256];
+  if (!fcclDeviceArchRunnable(ccMajor * 10 + ccMinor, FCCL_BUILD_SASS_ARCHS, FCCL_BUILD_PTX_ARCH, why, sizeof(why)))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "device %d cannot run fccl's kernels: %s", comm->cudaDev,
+                      why);
+  /* The build's list is what was asked for; the driver has the last word on what it loads. */
+  FCCLCHECK(fcclDeviceKernelsLoadable());
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
   s->ll128Auto = fcclDeviceLL128Auto();
   s->copyScatterMin = fcclDeviceCopyScatterMin();

@@ -43,6 +43,14 @@ uint64_t fcclDeviceStagingBytes(void);
 /* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
 uint64_t fcclDeviceCopyScatterMin(void);
 
+/*
+ * Whether a GPU of compute capability cc (major * 10 + minor) can run kernels built with SASS for sassArchs
+ * ("80 90": the build's FCCL_BUILD_SASS_ARCHS) and PTX for ptxArch (0: none): SASS of the same major and a minor
+ * at most cc's runs as it is, PTX of an older or equal capability is compiled by the driver. 1 or 0; why says what
+ * the build has when it cannot. Pure: the unit tests fake capabilities with it.
+ */
+int fcclDeviceArchRunnable(int cc, const char* sassArchs, int ptxArch, char* why, size_t whySize);
+
 /* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
 int fcclDeviceLL128Auto(void);
 
