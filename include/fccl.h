@@ -193,10 +193,15 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
  * Creates a communicator from launcher variables: RANK/WORLD_SIZE/LOCAL_RANK (torchrun), else
  * OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), else PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (PMI). Rank 0 listens at
  * FCCL_COMM_ID (host:port), or for torchrun without it at MASTER_ADDR and port MASTER_PORT + 1 (MASTER_PORT itself
- * is torch's store); the others connect there with a secret derived from that address and the world size.
+ * is torch's store): exactly that address, which must be one of rank 0's host; the others connect there.
+ * With more than one rank the launcher must also export FCCL_COMM_SECRET, the same random string of at least 16
+ * characters to every rank (e.g. FCCL_COMM_SECRET=$(openssl rand -hex 16) before torchrun, the same value on every
+ * node): the ranks present it to each other, so a process that cannot read the launch environment cannot join.
  * The device: the current one when the calling thread already has a CUDA context (after cudaSetDevice), else
  * LOCAL_RANK modulo the visible device count, which is then made current. config may be NULL.
- * @return as fcclCommInitRankConfig, plus fcclInvalidUsage when the variables are missing or inconsistent.
+ * @return as fcclCommInitRankConfig, plus fcclInvalidUsage when the variables are missing or inconsistent
+ *         (FCCL_COMM_SECRET missing or shorter than 16 characters with more than one rank), and fcclSystemError
+ *         when rank 0 cannot listen at the address (not an address of its host, or in use).
  * Thread safety: any thread. Blocks: yes (bounded). Collective: yes. Graph capture: no.
  */
 FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* config);
@@ -205,7 +210,8 @@ FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* 
  * Creates a communicator using the application's own all-gather and barrier (an inference server's process
  * group), on the current device. The callbacks are copied; they (and userContext) are used inside this call
  * (on the init thread when config->blocking is 0) and may be used inside fcclCommDestroy, so userContext must
- * stay valid until then. fccl cannot bound a callback's wait.
+ * stay valid until then; when fcclCommAbort ends a non-blocking init while a callback runs, until that callback has
+ * returned (after fcclCommAbort itself did). fccl cannot bound a callback's wait.
  * @return as fcclCommInitRankConfig; fcclInvalidArgument for NULL callbacks or allgather;
  *         fcclInvalidUsage when allgather does not gather in rank order; a callback's own error code.
  * Thread safety: any thread. Blocks: as long as the callbacks do. Collective: yes. Graph capture: no.
@@ -241,8 +247,11 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm);
  * Marks the communicator aborted: every wait of a non-blocking init still running returns promptly with an error
  * (and running kernels stop), then frees everything local without talking to peers. The handle is invalid
  * afterwards; no other call may be using it, except the non-blocking init's own thread. The other communicators
- * of an fcclCommInitAll group are aborted with it (their handles stay valid until destroyed or aborted).
- * @return fcclSuccess, fcclInvalidArgument (invalid handle).
+ * of an fcclCommInitAll group are aborted with it (their handles stay valid until destroyed or aborted). A
+ * non-blocking init inside an application's callback (fcclCommInitExternal) is not waited for: its thread frees
+ * the communicator once the callback returns.
+ * @return fcclSuccess, fcclInvalidArgument (invalid handle), fcclInvalidUsage (a communicator made by a parent of
+ *         this process, before a fork()).
  * Thread safety: may be called from another thread than the init's. Blocks: briefly. Collective: no.
  * Graph capture: no.
  */

@@ -1,7 +1,7 @@
 /*
  * barrier_perf: the latency of fcclBarrier, launched eagerly and (with -G) replayed from a CUDA graph, beside NCCL's
  * usual stand-in for a barrier (an all-reduce of one float) with --compare nccl. Same flags and launch as
- * all_reduce_perf (-n, -w, -G, -T, -np, -J, --csv, ...); sizes do not apply.
+ * all_reduce_perf (-n, -w, -N, -z, -G, -C, -S, -M, -T, -np, -J, --csv, ...); sizes do not apply.
  *
  *   barrier_perf -n 1000 -w 100 -G 10 --compare nccl
  */
@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
   float* scratch[BENCH_MAX_LOCAL]; /* one float per rank for NCCL's one-element all-reduce */
@@ -23,6 +24,8 @@ static int launchBarrier(benchAgent_t* agent, int engine, int gpu, int iter, voi
 typedef struct {
   const char* mode;
   int launches;
+  int cycle;           /* -N */
+  long long timestamp; /* -S */
   double timeUs[BENCH_MAX_ENGINES];
 } barrierResult_t;
 
@@ -39,6 +42,7 @@ static int measureMode(benchAgent_t* agent, barrierCtx_t* ctx, int launches, bar
   agent->args.graphLaunches = saved;
   result->mode = launches > 0 ? "graph" : "eager";
   result->launches = launches;
+  result->timestamp = (long long)time(NULL);
   return status;
 }
 
@@ -46,10 +50,13 @@ static void printResults(benchAgent_t* agent, const barrierResult_t* results, in
   char names[BENCH_MAX_ENGINES][16];
   for (int engine = 0; engine < agent->nEngines; engine++)
     snprintf(names[engine], sizeof(names[engine]), "%s", agent->engineNames[engine]);
+  const int stamps = agent->args.timestamps;
   printf("#\n# %7s  %8s  %8s  %9s", "mode", "iters", "launches", names[0]);
   if (agent->nEngines > 1) printf("  %9s  %7s", names[1], "speedup");
+  if (stamps) printf(" %19s", "timestamp");
   printf("\n# %7s  %8s  %8s  %9s", "", "", "", "(us)");
   if (agent->nEngines > 1) printf("  %9s  %7s", "(us)", "(x)");
+  if (stamps) printf(" %19s", BENCH_TIME_FORMAT);
   printf("\n");
   for (int r = 0; r < nResults; r++) {
     char time[32];
@@ -62,6 +69,11 @@ static void printResults(benchAgent_t* agent, const barrierResult_t* results, in
       benchFormatFloat(results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0, 7, ratio,
                        sizeof(ratio));
       printf("  %9s  %7s", other, ratio);
+    }
+    if (stamps) {
+      char when[32];
+      benchFormatTime(results[r].timestamp, when, sizeof(when));
+      printf("%21s", when);
     }
     printf("\n");
   }
@@ -83,26 +95,27 @@ static int writeCsv(benchAgent_t* agent, const barrierResult_t* results, int nRe
 }
 
 static int writeJson(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
-  benchJson_t json;
+  toolJson_t json;
   FILE* file = benchJsonStart(agent, &json);
   if (!file) return -1;
   for (int r = 0; r < nResults; r++) {
-    benchJsonBeginObject(&json);
-    benchJsonKeyString(&json, "mode", results[r].mode);
-    benchJsonKeyInt(&json, "iterations", agent->args.iters);
-    benchJsonKeyInt(&json, "graph_launches", results[r].launches);
+    toolJsonBeginObject(&json, NULL);
+    toolJsonString(&json, "mode", results[r].mode);
+    toolJsonInt(&json, "iterations", agent->args.iters);
+    toolJsonInt(&json, "graph_launches", results[r].launches);
+    toolJsonInt(&json, "cycle", results[r].cycle);
     for (int engine = 0; engine < agent->nEngines; engine++) {
-      benchJsonKey(&json, agent->engineNames[engine]);
-      benchJsonBeginObject(&json);
-      benchJsonKeyDouble(&json, "time", results[r].timeUs[engine]);
-      benchJsonEndObject(&json);
+      toolJsonBeginObject(&json, agent->engineNames[engine]);
+      toolJsonDouble(&json, "time", results[r].timeUs[engine]);
+      toolJsonEnd(&json);
     }
     if (agent->nEngines > 1)
-      benchJsonKeyDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
-    benchJsonEndObject(&json);
+      toolJsonDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
+    toolJsonEnd(&json);
   }
-  benchJsonEndArray(&json);
-  benchJsonEndObject(&json);
+  char endTime[32];
+  benchNowText(endTime, sizeof(endTime));
+  benchJsonEnd(&json, NULL, NULL, endTime);
   return benchCloseOutput(agent, file, agent->args.jsonPath);
 }
 
@@ -124,17 +137,29 @@ static int runBarrier(benchAgent_t* agent) {
     status = benchLaunchAll(agent, engine, launchBarrier, &ctx, 0, agent->args.warmupIters);
     if (status == 0) status = benchSync(agent, engine);
   }
-  barrierResult_t results[2];
-  memset(results, 0, sizeof(results));
+  /* Eager, then graph with -G; -N times. */
+  const int perCycle = agent->args.graphLaunches > 0 ? 2 : 1;
+  barrierResult_t* results = (barrierResult_t*)calloc((size_t)perCycle * (size_t)agent->args.runCycles,
+                                                      sizeof(barrierResult_t));
+  if (!results && status == 0) {
+    benchFail(agent, "out of memory");
+    status = -1;
+  }
   int nResults = 0;
-  if (status == 0) status = measureMode(agent, &ctx, 0, &results[nResults++]);
-  if (status == 0 && agent->args.graphLaunches > 0)
-    status = measureMode(agent, &ctx, agent->args.graphLaunches, &results[nResults++]);
+  for (int cycle = 0; cycle < agent->args.runCycles && status == 0; cycle++) {
+    results[nResults].cycle = cycle;
+    status = measureMode(agent, &ctx, 0, &results[nResults++]);
+    if (status == 0 && perCycle > 1) {
+      results[nResults].cycle = cycle;
+      status = measureMode(agent, &ctx, agent->args.graphLaunches, &results[nResults++]);
+    }
+  }
   if (status == 0 && agent->output) {
     printResults(agent, results, nResults);
     if (agent->args.csvPath) status = writeCsv(agent, results, nResults);
     if (status == 0 && agent->args.jsonPath) status = writeJson(agent, results, nResults);
   }
+  free(results);
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (!ctx.scratch[gpu]) continue;
     cudaSetDevice(agent->devices[gpu]);

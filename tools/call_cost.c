@@ -5,15 +5,18 @@
  * parameter bytes as fccl's all-reduce kernels), and fcclBarrier / fcclAllReduce as a whole, beside
  * ncclAllReduce on a one-rank NCCL communicator when NCCL is built in. Calls are timed in batches of BATCH without
  * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing.
- *   fccl-call-cost [-n batches] [-b bytes] [-d device]
+ *   fccl-call-cost [-n batches] [-b bytes] [-d device] [-h]
  * Prints one line per step: median and minimum nanoseconds per call over the batches. FCCL_ALGO is set to ll
  * unless given: a one-rank all-reduce would otherwise be a plain copy, not the kernel launch of a real call.
  */
 #include "fccl.h"
 #include "fccl_build_config.h"
 
+#include "options.h"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,29 +176,59 @@ static int loadDriver(struct driverApi* cu) {
          loadSymbol("cuLaunchKernel", (void**)&cu->launchKernel);
 }
 
-static int usage(const char* program) {
-  fprintf(stderr, "usage: %s [-n batches (1..%d, default 200)] [-b bytes (2..1048576, default 1024)] [-d device]\n",
-          program, MAX_BATCHES);
+static void usage(FILE* out, const char* program) {
+  fprintf(out,
+          "usage: %s [-n batches] [-b bytes] [-d device]\n"
+          "  -n, --batches N   batches of %d calls per step (1..%d, default 200)\n"
+          "  -b, --bytes B     bytes per call, even (2..1048576, default 1024)\n"
+          "  -d, --device D    the GPU (default 0)\n"
+          "  -h, --help        this text\n",
+          program, BATCH, MAX_BATCHES);
+}
+
+/* A bad command line: what is wrong, then the usage, on stderr; exit status 2. */
+static int refuse(const char* program, const char* problem) {
+  fprintf(stderr, "fccl-call-cost: %s\n", problem);
+  usage(stderr, program);
   return 2;
 }
 
 int main(int argc, char** argv) {
+  static const struct option longOptions[] = {{"batches", required_argument, NULL, 'n'},
+                                              {"bytes", required_argument, NULL, 'b'},
+                                              {"device", required_argument, NULL, 'd'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {NULL, 0, NULL, 0}};
   int batches = 200, device = 0;
   long bytes = 1024;
-  for (int i = 1; i < argc; i++) {
-    if (i + 1 >= argc) return usage(argv[0]);
+  char problem[256];
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":n:b:d:h", longOptions, NULL)) != -1;) {
+    if (c == 'h') {
+      usage(stdout, argv[0]);
+      return 0;
+    }
+    if (c == '?' || c == ':') {
+      toolOptionProblem(c, argv, problem, sizeof(problem));
+      return refuse(argv[0], problem);
+    }
     char* end = NULL;
-    long value = strtol(argv[i + 1], &end, 10);
-    if (*end != '\0') return usage(argv[0]);
-    if (strcmp(argv[i], "-n") == 0 && value >= 1 && value <= MAX_BATCHES)
+    long value = strtol(optarg, &end, 10);
+    int ok = end != optarg && *end == '\0';
+    if (c == 'n' && ok && value >= 1 && value <= MAX_BATCHES)
       batches = (int)value;
-    else if (strcmp(argv[i], "-b") == 0 && value >= 2 && value <= (1 << 20) && value % 2 == 0)
+    else if (c == 'b' && ok && value >= 2 && value <= (1 << 20) && value % 2 == 0)
       bytes = value;
-    else if (strcmp(argv[i], "-d") == 0 && value >= 0)
+    else if (c == 'd' && ok && value >= 0 && value <= 1024)
       device = (int)value;
-    else
-      return usage(argv[0]);
-    i++;
+    else {
+      snprintf(problem, sizeof(problem), "-%c: '%s' is out of range or not a number", c, optarg);
+      return refuse(argv[0], problem);
+    }
+  }
+  if (optind < argc) {
+    snprintf(problem, sizeof(problem), "unexpected argument '%s'", argv[optind]);
+    return refuse(argv[0], problem);
   }
   setenv("FCCL_ALGO", "ll", 0);
   int count = 0;

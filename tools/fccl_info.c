@@ -1,6 +1,7 @@
 /*
  * fccl-info: what this build of fccl is and what it sees. Runs without a GPU (it says so and prints the rest).
- *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs
+ *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs (the driver and the reason
+ *                        for no GPU worded as fccl-topo words them: tools/common/cuda_status.h)
  *   fccl-info --params   also every environment parameter with its current value and default
  *   fccl-info --algo N [--sms S]
  *                        which all-reduce algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB,
@@ -8,12 +9,15 @@
  *                        first GPU's, or 132 without one). Nothing else is printed; scripts/gpu-tune reads it.
  */
 #include "algo.h"
+#include "cuda_status.h"
 #include "device_state.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
+#include "options.h"
 #include "param.h"
 
 #include <cuda_runtime.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,29 +39,18 @@ static void printBuild(void) {
   printf("MPI support       : %s\n", FCCL_HAVE_MPI ? "yes" : "no");
 }
 
-static void printCudaVersion(const char* label, cudaError_t status, int version) {
-  if (status != cudaSuccess)
-    printf("%-18s: unavailable (%s)\n", label, cudaGetErrorString(status));
-  else if (version == 0)
-    printf("%-18s: none (no CUDA driver installed)\n", label);
-  else
-    printf("%-18s: %d.%d\n", label, version / 1000, (version % 1000) / 10);
-}
-
 /* Returns the number of GPUs listed. */
 static int printDevices(void) {
-  int driverVersion = 0, runtimeVersion = 0;
-  /* Separate statements: the version must be read after the call fills it. */
-  cudaError_t driverStatus = cudaDriverGetVersion(&driverVersion);
-  cudaError_t runtimeStatus = cudaRuntimeGetVersion(&runtimeVersion);
-  printCudaVersion("CUDA driver", driverStatus, driverVersion);
-  printCudaVersion("CUDA runtime", runtimeStatus, runtimeVersion);
-  int count = 0;
-  cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    printf("GPUs              : none found (%s)\n",
-           status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device visible");
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  char runtime[32] = "unknown";
+  if (cuda.runtimeVersion > 0)
+    snprintf(runtime, sizeof(runtime), "%d.%d", cuda.runtimeVersion / 1000, (cuda.runtimeVersion % 1000) / 10);
+  printf("%-18s: %s\n", "CUDA driver", cuda.driver);
+  printf("%-18s: %s\n", "CUDA runtime", runtime);
+  const int count = cuda.deviceCount;
+  if (count == 0) {
+    printf("GPUs              : none found (%s)\n", cuda.noGpu);
     return 0;
   }
   printf("GPUs              : %d\n", count);
@@ -88,8 +81,11 @@ static void printParams(void) {
   printf("\nEnvironment parameters (value / default):\n");
   for (int id = 0; id < FCCL_PARAM_COUNT; id++) {
     const fcclParamInfo_t* info = fcclParamInfo((fcclParamId_t)id);
-    printf("  %-24s = %-16s (default \"%s\"%s)\n      %s\n", info->name, fcclParamString((fcclParamId_t)id),
-           info->defaultValue, fcclParamIsSet((fcclParamId_t)id) ? ", set" : "", info->doc);
+    const char* value = fcclParamIsSecret((fcclParamId_t)id) && fcclParamIsSet((fcclParamId_t)id)
+                            ? "(hidden)"
+                            : fcclParamString((fcclParamId_t)id);
+    printf("  %-24s = %-16s (default \"%s\"%s)\n      %s\n", info->name, value, info->defaultValue,
+           fcclParamIsSet((fcclParamId_t)id) ? ", set" : "", info->doc);
   }
 }
 
@@ -152,27 +148,50 @@ static int parseCount(const char* text, int lo, int hi) {
   return text && *text && *end == '\0' && value >= lo && value <= hi ? (int)value : -1;
 }
 
+static void usage(FILE* out, const char* program) {
+  fprintf(out,
+          "usage: %s [--params] | --algo NRANKS [--sms N]\n"
+          "  (none)          version, build configuration, CUDA driver and runtime, the GPUs and their peer access\n"
+          "  -p, --params    also every environment parameter: value, default, what it does\n"
+          "  -a, --algo N    the all-reduce algorithm and grid a call of N ranks gets at each size (only that)\n"
+          "  -s, --sms S     with --algo: decide for S SMs (default: the first GPU's, or 132 without one)\n"
+          "  -h, --help      this text\n",
+          program);
+}
+
 int main(int argc, char** argv) {
+  static const struct option longOptions[] = {
+      {"params", no_argument, NULL, 'p'}, {"algo", required_argument, NULL, 'a'},
+      {"sms", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int showParams = 0, algoRanks = 0, smCount = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--params") == 0) {
-      showParams = 1;
-    } else if (strcmp(argv[i], "--algo") == 0 || strcmp(argv[i], "--sms") == 0) {
-      int* target = strcmp(argv[i], "--algo") == 0 ? &algoRanks : &smCount;
-      const int max = target == &algoRanks ? FCCL_DEVICE_MAX_RANKS : 100000;
-      *target = parseCount(i + 1 < argc ? argv[i + 1] : NULL, 1, max);
-      if (*target < 0) {
-        fprintf(stderr, "%s: %s needs a number in 1..%d\n", argv[0], argv[i], max);
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":pa:s:h", longOptions, NULL)) != -1;) {
+    switch (c) {
+      case 'p': showParams = 1; break;
+      case 'a':
+      case 's': {
+        const int max = c == 'a' ? FCCL_DEVICE_MAX_RANKS : 100000;
+        int* target = c == 'a' ? &algoRanks : &smCount;
+        *target = parseCount(optarg, 1, max);
+        if (*target < 0) {
+          fprintf(stderr, "%s: %s needs a number in 1..%d, not '%s'\n", argv[0], c == 'a' ? "--algo" : "--sms", max,
+                  optarg);
+          return 2;
+        }
+        break;
+      }
+      case 'h': usage(stdout, argv[0]); return 0;
+      default: {
+        char problem[256];
+        toolOptionProblem(c, argv, problem, sizeof(problem));
+        fprintf(stderr, "%s: %s (try --help)\n", argv[0], problem);
         return 2;
       }
-      i++;
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: %s [--params] | --algo NRANKS [--sms N]\n", argv[0]);
-      return 0;
-    } else {
-      fprintf(stderr, "%s: unknown option %s (try --help)\n", argv[0], argv[i]);
-      return 2;
     }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "%s: unexpected argument '%s' (try --help)\n", argv[0], argv[optind]);
+    return 2;
   }
   fcclParamWarnUnknown();
   if (algoRanks > 0) return printAlgoTable(algoRanks, smCount);

@@ -61,6 +61,8 @@ const char* fcclParamString(fcclParamId_t id) {
   return paramValues[id] ? paramValues[id] : paramInfos[id].defaultValue;
 }
 
+int fcclParamIsSecret(fcclParamId_t id) { return id == FCCL_PARAM_COMM_SECRET; }
+
 int fcclParamIsSet(fcclParamId_t id) {
   loadParams();
   return paramValues[id] != NULL;

@@ -5,10 +5,22 @@
 #include "param.h"
 
 #include <limits.h>
+#include <unistd.h>
+
+/* A bootstrap belongs to the process that made it: a child of fork() shares its peers with nobody. */
+static fcclResult_t checkProcess(const struct fcclBootstrap* bootstrap, const char* op) {
+  int self = (int)getpid();
+  if (bootstrap->pid == self) return fcclSuccess;
+  return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
+                    "bootstrap %s in process %d, a child of fork() of process %d, which made the communicator: it "
+                    "belongs to that process and its ranks; the child must create a communicator of its own",
+                    op, self, bootstrap->pid);
+}
 
 fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allData, size_t bytesPerRank) {
   if (bootstrap == NULL || bootstrap->ops == NULL)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap all-gather on a NULL bootstrap");
+  FCCLCHECK(checkProcess(bootstrap, "all-gather"));
   if (allData == NULL && bytesPerRank > 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap all-gather of %zu bytes into NULL",
                       bytesPerRank);
@@ -22,8 +34,13 @@ fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allDa
 fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap) {
   if (bootstrap == NULL || bootstrap->ops == NULL)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap barrier on a NULL bootstrap");
+  FCCLCHECK(checkProcess(bootstrap, "barrier"));
   if (bootstrap->nranks == 1) return fcclSuccess;
   return bootstrap->ops->barrier(bootstrap);
+}
+
+int fcclBootstrapInCallback(const struct fcclBootstrap* bootstrap) {
+  return bootstrap != NULL && __atomic_load_n(&bootstrap->inCallback, __ATOMIC_ACQUIRE) != 0;
 }
 
 void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap) {

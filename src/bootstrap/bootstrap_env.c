@@ -1,9 +1,9 @@
 /*
  * Launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) and PMI (PMI_RANK/PMI_SIZE, MPI_LOCALRANKID), with FCCL_COMM_ID=host:port.
- * Rank 0 starts the TCP root at that address; the others connect to it with a secret that every rank derives from
- * the same launch (the address and the world size), so no id has to be passed around. The derived secret only
- * keeps apart jobs that reuse a port; it is not a defence against a process that can read the environment.
+ * Rank 0 starts the TCP root at that address (that address only); the others connect to it. No id is passed
+ * around, so the secret comes from the launch: FCCL_COMM_SECRET, which the launcher exports to every rank and which
+ * only processes able to read the launch environment know (docs/bootstrap.md#threat-model).
  */
 #include "bootstrap.h"
 
@@ -12,11 +12,14 @@
 #include "socket.h"
 #include "wire.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+
+/* Shortest FCCL_COMM_SECRET accepted: 16 characters of openssl rand -hex carry 64 bits, the unique id's. */
+#define ENV_SECRET_MIN_CHARS 16
 
 /* Parses a whole decimal integer; 0 when the text is not one. */
 static int parseInt(const char* text, long* value) {
@@ -38,6 +41,38 @@ static fcclResult_t readInt(const char* name, int required, long* value, int* pr
   }
   if (!parseInt(text, value))
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "launcher variable %s=%s is not an integer", name, text);
+  return fcclSuccess;
+}
+
+/*
+ * The launch's secret. A communicator of one rank has no peer to share it with: it draws one. Otherwise every rank
+ * reads the same FCCL_COMM_SECRET, which must be there: a secret derived from what every local process can see
+ * (the address, the world size) would let any of them join as a missing rank.
+ */
+static fcclResult_t resolveSecret(struct fcclEnvLaunch* launch) {
+  if (launch->nranks == 1) {
+    ssize_t got;
+    do {
+      got = getrandom(&launch->secret, sizeof(launch->secret), 0);
+    } while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sizeof(launch->secret))
+      return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "getrandom for the bootstrap secret failed: %s",
+                        got < 0 ? strerror(errno) : "short read");
+    return fcclSuccess;
+  }
+  const char* text = fcclParamString(FCCL_PARAM_COMM_SECRET);
+  if (text[0] == '\0')
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "FCCL_COMM_SECRET is not set: with %d ranks, fcclCommInitFromEnv needs the launcher to export "
+                      "one random secret to every rank, e.g. FCCL_COMM_SECRET=$(openssl rand -hex 16) before "
+                      "torchrun (the same value on every node), or mpirun -x FCCL_COMM_SECRET",
+                      launch->nranks);
+  size_t length = strlen(text);
+  if (length < ENV_SECRET_MIN_CHARS)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "FCCL_COMM_SECRET has %zu characters: give at least %d random ones (openssl rand -hex 16)",
+                      length, ENV_SECRET_MIN_CHARS);
+  launch->secret = fcclBootstrapEnvSecret(text, launch->addr, launch->nranks);
   return fcclSuccess;
 }
 
@@ -86,7 +121,7 @@ fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch) {
       return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "FCCL_COMM_ID is longer than %zu characters",
                         sizeof(launch->addr) - 1);
     snprintf(launch->addr, sizeof(launch->addr), "%s", commId);
-    return fcclSuccess;
+    return resolveSecret(launch);
   }
   const char* masterAddr = getenv("MASTER_ADDR");
   const char* masterPort = getenv("MASTER_PORT");
@@ -103,51 +138,42 @@ fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch) {
   int n = snprintf(launch->addr, sizeof(launch->addr), isV6 ? "[%s]:%ld" : "%s:%ld", masterAddr, port + 1);
   if (n < 0 || (size_t)n >= sizeof(launch->addr))
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "MASTER_ADDR is too long");
-  return fcclSuccess;
+  return resolveSecret(launch);
 }
 
-uint64_t fcclBootstrapEnvSecret(const struct fcclEnvLaunch* launch) {
-  char text[320];
-  snprintf(text, sizeof(text), "fccl-env-v%u|%s|%d", FCCL_BOOTSTRAP_PROTOCOL_VERSION, launch->addr, launch->nranks);
-  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a, then the splitmix64 finaliser to spread the bits */
-  for (const char* p = text; *p; p++) {
-    hash ^= (unsigned char)*p;
+static uint64_t fnv1a(uint64_t hash, const char* text) {
+  for (const char* c = text; *c; c++) {
+    hash ^= (unsigned char)*c;
     hash *= 0x100000001b3ull;
   }
+  return hash;
+}
+
+uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks) {
+  /* FNV-1a over "fccl-env-v<protocol>|<address>|<world size>|<secret>", then the splitmix64 finaliser. Not a
+   * cryptographic hash, and it need not be one: the value travels in clear in every hello, so it is as secret as
+   * the traffic, and what it protects is that a process which cannot read the launch environment cannot know it.
+   * The address and the world size keep apart jobs that share a secret. */
+  char prefix[320];
+  snprintf(prefix, sizeof(prefix), "fccl-env-v%u|%s|%d|", FCCL_BOOTSTRAP_PROTOCOL_VERSION, addr, nranks);
+  uint64_t hash = fnv1a(fnv1a(0xcbf29ce484222325ull, prefix), secretText);
   hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
   hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
   return hash ^ (hash >> 31);
-}
-
-static int isLoopback(const union fcclSocketAddress* addr) {
-  if (addr->sa.sa_family == AF_INET) return (ntohl(addr->sin.sin_addr.s_addr) >> 24) == 127;
-  return addr->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&addr->sin6.sin6_addr);
 }
 
 fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
                                   struct fcclBootstrap** bootstrap) {
   union fcclSocketAddress addr;
   FCCLCHECK(fcclSocketParseHostPort(launch->addr, &addr));
-  uint64_t secret = fcclBootstrapEnvSecret(launch);
   fcclUniqueId id;
   if (launch->rank == 0) {
-    /* Listen on every interface of the family (the name may resolve to an address this host does not own, as
-     * behind NAT), except for a loopback address, which stays private to the host. */
-    union fcclSocketAddress listenAt = addr;
-    if (!isLoopback(&addr)) {
-      if (addr.sa.sa_family == AF_INET)
-        listenAt.sin.sin_addr.s_addr = htonl(INADDR_ANY);
-      else
-        listenAt.sin6.sin6_addr = in6addr_any;
-    }
-    FCCLCHECK(fcclBootstrapStartRoot(&listenAt, secret, timeoutMs, &id));
-    /* Connect to the address the others use when the root listens on all interfaces. */
-    if (!isLoopback(&addr)) {
-      struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = secret, .rootAddr = addr};
-      fcclWireEncodeId((uint8_t*)id.internal, &wid);
-    }
+    /* Exactly the address asked for, not every interface: the port is reachable where the ranks look for it and
+     * nowhere else. */
+    FCCLCHECK(fcclBootstrapStartRoot(&addr, launch->secret, timeoutMs, &id));
   } else {
-    struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = secret, .rootAddr = addr};
+    struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = launch->secret,
+                             .rootAddr = addr};
     fcclWireEncodeId((uint8_t*)id.internal, &wid);
   }
   FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d from %s variables, rendezvous at %s", launch->rank, launch->nranks,

@@ -1,7 +1,8 @@
 /*
  * Bootstrap through the application's own all-gather and barrier (an inference server's process group). fccl
  * cannot bound a callback's wait: the callbacks must return (with an error if need be) on their own. The abort
- * flag is checked before each call.
+ * flag is checked before each call, and b->inCallback says while one runs, so that fcclCommAbort need not wait
+ * for it (docs/bootstrap.md#the-external-and-nccl-methods).
  */
 #include "bootstrap.h"
 
@@ -10,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct externalState {
   fcclBootstrapCallbacks_t callbacks;
@@ -37,8 +39,10 @@ static fcclResult_t externalAllGather(struct fcclBootstrap* b, void* allData, si
   if (!send)
     return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a %zu-byte all-gather", bytesPerRank);
   if (bytesPerRank) memcpy(send, mine, bytesPerRank);
-  fcclResult_t res = callbackResult(st->callbacks.allgather(st->callbacks.userContext, send, allData, bytesPerRank),
-                                    "allgather", b->rank);
+  __atomic_store_n(&b->inCallback, 1, __ATOMIC_RELEASE);
+  fcclResult_t called = st->callbacks.allgather(st->callbacks.userContext, send, allData, bytesPerRank);
+  __atomic_store_n(&b->inCallback, 0, __ATOMIC_RELEASE);
+  fcclResult_t res = callbackResult(called, "allgather", b->rank);
   if (res == fcclSuccess && bytesPerRank && memcmp(send, mine, bytesPerRank) != 0)
     res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
                      "rank %d: the application's allgather callback did not put this rank's bytes at position %d: it "
@@ -53,8 +57,12 @@ static fcclResult_t externalBarrier(struct fcclBootstrap* b) {
   if (fcclAborted(b->abortFlag))
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "rank %d: aborted (fcclCommAbort) before a barrier",
                       b->rank);
-  if (st->callbacks.barrier)
-    return callbackResult(st->callbacks.barrier(st->callbacks.userContext), "barrier", b->rank);
+  if (st->callbacks.barrier) {
+    __atomic_store_n(&b->inCallback, 1, __ATOMIC_RELEASE);
+    fcclResult_t called = st->callbacks.barrier(st->callbacks.userContext);
+    __atomic_store_n(&b->inCallback, 0, __ATOMIC_RELEASE);
+    return callbackResult(called, "barrier", b->rank);
+  }
   /* No barrier callback: an all-gather of one byte is one. */
   uint8_t* token = calloc((size_t)b->nranks, 1);
   if (!token) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a barrier");
@@ -94,6 +102,7 @@ fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks
   b->nranks = nranks;
   b->timeoutMs = 0;
   b->abortFlag = abortFlag;
+  b->pid = (int)getpid();
   b->impl = st;
   *bootstrap = b;
   return fcclSuccess;

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <time.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
@@ -198,6 +199,7 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
   b->nranks = nranks;
   b->timeoutMs = timeoutMs;
   b->abortFlag = abortFlag;
+  b->pid = (int)getpid();
   b->impl = st;
   FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d: bootstrap through NCCL %d on device %d", rank, nranks, version, ncclDev);
   *bootstrap = b;

@@ -1,6 +1,7 @@
 /*
  * Bounded, abortable TCP primitives. Every socket is non-blocking; waits are poll() calls of at most
- * FCCL_SOCKET_POLL_SLICE_MS, after each of which the abort flag and the deadline are checked.
+ * FCCL_SOCKET_POLL_SLICE_MS, after each of which the abort flag and the deadline are checked. Every socket made
+ * here is close-on-exec and known to the fork handler below, which takes it from a child of fork().
  */
 #include "socket.h"
 
@@ -15,11 +16,104 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- every bootstrap socket of the process, for fork() ---- */
+
+/*
+ * A child of fork() that does not exec (a data-loader worker, a multiprocessing pool) inherits a copy of every
+ * descriptor. While such a child lives, a bootstrap connection stays open on its side even after the rank that owns
+ * it dies, so the rank's peers see no end of stream and wait their whole timeout, blaming live ranks. So every
+ * bootstrap socket (listeners, ring and root connections, connections not yet admitted) is recorded here by
+ * descriptor, with its inode, and the fork handler replaces each one in the child by a socket that was never
+ * connected: the connections are the parent's alone again, while the child's copy of the bootstrap's state still
+ * names valid descriptors, whose use fails at once and whose close closes nothing of the parent's.
+ * Sockets are made and closed under socketsLock, which fork() takes too, so none escapes between the two.
+ */
+static pthread_mutex_t socketsLock = PTHREAD_MUTEX_INITIALIZER;
+static ino_t* socketInodes; /* indexed by descriptor: its inode while a bootstrap socket, else 0; socketsLock */
+static int socketSlots;
+
+static void socketsLockForFork(void) { pthread_mutex_lock(&socketsLock); }
+static void socketsUnlockInParent(void) { pthread_mutex_unlock(&socketsLock); }
+
+/* Runs in the child, where only the forking thread exists; async-signal-safe calls only. */
+static void socketsReleaseInChild(void) {
+  int placeholder = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct stat st;
+  ino_t placeholderInode = placeholder >= 0 && fstat(placeholder, &st) == 0 ? st.st_ino : 0;
+  for (int fd = 0; fd < socketSlots; fd++) {
+    if (socketInodes[fd] == 0) continue;
+    /* A descriptor closed behind our back (not through fcclSocketClose) and reused is someone else's now. */
+    if (fd == placeholder || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != socketInodes[fd]) {
+      socketInodes[fd] = 0;
+      continue;
+    }
+    if (placeholderInode != 0 && dup3(placeholder, fd, O_CLOEXEC) == fd) {
+      socketInodes[fd] = placeholderInode;
+    } else {
+      close(fd); /* no placeholder to be had: the child's copy of the state then names a closed descriptor */
+      socketInodes[fd] = 0;
+    }
+  }
+  if (placeholder >= 0) close(placeholder);
+  pthread_mutex_unlock(&socketsLock);
+}
+
+static void socketsRegisterForkHandlers(void) {
+  pthread_atfork(socketsLockForFork, socketsUnlockInParent, socketsReleaseInChild);
+}
+static pthread_once_t socketsForkOnce = PTHREAD_ONCE_INIT;
+
+/* Records fd (a socket just made) under socketsLock; 0 when there is no memory to record it. */
+static int socketTrack(int fd) {
+  if (fd >= socketSlots) {
+    int slots = socketSlots ? socketSlots : 64;
+    while (slots <= fd) slots *= 2;
+    ino_t* grown = realloc(socketInodes, (size_t)slots * sizeof(*grown));
+    if (!grown) return 0;
+    memset(grown + socketSlots, 0, (size_t)(slots - socketSlots) * sizeof(*grown));
+    socketInodes = grown;
+    socketSlots = slots;
+  }
+  struct stat st;
+  socketInodes[fd] = fstat(fd, &st) == 0 ? st.st_ino : 0;
+  return 1;
+}
+
+/* socket() or accept4() (accepting from listenFd when it is >= 0), recorded; -1 with errno on failure. */
+static int socketMake(int family, int listenFd, union fcclSocketAddress* peer, socklen_t* length) {
+  pthread_once(&socketsForkOnce, socketsRegisterForkHandlers);
+  pthread_mutex_lock(&socketsLock);
+  int fd;
+  if (listenFd >= 0) {
+    do {
+      fd = accept4(listenFd, &peer->sa, length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+  } else {
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  }
+  if (fd >= 0 && !socketTrack(fd)) {
+    close(fd);
+    fd = -1;
+    errno = ENOMEM;
+  }
+  pthread_mutex_unlock(&socketsLock);
+  return fd;
+}
+
+static void socketRelease(int fd) {
+  pthread_mutex_lock(&socketsLock);
+  if (fd < socketSlots) socketInodes[fd] = 0;
+  close(fd);
+  pthread_mutex_unlock(&socketsLock);
+}
 
 int64_t fcclTimeMs(void) {
   struct timespec now;
@@ -142,7 +236,7 @@ static void setNoDelay(int fd) {
 
 fcclResult_t fcclSocketListen(const union fcclSocketAddress* addr, int* fd, union fcclSocketAddress* bound) {
   char text[FCCL_SOCKET_ADDR_STR];
-  int sock = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int sock = socketMake(addr->sa.sa_family, -1, NULL, NULL);
   if (sock < 0)
     return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "socket() for a listener at %s failed: %s",
                       fcclSocketAddrToString(addr, text, sizeof(text)), strerror(errno));
@@ -150,14 +244,17 @@ fcclResult_t fcclSocketListen(const union fcclSocketAddress* addr, int* fd, unio
   if (setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
       bind(sock, &addr->sa, fcclSocketAddrLen(addr)) != 0 || listen(sock, SOMAXCONN) != 0) {
     int err = errno;
-    close(sock);
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot listen at %s: %s",
-                      fcclSocketAddrToString(addr, text, sizeof(text)), strerror(err));
+    socketRelease(sock);
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "cannot listen at %s: %s%s",
+                      fcclSocketAddrToString(addr, text, sizeof(text)), strerror(err),
+                      err == EADDRNOTAVAIL ? " (it is not an address of this host)"
+                      : err == EADDRINUSE  ? " (another socket listens there)"
+                                           : "");
   }
   socklen_t length = sizeof(*bound);
   if (getsockname(sock, &bound->sa, &length) != 0) {
     int err = errno;
-    close(sock);
+    socketRelease(sock);
     return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getsockname on a listener failed: %s", strerror(err));
   }
   *fd = sock;
@@ -186,7 +283,7 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
   int lastErr = 0;
   for (;;) {
     if (fcclAborted(abortFlag)) return abortedError(what);
-    int sock = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int sock = socketMake(addr->sa.sa_family, -1, NULL, NULL);
     if (sock < 0)
       return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "socket() to connect to %s failed: %s", what,
                         strerror(errno));
@@ -200,7 +297,7 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
       err = ETIMEDOUT;
       for (;;) {
         if (fcclAborted(abortFlag)) {
-          close(sock);
+          socketRelease(sock);
           return abortedError(what);
         }
         int revents = pollOne(sock, POLLOUT, deadlineMs);
@@ -221,7 +318,7 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
       *fd = sock;
       return fcclSuccess;
     }
-    close(sock);
+    socketRelease(sock);
     lastErr = err;
     int transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
                     err == ECONNRESET || err == EAGAIN;
@@ -229,8 +326,8 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
       return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "connect to %s at %s failed: %s", what, text,
                         strerror(err));
     if (!retry)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "cannot reach %s at %s: %s (did it exit?)", what, text,
-                        strerror(err));
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "cannot reach %s at %s: %s%s", what, text, strerror(err),
+                        err == ECONNREFUSED ? " (nothing listens there any more)" : "");
     int64_t now = fcclTimeMs();
     if (now >= deadlineMs) break;
     /* Back off up to 50 ms: a late listener is found quickly without spinning. */
@@ -246,10 +343,7 @@ fcclResult_t fcclSocketConnect(const union fcclSocketAddress* addr, int64_t dead
 fcclResult_t fcclSocketAcceptPending(int listenFd, int* fd, union fcclSocketAddress* peer) {
   socklen_t length = sizeof(*peer);
   memset(peer, 0, sizeof(*peer));
-  int sock;
-  do {
-    sock = accept4(listenFd, &peer->sa, &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  } while (sock < 0 && errno == EINTR);
+  int sock = socketMake(AF_UNSPEC, listenFd, peer, &length);
   if (sock < 0) {
     *fd = -1;
     /* A connection that was reset while queued is not our failure; nothing else is pending either. */
@@ -286,8 +380,8 @@ fcclResult_t fcclSocketSendAll(int fd, const void* buf, size_t size, int64_t dea
   while (done < size) {
     long rc = fcclSocketTrySend(fd, bytes + done, size - done);
     if (rc < 0)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "sending to %s failed: %s (did it exit?)", what,
-                        strerror(errno));
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "sending to %s failed: %s%s", what, strerror(errno),
+                        errno == EPIPE || errno == ECONNRESET ? " (it closed its connection)" : "");
     done += (size_t)rc;
     if (done == size) break;
     if (fcclAborted(abortFlag)) return abortedError(what);
@@ -326,7 +420,7 @@ fcclResult_t fcclSocketRecvAll(int fd, void* buf, size_t size, int64_t deadlineM
 }
 
 void fcclSocketClose(int* fd) {
-  if (*fd >= 0) close(*fd);
+  if (*fd >= 0) socketRelease(*fd);
   *fd = -1;
 }
 
@@ -334,6 +428,6 @@ void fcclSocketCloseAfterPeer(int* fd) {
   if (*fd < 0) return;
   struct linger abortive = {.l_onoff = 1, .l_linger = 0};
   (void)setsockopt(*fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
-  close(*fd);
+  socketRelease(*fd);
   *fd = -1;
 }

@@ -11,8 +11,12 @@
 #ifndef FCCL_BOOTSTRAP_TCP_H_
 #define FCCL_BOOTSTRAP_TCP_H_
 
+#include "debug.h"
 #include "fccl.h"
+#include "socket.h"
+#include "wire.h"
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +36,75 @@ void fcclTcpSendNotice(int fd, const uint8_t* frame, size_t size);
 
 /* Reads what is already queued (so that close sends FIN, not a reset that could destroy our reply), then closes. */
 void fcclTcpDrainAndClose(int* fd);
+
+/* ---- connections not yet admitted (tcp_pending.c) ------------------------------------------------------------ */
+
+/*
+ * The connections a listener (the root's, a rank's ring listener) has accepted but whose first frame has not shown
+ * the secret yet. Any local process can connect, so a stranger must never take the place of a rank that presents
+ * the secret: each frame is read as it arrives (a rank sends its hello right after connecting, so it is usually
+ * complete by the time it is accepted); at most FCCL_TCP_PENDING_MAX are held, the rest wait in the kernel's
+ * backlog (the listener is not polled meanwhile); and while the table is full and the backlog is not empty, the
+ * stranger idle longest (silent for FCCL_TCP_EVICT_IDLE_MS), or one whose frame is still incomplete
+ * FCCL_TCP_EVICT_SLOW_MS after it was accepted, is closed to make room. Lines about refused connections are
+ * rate-limited. docs/bootstrap.md#strangers
+ */
+#define FCCL_TCP_PENDING_MAX 64
+#define FCCL_TCP_EVICT_IDLE_MS 100
+#define FCCL_TCP_EVICT_SLOW_MS 1000
+/* Refusals logged one by one; after that one line per FCCL_TCP_REFUSAL_SUMMARY_MS says how many more there were. */
+#define FCCL_TCP_REFUSALS_LOGGED 8
+#define FCCL_TCP_REFUSAL_SUMMARY_MS 2000
+
+struct fcclTcpConn {
+  int fd;
+  union fcclSocketAddress peer;
+  struct fcclWireReader reader;
+  int64_t acceptedMs;
+  int64_t activeMs; /* when its last byte came (or when it was accepted) */
+};
+
+struct fcclTcpPending {
+  int listenFd;
+  int count;
+  int64_t acceptAfterMs; /* after a failed accept (out of descriptors) the listener is left alone until then */
+  char owner[48];        /* "bootstrap root at 127.0.0.1:4000", "rank 3": names the listener in log lines */
+  int refusalsLogged;
+  unsigned long refusalsUnlogged; /* since the last line */
+  int64_t refusalSummaryMs;
+  struct fcclTcpConn conns[FCCL_TCP_PENDING_MAX];
+};
+
+void fcclTcpPendingInit(struct fcclTcpPending* p, int listenFd, const char* owner);
+
+/*
+ * Accepts one queued connection when there is room; returns its index, or -1 when nothing was accepted (no room,
+ * none queued, or a failed accept, after which the listener rests for a while). Read its frame at once.
+ */
+int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now);
+
+/* fcclWireReaderProgress on connection i, keeping its activity time. */
+fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int64_t now, int* err,
+                                        fcclWireStatus_t* status, char* why, size_t whySize);
+
+/* Removes connection i and returns its descriptor (the caller owns it now). Indices of the others may change. */
+int fcclTcpPendingTake(struct fcclTcpPending* p, int i);
+
+/* Logs (rate-limited, at level) why connection i is refused, then closes and removes it. */
+void fcclTcpPendingRefuse(struct fcclTcpPending* p, int i, fcclLogLevel_t level, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* When the table is full and more connections are queued, closes the strangers described above to make room. */
+void fcclTcpPendingEvict(struct fcclTcpPending* p, int64_t now);
+
+/*
+ * Fills fds with the listener (fd -1 while there is no room or it rests) followed by every held connection, in
+ * index order: fds[1 + i] is connection i. fds needs 1 + FCCL_TCP_PENDING_MAX entries; returns how many it filled.
+ */
+int fcclTcpPendingPollFds(const struct fcclTcpPending* p, struct pollfd* fds, int64_t now);
+
+/* Closes every held connection (not the listener) and logs how many refusals went unlogged. */
+void fcclTcpPendingClose(struct fcclTcpPending* p);
 
 /* ---- the root's side, called by a rank (tcp_root.c) ---------------------------------------------------------- */
 

@@ -21,9 +21,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Unauthenticated connections a rank keeps while it waits for its ring predecessor. */
-#define RING_MAX_PENDING 8
-
 /* A rank waits for the root's verdict a little longer than the root waits for the ranks, so that the root (which
  * knows who is missing) reports first (docs/bootstrap.md#failures). */
 static int verdictGraceMs(int timeoutMs) {
@@ -161,8 +158,8 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d is gone: sending to it failed during bootstrap %s #%u (%s); it exited or failed",
-                        next, op, seq, strerror(errno));
+                        "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next, op,
+                        seq, strerror(errno));
       sendOff += (size_t)rc;
       progressed = 1;
       if (sendOff == frameSize) {
@@ -200,12 +197,12 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       long rc = fcclSocketTryRecv(t->fdPrev, dst, want);
       if (rc == 0)
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", prev, op, seq);
+                        "rank %d closed its connection during bootstrap %s #%u", prev, op, seq);
       if (rc < 0 && errno == EAGAIN) break;
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "receiving from rank %d failed during bootstrap %s #%u: %s; it exited or failed", prev, op,
-                        seq, strerror(errno));
+                        "receiving from rank %d failed during bootstrap %s #%u: %s%s", prev, op, seq,
+                        strerror(errno), errno == ECONNRESET ? " (it closed its connection)" : "");
       progressed = 1;
       recvOff += (size_t)rc;
       if (recvOff == FCCL_WIRE_HEADER_BYTES) {
@@ -245,7 +242,7 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       }
       if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR)
         return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d closed its connection during bootstrap %s #%u: it exited or failed", next, op, seq);
+                        "rank %d closed its connection during bootstrap %s #%u", next, op, seq);
       if (rr == FCCL_READ_MALFORMED)
         return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next, why);
     }
@@ -327,8 +324,8 @@ static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline,
     if (rc == 0) {
       free(body);
       return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (did the "
-                        "process that called fcclGetUniqueId exit?)",
+                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (the "
+                        "process that called fcclGetUniqueId exited, or stopped serving the id)",
                         rank, rootText);
     }
     if (rc < 0 && errno != EAGAIN) {
@@ -375,69 +372,71 @@ static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline,
   return fcclSuccess;
 }
 
+/* Reads connection i of the ring listener: 1 when it is prev's valid ring hello (t->fdPrev is then set). */
+static int ringHandlePending(struct fcclBootstrap* b, struct tcpState* t, struct fcclTcpPending* pending, int i,
+                             int64_t now) {
+  const int n = b->nranks, prev = (b->rank - 1 + n) % n;
+  char why[256] = "";
+  int err = 0;
+  fcclWireStatus_t status;
+  fcclWireReadResult_t rr = fcclTcpPendingRead(pending, i, now, &err, &status, why, sizeof(why));
+  if (rr == FCCL_READ_MORE) return 0;
+  if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
+    fcclTcpPendingRefuse(pending, i, fcclLogInfo, "closed before its ring hello (%s)",
+                         rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
+    return 0;
+  }
+  if (rr == FCCL_READ_MALFORMED) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "%s", why);
+    return 0;
+  }
+  const struct fcclWireReader* reader = &pending->conns[i].reader;
+  struct fcclWireRingHello hello;
+  if (reader->header.type != FCCL_WIRE_RING_HELLO) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "%s where a ring hello belongs", opName(reader->header.type));
+  } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, &hello, why,
+                                    sizeof(why)) != FCCL_WIRE_OK) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "invalid ring hello: %s", why);
+  } else if (hello.secret != t->secret) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello.rank);
+  } else if (hello.nranks != n || hello.rank != prev) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d connected where rank %d of %d belongs",
+                         (int)hello.rank, (int)hello.nranks, prev, n);
+  } else {
+    t->fdPrev = fcclTcpPendingTake(pending, i);
+    return 1;
+  }
+  return 0;
+}
+
 /*
- * Accepts connections until one is a valid ring hello from prev. Strangers are refused and logged; the
- * connection to next is watched for an error notice (or its closing) meanwhile.
+ * Accepts connections until one is a valid ring hello from prev. Strangers are refused (tcp.h: they never take
+ * prev's place); the connection to next is watched for an error notice (or its closing) meanwhile.
  */
 static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int listenFd, int64_t deadline) {
   const int n = b->nranks, rank = b->rank, prev = (rank - 1 + n) % n, next = (rank + 1) % n;
-  struct {
-    int fd;
-    union fcclSocketAddress peer;
-    struct fcclWireReader reader;
-  } pending[RING_MAX_PENDING];
-  int npending = 0;
+  struct fcclTcpPending* pending = malloc(sizeof(*pending));
+  if (!pending) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the ring setup");
+  char owner[48];
+  snprintf(owner, sizeof(owner), "rank %d's ring listener", rank);
+  fcclTcpPendingInit(pending, listenFd, owner);
   fcclResult_t res = fcclSuccess;
   struct fcclWireReader backward;
   fcclWireReaderInit(&backward);
 
   while (t->fdPrev < 0) {
-    for (;;) {
-      int fd;
-      union fcclSocketAddress peer;
-      res = fcclSocketAcceptPending(listenFd, &fd, &peer);
-      if (res != fcclSuccess) goto out;
-      if (fd < 0) break;
-      if (npending == RING_MAX_PENDING) {
-        fcclSocketClose(&pending[0].fd);
-        memmove(&pending[0], &pending[1], sizeof(pending[0]) * (RING_MAX_PENDING - 1));
-        npending--;
+    int64_t now = fcclTimeMs();
+    for (int i = pending->count - 1; i >= 0 && t->fdPrev < 0; i--) ringHandlePending(b, t, pending, i, now);
+    /* New connections, each read at once: prev's ring hello is usually there by the time it is accepted. */
+    for (int accepted = 0; t->fdPrev < 0 && accepted < 2 * FCCL_TCP_PENDING_MAX; accepted++) {
+      int i = fcclTcpPendingAccept(pending, now);
+      if (i < 0) {
+        int before = pending->count;
+        fcclTcpPendingEvict(pending, now); /* a full table with more waiting: strangers make room */
+        if (pending->count == before) break;
+        continue;
       }
-      pending[npending].fd = fd;
-      pending[npending].peer = peer;
-      fcclWireReaderInit(&pending[npending].reader);
-      npending++;
-    }
-    for (int i = npending - 1; i >= 0 && t->fdPrev < 0; i--) {
-      char why[256] = "", peerText[FCCL_SOCKET_ADDR_STR];
-      int err = 0;
-      fcclWireStatus_t status;
-      fcclWireReadResult_t rr = fcclWireReaderProgress(&pending[i].reader, pending[i].fd, &err, &status, why,
-                                                       sizeof(why));
-      if (rr == FCCL_READ_MORE) continue;
-      fcclSocketAddrToString(&pending[i].peer, peerText, sizeof(peerText));
-      if (rr == FCCL_READ_FRAME) {
-        struct fcclWireRingHello hello;
-        if (pending[i].reader.header.type != FCCL_WIRE_RING_HELLO) {
-          snprintf(why, sizeof(why), "%s where a ring hello belongs", opName(pending[i].reader.header.type));
-        } else if (fcclWireParseRingHello(pending[i].reader.buf + FCCL_WIRE_HEADER_BYTES,
-                                          pending[i].reader.header.length, &hello, why, sizeof(why)) != FCCL_WIRE_OK) {
-        } else if (hello.secret != t->secret) {
-          snprintf(why, sizeof(why), "wrong secret (claims rank %d)", (int)hello.rank);
-        } else if (hello.nranks != n || hello.rank != prev) {
-          snprintf(why, sizeof(why), "rank %d of %d connected where rank %d of %d belongs", (int)hello.rank,
-                   (int)hello.nranks, prev, n);
-        } else {
-          t->fdPrev = pending[i].fd;
-          pending[i] = pending[--npending];
-          break;
-        }
-      } else if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
-        snprintf(why, sizeof(why), "closed before its hello");
-      }
-      FCCL_WARN(FCCL_SUBSYS_BOOT, "rank %d: refused a connection from %s: %s", rank, peerText, why);
-      fcclSocketClose(&pending[i].fd);
-      pending[i] = pending[--npending];
+      ringHandlePending(b, t, pending, i, now);
     }
     if (t->fdPrev >= 0) break;
 
@@ -451,31 +450,29 @@ static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int 
     }
     if (rr != FCCL_READ_MORE) {
       res = ringFail(t, rank, fcclRemoteError, next, 0,
-                     "rank %d closed its connection during ring setup: it exited or failed", next);
+                     "rank %d closed its connection during ring setup", next);
       goto out;
     }
     if (fcclAborted(b->abortFlag)) {
       res = ringFail(t, rank, fcclInvalidUsage, rank, 1, "rank %d aborted (fcclCommAbort) during ring setup", rank);
       goto out;
     }
-    int64_t now = fcclTimeMs();
     if (now >= deadline) {
       res = ringFail(t, rank, fcclTimeout, prev, 1,
-                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms (it exited or is "
-                     "stuck after the rendezvous)",
+                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms after the "
+                     "rendezvous",
                      prev, rank, b->timeoutMs);
       goto out;
     }
-    struct pollfd fds[2 + RING_MAX_PENDING];
-    nfds_t nfds = 0;
-    fds[nfds++] = (struct pollfd){.fd = listenFd, .events = POLLIN};
+    struct pollfd fds[2 + FCCL_TCP_PENDING_MAX];
+    nfds_t nfds = (nfds_t)fcclTcpPendingPollFds(pending, fds, now);
     fds[nfds++] = (struct pollfd){.fd = t->fdNext, .events = POLLIN};
-    for (int i = 0; i < npending; i++) fds[nfds++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
     int64_t left = deadline - now;
     (void)poll(fds, nfds, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
   }
 out:
-  for (int i = 0; i < npending; i++) fcclSocketClose(&pending[i].fd);
+  fcclTcpPendingClose(pending);
+  free(pending);
   return res;
 }
 
@@ -484,7 +481,7 @@ static void notifyQueued(int listenFd, int rank, int culprit, fcclResult_t resul
   const char* text = fcclThreadLastError();
   uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
   size_t size = fcclTcpEncodeErrorFrame(frame, result, culprit, rank, text);
-  for (int i = 0; i < RING_MAX_PENDING; i++) {
+  for (int i = 0; i < FCCL_TCP_PENDING_MAX; i++) {
     int fd;
     union fcclSocketAddress peer;
     if (fcclSocketAcceptPending(listenFd, &fd, &peer) != fcclSuccess || fd < 0) return;
@@ -540,6 +537,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   b->nranks = nranks;
   b->timeoutMs = timeoutMs;
   b->abortFlag = abortFlag;
+  b->pid = (int)getpid();
   b->impl = t;
 
   /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */

@@ -26,15 +26,12 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
 
-/* Unauthenticated connections the root keeps at once; the oldest is dropped beyond that. */
-#define ROOT_MAX_PENDING 64
 /* Roots this process may have running at once (unused unique ids keep theirs until the timeout). */
 #define MAX_LIVE_ROOTS 1024
 /* How long the root waits for ranks to close after the welcome, to leave no socket in TIME_WAIT. */
 #define ROOT_LINGER_MS 1000
-/* After a failed accept (out of file descriptors, say) the root leaves its listener alone this long: the
- * connection stays queued and the listener readable, so polling it at once again would spin. */
-#define ROOT_ACCEPT_BACKOFF_MS 100
+/* Connections accepted in one go before the root looks at its ranks and its deadline again. */
+#define ROOT_ACCEPT_BURST (2 * FCCL_TCP_PENDING_MAX)
 
 struct tcpRoot {
   int listenFd;
@@ -52,12 +49,6 @@ static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
 static struct tcpRoot* roots; /* guarded by rootsLock */
 static int rootsStop;         /* atomic: set at process exit, every root returns within a slice */
 
-struct rootPending {
-  int fd;
-  union fcclSocketAddress peer;
-  struct fcclWireReader reader;
-};
-
 struct rootRank {
   int fd; /* -1 until the rank arrived */
   struct fcclWireHello hello;
@@ -65,25 +56,17 @@ struct rootRank {
 
 struct rootState {
   struct tcpRoot* root;
-  struct rootPending pending[ROOT_MAX_PENDING];
-  int npending;
+  struct fcclTcpPending pending; /* connections before their hello */
   struct rootRank* ranks; /* nranks entries once the first rank arrived */
   int nranks;
   int arrived;
   int64_t deadline;
-  int64_t acceptAfter; /* fcclTimeMs() before which the listener is not polled (after a failed accept) */
   /* After a fatal error every authenticated rank, arrived or arriving, is told about it. */
   fcclResult_t fatal;
   int fatalCulprit;
   char fatalText[FCCL_WIRE_ERROR_TEXT_MAX];
   int answered;
 };
-
-static void rootDropPending(struct rootState* st, int index) {
-  fcclSocketClose(&st->pending[index].fd);
-  st->pending[index] = st->pending[st->npending - 1];
-  st->npending--;
-}
 
 static void rootReplyError(int* fd, fcclResult_t result, int culprit, const char* text) {
   uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
@@ -159,93 +142,68 @@ static void rootAdmit(struct rootState* st, int fd, const struct fcclWireHello* 
              (int)hello->rank, st->nranks, hello->host, (int)hello->pid, st->arrived, st->nranks);
 }
 
-/* A complete frame from an unauthenticated connection: a hello with the right secret, or refused. */
+/* A complete frame from a connection not yet admitted: a hello with the right secret, or refused. */
 static void rootHandleFrame(struct rootState* st, int index) {
-  struct rootPending* conn = &st->pending[index];
-  char peer[FCCL_SOCKET_ADDR_STR], why[256];
-  fcclSocketAddrToString(&conn->peer, peer, sizeof(peer));
+  struct fcclTcpConn* conn = &st->pending.conns[index];
+  char why[256];
   struct fcclWireHello hello;
   if (conn->reader.header.type != FCCL_WIRE_HELLO) {
-    FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: message type %u where a hello belongs",
-              peer, (unsigned)conn->reader.header.type);
-    rootDropPending(st, index);
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "message type %u where a hello belongs",
+                         (unsigned)conn->reader.header.type);
     return;
   }
   fcclWireStatus_t status = fcclWireParseHello(conn->reader.buf + FCCL_WIRE_HEADER_BYTES, conn->reader.header.length,
                                                &hello, why, sizeof(why));
   if (status != FCCL_WIRE_OK) {
-    FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: invalid hello: %s", peer, why);
     rootReplyError(&conn->fd, fcclRemoteError, -1, "bootstrap root refused the hello: invalid fields");
-    rootDropPending(st, index);
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "invalid hello: %s", why);
     return;
   }
   if (hello.secret != st->root->secret) {
-    FCCL_WARN(FCCL_SUBSYS_BOOT,
-              "bootstrap root: refused a connection from %s (claims rank %d, host %s, pid %d): wrong secret "
-              "(a unique id of another communicator, or a stray process)",
-              peer, (int)hello.rank, hello.host, (int)hello.pid);
     rootReplyError(&conn->fd, fcclRemoteError, -1,
                    "bootstrap root refused the connection: wrong secret (unique id of another communicator?)");
-    rootDropPending(st, index);
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn,
+                         "claims rank %d, host %s, pid %d, with the wrong secret (a unique id of another "
+                         "communicator, or a stray process)",
+                         (int)hello.rank, hello.host, (int)hello.pid);
     return;
   }
-  int fd = conn->fd;
-  conn->fd = -1;
-  rootDropPending(st, index);
-  rootAdmit(st, fd, &hello);
+  rootAdmit(st, fcclTcpPendingTake(&st->pending, index), &hello);
 }
 
-static void rootHandlePending(struct rootState* st, int index) {
-  struct rootPending* conn = &st->pending[index];
-  char peer[FCCL_SOCKET_ADDR_STR], why[256] = "";
+static void rootHandlePending(struct rootState* st, int index, int64_t now) {
+  char why[256] = "";
   int err = 0;
   fcclWireStatus_t status = FCCL_WIRE_OK;
-  fcclWireReadResult_t rr = fcclWireReaderProgress(&conn->reader, conn->fd, &err, &status, why, sizeof(why));
+  fcclWireReadResult_t rr = fcclTcpPendingRead(&st->pending, index, now, &err, &status, why, sizeof(why));
   switch (rr) {
     case FCCL_READ_MORE: return;
     case FCCL_READ_FRAME: rootHandleFrame(st, index); return;
     case FCCL_READ_CLOSED:
     case FCCL_READ_ERROR:
-      FCCL_INFO(FCCL_SUBSYS_BOOT, "bootstrap root: connection from %s closed before a hello (%s)",
-                fcclSocketAddrToString(&conn->peer, peer, sizeof(peer)), rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
-      rootDropPending(st, index);
+      fcclTcpPendingRefuse(&st->pending, index, fcclLogInfo, "closed before a hello (%s)",
+                           rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
       return;
-    case FCCL_READ_MALFORMED:
-      FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: refused a connection from %s: %s",
-                fcclSocketAddrToString(&conn->peer, peer, sizeof(peer)), why);
+    case FCCL_READ_MALFORMED: {
+      struct fcclTcpConn* conn = &st->pending.conns[index];
       if (status == FCCL_WIRE_BAD_VERSION) {
         /* An fccl of another version: tell it why, so its user sees the cause instead of a timeout. */
         char text[320];
         snprintf(text, sizeof(text), "bootstrap root refused the connection: %s", why);
         rootReplyError(&conn->fd, fcclRemoteError, -1, text);
       }
-      rootDropPending(st, index);
+      fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "%s", why);
       return;
+    }
   }
 }
 
-static void rootAccept(struct rootState* st) {
-  for (;;) {
-    int fd;
-    union fcclSocketAddress peer;
-    if (fcclSocketAcceptPending(st->root->listenFd, &fd, &peer) != fcclSuccess) {
-      /* Logged there; the rendezvous goes on (the failure may pass), but not by polling the listener at once. */
-      st->acceptAfter = fcclTimeMs() + ROOT_ACCEPT_BACKOFF_MS;
-      return;
-    }
-    if (fd < 0) return;
-    if (st->npending == ROOT_MAX_PENDING) {
-      char text[FCCL_SOCKET_ADDR_STR];
-      FCCL_WARN(FCCL_SUBSYS_BOOT, "bootstrap root: %d connections without a hello; dropping the oldest (from %s)",
-                ROOT_MAX_PENDING, fcclSocketAddrToString(&st->pending[0].peer, text, sizeof(text)));
-      fcclSocketClose(&st->pending[0].fd);
-      memmove(&st->pending[0], &st->pending[1], sizeof(st->pending[0]) * (ROOT_MAX_PENDING - 1));
-      st->npending--;
-    }
-    struct rootPending* conn = &st->pending[st->npending++];
-    conn->fd = fd;
-    conn->peer = peer;
-    fcclWireReaderInit(&conn->reader);
+/* New connections, each read at once: a rank's hello is usually there already, and it is admitted on the spot. */
+static void rootAccept(struct rootState* st, int64_t now) {
+  for (int n = 0; n < ROOT_ACCEPT_BURST; n++) {
+    int index = fcclTcpPendingAccept(&st->pending, now);
+    if (index < 0) return;
+    rootHandlePending(st, index, now);
   }
 }
 
@@ -350,6 +308,9 @@ static void* rootMain(void* arg) {
   }
   st->root = root;
   st->deadline = fcclTimeMs() + root->timeoutMs;
+  char addr[FCCL_SOCKET_ADDR_STR], owner[FCCL_SOCKET_ADDR_STR + 16];
+  snprintf(owner, sizeof(owner), "bootstrap root %s", fcclSocketAddrToString(&root->addr, addr, sizeof(addr)));
+  fcclTcpPendingInit(&st->pending, root->listenFd, owner);
   struct pollfd* fds = NULL;
   size_t fdsCap = 0;
 
@@ -367,7 +328,7 @@ static void* rootMain(void* arg) {
         rootTimeout(st);
       break;
     }
-    size_t need = 1 + (size_t)st->npending + (size_t)st->nranks;
+    size_t need = 1 + FCCL_TCP_PENDING_MAX + (size_t)st->nranks;
     if (need > fdsCap) {
       struct pollfd* grown = realloc(fds, need * sizeof(*fds));
       if (!grown) {
@@ -377,10 +338,9 @@ static void* rootMain(void* arg) {
       fds = grown;
       fdsCap = need;
     }
-    nfds_t nfds = 0;
-    /* fd -1 is ignored by poll: the listener while accepting backs off, ranks that have not arrived */
-    fds[nfds++] = (struct pollfd){.fd = now >= st->acceptAfter ? root->listenFd : -1, .events = POLLIN};
-    for (int i = 0; i < st->npending; i++) fds[nfds++] = (struct pollfd){.fd = st->pending[i].fd, .events = POLLIN};
+    /* fd -1 is ignored by poll: the listener while it has no room or rests, ranks that have not arrived */
+    const int npending = st->pending.count;
+    nfds_t nfds = (nfds_t)fcclTcpPendingPollFds(&st->pending, fds, now);
     for (int r = 0; r < st->nranks; r++) fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN};
     int64_t left = st->deadline - now;
     int rc = poll(fds, nfds, left < 50 ? (int)left : 50);
@@ -388,18 +348,24 @@ static void* rootMain(void* arg) {
       rootFail(st, fcclSystemError, -1, "bootstrap root: poll failed: %s", strerror(errno));
       break;
     }
-    if (rc <= 0) continue;
-    /* Arrived ranks first (indices are stable), then pending connections from the back, then new ones. */
-    for (int r = 0; r < st->nranks; r++) {
-      struct pollfd* p = &fds[1 + st->npending + r];
-      if (p->fd >= 0 && st->ranks[r].fd == p->fd && p->revents) rootCheckRank(st, r);
+    now = fcclTimeMs();
+    if (rc > 0) {
+      /* Arrived ranks first (indices are stable), then pending connections from the back, then new ones. */
+      for (int r = 0; r < st->nranks; r++) {
+        struct pollfd* p = &fds[1 + npending + r];
+        if (p->fd >= 0 && st->ranks[r].fd == p->fd && p->revents) rootCheckRank(st, r);
+      }
+      for (int i = npending - 1; i >= 0; i--)
+        if (fds[1 + i].revents) rootHandlePending(st, i, now);
+      if (fds[0].revents) rootAccept(st, now);
     }
-    for (int i = st->npending - 1; i >= 0; i--)
-      if (fds[1 + i].revents) rootHandlePending(st, i);
-    if (fds[0].revents) rootAccept(st);
+    /* A full table with connections waiting behind it: strangers make room, and the waiting are taken at once. */
+    int before = st->pending.count;
+    fcclTcpPendingEvict(&st->pending, now);
+    if (st->pending.count < before) rootAccept(st, now);
   }
 
-  for (int i = 0; i < st->npending; i++) fcclSocketClose(&st->pending[i].fd);
+  fcclTcpPendingClose(&st->pending);
   for (int r = 0; r < st->nranks; r++) fcclSocketClose(&st->ranks[r].fd);
   fcclSocketClose(&root->listenFd);
   free(fds);

@@ -44,12 +44,23 @@ struct fcclComm {
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/local_group.h), or NULL */
 
+  unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
+
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
+  char failure[FCCL_LAST_ERROR_MAX];   /* why the communicator failed (fcclCommFail), "" while it works; errorLock */
 };
 
 /* Whether comm looks like a live communicator handle (non-NULL, magic intact). */
 int fcclCommIsValid(const struct fcclComm* comm);
+
+/* How many fork()s this process is away from the one that loaded fccl (0 there): a communicator made at another
+ * generation belongs to an ancestor process, whose peer mappings, pinned memory and sockets a child does not own. */
+unsigned fcclForkGeneration(void);
+
+/* fcclInvalidUsage (reported with caller's name) when comm was made by an ancestor of this process (a fork() came
+ * between): the only thing a child may do with it is nothing. */
+fcclResult_t fcclCommCheckOwner(const struct fcclComm* comm, const char* caller);
 
 /*
  * For entry points that use a communicator after init: fcclInvalidArgument for a bad handle (NULL, freed),
@@ -57,6 +68,17 @@ int fcclCommIsValid(const struct fcclComm* comm);
  * failure with caller's name.
  */
 fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
+
+/*
+ * The communicator cannot go on: a peer died, a kernel gave up. The first call sets its async error to result
+ * (unless init is still running or it failed already) and keeps text as the failure's cause, which every later
+ * call's error quotes and fcclGetLastError(comm) returns; with abort the abort flag is set as well, so that
+ * kernels stop at the abort word and host waits give up. Any thread; never blocks beyond the error lock.
+ */
+void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, int abort);
+
+/* The failure's cause ("" while the communicator works), copied into text. */
+void fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
 
 /* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm.c,
  * which also answers fcclGetLastError(comm)). */

@@ -11,11 +11,15 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "device.h"
 #include "param.h"
 #include "transport.h"
 
+#include "fccl_build_config.h"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +38,7 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_RESULT: return "the owner's reduced chunk";
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
     case FCCL_PHASE_LL128: return "LL128 lines";
+    case FCCL_PHASE_CONSUMED: return "the peer to copy a staging round out";
     default: return "unknown";
   }
 }
@@ -168,6 +173,26 @@ static void parseRequests(struct fcclDeviceState* s) {
   }
 }
 
+int fcclDeviceArchRunnable(int cc, const char* sassArchs, int ptxArch, char* why, size_t whySize) {
+  const char* p = sassArchs ? sassArchs : "";
+  while (*p) {
+    char* end = NULL;
+    long sm = strtol(p, &end, 10);
+    if (end == p) break;
+    if (sm / 10 == cc / 10 && sm % 10 <= cc % 10) return 1;
+    p = end;
+    while (*p == ' ' || *p == ',') p++;
+  }
+  if (ptxArch > 0 && ptxArch <= cc) return 1;
+  if (why)
+    snprintf(why, whySize,
+             "this build has SASS for compute capabilities %s and %s; a GPU of compute capability %d.%d can run none "
+             "of it (rebuild with -Dgpu_archs='%d.%d')",
+             sassArchs && sassArchs[0] ? sassArchs : "none", ptxArch > 0 ? "PTX of the newest" : "no PTX", cc / 10,
+             cc % 10, cc / 10, cc % 10);
+  return 0;
+}
+
 /* This rank's part: pointers, words, a clean slot. */
 static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceState* s, uint64_t* lastEpoch) {
   const int nranks = comm->nranks;
@@ -190,8 +215,15 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->dev.nranks = nranks;
   s->dev.timeoutNs = timeoutNs();
   CUDACHECK(cudaDeviceGetAttribute(&s->smCount, cudaDevAttrMultiProcessorCount, comm->cudaDev));
-  int ccMajor = 0;
+  int ccMajor = 0, ccMinor = 0;
   CUDACHECK(cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, comm->cudaDev));
+  CUDACHECK(cudaDeviceGetAttribute(&ccMinor, cudaDevAttrComputeCapabilityMinor, comm->cudaDev));
+  char why[256];
+  if (!fcclDeviceArchRunnable(ccMajor * 10 + ccMinor, FCCL_BUILD_SASS_ARCHS, FCCL_BUILD_PTX_ARCH, why, sizeof(why)))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "device %d cannot run fccl's kernels: %s", comm->cudaDev,
+                      why);
+  /* The build's list is what was asked for; the driver has the last word on what it loads. */
+  FCCLCHECK(fcclDeviceKernelsLoadable());
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
   s->ll128Auto = fcclDeviceLL128Auto();
   s->copyScatterMin = fcclDeviceCopyScatterMin();
@@ -279,6 +311,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   free(hellos);
   FCCLCHECK(res);
   start = fcclEpochNext(start);
+  s->firstEpoch = start;
 
   fcclDevState initial;
   memset(&initial, 0, sizeof(initial));
@@ -336,15 +369,17 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
   fcclResult_t result = (fcclResult_t)code;
   if (!__atomic_exchange_n(&s->reported, 1, __ATOMIC_ACQ_REL)) {
     const fcclDevHostWords* w = s->words;
+    /* The call number counts the communicator's calls that used an epoch since init, from 1. */
+    const unsigned long long call =
+        w->errorEpoch >= s->firstEpoch ? (unsigned long long)(w->errorEpoch - s->firstEpoch + 1) : 0;
     (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
-                     "rank %d: the %s kernel gave up in block %d waiting for rank %d (%s) at epoch %llu after "
-                     "%.1f ms (FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or abort it",
-                     w->errorRank, fcclAlgoName(w->errorKernel), w->errorBlock, w->errorPeer, phaseName(w->errorPhase),
-                     (unsigned long long)w->errorEpoch, (double)w->errorWaitedNs / 1e6,
+                     "rank %d: the %s kernel of call %llu (epoch %llu) gave up in block %d after %.1f ms: rank %d did "
+                     "not arrive (%s; FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or abort it",
+                     w->errorRank, fcclAlgoName(w->errorKernel), call, (unsigned long long)w->errorEpoch,
+                     w->errorBlock, (double)w->errorWaitedNs / 1e6, w->errorPeer, phaseName(w->errorPhase),
                      (unsigned long long)(s->dev.timeoutNs / 1000000ull), fcclGetErrorString(result));
     fcclCommRecordThreadError(comm);
-    fcclResult_t expected = fcclSuccess;
-    __atomic_compare_exchange_n(&comm->asyncError, &expected, result, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    fcclCommFail(comm, result, fcclThreadLastError(), 0);
   }
   return result;
 }

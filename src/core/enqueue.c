@@ -102,9 +102,12 @@ static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
                       caller);
   fcclResult_t kernels = fcclDeviceAsyncError(comm); /* describes a kernel failure the first time it is seen */
   if (state == fcclSuccess) state = kernels;
-  if (state != fcclSuccess)
-    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it", caller,
-                      fcclGetErrorString(state));
+  if (state != fcclSuccess) {
+    char failure[FCCL_LAST_ERROR_MAX];
+    fcclCommFailure(comm, failure, sizeof(failure));
+    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it",
+                      caller, failure[0] ? failure : fcclGetErrorString(state));
+  }
   return fcclSuccess;
 }
 
@@ -232,6 +235,8 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
   if (!fcclCommIsValid(comm))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", coll->name,
                       (void*)comm);
+  fcclResult_t owner = fcclCommCheckOwner(comm, coll->name);
+  if (owner != fcclSuccess) return owner;
   /* A rooted collective reads sendbuf on the root only: elsewhere it stands for recvbuf. */
   struct fcclCall rooted = *userCall;
   if (coll->rooted && comm->rank != rooted.root) rooted.sendbuf = rooted.recvbuf;

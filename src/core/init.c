@@ -16,6 +16,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "local_group.h"
+#include "monitor.h"
 #include "param.h"
 #include "transport.h"
 
@@ -31,12 +32,16 @@
 
 typedef enum { INIT_TCP, INIT_ENV, INIT_PREMADE } fcclInitKind_t;
 
+/* Who frees a communicator whose non-blocking init thread runs: the thread's joiner, or the thread itself. */
+typedef enum { INIT_THREAD_RUNNING = 0, INIT_THREAD_DONE, INIT_THREAD_ABANDONED } fcclInitThreadState_t;
+
 /* What commInitTask needs beyond the comm: how to bring the bootstrap up. */
 struct fcclInitJob {
   fcclInitKind_t kind;
   fcclUniqueId id;             /* INIT_TCP */
   struct fcclEnvLaunch launch; /* INIT_ENV */
                                /* INIT_PREMADE: comm->bootstrap was made by the caller (external, NCCL) */
+  int threadState;             /* fcclInitThreadState_t, atomic: see commAbort */
 };
 
 struct commSettings {
@@ -54,6 +59,11 @@ static fcclResult_t resolveConfig(const fcclConfig_t* config, const char* caller
   if (config->magic != FCCL_CONFIG_MAGIC)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config does not start from FCCL_CONFIG_INITIALIZER (magic 0x%08x)", caller, config->magic);
+  /* The version of the header the caller was compiled with: 0.1.0 is the first with this struct. */
+  if (config->version < FCCL_VERSION(0, 1, 0) || config->version > FCCL_VERSION(99, 99, 99))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config.version is %u, not a version of fccl.h: start from FCCL_CONFIG_INITIALIZER", caller,
+                      config->version);
   if (config->size < sizeof(fcclConfig_t))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config.size is %zu, smaller than any fcclConfig_t (%zu): not from FCCL_CONFIG_INITIALIZER",
@@ -90,6 +100,8 @@ static fcclResult_t checkRanks(const char* caller, int nranks, int rank) {
 /* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
 static fcclResult_t commFree(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
+  /* First: once this returns the peer monitor never touches the communicator again. */
+  fcclMonitorForget(comm);
   /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
    * when *comm->abortFlag is set. The first error is kept in res. */
 
@@ -138,6 +150,7 @@ static fcclResult_t commNew(const struct commSettings* settings, int rank, int n
   }
   memset(abortPage, 0, 4096);
   comm->magic = FCCL_COMM_MAGIC;
+  comm->forkGeneration = fcclForkGeneration();
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;
@@ -178,6 +191,26 @@ static fcclResult_t exchangePeerInfo(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
+/* Every peer process on this host (same kernel, same pid namespace, another process) is watched for its exit. */
+static fcclResult_t watchPeers(struct fcclComm* comm) {
+  const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
+  struct fcclMonitorPeer* peers = calloc((size_t)comm->nranks, sizeof(*peers));
+  if (!peers) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
+  int n = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    const struct fcclPeerInfo* info = &comm->peerInfo[r];
+    if (r == comm->rank || info->hostHash != mine->hostHash || info->pidNs != mine->pidNs || info->pid == mine->pid)
+      continue;
+    peers[n].rank = r;
+    peers[n].pid = info->pid;
+    snprintf(peers[n].host, sizeof(peers[n].host), "%s", info->hostname);
+    n++;
+  }
+  fcclResult_t res = n > 0 ? fcclMonitorWatch(comm, peers, n) : fcclSuccess;
+  free(peers);
+  return res;
+}
+
 /* The communicator's bootstrap as the transport's exchange. */
 static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
   return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
@@ -200,6 +233,7 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
   else if (job->kind == INIT_ENV)
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(exchangePeerInfo(comm));
+  FCCLCHECK(watchPeers(comm));
 
   /* Layers: each sets its own comm field only when it succeeded (or leaves enough there for its teardown in
    * commFree to undo a partial setup); a failure returns, and commFree runs every teardown. */
@@ -240,6 +274,11 @@ static void* initThreadMain(void* arg) {
     __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
   }
   __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  /* fcclCommAbort returned while an application callback held this thread (commAbort): the comm is ours to free. */
+  if (__atomic_exchange_n(&comm->initJob->threadState, INIT_THREAD_DONE, __ATOMIC_ACQ_REL) == INIT_THREAD_ABANDONED) {
+    __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+    (void)commFree(comm);
+  }
   return NULL;
 }
 
@@ -360,6 +399,37 @@ static void* initAllThread(void* arg) {
   return NULL;
 }
 
+/*
+ * With the abort flag set, waits for a non-blocking init's thread to finish: every wait of fccl's own polls the flag
+ * and ends within a poll slice. An application's callback (fcclCommInitExternal) is the one wait fccl cannot bound:
+ * while the thread is inside one, it is left to finish, and to free the comm itself once the callback returns
+ * (no callback starts after that: the flag is checked before each). Returns 1 when the thread was left so; the comm
+ * must not be touched then.
+ */
+static int commAbortInitThread(struct fcclComm* comm) {
+  struct fcclInitJob* job = comm->initJob;
+  const pthread_t thread = comm->initThread; /* read first: once the thread owns the comm it may free it at once */
+  const int callbacks = job->kind == INIT_PREMADE; /* comm->bootstrap set before the thread started */
+  for (;;) {
+    if (__atomic_load_n(&job->threadState, __ATOMIC_ACQUIRE) == INIT_THREAD_DONE) break;
+    if (callbacks && fcclBootstrapInCallback(comm->bootstrap)) {
+      comm->magic = FCCL_COMM_MAGIC_DEFERRED; /* dead to the caller now; refused while the thread keeps it */
+      int running = INIT_THREAD_RUNNING;
+      if (__atomic_compare_exchange_n(&job->threadState, &running, INIT_THREAD_ABANDONED, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        pthread_detach(thread);
+        return 1;
+      }
+      break; /* it finished meanwhile */
+    }
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  pthread_join(thread, NULL);
+  comm->initThreadActive = 0;
+  return 0;
+}
+
 /* fcclCommAbort after the handle was checked; leaves the thread's last error alone (internal callers report). */
 static void commAbort(struct fcclComm* comm) {
   __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
@@ -367,10 +437,7 @@ static void commAbort(struct fcclComm* comm) {
     fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
     comm->localGroup = NULL;
   }
-  if (comm->initThreadActive) {
-    pthread_join(comm->initThread, NULL); /* every wait of the init polls the flag: this is prompt */
-    comm->initThreadActive = 0;
-  }
+  if (comm->initThreadActive && commAbortInitThread(comm)) return; /* the init thread frees it */
   (void)commFree(comm);
 }
 
@@ -528,6 +595,7 @@ FCCL_API fcclResult_t fcclCommInitFromNccl(fcclComm_t* comm, void* ncclComm, con
 FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommDestroy: invalid communicator handle %p", (void*)comm);
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommDestroy"));
   if (comm->localGroup) {
     /* The handle is dead for the caller now; the members are torn down together by the last destroy. */
     comm->magic = FCCL_COMM_MAGIC_DEFERRED;
@@ -539,6 +607,7 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm) {
 FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommAbort: invalid communicator handle %p", (void*)comm);
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommAbort"));
   commAbort(comm);
   return fcclSuccess;
 }
@@ -547,6 +616,7 @@ FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* async
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommGetAsyncError: invalid communicator handle %p", (void*)comm);
   FCCL_REQUIRE(asyncError != NULL, "fcclCommGetAsyncError: asyncError is NULL");
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommGetAsyncError"));
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* collectives: an error a kernel recorded (spin timeout), described once */
   if (state == fcclSuccess) state = fcclDeviceAsyncError(comm);

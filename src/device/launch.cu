@@ -97,3 +97,16 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
   void* params[] = {&c, &a};
   return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective");
 }
+
+extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {
+  cudaFuncAttributes attributes;
+  cudaError_t err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&fccl::barrierKernel));
+  if (err == cudaSuccess) return fcclSuccess;
+  (void)cudaGetLastError();
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                      "this GPU cannot load fccl's kernels (%s): the build has no code for its compute capability "
+                      "(rebuild with -Dgpu_archs)", cudaGetErrorName(err));
+  return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL, "cudaFuncGetAttributes of the barrier kernel failed: %s",
+                    cudaGetErrorString(err));
+}

@@ -40,6 +40,8 @@ struct fcclBootstrap {
   int nranks;
   int timeoutMs;          /* bound on each operation */
   volatile int* abortFlag; /* may be NULL; when it becomes non-zero every wait returns promptly */
+  int pid;                /* the process that made it: a child of fork() may not use it (its peers are the parent's) */
+  int inCallback;         /* atomic: non-zero while an application callback runs (external method), unbounded */
   void* impl;             /* the method's state */
 };
 
@@ -48,12 +50,19 @@ struct fcclBootstrap {
  * holds every rank's bytes in rank order. bytesPerRank may be 0 (then it is a barrier). After a failure the
  * bootstrap is broken: later operations fail at once with fcclRemoteError.
  * @return fcclSuccess; fcclTimeout or fcclRemoteError naming the rank that is missing, died or disagreed;
- *         fcclInvalidUsage when aborted; fcclInvalidArgument for a NULL buffer.
+ *         fcclInvalidUsage when aborted, or when called in a child of fork() of the process that made the bootstrap
+ *         (nothing reaches the peers); fcclInvalidArgument for a NULL buffer.
  */
 fcclResult_t fcclBootstrapAllGather(struct fcclBootstrap* bootstrap, void* allData, size_t bytesPerRank);
 
 /* Returns once every rank has entered it. Same codes as fcclBootstrapAllGather. */
 fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap);
+
+/*
+ * Whether one of the application's callbacks (fcclCommInitExternal) is running on this bootstrap now: a wait fccl
+ * cannot bound, which fcclCommAbort must not join. Any thread; bootstrap may be NULL.
+ */
+int fcclBootstrapInCallback(const struct fcclBootstrap* bootstrap);
 
 /* Frees the bootstrap (NULL is fine). Local: no message is sent; peers see the connections close. */
 void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap);
@@ -72,7 +81,8 @@ int fcclBootstrapTimeoutMs(int configMs);
 fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
- * Same with a fixed listen address and secret (fcclCommInitFromEnv's rank 0). The id is written to id.
+ * Same with a fixed listen address (bound as given) and secret (fcclCommInitFromEnv's rank 0). The id is written
+ * to id.
  */
 fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, uint64_t secret,
                                     int timeoutMs, fcclUniqueId* id);
@@ -104,24 +114,30 @@ struct fcclEnvLaunch {
   int localRank;   /* -1 when the launcher did not say */
   char addr[256];  /* host:port where rank 0 listens */
   const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
+  uint64_t secret; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random for a single rank */
 };
 
 /*
  * Reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, else OMPI_COMM_WORLD_*, else PMI_RANK/PMI_SIZE, and
- * FCCL_COMM_ID. fcclInvalidUsage naming the variable when they are missing, unparsable or inconsistent.
+ * FCCL_COMM_ID and FCCL_COMM_SECRET. fcclInvalidUsage naming the variable when they are missing, unparsable or
+ * inconsistent, or when FCCL_COMM_SECRET is missing or shorter than 16 characters with more than one rank.
  */
 fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch);
 
-/* The secret every rank derives from the same launch: a hash of the address and the world size. */
-uint64_t fcclBootstrapEnvSecret(const struct fcclEnvLaunch* launch);
+/* The wire secret of a launch: a hash of FCCL_COMM_SECRET's text, the rendezvous address and the world size. */
+uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks);
 
-/* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr; every rank then joins it. */
+/* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr (bound to exactly that address);
+ * every rank then joins it with launch->secret. */
 fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
                                   struct fcclBootstrap** bootstrap);
 
 /* ---- application callbacks (bootstrap_external.c) ------------------------------------------------------------ */
 
-/* The callbacks are copied; their userContext must stay valid until fcclBootstrapDestroy. */
+/*
+ * The callbacks are copied; their userContext must stay valid until fcclBootstrapDestroy, and until a callback
+ * still running returns. The abort flag is checked before each call; no call starts once it is set.
+ */
 fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks, int rank, int nranks,
                                        volatile int* abortFlag, struct fcclBootstrap** bootstrap);
 

@@ -66,6 +66,10 @@ static inline size_t fcclTypeSize(fcclDataType_t type) {
 fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op, const fcclDevComm* comm,
                               const fcclDevArgs* args, int blocks, int threads, int pdl, cudaStream_t stream);
 
+/* Whether the current device can load this build's kernels (the barrier's, as a probe): fcclInvalidUsage saying
+ * so when the build has no code for it. */
+fcclResult_t fcclDeviceKernelsLoadable(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -30,6 +30,7 @@ struct fcclDeviceState {
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
   uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
   int reported;              /* the kernels' error was described once (atomic) */
+  uint64_t firstEpoch;       /* the epoch of the communicator's first call (error reports count calls from it) */
 };
 
 /*
@@ -44,6 +45,14 @@ uint64_t fcclDeviceStagingBytes(void);
 
 /* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
 uint64_t fcclDeviceCopyScatterMin(void);
+
+/*
+ * Whether a GPU of compute capability cc (major * 10 + minor) can run kernels built with SASS for sassArchs
+ * ("80 90": the build's FCCL_BUILD_SASS_ARCHS) and PTX for ptxArch (0: none): SASS of the same major and a minor
+ * at most cc's runs as it is, PTX of an older or equal capability is compiled by the driver. 1 or 0; why says what
+ * the build has when it cannot. Pure: the unit tests fake capabilities with it.
+ */
+int fcclDeviceArchRunnable(int cc, const char* sassArchs, int ptxArch, char* why, size_t whySize);
 
 /* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
 int fcclDeviceLL128Auto(void);

@@ -32,6 +32,9 @@ int64_t fcclParamInt(fcclParamId_t id);
 /* String value; never NULL (the default, possibly ""). */
 const char* fcclParamString(fcclParamId_t id);
 
+/* Whether a parameter's value is a secret (FCCL_COMM_SECRET): tools print whether it is set, never the value. */
+int fcclParamIsSecret(fcclParamId_t id);
+
 /* Whether the environment set this parameter (as opposed to the default being used). */
 int fcclParamIsSet(fcclParamId_t id);
 

@@ -18,6 +18,9 @@ FCCL_PARAM(SOCKET_IFNAME, FCCL_PARAM_STRING, "",
            "Network interface (name or prefix) whose address the bootstrap root listens on; empty: loopback.")
 FCCL_PARAM(COMM_ID, FCCL_PARAM_STRING, "",
            "host:port where the bootstrap root listens (fcclGetUniqueId, and rank 0 of fcclCommInitFromEnv).")
+FCCL_PARAM(COMM_SECRET, FCCL_PARAM_STRING, "",
+           "fcclCommInitFromEnv: the secret every rank presents, the same random string of 16 characters or more "
+           "on every rank, exported by the launcher; required with more than one rank.")
 
 /* ---- transport ---- */
 FCCL_PARAM(CUMEM_ENABLE, FCCL_PARAM_INT, "1",

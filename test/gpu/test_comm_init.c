@@ -245,6 +245,7 @@ static void testAll(void) {
 struct envArgs {
   int port;
   int chooseFirst; /* the caller sets a device before init */
+  char secret[40]; /* FCCL_COMM_SECRET */
 };
 
 static int envMode(int rank, int nranks, void* arg) {
@@ -259,6 +260,7 @@ static int envMode(int rank, int nranks, void* arg) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   snprintf(text, sizeof(text), "%d", args->port - 1);
   setenv("MASTER_PORT", text, 1);
+  setenv("FCCL_COMM_SECRET", args->secret, 1); /* what the launcher exports to every rank */
   int expected = rank % gpus;
   if (args->chooseFirst) {
     expected = (gpus - 1 - rank % gpus + gpus) % gpus; /* another device than LOCAL_RANK's when there are two */
@@ -291,6 +293,9 @@ static int freePort(void) {
 static void testEnv(void) {
   for (int chooseFirst = 0; chooseFirst < 2; chooseFirst++) {
     struct envArgs args = {.port = freePort(), .chooseFirst = chooseFirst};
+    uint64_t state = testSeed();
+    snprintf(args.secret, sizeof(args.secret), "%016llx%016llx", (unsigned long long)testRandom(&state),
+             (unsigned long long)testRandom(&state));
     EXPECT_MSG(testForkRanks(NRANKS, envMode, &args, 120, NULL) == 0, "fcclCommInitFromEnv (%s) failed",
                chooseFirst ? "device chosen by the caller" : "device from LOCAL_RANK");
   }

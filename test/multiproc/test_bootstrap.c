@@ -207,6 +207,7 @@ struct envArgs {
   int port;
   int mpi; /* Open MPI variables and FCCL_COMM_ID, else torchrun's */
   uint64_t seed;
+  char secret[40]; /* FCCL_COMM_SECRET */
 };
 
 static int envRank(int rank, int nranks, void* arg) {
@@ -232,6 +233,7 @@ static int envRank(int rank, int nranks, void* arg) {
     snprintf(text, sizeof(text), "%d", args->port - 1); /* fccl listens at MASTER_PORT + 1 */
     setenv("MASTER_PORT", text, 1);
   }
+  setenv("FCCL_COMM_SECRET", args->secret, 1); /* what the launcher exports to every rank */
   fcclParamResetForTest();
   struct fcclEnvLaunch launch;
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
@@ -248,6 +250,8 @@ static int envRank(int rank, int nranks, void* arg) {
 
 static void testEnv(int mpi) {
   struct envArgs args = {.port = freePort(), .mpi = mpi, .seed = testSeed()};
+  snprintf(args.secret, sizeof(args.secret), "%016llx%016llx", (unsigned long long)testRandom(&args.seed),
+           (unsigned long long)testRandom(&args.seed));
   EXPECT(args.port > 1);
   EXPECT_MSG(testForkRanks(3, envRank, &args, 60, NULL) == 0, "launcher variables (%s) failed",
              mpi ? "Open MPI" : "torchrun");
@@ -359,6 +363,63 @@ static void testExternal(void) {
       if (i != j) close(mesh.fds[i][j]);
 }
 
+/* ---- a callback that blocks: fcclCommAbort learns that it runs, and no call starts once the flag is set ---- */
+
+struct blockingCallback {
+  struct fcclBootstrap* b;
+  int calls;
+  int sawInCallback;
+  int entered;  /* atomic */
+  int release;  /* atomic */
+};
+
+static fcclResult_t blockingAllgather(void* ctx, const void* send, void* recv, size_t bytes) {
+  struct blockingCallback* cb = ctx;
+  cb->calls++;
+  cb->sawInCallback = fcclBootstrapInCallback(cb->b);
+  memcpy(recv, send, bytes); /* rank 0 of 2: its own slot; the other one stays as it was */
+  memcpy((char*)recv + bytes, send, bytes);
+  __atomic_store_n(&cb->entered, 1, __ATOMIC_RELEASE);
+  for (int64_t end = bootNowMs() + 10000; !__atomic_load_n(&cb->release, __ATOMIC_ACQUIRE) && bootNowMs() < end;)
+    bootSleepMs(1);
+  return fcclSuccess;
+}
+
+static void* blockingOp(void* arg) {
+  struct blockingCallback* cb = arg;
+  uint8_t data[2 * 8] = {0};
+  (void)fcclBootstrapAllGather(cb->b, data, 8);
+  return NULL;
+}
+
+static void testCallbackState(void) {
+  volatile int abortFlag = 0;
+  struct blockingCallback cb;
+  memset(&cb, 0, sizeof(cb));
+  fcclBootstrapCallbacks_t callbacks = {&cb, blockingAllgather, NULL};
+  EXPECT_EQ_INT(fcclBootstrapExternalInit(&callbacks, 0, 2, &abortFlag, &cb.b), fcclSuccess);
+  if (!cb.b) return;
+  EXPECT(!fcclBootstrapInCallback(cb.b));
+  pthread_t thread;
+  pthread_create(&thread, NULL, blockingOp, &cb);
+  for (int64_t end = bootNowMs() + 5000; !__atomic_load_n(&cb.entered, __ATOMIC_ACQUIRE) && bootNowMs() < end;)
+    bootSleepMs(1);
+  EXPECT(fcclBootstrapInCallback(cb.b)); /* seen from another thread while the callback blocks */
+  __atomic_store_n(&cb.release, 1, __ATOMIC_RELEASE);
+  pthread_join(thread, NULL);
+  EXPECT(cb.sawInCallback);
+  EXPECT(!fcclBootstrapInCallback(cb.b));
+  /* Once aborted, no callback starts. */
+  __atomic_store_n(&abortFlag, 1, __ATOMIC_RELEASE);
+  uint8_t data[2 * 8] = {0};
+  EXPECT_EQ_INT(fcclBootstrapAllGather(cb.b, data, 8), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "aborted");
+  EXPECT_EQ_INT(fcclBootstrapBarrier(cb.b), fcclInvalidUsage);
+  EXPECT_EQ_INT(cb.calls, 1);
+  EXPECT(!fcclBootstrapInCallback(NULL));
+  fcclBootstrapDestroy(cb.b);
+}
+
 int main(void) {
   testMeet(2, 1);
   testMeet(3, 0);
@@ -369,5 +430,6 @@ int main(void) {
   testEnv(0);
   testEnv(1);
   testExternal();
+  testCallbackState();
   return testSummary("bootstrap");
 }

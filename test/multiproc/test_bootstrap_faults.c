@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -175,7 +177,7 @@ static int wrongVersionRank(int rank, int nranks, void* arg) {
       EXPECT_EQ_INT(error.result, fcclRemoteError);
       EXPECT_STR_CONTAINS(error.text, "protocol version 99");
     }
-    close(fd);
+    fcclSocketClose(&fd);
     testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }
@@ -208,9 +210,9 @@ static int garbageRank(int rank, int nranks, void* arg) {
     long rc = fcclSocketTryRecv(noisy, &byte, 1);
     EXPECT_MSG(rc <= 0, "the root answered garbage with %ld bytes", rc);
     for (int r = 0; r < 2; r++) (void)testShmWait(args->shared->shm, &args->shared->flags[r], 1, 4000, "a real rank");
-    close(noisy);
-    close(silent);
-    close(huge);
+    fcclSocketClose(&noisy);
+    fcclSocketClose(&silent);
+    fcclSocketClose(&huge);
     return testFailed != 0;
   }
   waitIntruder(args);
@@ -391,6 +393,7 @@ static int envRetryRank(int rank, int nranks, void* arg) {
   setenv("OMPI_COMM_WORLD_SIZE", text, 1);
   snprintf(text, sizeof(text), "127.0.0.1:%d", args->shared->port);
   setenv("FCCL_COMM_ID", text, 1);
+  setenv("FCCL_COMM_SECRET", "retry-on-the-same-port-secret", 1);
   fcclParamResetForTest();
   struct fcclEnvLaunch launch;
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
@@ -425,6 +428,131 @@ static void testEnvRetry(void) {
   EXPECT_MSG(failed == 0, "launcher-variable retry: %d ranks failed", failed);
   freeArgs(args);
   printf("launcher-variable retry on the same port: %s\n", failed ? "FAILED" : "ok");
+}
+
+/* Sets the variables of an Open MPI launch of nranks at FCCL_COMM_ID=host:port, with the given FCCL_COMM_SECRET. */
+static void setEnvLaunch(int rank, int nranks, const char* host, int port, const char* secret) {
+  char text[96];
+  snprintf(text, sizeof(text), "%d", rank);
+  setenv("OMPI_COMM_WORLD_RANK", text, 1);
+  snprintf(text, sizeof(text), "%d", nranks);
+  setenv("OMPI_COMM_WORLD_SIZE", text, 1);
+  snprintf(text, sizeof(text), "%s:%d", host, port);
+  setenv("FCCL_COMM_ID", text, 1);
+  setenv("FCCL_COMM_SECRET", secret, 1);
+  fcclParamResetForTest();
+}
+
+static int freeLoopbackPort(void) {
+  union fcclSocketAddress loopback, bound;
+  fcclSocketLoopback(&loopback, 0);
+  int fd = -1;
+  if (fcclSocketListen(&loopback, &fd, &bound) != fcclSuccess) return -1;
+  fcclSocketClose(&fd);
+  return ntohs(bound.sin.sin_port);
+}
+
+/*
+ * A process that knows what every local process can see of a launch (the address, the world size) but not its
+ * FCCL_COMM_SECRET joins as the missing rank 1, before the real one: it is refused, and the real ranks meet.
+ */
+static int envStrangerRank(int rank, int nranks, void* arg) {
+  testFailed = 0;
+  struct faultArgs* args = arg;
+  (void)nranks;
+  const char* secret = "0f1e2d3c4b5a69788796a5b4c3d2e1f0";
+  if (rank == 2) {
+    (void)testShmWait(args->shared->shm, &args->shared->flags[0], 1, 5000, "rank 0's root");
+    bootSleepMs(100); /* rank 0 posts just before its init starts the root; the stranger retries until it listens */
+    setEnvLaunch(1, 2, "127.0.0.1", args->shared->port, "guessed-from-what-anyone-sees");
+    struct fcclEnvLaunch launch;
+    EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+    launch.secret = fcclBootstrapEnvSecret("", launch.addr, launch.nranks);
+    struct fcclBootstrap* b = NULL;
+    EXPECT_EQ_INT(fcclBootstrapEnvInit(&launch, 3000, NULL, &b), fcclRemoteError);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "wrong secret");
+    testShmPost(&args->shared->flags[2], 1);
+    return testFailed != 0;
+  }
+  setEnvLaunch(rank, 2, "127.0.0.1", args->shared->port, secret);
+  struct fcclEnvLaunch launch;
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+  if (rank == 0) testShmPost(&args->shared->flags[0], 1);
+  if (rank == 1) waitIntruder(args);
+  struct fcclBootstrap* b = NULL;
+  fcclResult_t res = fcclBootstrapEnvInit(&launch, LONG_TIMEOUT_MS, NULL, &b);
+  EXPECT_MSG(res == fcclSuccess, "rank %d: %s", rank, fcclGetLastError(NULL));
+  if (res == fcclSuccess) {
+    EXPECT_EQ_INT(fcclBootstrapBarrier(b), fcclSuccess);
+    fcclBootstrapDestroy(b);
+  }
+  return testFailed != 0;
+}
+
+static void testEnvStranger(void) {
+  struct faultArgs* args = newArgs(3);
+  args->shared->port = freeLoopbackPort();
+  int codes[3];
+  int failed = testShmForkRanks(args->shared->shm, envStrangerRank, args, 30, codes);
+  EXPECT_MSG(failed == 0, "launcher-variable stranger: %d processes failed (exit codes %d %d %d)", failed, codes[0],
+             codes[1], codes[2]);
+  freeArgs(args);
+  printf("launcher-variable launch, a stranger without FCCL_COMM_SECRET: %s\n", failed ? "FAILED" : "ok");
+}
+
+/* The first IPv4 address of an interface that is up and not loopback, as text; 0 when there is none. */
+static int outsideAddress(char* text, size_t size) {
+  struct ifaddrs* list = NULL;
+  if (getifaddrs(&list) != 0) return 0;
+  int found = 0;
+  for (const struct ifaddrs* ifa = list; ifa && !found; ifa = ifa->ifa_next) {
+    if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET || !(ifa->ifa_flags & IFF_UP) ||
+        (ifa->ifa_flags & IFF_LOOPBACK))
+      continue;
+    found = inet_ntop(AF_INET, &((const struct sockaddr_in*)ifa->ifa_addr)->sin_addr, text, (socklen_t)size) != NULL;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+/*
+ * Rank 0 listens at exactly the address asked for: with FCCL_COMM_ID on an outside interface, the same port on
+ * 127.0.0.1 has no listener. And an address this host does not have is refused at once, saying so.
+ */
+static void testEnvListenAddress(void) {
+  char outside[INET_ADDRSTRLEN];
+  struct fcclEnvLaunch launch;
+  struct fcclBootstrap* b = NULL;
+  if (outsideAddress(outside, sizeof(outside))) {
+    int port = freeLoopbackPort();
+    setEnvLaunch(0, 1, outside, port, "");
+    EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+    union fcclSocketAddress addr;
+    EXPECT_EQ_INT(fcclSocketParseHostPort(launch.addr, &addr), fcclSuccess);
+    fcclUniqueId id;
+    EXPECT_EQ_INT(fcclBootstrapStartRoot(&addr, launch.secret, 2000, &id), fcclSuccess);
+    union fcclSocketAddress loopback;
+    fcclSocketLoopback(&loopback, (uint16_t)port);
+    int fd = -1;
+    EXPECT_EQ_INT(fcclSocketConnect(&loopback, bootNowMs() + 1000, NULL, 0, "127.0.0.1", &fd), fcclRemoteError);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "Connection refused");
+    fcclSocketClose(&fd);
+    EXPECT_EQ_INT(fcclSocketConnect(&addr, bootNowMs() + 1000, NULL, 0, "the root", &fd), fcclSuccess);
+    fcclSocketClose(&fd);
+    fcclBootstrapStopRoot(&id);
+    printf("launcher-variable launch at %s:%d: not reachable on 127.0.0.1: ok\n", outside, port);
+  } else {
+    printf("launcher-variable launch on an outside address: not checked (no interface other than loopback)\n");
+  }
+  setEnvLaunch(0, 2, "203.0.113.7", 29500, "0123456789abcdef0123456789abcdef"); /* TEST-NET-3: nobody's */
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+  int64_t start = bootNowMs();
+  EXPECT_EQ_INT(fcclBootstrapEnvInit(&launch, LONG_TIMEOUT_MS, NULL, &b), fcclSystemError);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not an address of this host");
+  EXPECT(bootNowMs() - start < 1000);
+  const char* names[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "FCCL_COMM_ID", "FCCL_COMM_SECRET"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) unsetenv(names[i]);
+  fcclParamResetForTest();
 }
 
 /* ---- the root out of file descriptors ---- */
@@ -471,7 +599,7 @@ static int rootOutOfFdsRank(int rank, int nranks, void* arg) {
   struct fcclBootstrap* b = NULL;
   EXPECT_EQ_INT(fcclBootstrapTcpInit(&id, 0, 1, 5000, NULL, &b), fcclSuccess);
   fcclBootstrapDestroy(b);
-  if (client >= 0) close(client);
+  fcclSocketClose(&client);
   EXPECT_EQ_INT(fcclBootstrapRootsWait(2000), 0);
   return testFailed != 0;
 }
@@ -595,6 +723,24 @@ static void testDifferentOperations(int op1, size_t bytes0, size_t bytes1, const
   fcclBootstrapDestroy(ranks[1].b);
 }
 
+/* A rank that closes its connections (it destroyed its communicator) is alive: nobody may be told it died. */
+static void testLiveRankCloses(void) {
+  struct threadRank ranks[2];
+  EXPECT(pairUp(ranks, NULL));
+  if (ranks[0].result != fcclSuccess || ranks[1].result != fcclSuccess) return;
+  fcclBootstrapDestroy(ranks[1].b); /* this process goes on: rank 1 is alive */
+  uint8_t data[2 * 64] = {0};
+  int64_t start = bootNowMs();
+  EXPECT_EQ_INT(fcclBootstrapAllGather(ranks[0].b, data, 64), fcclRemoteError);
+  const char* text = fcclGetLastError(NULL);
+  EXPECT_STR_CONTAINS(text, "rank 1 closed its connection");
+  EXPECT_MSG(strstr(text, "exited") == NULL && strstr(text, "died") == NULL && strstr(text, "or failed") == NULL,
+             "a live rank that closed its connection is said to be gone: %s", text);
+  EXPECT(bootNowMs() - start < 1000);
+  fcclBootstrapDestroy(ranks[0].b);
+  printf("a live rank closes its connections: \"%s\"\n", text);
+}
+
 int main(void) {
   seed = testSeed();
   testIntruder(wrongSecretRank, "wrong secret");
@@ -608,10 +754,13 @@ int main(void) {
   testDeath(rootDiesRank, 3, 0, "root killed");
   testDeath(stalledRank, 3, -1, "rank stops calling");
   testEnvRetry();
+  testEnvStranger();
+  testEnvListenAddress();
   testRootOutOfFds();
   testAbortInit();
   testAbortAllGather();
   testDifferentOperations(1, 64, 0, "all-gather against barrier");
   testDifferentOperations(0, 64, 32, "all-gathers of different sizes");
+  testLiveRankCloses();
   return testSummary("bootstrap_faults");
 }

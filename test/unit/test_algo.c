@@ -363,7 +363,29 @@ static void testArguments(void) {
   EXPECT_EQ_INT(fcclTypeSize(fcclNumTypes), 0);
 }
 
+/* The init-time check that a GPU can run what was built, with faked capabilities. */
+static void testArchRunnable(void) {
+  char why[256] = "";
+  const int runnable[] = {80, 86, 89, 90, 100, 103, 120};
+  for (size_t i = 0; i < sizeof(runnable) / sizeof(runnable[0]); i++)
+    EXPECT_MSG(fcclDeviceArchRunnable(runnable[i], "80 90", 90, why, sizeof(why)),
+               "compute capability %d with SASS 80 90 and PTX 90", runnable[i]);
+  EXPECT(!fcclDeviceArchRunnable(75, "80 90", 90, why, sizeof(why)));
+  EXPECT_STR_CONTAINS(why, "7.5");
+  EXPECT_STR_CONTAINS(why, "-Dgpu_archs='7.5'");
+  /* SASS for 9.0 only, no PTX: an A100 or a B200 can run nothing; an H100, H200 or H20 can. */
+  EXPECT(!fcclDeviceArchRunnable(80, "90", 0, why, sizeof(why)));
+  EXPECT_STR_CONTAINS(why, "no PTX");
+  EXPECT(!fcclDeviceArchRunnable(100, "90", 0, why, sizeof(why)));
+  EXPECT(fcclDeviceArchRunnable(90, "90", 0, why, sizeof(why)));
+  /* A minor above the device's is another chip's code. */
+  EXPECT(!fcclDeviceArchRunnable(80, "86", 0, why, sizeof(why)));
+  EXPECT(fcclDeviceArchRunnable(86, "80,86", 0, why, sizeof(why)));
+  EXPECT(!fcclDeviceArchRunnable(90, "", 0, why, sizeof(why)));
+}
+
 int main(void) {
+  testArchRunnable();
   testTable();
   testGrids();
   testForced();

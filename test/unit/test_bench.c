@@ -44,6 +44,7 @@ static void expectArgs(const char* what, const benchArgs_t* got, const benchArgs
   EXPECT_FIELD(stepFactor);
   EXPECT_FIELD(iters);
   EXPECT_FIELD(warmupIters);
+  EXPECT_FIELD(runCycles);
   EXPECT_FIELD(check);
   EXPECT_FIELD(blocking);
   EXPECT_FIELD(graphLaunches);
@@ -53,6 +54,8 @@ static void expectArgs(const char* what, const benchArgs_t* got, const benchArgs
   EXPECT_FIELD(parallelInit);
   EXPECT_FIELD(root);
   EXPECT_FIELD(cputime);
+  EXPECT_FIELD(timestamps);
+  EXPECT_FIELD(memoryReport);
   EXPECT_FIELD(localRegister);
   EXPECT_FIELD(type);
   EXPECT_FIELD(op);
@@ -80,7 +83,8 @@ static void testDefaultsAndFlags(void) {
   want.stepBytes = 1 << 20;
   want.stepFactor = 1;
   want.iters = 20;
-  want.warmupIters = 5;
+  want.warmupIters = 1; /* nccl-tests 2.16.8 and newer */
+  want.runCycles = 1;
   want.check = 1;
   want.type = benchFloat32;
   want.op = benchSum;
@@ -89,10 +93,11 @@ static void testDefaultsAndFlags(void) {
   expectArgs("defaults", &args, &want);
   const benchArgs_t defaults = want;
 
-  /* A typical nccl-tests command line, every flag it shares with fccl. */
+  /* A typical nccl-tests command line, every flag it shares with fccl (-z goes with eager launches: below). */
   int status = parse(&args, err, sizeof(err), "-b", "8", "-e", "128M", "-f", "2", "-g", "2", "-t", "3", "-n",
-                     "50", "-w", "10", "-c", "0", "-d", "bfloat16", "-o", "all", "-z", "1", "-G", "20", "-a", "3",
-                     "-T", "30", "-u", "3", "-R", "2", "-J", "out.json", "-p", "1", "-C", "1", "-r", "0", NULL);
+                     "50", "-w", "10", "-N", "3", "-c", "0", "-d", "bfloat16", "-o", "all", "-G", "20", "-a", "3",
+                     "-T", "30", "-u", "3", "-R", "2", "-J", "out.json", "-p", "1", "-C", "1", "-S", "1", "-M", "1",
+                     "-r", "0", "-I", "0", "-K", "0", "-y", "0", "-D", "0", NULL);
   EXPECT_EQ_INT(status, BENCH_PARSE_OK);
   want.minBytes = 8;
   want.maxBytes = 128 << 20;
@@ -104,7 +109,7 @@ static void testDefaultsAndFlags(void) {
   want.check = 0;
   want.type = benchBfloat16;
   want.op = BENCH_ALL;
-  want.blocking = 1;
+  want.runCycles = 3;
   want.graphLaunches = 20;
   want.average = 3;
   want.timeoutSec = 30;
@@ -113,7 +118,34 @@ static void testDefaultsAndFlags(void) {
   want.jsonPath = "out.json";
   want.parallelInit = 1;
   want.cputime = 1;
+  want.timestamps = 1;
+  want.memoryReport = 1;
   expectArgs("nccl-tests flags", &args, &want);
+
+  /* -z: nccl-tests' four blocking modes; the long names of the flags added in later nccl-tests. */
+  for (int mode = 0; mode <= 3; mode++) {
+    char value[4];
+    snprintf(value, sizeof(value), "%d", mode);
+    EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-z", value, NULL), BENCH_PARSE_OK);
+    EXPECT_EQ_INT(args.blocking, mode);
+  }
+  EXPECT_EQ_INT(BENCH_BLOCKING_EXCLUDE_BARRIER, 3);
+  EXPECT_STR_CONTAINS(benchBlockingText(BENCH_BLOCKING_BARRIER), "wait and barrier after each inner iteration");
+  EXPECT_STR_CONTAINS(benchBlockingText(BENCH_BLOCKING_WAIT), "no barrier");
+  EXPECT_STR_CONTAINS(benchBlockingText(BENCH_BLOCKING_EXCLUDE_BARRIER), "time excludes barrier");
+  EXPECT(strcmp(benchBlockingText(BENCH_BLOCKING_OFF), "") == 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--blocking=2", "--run_cycles", "100000", "--report_timestamps=1",
+                      "--memory_report", "1", "--per_iter_timing", "0", "--per_iter_skip=0", "--stream_null", "0",
+                      "--device_implementation", "0", NULL),
+                BENCH_PARSE_OK);
+  want = defaults;
+  want.blocking = BENCH_BLOCKING_WAIT;
+  want.runCycles = BENCH_MAX_RUN_CYCLES;
+  want.timestamps = 1;
+  want.memoryReport = 1;
+  expectArgs("newer nccl-tests flags", &args, &want);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--memory", "1", NULL), BENCH_PARSE_OK); /* nccl-tests' getopt name */
+  EXPECT_EQ_INT(args.memoryReport, 1);
 
   /* Long names, "=", attached short values, fccl's own flags. */
   status = parse(&args, err, sizeof(err), "--minbytes=1K", "--maxbytes", "1G", "-i4096", "--datatype=half",
@@ -196,7 +228,23 @@ static const badFlags_t badFlags[] = {
     {{"-T", "86401"}, "0 (default) to 86400 seconds"},
     {{"-r", "-1"}, "root cannot be negative"},
     {{"-m", "4"}, "no group calls"},
-    {{"-z", "2"}, "-z: 0 or 1, not 2"},
+    {{"-z", "4"}, "-z: 0 (off), 1 (wait and barrier), 2 (wait, no barrier) or 3"},
+    {{"-z", "-1"}, "not -1"},
+    {{"-z", "1", "-G", "5"}, "-z 1 with -G 5: a CUDA graph launches its operations with no host in between"},
+    {{"-G", "5", "--blocking", "3"}, "use one or the other"},
+    {{"-N", "0"}, "-N 0 (run forever) is not supported: give a number of cycles, 1 to 100000"},
+    {{"-N", "-1"}, "1 to 100000"},
+    {{"--run_cycles", "100001"}, "1 to 100000"},
+    {{"-S", "2"}, "0 or 1"},
+    {{"-M", "2"}, "0 or 1"},
+    {{"--memory=3"}, "0 or 1"},
+    /* nccl-tests' flags fccl's benchmark does not have: a clear refusal, not "unknown flag" */
+    {{"-I", "1"}, "-I 1: per-iteration timing (nccl-tests' i_min, i_max, i_p99, i_cv% columns) is not supported"},
+    {{"-K", "10"}, "-K 10: skipping iterations of the per-iteration statistics is not supported"},
+    {{"-y", "1"}, "-y 1: the NULL stream is not supported"},
+    {{"-x", "0"}, "-x: NCCL's CTA policy is not supported"},
+    {{"-D", "1"}, "-D 1: NCCL's device-API implementations are not supported"},
+    {{"-V", "16"}, "-V: the CTA count of NCCL's device-API implementations (-D) is not supported"},
     {{"-C", "-1"}, "0 or 1"},
     {{"-p", "7"}, "0 or 1"},
     {{"--progress", "2"}, "0 or 1"},
@@ -366,7 +414,7 @@ typedef struct {
 
 static void makeRows(tableCase_t* c, int nEngines) {
   memset(c, 0, sizeof(*c));
-  c->table = (benchTable_t){"all_reduce_perf", nEngines, {"fccl", "nccl"}, 0};
+  c->table = (benchTable_t){"all_reduce_perf", nEngines, {"fccl", "nccl"}, 0, 0};
   c->rows[0] = (benchRow_t){.bytes = 8, .count = 2, .type = benchFloat32, .op = benchSum, .root = -1};
   fillMeasure(&c->rows[0].m[0][0], 8, 6.21, 2, 0);
   fillMeasure(&c->rows[0].m[0][1], 8, 6.23, 2, 0);
@@ -446,6 +494,70 @@ static void testTable(void) {
   free(text);
 }
 
+static void printStampedTable(FILE* out, void* ctx) {
+  tableCase_t* c = (tableCase_t*)ctx;
+  benchPrintTableHeader(out, &c->table);
+  benchPrintRow(out, &c->table, &c->rows[0]);
+}
+
+/* -S and -M: the timestamp column and the memory line, against text made with nccl-tests' own formats. */
+static void testTimestampsAndMemory(void) {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  tableCase_t c;
+  makeRows(&c, 1);
+  c.table.timestamps = 1;
+  c.rows[0].timestamp = 1704164645; /* 2024-01-02 03:04:05 UTC */
+  char want[2048];
+  int used = snprintf(want, sizeof(want), "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+                      "          \n", "", "", "", "", "");
+  used += snprintf(want + used, sizeof(want) - used,
+                   "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
+                   "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", 19,
+                   "timestamp");
+  used += snprintf(want + used, sizeof(want) - used,
+                   "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
+                   "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 19, "%Y-%m-%d %H:%M:%S");
+  snprintf(want + used, sizeof(want) - used, "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %6s  %6s  %6g%21s\n",
+           8L, 2L, "float", "sum", "    -1", "   6.21", "  0.00", "  0.00", 0.0, "   6.23", "  0.00", "  0.00", 0.0,
+           "2024-01-02 03:04:05");
+  char* text = capture(printStampedTable, &c);
+  EXPECT_MSG(strcmp(text, want) == 0, "-S table:\n%s\n--- want ---\n%s", text, want);
+  free(text);
+
+  char amount[32];
+  static const struct {
+    double bytes;
+    const char* text;
+  } amounts[] = {{0, "0.00 B"},           {1536, "1.50 KB"},          {50.0 * (1 << 20), "50.0 MB"},
+                 {512.0 * (1 << 20), "512 MB"}, {1.25 * (1 << 30), "1.25 GB"}, {3000.0 * (1 << 30), "3000 GB"}};
+  for (size_t i = 0; i < sizeof(amounts) / sizeof(amounts[0]); i++) {
+    benchFormatMemory(amounts[i].bytes, amount, sizeof(amount));
+    EXPECT_MSG(strcmp(amount, amounts[i].text) == 0, "benchFormatMemory(%g) = '%s', want '%s'", amounts[i].bytes,
+               amount, amounts[i].text);
+  }
+  char* line = NULL;
+  size_t len = 0;
+  FILE* out = open_memstream(&line, &len);
+  const double parts[BENCH_MEM_PARTS] = {1.25 * (1 << 30), 512.0 * (1 << 20), 0};
+  benchPrintMemoryReport(out, parts);
+  fclose(out);
+  EXPECT_MSG(strcmp(line, "# GPU memory usage     : Initialization 1.25 GB | User-Allocated 512 MB | Collective 0.00 B "
+                          "| Total  1.75 GB\n") == 0, "memory line: %s", line);
+  free(line);
+
+  benchDeviceInfo_t device;
+  EXPECT_EQ_INT(benchParseDeviceLine("#  Rank  1 Group  0 Pid  41211 on    h200-x2 device  1 [0000:3b:00] NVIDIA H200",
+                                     &device), 0);
+  EXPECT(device.rank == 1 && device.group == 0 && device.pid == 41211 && device.device == 1);
+  EXPECT_MSG(strcmp(device.hostname, "h200-x2") == 0 && strcmp(device.deviceHex, "0000:3b:00") == 0 &&
+             strcmp(device.deviceInfo, "NVIDIA H200") == 0, "parsed '%s' '%s' '%s'", device.hostname,
+             device.deviceHex, device.deviceInfo);
+  EXPECT_EQ_INT(benchParseDeviceLine("# Using devices", &device), -1);
+  benchFormatTime(1704164645, amount, sizeof(amount));
+  EXPECT_MSG(strcmp(amount, "2024-01-02 03:04:05") == 0, "benchFormatTime: %s", amount);
+}
+
 static void writeCsvCase(FILE* out, void* ctx) {
   tableCase_t* c = (tableCase_t*)ctx;
   benchCsvHeader(out);
@@ -455,35 +567,36 @@ static void writeCsvCase(FILE* out, void* ctx) {
 
 static void writeJsonCase(FILE* out, void* ctx) {
   tableCase_t* c = (tableCase_t*)ctx;
-  benchJson_t json;
-  benchJsonInit(&json, out);
-  benchJsonBeginObject(&json);
-  benchJsonKeyString(&json, "name", "a \"q\"\\\n\x01");
-  benchJsonKey(&json, "list");
-  benchJsonBeginArray(&json);
-  benchJsonInt(&json, -3);
-  benchJsonDouble(&json, 0.5);
-  benchJsonDouble(&json, NAN);
-  benchJsonBool(&json, 1);
-  benchJsonNull(&json);
-  benchJsonString(&json, NULL);
-  benchJsonEndArray(&json);
-  benchJsonKey(&json, "empty");
-  benchJsonBeginObject(&json);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "fields");
-  benchJsonBeginObject(&json);
-  benchJsonKeyInt(&json, "int", -7);
-  benchJsonKeyDouble(&json, "double", 0.25);
-  benchJsonKeyDouble(&json, "infinite", INFINITY);
-  benchJsonKeyBool(&json, "bool", 0);
-  benchJsonKeyString(&json, "null", NULL);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "results");
-  benchJsonBeginArray(&json);
-  benchJsonRow(&json, &c->table, &c->rows[0]);
-  benchJsonEndArray(&json);
-  benchJsonEndObject(&json);
+  toolJson_t json;
+  toolJsonInit(&json, out, BENCH_JSON_WRAP_DEPTH);
+  toolJsonBeginObject(&json, NULL);
+  toolJsonString(&json, "name", "a \"q\"\\\n\x01");
+  toolJsonBeginArray(&json, "list");
+  toolJsonInt(&json, NULL, -3);
+  toolJsonDouble(&json, NULL, 0.5);
+  toolJsonDouble(&json, NULL, NAN);
+  toolJsonBool(&json, NULL, 1);
+  toolJsonNull(&json, NULL);
+  toolJsonString(&json, NULL, NULL);
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "empty");
+  toolJsonEnd(&json);
+  toolJsonBeginObject(&json, "fields");
+  toolJsonInt(&json, "int", -7);
+  toolJsonDouble(&json, "double", 0.25);
+  toolJsonDouble(&json, "infinite", INFINITY);
+  toolJsonFixed(&json, "fixed", 2.0 / 3.0, 3);
+  toolJsonBool(&json, "bool", 0);
+  toolJsonString(&json, "null", NULL);
+  toolJsonBeginInlineArray(&json, "inline");
+  toolJsonInt(&json, NULL, 0);
+  toolJsonInt(&json, NULL, 1);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
+  toolJsonBeginArray(&json, "results");
+  benchJsonRow(&json, &c->table, &c->rows[0], 20);
+  toolJsonEnd(&json);
+  toolJsonEnd(&json);
 }
 
 static void testCsvAndJson(void) {
@@ -503,8 +616,8 @@ static void testCsvAndJson(void) {
   text = capture(writeJsonCase, &c);
   static const char* const json =
       "{\n"
-      "  \"name\":\"a \\\"q\\\"\\\\\\n\\u0001\",\n"
-      "  \"list\":[\n"
+      "  \"name\": \"a \\\"q\\\"\\\\\\n\\u0001\",\n"
+      "  \"list\": [\n"
       "    -3,\n"
       "    0.5,\n"
       "    null,\n"
@@ -512,21 +625,25 @@ static void testCsvAndJson(void) {
       "    null,\n"
       "    null\n"
       "  ],\n"
-      "  \"empty\":{},\n"
-      "  \"fields\":{\n"
-      "    \"int\":-7,\n"
-      "    \"double\":0.25,\n"
-      "    \"infinite\":null,\n"
-      "    \"bool\":false,\n"
-      "    \"null\":null\n"
+      "  \"empty\": {},\n"
+      "  \"fields\": {\n"
+      "    \"int\": -7,\n"
+      "    \"double\": 0.25,\n"
+      "    \"infinite\": null,\n"
+      "    \"fixed\": 0.667,\n"
+      "    \"bool\": false,\n"
+      "    \"null\": null,\n"
+      "    \"inline\": [0, 1]\n"
       "  },\n"
-      "  \"results\":[\n"
-      "    {\"size\":8,\"count\":2,\"type\":\"float\",\"redop\":\"sum\",\"root\":-1,"
-      "\"out_of_place\":{\"time\":6.21,\"alg_bw\":0.00128824477,\"bus_bw\":0.00128824477,\"nwrong\":0},"
-      "\"in_place\":{\"time\":6.23,\"alg_bw\":0.00128410915,\"bus_bw\":0.00128410915,\"nwrong\":0},"
-      "\"nccl\":{\"out_of_place\":{\"time\":12.42,\"alg_bw\":0.000644122383,\"bus_bw\":0.000644122383,\"nwrong\":0},"
-      "\"in_place\":{\"time\":9.345,\"alg_bw\":0.000856072766,\"bus_bw\":0.000856072766,\"nwrong\":null},"
-      "\"speedup\":{\"out_of_place\":2,\"in_place\":1.5}}}\n"
+      "  \"results\": [\n"
+      "    {\"size\": 8, \"count\": 2, \"type\": \"float\", \"redop\": \"sum\", \"root\": \"    -1\", "
+      "\"out_of_place\": {\"time\": 6.21, \"alg_bw\": 0.00128824477, \"bus_bw\": 0.00128824477, \"nwrong\": 0}, "
+      "\"in_place\": {\"time\": 6.23, \"alg_bw\": 0.00128410915, \"bus_bw\": 0.00128410915, \"nwrong\": 0}, "
+      "\"actual_iterations\": 20, \"experiment_name\": \"\", \"cycle\": 0, "
+      "\"nccl\": {\"out_of_place\": {\"time\": 12.42, \"alg_bw\": 0.000644122383, \"bus_bw\": 0.000644122383, "
+      "\"nwrong\": 0}, "
+      "\"in_place\": {\"time\": 9.345, \"alg_bw\": 0.000856072766, \"bus_bw\": 0.000856072766, \"nwrong\": null}, "
+      "\"speedup\": {\"out_of_place\": 2, \"in_place\": 1.5}}}\n"
       "  ]\n"
       "}\n";
   EXPECT_MSG(strcmp(text, json) == 0, "json:\n%s\n--- want ---\n%s", text, json);
@@ -1008,6 +1125,7 @@ int main(void) {
   testSizes();
   testFloatColumns();
   testTable();
+  testTimestampsAndMemory();
   testCsvAndJson();
   testHalfAndBf16();
   testChecker();

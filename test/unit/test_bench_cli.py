@@ -82,7 +82,14 @@ def check_program(path):
           f"{program} --help: exit {help_result.returncode}, stderr {help_result.stderr!r}")
     expect_refusal([path, "-q"], no_gpu, program, "unknown flag '-q'")
     expect_refusal([path, "-n", "ten"], no_gpu, program, "'ten' is not an integer")
-    expect_refusal([path, "-z", "2"], no_gpu, program, "0 or 1")
+    expect_refusal([path, "-z", "4"], no_gpu, program, "3 (wait and barrier, the barrier not timed), not 4")
+    expect_refusal([path, "-z", "1", "-G", "2"], no_gpu, program, "use one or the other")
+    expect_refusal([path, "-N", "0"], no_gpu, program, "-N 0 (run forever) is not supported")
+    # nccl-tests' flags that are not supported say so, rather than "unknown flag"
+    expect_refusal([path, "-I", "1"], no_gpu, program, "per-iteration timing")
+    expect_refusal([path, "-K", "5"], no_gpu, program, "is not supported")
+    expect_refusal([path, "-y", "1"], no_gpu, program, "NULL stream is not supported")
+    expect_refusal([path, "-x", "1"], no_gpu, program, "CTA policy is not supported")
     expect_refusal([path, "-b", "nan"], no_gpu, program, "not a size")
     expect_refusal([path, "-T", "100000"], no_gpu, program, "86400")
     expect_refusal([path, "-J", "/nonexistent/dir/out.json"], no_gpu, program, "cannot write /nonexistent/dir/out.json")
@@ -90,6 +97,9 @@ def check_program(path):
     expect_refusal([path], {"CUDA_VISIBLE_DEVICES": "", "WORLD_SIZE": "2", "RANK": None}, program,
                    "RANK is missing")
     expect_refusal([path, "-n", "1"], no_gpu, program, "no GPU to run on")
+    # nccl-tests' newer flags get past the parser, to the GPU count.
+    expect_refusal([path, "-N", "3", "-z", "3", "-S", "1", "-M", "1", "-C", "1", "-I", "0"], no_gpu, program,
+                   "no GPU to run on")
 
 
 def check_plot(plot):

@@ -5,6 +5,7 @@
  *   test_topo DATA_DIR            DATA_DIR is test/data/topo
  *   test_topo DATA_DIR --update   rewrites the golden files from the current output (review the diff!)
  */
+#include "cuda_status.h"
 #include "param.h"
 #include "test.h"
 #include "topo.h"
@@ -548,6 +549,48 @@ static void testCommandLine(void) {
   }
 }
 
+/* The driver and the reason for no GPU, in the words fccl-topo, fccl-info and the benchmark share: without a driver
+ * (no device node, or no libcuda) CUDA's "driver version is insufficient" never reaches the user. */
+static void describe(toolCudaStatus_t* status, int driver, int runtime, int count, cudaError_t error, int nodes,
+                     int libcuda, const char* visible) {
+  memset(status, 0, sizeof(*status));
+  status->driverVersion = driver;
+  status->runtimeVersion = runtime;
+  status->deviceCount = count;
+  toolCudaDescribe(status, error, nodes, libcuda, visible);
+}
+
+static void testCudaStatus(void) {
+  toolCudaStatus_t s;
+  describe(&s, 0, 13000, 0, cudaErrorInsufficientDriver, 0, 0, NULL);
+  EXPECT(s.noDriver);
+  EXPECT_STR_CONTAINS(s.driver, "none (no NVIDIA driver found)");
+  EXPECT_STR_CONTAINS(s.noGpu, "no NVIDIA driver found: no /dev/nvidia* device, no libcuda.so.1");
+  EXPECT_MSG(strstr(s.noGpu, "insufficient") == NULL, "%s", s.noGpu);
+  describe(&s, 0, 13000, 0, cudaErrorInsufficientDriver, 1, 0, NULL); /* device nodes, no library: a container */
+  EXPECT(s.noDriver);
+  EXPECT_MSG(strcmp(s.noGpu, "no NVIDIA driver found: no libcuda.so.1") == 0, "%s", s.noGpu);
+  describe(&s, 0, 13000, 0, cudaErrorInsufficientDriver, 0, 1, NULL); /* the library (a stub), no device */
+  EXPECT_MSG(strcmp(s.noGpu, "no NVIDIA driver found: no /dev/nvidia* device") == 0, "%s", s.noGpu);
+  /* An old driver: then the driver is there, and too old. */
+  describe(&s, 12040, 13000, 0, cudaErrorInsufficientDriver, 1, 1, NULL);
+  EXPECT(!s.noDriver);
+  EXPECT_MSG(strcmp(s.driver, "12.4") == 0, "%s", s.driver);
+  EXPECT_STR_CONTAINS(s.noGpu, "the NVIDIA driver supports CUDA 12.4, older than this CUDA runtime (13.0)");
+  /* GPUs hidden, or none. */
+  describe(&s, 13000, 13000, 0, cudaErrorNoDevice, 1, 1, "");
+  EXPECT_MSG(strcmp(s.noGpu, "no CUDA device visible: CUDA_VISIBLE_DEVICES='' hides them all") == 0, "%s", s.noGpu);
+  describe(&s, 13000, 13000, 0, cudaErrorNoDevice, 1, 1, "-1");
+  EXPECT_STR_CONTAINS(s.noGpu, "CUDA_VISIBLE_DEVICES='-1' hides them all");
+  describe(&s, 13000, 13000, 0, cudaErrorNoDevice, 1, 1, NULL);
+  EXPECT_MSG(strcmp(s.noGpu, "no CUDA device visible") == 0, "%s", s.noGpu);
+  describe(&s, 13000, 13000, 0, cudaErrorDevicesUnavailable, 1, 1, NULL);
+  EXPECT_STR_CONTAINS(s.noGpu, "CUDA cannot list the GPUs: cudaErrorDevicesUnavailable");
+  /* A working machine: no reason. */
+  describe(&s, 13000, 13000, 2, cudaSuccess, 1, 1, "0,1");
+  EXPECT_MSG(s.noGpu[0] == '\0' && strcmp(s.driver, "13.0") == 0 && !s.noDriver, "'%s' '%s'", s.noGpu, s.driver);
+}
+
 /* GPU facts that do not belong to the hwloc topology: the GPUs still appear, with unknown locality. And -o. */
 static void testUnplacedGpus(void) {
   char xml[1024], facts[1024], output[64];
@@ -630,6 +673,7 @@ int main(int argc, char** argv) {
   testFactsErrors();
   testFactsRoundTrip();
   testCommandLine();
+  testCudaStatus();
   testGoldens();
   testUnplacedGpus();
   testLiveAndRecord();

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Checks fccl-topo's machine-readable outputs, with the Python standard library only.
+"""Checks fccl-topo's machine-readable outputs.
 
-  --json: validated against test/data/topo/schema.json by a small JSON Schema validator (the subset of draft 2020-12
-          the schema uses; an unsupported keyword in the schema is an error, so the schema cannot silently mean less).
+  --json: validated against test/data/topo/schema.json (JSON Schema draft 2020-12) by python3-jsonschema; every
+          keyword the schema uses must be one of the draft's, so a misspelt keyword cannot silently mean less.
   --xml:  checked against what NCCL's topology XML reader (src/graph/xml.cc) accepts: no prolog or comments,
           attributes separated by single spaces, "/>" right after the last attribute, and the attributes NCCL's
           topology builder (src/graph/topo.cc) reads without a default on each element.
@@ -11,7 +11,7 @@
   test_topo_check.py --schema schema.json --run build/tools/fccl-topo   the program on this machine, live
 
 Before checking anything the validators are shown documents they must reject; a validator that accepts everything
-fails the test.
+fails the test. Without python3-jsonschema (scripts/install-deps installs it) the test is skipped (exit 77).
 """
 import argparse
 import copy
@@ -23,93 +23,76 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-# ---- JSON Schema (subset) ---------------------------------------------------------------------------------------
+try:
+    import jsonschema
+except ImportError:
+    jsonschema = None
 
-ANNOTATIONS = {"$schema", "$id", "title", "description", "$defs"}
-KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "pattern", "minimum",
-            "maximum", "minItems", "oneOf", "$ref"} | ANNOTATIONS
-TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
+# ---- JSON Schema ------------------------------------------------------------------------------------------------
+
+# The keywords of draft 2020-12's vocabularies (core, applicator, unevaluated, validation, meta-data, format,
+# content). Anything else in the schema is a mistake: validators ignore unknown keywords.
+DRAFT_2020_12_KEYWORDS = {
+    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary", "$comment", "$defs",
+    "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "dependentSchemas", "prefixItems", "items", "contains",
+    "properties", "patternProperties", "additionalProperties", "propertyNames", "unevaluatedItems",
+    "unevaluatedProperties", "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains",
+    "minContains", "maxProperties", "minProperties", "required", "dependentRequired", "title", "description",
+    "default", "deprecated", "readOnly", "writeOnly", "examples", "format", "contentEncoding", "contentMediaType",
+    "contentSchema",
 }
+# Members whose values are maps from names to schemas, not schemas themselves.
+SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "dependentSchemas"}
 
 
 class SchemaError(Exception):
     pass
 
 
-def resolve(root, ref):
-    if not ref.startswith("#/"):
-        raise SchemaError("only local $ref are supported: %s" % ref)
-    node = root
-    for part in ref[2:].split("/"):
-        if part not in node:
-            raise SchemaError("unresolved $ref %s" % ref)
-        node = node[part]
-    return node
+def unknown_keywords(schema, path="$"):
+    """Keywords outside the draft anywhere in the schema, as 'path: keyword' strings."""
+    found = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key not in DRAFT_2020_12_KEYWORDS:
+                found.append("%s: %s" % (path, key))
+            elif key in SCHEMA_MAPS and isinstance(value, dict):
+                for name, sub in value.items():
+                    found += unknown_keywords(sub, "%s.%s.%s" % (path, key, name))
+            elif isinstance(value, (dict, list)) and key not in ("enum", "const", "examples", "default", "required"):
+                found += unknown_keywords(value, "%s.%s" % (path, key))
+    elif isinstance(schema, list):
+        for i, item in enumerate(schema):
+            found += unknown_keywords(item, "%s[%d]" % (path, i))
+    return found
 
 
-def validate(instance, schema, root, path="$"):
-    """Returns a list of error strings (empty: valid)."""
-    if not isinstance(schema, dict):
-        raise SchemaError("%s: a schema must be an object" % path)
-    unknown = set(schema) - KEYWORDS
+def make_validator(schema):
+    jsonschema.Draft202012Validator.check_schema(schema)
+    unknown = unknown_keywords(schema)
     if unknown:
-        raise SchemaError("unsupported schema keywords %s" % sorted(unknown))
-    errors = []
-    if "$ref" in schema:
-        errors += validate(instance, resolve(root, schema["$ref"]), root, path)
-    if "type" in schema:
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(TYPES[t](instance) for t in types):
-            return errors + ["%s: %r is not of type %s" % (path, instance, "/".join(types))]
-    if "const" in schema and instance != schema["const"]:
-        errors.append("%s: %r is not %r" % (path, instance, schema["const"]))
-    if "enum" in schema and instance not in schema["enum"]:
-        errors.append("%s: %r is not one of %s" % (path, instance, schema["enum"]))
-    if "oneOf" in schema:
-        matches = sum(1 for sub in schema["oneOf"] if not validate(instance, sub, root, path))
-        if matches != 1:
-            errors.append("%s: %r matches %d of the oneOf alternatives, not exactly one" % (path, instance, matches))
-    if isinstance(instance, str) and "pattern" in schema and not re.search(schema["pattern"], instance):
-        errors.append("%s: %r does not match %s" % (path, instance, schema["pattern"]))
-    if TYPES["number"](instance):
-        if "minimum" in schema and instance < schema["minimum"]:
-            errors.append("%s: %r is below %r" % (path, instance, schema["minimum"]))
-        if "maximum" in schema and instance > schema["maximum"]:
-            errors.append("%s: %r is above %r" % (path, instance, schema["maximum"]))
-    if isinstance(instance, list):
-        if "minItems" in schema and len(instance) < schema["minItems"]:
-            errors.append("%s: fewer than %d items" % (path, schema["minItems"]))
-        if "items" in schema:
-            for i, item in enumerate(instance):
-                errors += validate(item, schema["items"], root, "%s[%d]" % (path, i))
-    if isinstance(instance, dict):
-        properties = schema.get("properties", {})
-        for key in schema.get("required", []):
-            if key not in instance:
-                errors.append("%s: missing required member %r" % (path, key))
-        for key, value in instance.items():
-            if key in properties:
-                errors += validate(value, properties[key], root, "%s.%s" % (path, key))
-            elif schema.get("additionalProperties", True) is False:
-                errors.append("%s: unexpected member %r" % (path, key))
-            elif isinstance(schema.get("additionalProperties"), dict):
-                errors += validate(value, schema["additionalProperties"], root, "%s.%s" % (path, key))
-    return errors
+        raise SchemaError("keywords that are not JSON Schema draft 2020-12's: %s" % ", ".join(unknown))
+    # "$id" names the schema ("fccl-topo/1"); it is not a URL to resolve the local "#/$defs/..." references against
+    # (python3-jsonschema 4.10, Debian 12's, would try), so the validator gets the schema without it.
+    local = dict(schema)
+    local.pop("$id", None)
+    return jsonschema.Draft202012Validator(local)
 
 
-def check_json(text, schema, what):
+def validate(instance, validator):
+    """Returns a list of error strings (empty: valid)."""
+    errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
+    return ["%s: %s" % ("$" + "".join("[%d]" % p if isinstance(p, int) else ".%s" % p for p in e.absolute_path),
+                        e.message) for e in errors]
+
+
+def check_json(text, validator, what):
     try:
         document = json.loads(text)
     except ValueError as e:
         return ["%s: not JSON: %s" % (what, e)]
-    errors = validate(document, schema, schema)
+    errors = validate(document, validator)
     if isinstance(document, dict):
         errors += consistency(document)
     return ["%s: %s" % (what, e) for e in errors]
@@ -137,7 +120,7 @@ def consistency(doc):
     return errors
 
 
-def json_self_test(schema, sample):
+def json_self_test(validator, sample):
     """The validator must reject broken variants of a valid document."""
     doc = json.loads(sample)
     breakages = [
@@ -156,7 +139,7 @@ def json_self_test(schema, sample):
     for name, breaker in breakages:
         broken = copy.deepcopy(doc)
         breaker(broken)
-        if not check_json(json.dumps(broken), schema, name):
+        if not check_json(json.dumps(broken), validator, name):
             failures.append("the JSON validator accepted a document with a %s" % name)
     return failures
 
@@ -301,8 +284,12 @@ def main():
     parser.add_argument("--goldens", help="directory holding *.json.golden and *.xml.golden")
     parser.add_argument("--run", help="fccl-topo to run on this machine")
     args = parser.parse_args()
+    if jsonschema is None:
+        print("topo_check: skipped: python3-jsonschema is not installed (scripts/install-deps installs it)")
+        return 77
     with open(args.schema) as f:
         schema = json.load(f)
+    validator = make_validator(schema)
     failures = []
     checked = 0
     samples = []
@@ -315,7 +302,7 @@ def main():
             with open(path) as f:
                 text = f.read()
             samples.append(text)
-            failures += check_json(text, schema, os.path.basename(path))
+            failures += check_json(text, validator, os.path.basename(path))
             checked += 1
         for path in xml_files:
             with open(path) as f:
@@ -327,7 +314,7 @@ def main():
             failures.append("fccl-topo --json exited %d: %s" % (code, err.strip()))
         else:
             samples.append(out)
-            failures += check_json(out, schema, "fccl-topo --json")
+            failures += check_json(out, validator, "fccl-topo --json")
         checked += 1
         code, out, err = run([args.run, "--xml"])
         if code != 0:
@@ -348,7 +335,7 @@ def main():
     if not with_pci:
         failures.append("no JSON sample with a PCI tree to test the validator on")
     else:
-        failures += json_self_test(schema, with_pci[0])
+        failures += json_self_test(validator, with_pci[0])
     failures += xml_self_test()
     for failure in failures:
         print("FAIL " + failure)
@@ -359,6 +346,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except SchemaError as e:
+    except (SchemaError, jsonschema.exceptions.SchemaError if jsonschema else SchemaError) as e:
         print("FAIL schema: %s" % e)
         sys.exit(1)

@@ -392,7 +392,7 @@ static void testAddresses(void) {
 static void clearLaunchEnv(void) {
   const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                         "MPI_LOCALRANKID", "FCCL_COMM_ID"};
+                         "MPI_LOCALRANKID", "FCCL_COMM_ID", "FCCL_COMM_SECRET"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) unsetenv(names[i]);
   fcclParamResetForTest();
 }
@@ -408,18 +408,35 @@ static void testLaunchEnv(void) {
   setenv("LOCAL_RANK", "1", 1);
   setenv("MASTER_ADDR", "10.1.2.3", 1);
   setenv("MASTER_PORT", "29500", 1);
+  /* More than one rank: the launcher must export a secret, long enough to be one. */
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_COMM_SECRET is not set");
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "openssl rand -hex 16");
+  setenv("FCCL_COMM_SECRET", "short", 1);
+  fcclParamResetForTest();
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_COMM_SECRET has 5 characters");
+  const char* secretText = "0123456789abcdef0123456789abcdef";
+  setenv("FCCL_COMM_SECRET", secretText, 1);
+  fcclParamResetForTest();
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
   EXPECT_EQ_INT(launch.rank, 3);
   EXPECT_EQ_INT(launch.nranks, 8);
   EXPECT_EQ_INT(launch.localRank, 1);
   EXPECT(strcmp(launch.addr, "10.1.2.3:29501") == 0);
   EXPECT(strcmp(launch.source, "torchrun") == 0);
-  uint64_t secret = fcclBootstrapEnvSecret(&launch);
-  struct fcclEnvLaunch other = launch;
-  other.rank = 0; /* every rank derives the same secret */
-  EXPECT(fcclBootstrapEnvSecret(&other) == secret);
-  other.nranks = 9;
-  EXPECT(fcclBootstrapEnvSecret(&other) != secret);
+  /* Every rank derives the same wire secret from the same launch; another secret, address or size another one,
+   * and what a stranger sees (the address and the size) is not enough. */
+  uint64_t secret = fcclBootstrapEnvSecret(secretText, launch.addr, launch.nranks);
+  EXPECT(launch.secret == secret);
+  setenv("RANK", "0", 1);
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+  EXPECT(launch.secret == secret);
+  EXPECT(fcclBootstrapEnvSecret(secretText, launch.addr, 9) != secret);
+  EXPECT(fcclBootstrapEnvSecret(secretText, "10.1.2.3:29502", 8) != secret);
+  EXPECT(fcclBootstrapEnvSecret("0123456789abcdef0123456789abcdeF", launch.addr, 8) != secret);
+  EXPECT(fcclBootstrapEnvSecret("", launch.addr, 8) != secret);
+  setenv("RANK", "3", 1);
 
   setenv("MASTER_ADDR", "::1", 1);
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
@@ -446,10 +463,12 @@ static void testLaunchEnv(void) {
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclInvalidUsage);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_COMM_ID");
   setenv("FCCL_COMM_ID", "[::1]:9000", 1);
+  setenv("FCCL_COMM_SECRET", secretText, 1);
   fcclParamResetForTest();
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
   EXPECT(strcmp(launch.source, "Open MPI") == 0);
   EXPECT_EQ_INT(launch.localRank, -1);
+  /* A single rank has nobody to share a secret with: it needs none, and draws its own. */
   clearLaunchEnv();
   setenv("PMI_RANK", "0", 1);
   setenv("PMI_SIZE", "1", 1);
@@ -459,6 +478,9 @@ static void testLaunchEnv(void) {
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
   EXPECT(strcmp(launch.source, "PMI") == 0);
   EXPECT_EQ_INT(launch.localRank, 0);
+  uint64_t drawn = launch.secret;
+  EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
+  EXPECT(launch.secret != drawn);
   clearLaunchEnv();
 }
 

@@ -105,6 +105,21 @@ static int usedBytes(benchAgent_t* agent, double* used) {
   return 0;
 }
 
+/* -M: device memory in use on every local GPU. */
+static int usedPerGpu(benchAgent_t* agent, double used[BENCH_MAX_LOCAL]) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++)
+    if (benchUseDevice(agent, gpu) != 0 || usedBytes(agent, &used[gpu]) != 0) return -1;
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  return 0;
+}
+
+/* The largest growth between two usedPerGpu readings. */
+static double largestGrowth(const benchAgent_t* agent, const double* before, const double* after) {
+  double largest = 0;
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) largest = fmax(largest, after[gpu] - before[gpu]);
+  return largest;
+}
+
 static int createOne(benchAgent_t* agent, int gpu, void* arg) {
   createCtx_t* ctx = (createCtx_t*)arg;
   const benchEngineOps_t* ops = agent->engines[ctx->engine].ops;
@@ -187,6 +202,10 @@ static void tearDownAgent(benchAgent_t* agent) {
 int benchRunAgent(benchAgent_t* agent) {
   benchCommExchange_t commExchange;
   memset(&commExchange, 0, sizeof(commExchange));
+  benchNowText(agent->startTime, sizeof(agent->startTime));
+  const int memoryReport = agent->args.memoryReport;
+  double used[3][BENCH_MAX_LOCAL]; /* -M: before the buffers, after them, after the run */
+  memset(used, 0, sizeof(used));
   int status = setUpAgent(agent);
   if (status == 0) status = createComms(agent, BENCH_FCCL);
   if (status == 0 && agent->launchKind == BENCH_LAUNCH_ENV) {
@@ -209,6 +228,7 @@ int benchRunAgent(benchAgent_t* agent) {
     }
   }
   int buffersMade = 0;
+  if (status == 0 && memoryReport) status = usedPerGpu(agent, used[0]);
   if (status == 0 && agent->test->collective) {
     /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds. */
     benchCounts_t per = agent->test->collective->counts(1, agent->nranks);
@@ -221,9 +241,25 @@ int benchRunAgent(benchAgent_t* agent) {
     if (status == 0) status = benchAllocBuffers(agent, bytes[0], bytes[1]);
     buffersMade = 1;
   }
+  if (status == 0 && memoryReport) status = usedPerGpu(agent, used[1]);
   if (status == 0) {
     fflush(stdout);
     status = agent->test->run(agent);
+  }
+  if (status >= 0 && memoryReport) {
+    /* nccl-tests' three parts: the communicators, the benchmark's own buffers, what the run itself added. */
+    int reported = usedPerGpu(agent, used[2]);
+    double* memory = agent->memory;
+    memory[BENCH_MEM_INIT] = 0;
+    for (int engine = 0; engine < agent->nEngines; engine++)
+      memory[BENCH_MEM_INIT] += agent->engines[engine].init.deviceBytes;
+    memory[BENCH_MEM_BUFFERS] = largestGrowth(agent, used[0], used[1]);
+    memory[BENCH_MEM_RUN] = largestGrowth(agent, used[1], used[2]);
+    if (reported == 0) reported = benchReduce(agent, memory + BENCH_MEM_BUFFERS, 2, BENCH_REDUCE_MAX);
+    if (reported != 0)
+      status = -1;
+    else if (agent->output)
+      benchPrintMemoryReport(stdout, memory);
   }
   if (status < 0) benchOobAbort(agent->oob);
   /* Collective teardown only when everyone got here in order; after a failure, free what is local. */

@@ -21,6 +21,16 @@ static const char* const opNames[BENCH_NUM_OPS] = {"sum", "prod", "max", "min", 
 
 const char* benchTypeName(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeNames[type] : "?"; }
 size_t benchTypeSize(int type) { return type >= 0 && type < BENCH_NUM_TYPES ? typeSizes[type] : 0; }
+const char* benchBlockingText(int blocking) {
+  switch (blocking) {
+    case BENCH_BLOCKING_BARRIER: return "Blocking Enabled: wait and barrier after each inner iteration (-m) ";
+    case BENCH_BLOCKING_WAIT: return "Blocking Enabled: wait after each inner iteration (-m), no barrier ";
+    case BENCH_BLOCKING_EXCLUDE_BARRIER:
+      return "Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ";
+    default: return "";
+  }
+}
+
 const char* benchOpName(int op) {
   if (op == BENCH_NO_OP) return "none";
   return op >= 0 && op < BENCH_NUM_OPS ? opNames[op] : "?";
@@ -58,7 +68,8 @@ void benchArgsDefaults(benchArgs_t* args) {
   args->stepBytes = 1u << 20;
   args->stepFactor = 1;
   args->iters = 20;
-  args->warmupIters = 5;
+  args->warmupIters = 1; /* nccl-tests' default since 2.16.8 */
+  args->runCycles = 1;
   args->check = 1;
   args->average = 1;
   args->root = 0;
@@ -93,9 +104,10 @@ int benchParseSize(const char* text, size_t* bytes) {
 
 enum {
   FLAG_NTHREADS, FLAG_NGPUS, FLAG_MINBYTES, FLAG_MAXBYTES, FLAG_STEPBYTES, FLAG_STEPFACTOR, FLAG_ITERS,
-  FLAG_AGGITERS, FLAG_WARMUP, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT, FLAG_BLOCKING,
-  FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_AVERAGE, FLAG_UNALIGN, FLAG_REGISTER, FLAG_JSON, FLAG_NPROCS,
-  FLAG_COMPARE, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+  FLAG_AGGITERS, FLAG_WARMUP, FLAG_CYCLES, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT,
+  FLAG_BLOCKING, FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_TIMESTAMPS, FLAG_MEMORY, FLAG_AVERAGE, FLAG_UNALIGN,
+  FLAG_REGISTER, FLAG_JSON, FLAG_PERITER, FLAG_PERITERSKIP, FLAG_STREAMNULL, FLAG_CTAPOLICY, FLAG_DEVICEIMPL,
+  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
 };
 enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
 
@@ -114,6 +126,7 @@ static const struct {
     {'n', "iters", FLAG_ITERS, ARG_INT},
     {'m', "agg_iters", FLAG_AGGITERS, ARG_INT},
     {'w', "warmup_iters", FLAG_WARMUP, ARG_INT},
+    {'N', "run_cycles", FLAG_CYCLES, ARG_INT},
     {'p', "parallel_init", FLAG_PARALLELINIT, ARG_INT},
     {'c', "check", FLAG_CHECK, ARG_INT},
     {'o', "op", FLAG_OP, ARG_TEXT},
@@ -123,11 +136,22 @@ static const struct {
     {'T', "timeout", FLAG_TIMEOUT, ARG_INT},
     {'G', "cudagraph", FLAG_GRAPH, ARG_INT},
     {'C', "report_cputime", FLAG_CPUTIME, ARG_INT},
+    {'S', "report_timestamps", FLAG_TIMESTAMPS, ARG_INT},
+    {'M', "memory_report", FLAG_MEMORY, ARG_INT},
+    {0, "memory", FLAG_MEMORY, ARG_INT}, /* nccl-tests' getopt table spells it so; its usage says memory_report */
     {'a', "average", FLAG_AVERAGE, ARG_INT},
     {'u', "unalign", FLAG_UNALIGN, ARG_INT},
     {'R', "local_register", FLAG_REGISTER, ARG_INT},
     {'J', "output_file", FLAG_JSON, ARG_TEXT},
     {0, "json", FLAG_JSON, ARG_TEXT},
+    /* nccl-tests' flags that fccl's benchmark does not support: their default value is accepted, any other refused
+     * with the reason (applyFlag). */
+    {'I', "per_iter_timing", FLAG_PERITER, ARG_INT},
+    {'K', "per_iter_skip", FLAG_PERITERSKIP, ARG_INT},
+    {'y', "stream_null", FLAG_STREAMNULL, ARG_INT},
+    {'x', "cta_policy", FLAG_CTAPOLICY, ARG_INT},
+    {'D', "device_implementation", FLAG_DEVICEIMPL, ARG_INT},
+    {'V', "device_cta_count", FLAG_DEVICECTAS, ARG_INT},
     {0, "np", FLAG_NPROCS, ARG_INT},
     {0, "nprocs", FLAG_NPROCS, ARG_INT},
     {0, "compare", FLAG_COMPARE, ARG_TEXT},
@@ -156,7 +180,7 @@ static int nameOrAll(const char* value, int (*fromName)(const char* name)) {
   return strcasecmp(value, "all") == 0 ? BENCH_ALL : fromName(value);
 }
 
-/* The 0/1 flags (-z, -C, -p, --progress): anything else is a mistake worth saying (nccl-tests reads -z 2 as 1). */
+/* The 0/1 flags (-C, -S, -M, -p, --progress): anything else is a mistake worth saying (nccl-tests reads 2 as 1). */
 static int parseSwitch(int n, const char* name, int* out, char* err, size_t errLen) {
   if (n != 0 && n != 1) return benchError(err, errLen, "%s: 0 or 1, not %d", name, n);
   *out = n;
@@ -241,6 +265,16 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       if (n < 0) return benchError(err, errLen, "%s: warmup iterations cannot be negative", name);
       args->warmupIters = n;
       break;
+    case FLAG_CYCLES:
+      /* nccl-tests reads 0 as "forever". Here every cycle's rows are kept for the footer, -J and --csv, which an
+       * endless run never reaches: a soak run gives a count instead (each cycle's waits are bounded by -T). */
+      if (n == 0)
+        return benchError(err, errLen, "%s 0 (run forever) is not supported: give a number of cycles, 1 to %d", name,
+                          BENCH_MAX_RUN_CYCLES);
+      if (n < 0 || n > BENCH_MAX_RUN_CYCLES)
+        return benchError(err, errLen, "%s: the cycle count must be 1 to %d", name, BENCH_MAX_RUN_CYCLES);
+      args->runCycles = n;
+      break;
     case FLAG_PARALLELINIT: return parseSwitch(n, name, &args->parallelInit, err, errLen);
     case FLAG_CHECK:
       if (n < 0) return benchError(err, errLen, "%s: the check count cannot be negative", name);
@@ -260,7 +294,13 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       if (n < 0) return benchError(err, errLen, "%s: the root cannot be negative", name);
       args->root = n;
       break;
-    case FLAG_BLOCKING: return parseSwitch(n, name, &args->blocking, err, errLen);
+    case FLAG_BLOCKING:
+      if (n < BENCH_BLOCKING_OFF || n > BENCH_BLOCKING_EXCLUDE_BARRIER)
+        return benchError(err, errLen,
+                          "%s: 0 (off), 1 (wait and barrier), 2 (wait, no barrier) or 3 (wait and barrier, the barrier "
+                          "not timed), not %d", name, n);
+      args->blocking = n;
+      break;
     case FLAG_TIMEOUT:
       /* The bound becomes fcclConfig_t.timeoutMs (an int of milliseconds): a day is far beyond any useful wait. */
       if (n < 0 || n > BENCH_MAX_TIMEOUT_SEC)
@@ -272,6 +312,37 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       args->graphLaunches = n;
       break;
     case FLAG_CPUTIME: return parseSwitch(n, name, &args->cputime, err, errLen);
+    case FLAG_TIMESTAMPS: return parseSwitch(n, name, &args->timestamps, err, errLen);
+    case FLAG_MEMORY: return parseSwitch(n, name, &args->memoryReport, err, errLen);
+    case FLAG_PERITER:
+      if (n != 0)
+        return benchError(err, errLen,
+                          "%s %d: per-iteration timing (nccl-tests' i_min, i_max, i_p99, i_cv%% columns) is not "
+                          "supported by fccl's benchmark; only %s 0", name, n, name);
+      break;
+    case FLAG_PERITERSKIP:
+      if (n != 0)
+        return benchError(err, errLen,
+                          "%s %d: skipping iterations of the per-iteration statistics is not supported (they need -I, "
+                          "which fccl's benchmark does not have); only %s 0", name, n, name);
+      break;
+    case FLAG_STREAMNULL:
+      if (n != 0)
+        return benchError(err, errLen,
+                          "%s %d: the NULL stream is not supported: the benchmark runs on non-blocking streams of its "
+                          "own; only %s 0", name, n, name);
+      break;
+    case FLAG_CTAPOLICY:
+      return benchError(err, errLen, "%s: NCCL's CTA policy is not supported: fccl's communicators have none", name);
+    case FLAG_DEVICEIMPL:
+      if (n != 0)
+        return benchError(err, errLen,
+                          "%s %d: NCCL's device-API implementations are not supported by fccl's benchmark; only %s 0",
+                          name, n, name);
+      break;
+    case FLAG_DEVICECTAS:
+      return benchError(err, errLen,
+                        "%s: the CTA count of NCCL's device-API implementations (-D) is not supported", name);
     case FLAG_AVERAGE:
       if (n < 0 || n > 3) return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
       args->average = n;
@@ -333,6 +404,10 @@ int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, si
     int status = applyFlag(args, flags[index].id, arg, value, err, errLen);
     if (status != BENCH_PARSE_OK) return status;
   }
+  if (args->blocking != BENCH_BLOCKING_OFF && args->graphLaunches > 0)
+    return benchError(err, errLen,
+                      "-z %d with -G %d: a CUDA graph launches its operations with no host in between to wait; use one "
+                      "or the other", args->blocking, args->graphLaunches);
   if (args->minBytes > args->maxBytes)
     return benchError(err, errLen, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", args->minBytes,
                 args->maxBytes);
@@ -381,19 +456,24 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  -i,--stepbytes <size>     add this between sizes (1M)\n"
           "  -f,--stepfactor <n>       multiply by this between sizes (off)\n"
           "  -n,--iters <n>            timed iterations (20)\n"
-          "  -w,--warmup_iters <n>     warmup iterations (5)\n"
+          "  -w,--warmup_iters <n>     warmup iterations (1)\n"
+          "  -N,--run_cycles <n>       run the whole sweep n times, printing every cycle (1; 1 to %d)\n"
           "  -c,--check <n>            checked runs per size, #wrong column (1; 0: no check)\n"
           "  -d,--datatype <type|all>  int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (float)\n"
           "  -o,--op <op|all>          sum prod max min avg (sum)\n"
-          "  -z,--blocking <0/1>       wait and barrier after every operation (0)\n"
+          "  -z,--blocking <0-3>       after every operation: 1 wait and barrier, 2 wait, 3 wait and barrier\n"
+          "                            with the barrier not timed (0)\n"
           "  -G,--cudagraph <n>        capture the iterations in a CUDA graph, launch it n times (0: eager)\n"
           "  -a,--average <0/1/2/3>    time across ranks: rank 0, average, minimum, maximum (1)\n"
           "  -T,--timeout <seconds>    bound on every wait (0: 300 s; at most 86400)\n"
           "  -u,--unalign <n>          offset the buffers by n elements (0)\n"
           "  -R,--local_register <n>   0 plain buffers, 1 registered, 2 registered symmetric (0)\n"
           "  -C,--report_cputime <0/1> report host launch time instead of GPU time (0)\n"
-          "  -J,--output_file <file>   write the results as JSON\n"
+          "  -S,--report_timestamps <0/1>  a timestamp at the end of every row (0)\n"
+          "  -M,--memory_report <0/1>  device memory used: communicators, buffers, the run (0)\n"
+          "  -J,--output_file <file>   write the results as JSON (nccl-tests' layout)\n"
           "  -p,--parallel_init, -r,--root, -m,--agg_iters 1: accepted for compatibility\n"
+          "  -I, -K, -y, -D 0: accepted (their defaults); other values, -x and -V: not supported\n"
           "fccl's own:\n"
           "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
           "  --compare nccl            run NCCL on the same buffers and print it beside fccl\n"
@@ -402,7 +482,7 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",
-          program);
+          program, BENCH_MAX_RUN_CYCLES);
 }
 
 size_t benchSweepNext(const benchArgs_t* args, size_t bytes) {

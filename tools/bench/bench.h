@@ -7,6 +7,8 @@
 #ifndef FCCL_BENCH_H_
 #define FCCL_BENCH_H_
 
+#include "json.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,8 +43,9 @@ typedef struct {
   size_t stepFactor;       /* -f (1: add stepBytes instead) */
   int iters;               /* -n */
   int warmupIters;         /* -w */
+  int runCycles;           /* -N: the whole sweep this many times, each cycle's rows printed */
   int check;               /* -c: checked runs per size (0: no check) */
-  int blocking;            /* -z: wait for completion and barrier after every operation */
+  int blocking;            /* -z: BENCH_BLOCKING_* */
   int graphLaunches;       /* -G: capture the iterations in a CUDA graph and launch it this many times */
   int average;             /* -a: time across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum */
   int timeoutSec;          /* -T: bound on every wait (0: the built-in default) */
@@ -50,6 +53,8 @@ typedef struct {
   int parallelInit;        /* -p: accepted for compatibility (ranks of a process always initialise in parallel) */
   int root;                /* -r: accepted for compatibility (all-reduce has no root) */
   int cputime;             /* -C: report the host time of the launch loop instead of the GPU time */
+  int timestamps;          /* -S: a timestamp at the end of every row */
+  int memoryReport;        /* -M: a line of device memory use after the footer */
   int localRegister;       /* -R: 0 plain cudaMalloc buffers, 1 registered, 2 registered symmetric (NCCL windows) */
   int type;                /* -d: a type, or BENCH_ALL */
   int op;                  /* -o: an op, or BENCH_ALL */
@@ -61,10 +66,17 @@ typedef struct {
   const char* csvPath;     /* --csv */
 } benchArgs_t;
 
+/* -z, as nccl-tests defines it (with -m 1 an inner iteration is an outer one): after every operation, wait for it and
+ * barrier (BARRIER), only wait (WAIT), or wait and barrier with the barrier left out of the time (EXCLUDE_BARRIER). */
+enum { BENCH_BLOCKING_OFF, BENCH_BLOCKING_BARRIER, BENCH_BLOCKING_WAIT, BENCH_BLOCKING_EXCLUDE_BARRIER };
+/* "" for OFF, else the header line nccl-tests prints for the mode (without "# " and the newline). */
+const char* benchBlockingText(int blocking);
+
 void benchArgsDefaults(benchArgs_t* args);
 
 enum { BENCH_PARSE_OK = 0, BENCH_PARSE_HELP = 1, BENCH_PARSE_ERROR = -1 };
 #define BENCH_MAX_TIMEOUT_SEC 86400 /* -T: a day */
+#define BENCH_MAX_RUN_CYCLES 100000 /* -N: every cycle's rows are kept for the footer, -J and --csv */
 /* Parses nccl-tests' flags plus fccl's own (see benchPrintUsage). Returns BENCH_PARSE_*; on error err says why. */
 int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen);
 /* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else (negative, NaN, beyond 8 EiB). */
@@ -110,6 +122,8 @@ typedef struct {
   int type;
   int op;
   int root;
+  int cycle;                              /* -N: the sweep it belongs to, from 0 */
+  long long timestamp;                    /* -S: when it was measured (time_t) */
   benchMeasure_t m[BENCH_MAX_ENGINES][2]; /* [engine][BENCH_OUT_OF_PLACE / BENCH_IN_PLACE] */
 } benchRow_t;
 
@@ -118,6 +132,7 @@ typedef struct {
   int nEngines;                              /* 1: fccl alone; 2: fccl and NCCL beside it */
   const char* engineNames[BENCH_MAX_ENGINES];
   int cputime;                               /* label the time column "cputime" */
+  int timestamps;                            /* -S: a "timestamp" column at the end */
 } benchTable_t;
 
 /* Formats value in exactly `width` characters where it fits (2, then 1, then 0 decimals, then exponent), like
@@ -126,8 +141,12 @@ void benchFormatFloat(double value, int width, char* out, size_t outLen);
 /* nccl-tests' column headers (three lines), plus the NCCL columns when nEngines == 2. */
 void benchPrintTableHeader(FILE* out, const benchTable_t* table);
 /* One row: size, count, type, redop, root, then time/algbw/busbw/#wrong out of place and in place (nccl-tests'
- * layout), then for NCCL time/busbw/#wrong/speedup per placement (speedup: NCCL time / fccl time). */
+ * layout), then for NCCL time/busbw/#wrong/speedup per placement (speedup: NCCL time / fccl time), then with -S the
+ * row's local time as nccl-tests writes it ("%Y-%m-%d %H:%M:%S"). */
 void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row);
+/* nccl-tests' time format ("%Y-%m-%d %H:%M:%S", local time) of a time_t; -S's column and the JSON's times. */
+#define BENCH_TIME_FORMAT "%Y-%m-%d %H:%M:%S"
+void benchFormatTime(long long when, char* out, size_t len);
 
 typedef struct {
   int errors[BENCH_MAX_ENGINES];     /* tests (size x placement) with wrong elements, per engine */
@@ -139,6 +158,14 @@ void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows
 /* "# Out of bounds values", "# Avg bus bandwidth", the NCCL lines, "#", "# Collective test concluded". */
 void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t* summary);
 
+/* -M: nccl-tests' memory line, "# GPU memory usage     : Initialization 1.25 GB | User-Allocated 512 MB |
+ * Collective 0.00 B | Total  1.75 GB", from the device bytes communicator creation, the benchmark's buffers and the
+ * run itself took (the largest rank each). */
+enum { BENCH_MEM_INIT, BENCH_MEM_BUFFERS, BENCH_MEM_RUN, BENCH_MEM_PARTS };
+void benchPrintMemoryReport(FILE* out, const double bytes[BENCH_MEM_PARTS]);
+/* nccl-tests' amount ("0.00 B", "512 MB", "1.25 GB": powers of 1024, two decimals below 10, one below 100). */
+void benchFormatMemory(double bytes, char* out, size_t len);
+
 /* CSV: one line per size, engine and placement; buffers[engine] names the engine's buffer kind. */
 void benchCsvHeader(FILE* out);
 void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* const* buffers, int graph,
@@ -149,34 +176,59 @@ void benchFormatProgress(char* out, size_t len, int done, int total, const bench
 /* "512 B", "64 KiB", "1 GiB", "1.5 MiB". */
 void benchFormatBytes(double bytes, char* out, size_t len);
 
-/* ---- a small streaming JSON writer ---------------------------------------------------------------------------- */
+/* ---- JSON: the tools' writer (tools/common/json.h) --------------------------------------------------------- */
 
-#define BENCH_JSON_DEPTH 16
+/* The -J files' layout (toolJsonInit's wrapDepth): the top level and the members of its objects and arrays on lines of
+ * their own, so that each result row is one line. */
+#define BENCH_JSON_WRAP_DEPTH 2
+/* The -J document follows nccl-tests' JSON (version 3 of its layout: src/util.cu), key for key and type for type
+ * (test/data/bench holds an example written from its source), with fccl's own members beside: "tool",
+ * "fccl_version", "build_type", "comm_init", in "config" the launch and -z/-N/-C, in each result its cycle and the
+ * engine compared with, and "comparison". */
+#define BENCH_JSON_VERSION 3
+#define BENCH_DEVICE_LINE 256
+
+/* A "#  Rank  0 Group  0 Pid   1234 on host device  0 [0000:19:00] NVIDIA H200" line as nccl-tests' JSON has it. */
 typedef struct {
-  FILE* out;
-  int depth;
-  int count[BENCH_JSON_DEPTH]; /* values written at each level, for the commas */
-  int afterKey;
-} benchJson_t;
+  int rank, group, pid, device;
+  char hostname[64];
+  char deviceHex[32];
+  char deviceInfo[160];
+} benchDeviceInfo_t;
+/* 0, or -1 when the line is not in that form. */
+int benchParseDeviceLine(const char* line, benchDeviceInfo_t* info);
 
-void benchJsonInit(benchJson_t* json, FILE* out);
-void benchJsonBeginObject(benchJson_t* json);
-void benchJsonEndObject(benchJson_t* json);
-void benchJsonBeginArray(benchJson_t* json);
-void benchJsonEndArray(benchJson_t* json);
-void benchJsonKey(benchJson_t* json, const char* key);
-void benchJsonString(benchJson_t* json, const char* value); /* NULL writes null */
-void benchJsonInt(benchJson_t* json, long long value);
-void benchJsonDouble(benchJson_t* json, double value);     /* NaN and infinities write null */
-void benchJsonBool(benchJson_t* json, int value);
-void benchJsonNull(benchJson_t* json);
-/* A key and its value in one call. */
-void benchJsonKeyString(benchJson_t* json, const char* key, const char* value);
-void benchJsonKeyInt(benchJson_t* json, const char* key, long long value);
-void benchJsonKeyDouble(benchJson_t* json, const char* key, double value);
-void benchJsonKeyBool(benchJson_t* json, const char* key, int value);
-/* One result row as nccl-tests' JSON does it, with an object per engine and the speedups. */
-void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row);
+/* What the document says besides the results. */
+typedef struct {
+  const char* program;           /* "all_reduce_perf" */
+  const char* fcclVersion;       /* "0.1.0" */
+  const char* buildType;         /* Meson's buildtype: "release", "debugoptimized", ... */
+  int ncclVersion;               /* the NCCL library's version code; 0: none in this build */
+  const char* startTime;         /* BENCH_TIME_FORMAT */
+  int argc;
+  char* const* argv;
+  char* const* envp;             /* NULL-terminated; only the FCCL_*, NCCL_* and CUDA_* variables are written */
+  const benchArgs_t* args;
+  int nranks;
+  const char* launch;            /* "2 processes forked here (...)" */
+  int sharedGpus;
+  const char (*deviceLines)[BENCH_DEVICE_LINE];
+  int nDevices;
+  int nEngines;
+  const char* engineNames[BENCH_MAX_ENGINES];
+  const char* buffers[BENCH_MAX_ENGINES]; /* "plain", "registered", "symmetric" */
+  double initMs[BENCH_MAX_ENGINES];       /* communicator creation, slowest rank */
+  double initBytes[BENCH_MAX_ENGINES];    /* its device memory, largest rank */
+  double initSelfBytes[BENCH_MAX_ENGINES]; /* what the library reports; -1 unknown */
+} benchJsonInfo_t;
+
+/* Starts the document on out: the preamble, then an open "results" array. */
+void benchJsonBegin(toolJson_t* json, FILE* out, const benchJsonInfo_t* info);
+/* One result row as nccl-tests' JSON does it, with an object per engine compared and the speedups. */
+void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row, int iterations);
+/* Ends the results and the document: "out_of_bounds", "average_bus_bandwidth" (summary NULL: none, for programs
+ * without a bandwidth), fccl's "comparison" (with NCCL compared), "errors", "end_time". */
+void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* endTime);
 
 /* ---- input data and result checking ----------------------------------------------------------------------------
  * Inputs are small integers (exactly representable in every type, sums and products of up to 64 ranks included), so

@@ -6,8 +6,10 @@
  */
 #include "collective.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One call of the collective as the sweep makes it. */
 typedef struct {
@@ -139,22 +141,13 @@ static int measure(benchAgent_t* agent, int engine, collCall_t* call, benchMeasu
 
 static int writeJson(benchAgent_t* agent, const benchTable_t* table, const benchRow_t* rows, int nRows,
                      const benchSummary_t* summary) {
-  benchJson_t json;
+  toolJson_t json;
   FILE* file = benchJsonStart(agent, &json);
   if (!file) return -1;
-  for (int r = 0; r < nRows; r++) benchJsonRow(&json, table, &rows[r]);
-  benchJsonEndArray(&json);
-  benchJsonKey(&json, "out_of_bounds");
-  benchJsonBeginObject(&json);
-  benchJsonKeyInt(&json, "count", summary->errors[0]);
-  benchJsonKeyBool(&json, "okay", summary->errors[0] == 0);
-  benchJsonEndObject(&json);
-  benchJsonKey(&json, "average_bus_bandwidth");
-  benchJsonBeginObject(&json);
-  for (int engine = 0; engine < table->nEngines; engine++)
-    benchJsonKeyDouble(&json, table->engineNames[engine], summary->avgBusBw[engine]);
-  benchJsonEndObject(&json);
-  benchJsonEndObject(&json);
+  for (int r = 0; r < nRows; r++) benchJsonRow(&json, table, &rows[r], agent->args.iters);
+  char endTime[32];
+  benchNowText(endTime, sizeof(endTime));
+  benchJsonEnd(&json, table, summary, endTime);
   return benchCloseOutput(agent, file, agent->args.jsonPath);
 }
 
@@ -167,11 +160,28 @@ static int writeCsv(benchAgent_t* agent, const benchTable_t* table, const benchR
   return benchCloseOutput(agent, file, agent->args.csvPath);
 }
 
+/* The row after the last, growing rows as -N's cycles need it; NULL after benchFail when memory runs out. */
+static benchRow_t* nextRow(benchAgent_t* agent, benchRow_t** rows, int* capacity, int nRows) {
+  if (nRows == *capacity) {
+    int grown = *capacity ? 2 * *capacity : 64;
+    benchRow_t* more = (benchRow_t*)realloc(*rows, (size_t)grown * sizeof(benchRow_t));
+    if (!more) {
+      benchFail(agent, "out of memory for %d result rows", grown);
+      return NULL;
+    }
+    *rows = more;
+    *capacity = grown;
+  }
+  benchRow_t* row = &(*rows)[nRows];
+  memset(row, 0, sizeof(*row));
+  return row;
+}
+
 static int runCollective(benchAgent_t* agent) {
   const benchCollective_t* collective = agent->test->collective;
   const benchArgs_t* args = &agent->args;
   benchTable_t table = {collective->program, agent->nEngines, {agent->engineNames[0], agent->engineNames[1]},
-                        args->cputime};
+                        args->cputime, args->timestamps};
   if (collective->hasRoot && args->root >= agent->nranks) {
     benchFail(agent, "-r %d: the root must be one of the %d ranks", args->root, agent->nranks);
     return -1;
@@ -182,44 +192,50 @@ static int runCollective(benchAgent_t* agent) {
   int firstOp = !collective->hasOp ? BENCH_NO_OP : args->op == BENCH_ALL ? 0 : args->op;
   int lastOp = !collective->hasOp ? BENCH_NO_OP : args->op == BENCH_ALL ? BENCH_NUM_OPS - 1 : args->op;
   int sweep = benchSweepLength(args);
-  int total = (lastType - firstType + 1) * (lastOp - firstOp + 1) * sweep;
-  benchRow_t* rows = (benchRow_t*)calloc((size_t)total, sizeof(benchRow_t));
-  if (!rows) {
-    benchFail(agent, "out of memory");
-    return -1;
-  }
+  /* nccl-tests' order: per type and op, the warm-up, then -N cycles of the whole sweep. */
+  long long total = (long long)(lastType - firstType + 1) * (lastOp - firstOp + 1) * sweep * args->runCycles;
+  benchRow_t* rows = NULL;
+  int capacity = 0, nRows = 0, status = 0;
   if (agent->output) benchPrintTableHeader(stdout, &table);
-  int nRows = 0, status = 0;
   static const char* const placeNames[2] = {"out-of-place", "in-place"};
   for (int type = firstType; type <= lastType && status == 0; type++) {
     for (int redop = firstOp; redop <= lastOp && status == 0; redop++) {
       status = warmUp(agent, type, redop, root);
-      for (size_t bytes = args->minBytes; status == 0 && nRows < total;) {
-        benchRow_t* row = &rows[nRows];
-        row->count = benchCountOf(bytes, type);
-        row->bytes = row->count * benchTypeSize(type);
-        row->type = type;
-        row->op = redop;
-        row->root = root;
-        for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
-          for (int place = 0; place < 2 && status == 0; place++) {
-            char what[64], text[160];
-            snprintf(what, sizeof(what), "%s %s", agent->engineNames[engine], placeNames[place]);
-            benchFormatProgress(text, sizeof(text), nRows + 1, total, row, what);
-            benchProgress(agent, text);
-            collCall_t call = makeCall(agent, bytes, type, redop, root, place == BENCH_IN_PLACE);
-            status = measure(agent, engine, &call, &row->m[engine][place]);
+      for (int cycle = 0; cycle < args->runCycles && status == 0; cycle++) {
+        for (size_t bytes = args->minBytes; status == 0;) {
+          benchRow_t* row = nextRow(agent, &rows, &capacity, nRows);
+          if (!row) {
+            status = -1;
+            break;
           }
+          row->count = benchCountOf(bytes, type);
+          row->bytes = row->count * benchTypeSize(type);
+          row->type = type;
+          row->op = redop;
+          row->root = root;
+          row->cycle = cycle;
+          for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
+            for (int place = 0; place < 2 && status == 0; place++) {
+              char what[64], text[160];
+              snprintf(what, sizeof(what), "%s %s", agent->engineNames[engine], placeNames[place]);
+              benchFormatProgress(text, sizeof(text), nRows + 1, (int)(total < INT_MAX ? total : INT_MAX), row,
+                                  what);
+              benchProgress(agent, text);
+              collCall_t call = makeCall(agent, bytes, type, redop, root, place == BENCH_IN_PLACE);
+              status = measure(agent, engine, &call, &row->m[engine][place]);
+            }
+          }
+          if (status != 0) break;
+          row->timestamp = (long long)time(NULL);
+          nRows++;
+          if (agent->output) {
+            benchProgress(agent, NULL);
+            benchPrintRow(stdout, &table, row);
+          }
+          size_t next = benchSweepNext(args, bytes);
+          if (next == 0) break;
+          bytes = next;
         }
-        if (status != 0) break;
-        nRows++;
-        if (agent->output) {
-          benchProgress(agent, NULL);
-          benchPrintRow(stdout, &table, row);
-        }
-        size_t next = benchSweepNext(args, bytes);
-        if (next == 0) break;
-        bytes = next;
       }
     }
   }

@@ -8,6 +8,8 @@
  */
 #include "runtime_internal.h"
 
+#include "cuda_status.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -147,19 +149,12 @@ static int processMain(int proc, void* arg) {
 /* ---- main ------------------------------------------------------------------------------------------------------- */
 
 static int probeGpus(char* msg, size_t len) {
-  int count = 0;
-  cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    /* Without the NVIDIA driver the runtime says "insufficient driver"; say what that means here. */
-    const char* meaning = status == cudaErrorInsufficientDriver ? "no usable NVIDIA driver"
-                          : status == cudaErrorNoDevice         ? "no CUDA device is visible"
-                                                                : "CUDA cannot count the GPUs";
-    snprintf(msg, len, "%s (cudaGetDeviceCount: %s, %s)", meaning, cudaGetErrorName(status),
-             cudaGetErrorString(status));
-    return 0;
-  }
-  if (count == 0) snprintf(msg, len, "no CUDA device is visible");
-  return count;
+  /* fccl-info's and fccl-topo's words for why there is no GPU ("no NVIDIA driver found: ..." rather than CUDA's
+   * "driver version is insufficient" on a machine without a driver). */
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  if (cuda.deviceCount == 0) snprintf(msg, len, "%s", cuda.noGpu);
+  return cuda.deviceCount;
 }
 
 static const char* realGetenv(const char* name) { return getenv(name); }

@@ -11,6 +11,14 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char** environ;
+
+void benchNowText(char* out, size_t len) { benchFormatTime((long long)time(NULL), out, len); }
+
+static void formatVersion(int version, char* out, size_t len) {
+  snprintf(out, len, "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
+}
+
 int benchGatherDevices(benchAgent_t* agent) {
   char host[64] = "?";
   gethostname(host, sizeof(host));
@@ -69,9 +77,10 @@ static void printBytesLine(const char* label, const benchInitStats_t* stats) {
 
 void benchPrintHeader(benchAgent_t* agent) {
   const benchArgs_t* args = &agent->args;
-  int version = agent->engines[BENCH_FCCL].version;
-  printf("# fccl %d.%d.%d %s (nccl-tests layout)", version / 10000, (version / 100) % 100, version % 100,
-         agent->test->program);
+  char version[32];
+  formatVersion(agent->engines[BENCH_FCCL].version, version, sizeof(version));
+  /* The build type is part of what the numbers are of (docs/benchmark.md#build-type). */
+  printf("# fccl %s %s (nccl-tests layout) build=%s", version, agent->test->program, FCCL_BUILD_TYPE);
   /* The other libraries this build has, whether or not this run compares with them. */
   for (int engine = 1; engine < BENCH_MAX_ENGINES; engine++) {
     const benchEngine_t* e = &agent->engines[engine];
@@ -83,7 +92,10 @@ void benchPrintHeader(benchAgent_t* agent) {
          args->nThreads, args->nGpus, args->minBytes, args->maxBytes,
          args->stepFactor > 1 ? args->stepFactor : args->stepBytes, args->stepFactor > 1 ? "factor" : "bytes",
          args->warmupIters, args->iters, args->check, args->graphLaunches, args->unalign);
-  if (args->blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  if (args->blocking != BENCH_BLOCKING_OFF) printf("# %s\n", benchBlockingText(args->blocking));
+  if (strcmp(FCCL_BUILD_TYPE, "debug") == 0)
+    printf("# Warning: a debug build (-O0): these are not the times of an optimised fccl; ./scripts/bench measures "
+           "a release build\n");
   printf("# Launch: %s, %d rank%s | buffers: %s%s%s | compare: %s\n", agent->launchText, agent->nranks,
          agent->nranks == 1 ? "" : "s", agent->buffersText[0], agent->nEngines > 1 ? ", nccl " : "",
          agent->nEngines > 1 ? agent->buffersText[1] : "",
@@ -98,89 +110,43 @@ void benchPrintHeader(benchAgent_t* agent) {
   }
 }
 
-/* The preamble common to both programs (config, devices, communicator creation). */
-static void jsonPreamble(benchAgent_t* agent, benchJson_t* json) {
-  const benchArgs_t* args = &agent->args;
-  int version = agent->engines[BENCH_FCCL].version;
-  char text[64];
-  benchJsonKeyString(json, "tool", agent->test->program);
-  benchJsonKeyInt(json, "json_version", 1);
-  snprintf(text, sizeof(text), "%d.%d.%d", version / 10000, (version / 100) % 100, version % 100);
-  benchJsonKeyString(json, "fccl_version", text);
-  benchJsonKey(json, "nccl_version");
-  if (agent->engines[BENCH_NCCL].version)
-    benchJsonInt(json, agent->engines[BENCH_NCCL].version);
-  else
-    benchJsonNull(json);
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  benchJsonKeyString(json, "time", text);
-  benchJsonKey(json, "args");
-  benchJsonBeginArray(json);
-  for (int i = 0; i < agent->argc; i++) benchJsonString(json, agent->argv[i]);
-  benchJsonEndArray(json);
-  benchJsonKey(json, "config");
-  benchJsonBeginObject(json);
-  benchJsonKeyInt(json, "nranks", agent->nranks);
-  benchJsonKeyString(json, "launch", agent->launchText);
-  benchJsonKeyInt(json, "nthreads", args->nThreads);
-  benchJsonKeyInt(json, "ngpus", args->nGpus);
-  benchJsonKeyInt(json, "minimum_bytes", (long long)args->minBytes);
-  benchJsonKeyInt(json, "maximum_bytes", (long long)args->maxBytes);
-  benchJsonKeyInt(json, args->stepFactor > 1 ? "step_factor" : "step_bytes",
-                  (long long)(args->stepFactor > 1 ? args->stepFactor : args->stepBytes));
-  benchJsonKeyInt(json, "warmup_iters", args->warmupIters);
-  benchJsonKeyInt(json, "iterations", args->iters);
-  benchJsonKeyInt(json, "validation", args->check);
-  benchJsonKeyInt(json, "graph", args->graphLaunches);
-  benchJsonKeyBool(json, "blocking_collectives", args->blocking);
-  benchJsonKeyInt(json, "unalign", args->unalign);
-  benchJsonKey(json, "buffers");
-  benchJsonBeginObject(json);
-  for (int engine = 0; engine < agent->nEngines; engine++)
-    benchJsonKeyString(json, agent->engineNames[engine], agent->buffersText[engine]);
-  benchJsonEndObject(json);
-  benchJsonKeyBool(json, "shared_gpus", agent->sharedGpus);
-  benchJsonKeyString(json, "compare", agent->nEngines > 1 ? agent->engineNames[1] : NULL);
-  benchJsonEndObject(json);
-  benchJsonKey(json, "devices");
-  benchJsonBeginArray(json);
-  for (int i = 0; i < agent->nDeviceLines; i++) benchJsonString(json, agent->deviceLines[i] + 3);
-  benchJsonEndArray(json);
-  benchJsonKey(json, "comm_init");
-  benchJsonBeginObject(json);
-  for (int engine = 0; engine < agent->nEngines; engine++) {
-    benchJsonKey(json, agent->engineNames[engine]);
-    benchJsonBeginObject(json);
-    const benchInitStats_t* init = &agent->engines[engine].init;
-    benchJsonKeyDouble(json, "time_ms", init->timeMs);
-    benchJsonKeyDouble(json, "device_bytes", init->deviceBytes);
-    benchJsonKey(json, "self_reported_bytes");
-    if (init->selfBytes >= 0)
-      benchJsonDouble(json, init->selfBytes);
-    else
-      benchJsonNull(json);
-    benchJsonEndObject(json);
-  }
-  benchJsonEndObject(json);
-}
-
 FILE* benchOpenOutput(benchAgent_t* agent, const char* path) {
   FILE* file = fopen(path, "w");
   if (!file) benchFail(agent, "cannot write %s: %s", path, strerror(errno));
   return file;
 }
 
-FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json) {
+FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json) {
   FILE* file = benchOpenOutput(agent, agent->args.jsonPath);
   if (!file) return NULL;
-  benchJsonInit(json, file);
-  benchJsonBeginObject(json);
-  jsonPreamble(agent, json);
-  benchJsonKey(json, "results");
-  benchJsonBeginArray(json);
+  char version[32];
+  formatVersion(agent->engines[BENCH_FCCL].version, version, sizeof(version));
+  benchJsonInfo_t info = {
+      .program = agent->test->program,
+      .fcclVersion = version,
+      .buildType = FCCL_BUILD_TYPE,
+      .ncclVersion = agent->engines[BENCH_NCCL].version,
+      .startTime = agent->startTime,
+      .argc = agent->argc,
+      .argv = agent->argv,
+      .envp = environ,
+      .args = &agent->args,
+      .nranks = agent->nranks,
+      .launch = agent->launchText,
+      .sharedGpus = agent->sharedGpus,
+      .deviceLines = (const char(*)[BENCH_DEVICE_LINE])agent->deviceLines,
+      .nDevices = agent->nDeviceLines,
+      .nEngines = agent->nEngines,
+  };
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    const benchInitStats_t* init = &agent->engines[engine].init;
+    info.engineNames[engine] = agent->engineNames[engine];
+    info.buffers[engine] = agent->buffersText[engine];
+    info.initMs[engine] = init->timeMs;
+    info.initBytes[engine] = init->deviceBytes;
+    info.initSelfBytes[engine] = init->selfBytes;
+  }
+  benchJsonBegin(json, file, &info);
   return file;
 }
 

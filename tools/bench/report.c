@@ -5,7 +5,10 @@
 #include "bench.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void benchFormatFloat(double value, int width, char* out, size_t outLen) {
   static const char* const formats[] = {"%*.2f", "%*.1f", "%*.0f"};
@@ -40,18 +43,21 @@ void benchPrintTableHeader(FILE* out, const benchTable_t* table) {
     printCentered(out, label, COMPARE_BLOCK_WIDTH);
   }
   fprintf(out, "\n");
+  /* nccl-tests ends these two lines with " %*s": the timestamp column, 19 wide, or nothing. */
+  const int stampWidth = table->timestamps ? 19 : 0;
   fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "size", "count", "type", "redop",
           "root", timeLabel, "algbw", "busbw", "#wrong", timeLabel, "algbw", "busbw", "#wrong");
-  if (table->nEngines == 1) fprintf(out, " ");
   for (int engine = 1; engine < table->nEngines; engine++)
     for (int place = 0; place < 2; place++)
       fprintf(out, "  %7s  %6s  %6s  %7s", timeLabel, "busbw", "#wrong", "speedup");
+  if (table->nEngines == 1 || table->timestamps) fprintf(out, " %*s", stampWidth, table->timestamps ? "timestamp" : "");
   fprintf(out, "\n");
   fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "(B)", "(elements)", "", "", "",
           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-  if (table->nEngines == 1) fprintf(out, " ");
   for (int engine = 1; engine < table->nEngines; engine++)
     for (int place = 0; place < 2; place++) fprintf(out, "  %7s  %6s  %6s  %7s", "(us)", "(GB/s)", "", "(x)");
+  if (table->nEngines == 1 || table->timestamps)
+    fprintf(out, " %*s", stampWidth, table->timestamps ? BENCH_TIME_FORMAT : "");
   fprintf(out, "\n");
 }
 
@@ -93,7 +99,20 @@ void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row) 
       }
     }
   }
+  if (table->timestamps) {
+    char when[32];
+    benchFormatTime(row->timestamp, when, sizeof(when));
+    fprintf(out, "%21s", when);
+  }
   fprintf(out, "\n");
+}
+
+void benchFormatTime(long long when, char* out, size_t len) {
+  time_t t = (time_t)when;
+  struct tm tm;
+  if (len == 0) return;
+  out[0] = '\0';
+  if (localtime_r(&t, &tm)) strftime(out, len, BENCH_TIME_FORMAT, &tm);
 }
 
 void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows, benchSummary_t* summary) {
@@ -145,6 +164,29 @@ void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t
   fprintf(out, "# Collective test concluded: %s\n", table->program);
 }
 
+void benchFormatMemory(double bytes, char* out, size_t len) {
+  static const char* const units[] = {"B", "KB", "MB", "GB"};
+  int unit = 0;
+  for (double scaled = fabs(bytes); unit < 3 && scaled >= 1024.0; unit++) scaled /= 1024.0;
+  double amount = bytes / pow(1024.0, unit);
+  const int decimals = fabs(amount) < 10.0 ? 2 : fabs(amount) < 100.0 ? 1 : 0;
+  snprintf(out, len, "%.*f %s", decimals, amount, units[unit]);
+}
+
+void benchPrintMemoryReport(FILE* out, const double bytes[BENCH_MEM_PARTS]) {
+  static const char* const names[BENCH_MEM_PARTS] = {"Initialization", "User-Allocated", "Collective"};
+  char amount[32];
+  double total = 0;
+  fprintf(out, "# %-20s : ", "GPU memory usage");
+  for (int part = 0; part < BENCH_MEM_PARTS; part++) {
+    benchFormatMemory(bytes[part], amount, sizeof(amount));
+    fprintf(out, "%s %s %s", names[part], amount, part < BENCH_MEM_PARTS - 1 ? "| " : "");
+    total += bytes[part];
+  }
+  benchFormatMemory(total, amount, sizeof(amount));
+  fprintf(out, "| Total  %s\n", amount);
+}
+
 void benchCsvHeader(FILE* out) {
   fprintf(out, "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,"
                "wrong\n");
@@ -186,168 +228,186 @@ void benchFormatProgress(char* out, size_t len, int done, int total, const bench
            size, what && *what ? " " : "", what ? what : "");
 }
 
-/* ---- JSON ---------------------------------------------------------------------------------------------------- */
+/* ---- JSON (the shared writer of tools/common/json.h) -------------------------------------------------------- */
 
-void benchJsonInit(benchJson_t* json, FILE* out) {
-  memset(json, 0, sizeof(*json));
-  json->out = out;
+int benchParseDeviceLine(const char* line, benchDeviceInfo_t* info) {
+  memset(info, 0, sizeof(*info));
+  int end = 0;
+  if (sscanf(line, "#  Rank %d Group %d Pid %d on %63s device %d [%31[^]]] %n", &info->rank, &info->group, &info->pid,
+             info->hostname, &info->device, info->deviceHex, &end) != 6 || end == 0)
+    return -1;
+  snprintf(info->deviceInfo, sizeof(info->deviceInfo), "%s", line + end);
+  return 0;
 }
 
-/* Separator and indentation before a key or a value that is not after a key. */
-static void jsonItem(benchJson_t* json) {
-  if (json->afterKey) {
-    json->afterKey = 0;
-    return;
-  }
-  if (json->count[json->depth]++ > 0) fputc(',', json->out);
-  if (json->depth > 0 && json->depth <= 2) fprintf(json->out, "\n%*s", 2 * json->depth, "");
+/* nccl-tests writes its booleans as the strings "true" and "false"; its keys keep its types here. */
+static void ncclTestsBool(toolJson_t* json, const char* key, int value) {
+  toolJsonString(json, key, value ? "true" : "false");
 }
 
-static void jsonOpen(benchJson_t* json, char bracket) {
-  jsonItem(json);
-  fputc(bracket, json->out);
-  if (json->depth + 1 < BENCH_JSON_DEPTH) json->depth++;
-  json->count[json->depth] = 0;
+static int keptVariable(const char* entry) {
+  static const char* const prefixes[] = {"FCCL_", "NCCL_", "CUDA_"};
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+    if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+  return 0;
 }
 
-static void jsonClose(benchJson_t* json, char bracket) {
-  int hadItems = json->count[json->depth] > 0;
-  if (json->depth > 0) json->depth--;
-  if (hadItems && json->depth < 2) fprintf(json->out, "\n%*s", 2 * json->depth, "");
-  fputc(bracket, json->out);
-  if (json->depth == 0) fputc('\n', json->out);
-}
-
-void benchJsonBeginObject(benchJson_t* json) { jsonOpen(json, '{'); }
-void benchJsonEndObject(benchJson_t* json) { jsonClose(json, '}'); }
-void benchJsonBeginArray(benchJson_t* json) { jsonOpen(json, '['); }
-void benchJsonEndArray(benchJson_t* json) { jsonClose(json, ']'); }
-
-static void jsonQuoted(FILE* out, const char* text) {
-  fputc('"', out);
-  for (const unsigned char* c = (const unsigned char*)text; *c; c++) {
-    switch (*c) {
-      case '"': fputs("\\\"", out); break;
-      case '\\': fputs("\\\\", out); break;
-      case '\n': fputs("\\n", out); break;
-      case '\t': fputs("\\t", out); break;
-      case '\r': fputs("\\r", out); break;
-      default:
-        if (*c < 0x20)
-          fprintf(out, "\\u%04x", *c);
-        else
-          fputc(*c, out);
-    }
-  }
-  fputc('"', out);
-}
-
-void benchJsonKey(benchJson_t* json, const char* key) {
-  jsonItem(json);
-  jsonQuoted(json->out, key);
-  fputc(':', json->out);
-  json->afterKey = 1;
-}
-
-void benchJsonString(benchJson_t* json, const char* value) {
-  if (!value) {
-    benchJsonNull(json);
-    return;
-  }
-  jsonItem(json);
-  jsonQuoted(json->out, value);
-}
-
-void benchJsonInt(benchJson_t* json, long long value) {
-  jsonItem(json);
-  fprintf(json->out, "%lld", value);
-}
-
-void benchJsonDouble(benchJson_t* json, double value) {
-  if (!isfinite(value)) {
-    benchJsonNull(json);
-    return;
-  }
-  jsonItem(json);
-  fprintf(json->out, "%.9g", value);
-}
-
-void benchJsonBool(benchJson_t* json, int value) {
-  jsonItem(json);
-  fputs(value ? "true" : "false", json->out);
-}
-
-void benchJsonNull(benchJson_t* json) {
-  jsonItem(json);
-  fputs("null", json->out);
-}
-
-void benchJsonKeyString(benchJson_t* json, const char* key, const char* value) {
-  benchJsonKey(json, key);
-  benchJsonString(json, value);
-}
-
-void benchJsonKeyInt(benchJson_t* json, const char* key, long long value) {
-  benchJsonKey(json, key);
-  benchJsonInt(json, value);
-}
-
-void benchJsonKeyDouble(benchJson_t* json, const char* key, double value) {
-  benchJsonKey(json, key);
-  benchJsonDouble(json, value);
-}
-
-void benchJsonKeyBool(benchJson_t* json, const char* key, int value) {
-  benchJsonKey(json, key);
-  benchJsonBool(json, value);
-}
-
-static void jsonMeasure(benchJson_t* json, const benchTable_t* table, const benchMeasure_t* m) {
-  benchJsonBeginObject(json);
-  benchJsonKeyDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
-  benchJsonKeyDouble(json, "alg_bw", m->algBw);
-  benchJsonKeyDouble(json, "bus_bw", m->busBw);
-  benchJsonKey(json, "nwrong");
-  if (m->wrong < 0)
-    benchJsonNull(json);
+static void jsonConfig(toolJson_t* json, const benchJsonInfo_t* info) {
+  const benchArgs_t* args = info->args;
+  toolJsonBeginObject(json, "config");
+  toolJsonInt(json, "nthreads", args->nThreads);
+  toolJsonInt(json, "ngpus", args->nGpus);
+  toolJsonInt(json, "minimum_bytes", (long long)args->minBytes);
+  toolJsonInt(json, "maximum_bytes", (long long)args->maxBytes);
+  if (args->stepFactor > 1)
+    toolJsonInt(json, "step_factor", (long long)args->stepFactor);
   else
-    benchJsonInt(json, m->wrong);
-  benchJsonEndObject(json);
+    toolJsonInt(json, "step_bytes", (long long)args->stepBytes);
+  toolJsonInt(json, "warmup_iters", args->warmupIters);
+  toolJsonInt(json, "iterations", args->iters);
+  toolJsonInt(json, "aggregated_iterations", 1);
+  toolJsonInt(json, "validation", args->check);
+  toolJsonInt(json, "graph", args->graphLaunches);
+  ncclTestsBool(json, "blocking_collectives", args->blocking != BENCH_BLOCKING_OFF);
+  ncclTestsBool(json, "per_iter_timing", 0);
+  toolJsonInt(json, "per_iter_skip", 0);
+  ncclTestsBool(json, "parallel_init", args->parallelInit);
+  toolJsonBeginArray(json, "devices");
+  for (int i = 0; i < info->nDevices; i++) {
+    benchDeviceInfo_t device;
+    if (benchParseDeviceLine(info->deviceLines[i], &device) != 0) continue;
+    toolJsonBeginObject(json, NULL);
+    toolJsonInt(json, "rank", device.rank);
+    toolJsonInt(json, "group", device.group);
+    toolJsonInt(json, "pid", device.pid);
+    toolJsonString(json, "hostname", device.hostname);
+    toolJsonInt(json, "device", device.device);
+    toolJsonString(json, "device_hex", device.deviceHex);
+    toolJsonString(json, "device_info", device.deviceInfo);
+    toolJsonEnd(json);
+  }
+  toolJsonEnd(json);
+  /* fccl's own */
+  toolJsonInt(json, "blocking", args->blocking);
+  toolJsonInt(json, "run_cycles", args->runCycles);
+  toolJsonBool(json, "report_cputime", args->cputime);
+  toolJsonInt(json, "unalign", args->unalign);
+  toolJsonInt(json, "nranks", info->nranks);
+  toolJsonString(json, "launch", info->launch);
+  toolJsonBeginObject(json, "buffers");
+  for (int engine = 0; engine < info->nEngines; engine++)
+    toolJsonString(json, info->engineNames[engine], info->buffers[engine]);
+  toolJsonEnd(json);
+  toolJsonBool(json, "shared_gpus", info->sharedGpus);
+  toolJsonString(json, "compare", info->nEngines > 1 ? info->engineNames[1] : NULL);
+  toolJsonEnd(json);
 }
 
-void benchJsonRow(benchJson_t* json, const benchTable_t* table, const benchRow_t* row) {
-  static const char* const placeKeys[2] = {"out_of_place", "in_place"};
-  benchJsonBeginObject(json);
-  benchJsonKeyInt(json, "size", (long long)row->bytes);
-  benchJsonKeyInt(json, "count", (long long)row->count);
-  benchJsonKeyString(json, "type", benchTypeName(row->type));
-  benchJsonKeyString(json, "redop", benchOpName(row->op));
-  benchJsonKeyInt(json, "root", row->root);
-  /* The first engine (fccl) in nccl-tests' shape, so readers of nccl-tests' JSON find its numbers. */
-  for (int place = 0; place < 2; place++) {
-    benchJsonKey(json, placeKeys[place]);
-    jsonMeasure(json, table, &row->m[0][place]);
+void benchJsonBegin(toolJson_t* json, FILE* out, const benchJsonInfo_t* info) {
+  toolJsonInit(json, out, BENCH_JSON_WRAP_DEPTH);
+  toolJsonBeginObject(json, NULL);
+  toolJsonInt(json, "version", BENCH_JSON_VERSION);
+  toolJsonString(json, "start_time", info->startTime);
+  toolJsonBeginArray(json, "args");
+  for (int i = 0; i < info->argc; i++) toolJsonString(json, NULL, info->argv[i]);
+  toolJsonEnd(json);
+  toolJsonBeginArray(json, "env");
+  for (char* const* entry = info->envp; entry && *entry; entry++)
+    if (keptVariable(*entry)) toolJsonString(json, NULL, *entry);
+  toolJsonEnd(json);
+  toolJsonInt(json, "nccl_version", info->ncclVersion);
+  toolJsonString(json, "tool", info->program);
+  toolJsonString(json, "fccl_version", info->fcclVersion);
+  toolJsonString(json, "build_type", info->buildType);
+  jsonConfig(json, info);
+  toolJsonBeginObject(json, "comm_init");
+  for (int engine = 0; engine < info->nEngines; engine++) {
+    toolJsonBeginObject(json, info->engineNames[engine]);
+    toolJsonDouble(json, "time_ms", info->initMs[engine]);
+    toolJsonInt(json, "device_bytes", (long long)info->initBytes[engine]);
+    if (info->initSelfBytes[engine] >= 0)
+      toolJsonInt(json, "self_reported_bytes", (long long)info->initSelfBytes[engine]);
+    else
+      toolJsonNull(json, "self_reported_bytes");
+    toolJsonEnd(json);
   }
+  toolJsonEnd(json);
+  toolJsonBeginArray(json, "results");
+}
+
+static void jsonMeasure(toolJson_t* json, const char* key, const benchTable_t* table, const benchMeasure_t* m) {
+  toolJsonBeginObject(json, key);
+  toolJsonDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
+  toolJsonDouble(json, "alg_bw", m->algBw);
+  toolJsonDouble(json, "bus_bw", m->busBw);
+  if (m->wrong < 0)
+    toolJsonNull(json, "nwrong");
+  else
+    toolJsonInt(json, "nwrong", m->wrong);
+  toolJsonEnd(json);
+}
+
+void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row, int iterations) {
+  static const char* const placeKeys[2] = {"out_of_place", "in_place"};
+  char root[32];
+  toolJsonBeginObject(json, NULL);
+  toolJsonInt(json, "size", (long long)row->bytes);
+  toolJsonInt(json, "count", (long long)row->count);
+  toolJsonString(json, "type", benchTypeName(row->type));
+  toolJsonString(json, "redop", benchOpName(row->op));
+  snprintf(root, sizeof(root), "%6i", row->root); /* nccl-tests writes the table's text: "    -1" */
+  toolJsonString(json, "root", root);
+  /* The first engine (fccl) in nccl-tests' shape, so readers of nccl-tests' JSON find its numbers. */
+  for (int place = 0; place < 2; place++) jsonMeasure(json, placeKeys[place], table, &row->m[0][place]);
+  toolJsonInt(json, "actual_iterations", iterations);
+  toolJsonString(json, "experiment_name", "");
+  toolJsonInt(json, "cycle", row->cycle);
   for (int engine = 1; engine < table->nEngines; engine++) {
-    benchJsonKey(json, table->engineNames[engine]);
-    benchJsonBeginObject(json);
-    for (int place = 0; place < 2; place++) {
-      benchJsonKey(json, placeKeys[place]);
-      jsonMeasure(json, table, &row->m[engine][place]);
-    }
-    benchJsonKey(json, "speedup");
-    benchJsonBeginObject(json);
+    toolJsonBeginObject(json, table->engineNames[engine]);
+    for (int place = 0; place < 2; place++) jsonMeasure(json, placeKeys[place], table, &row->m[engine][place]);
+    toolJsonBeginObject(json, "speedup");
     for (int place = 0; place < 2; place++) {
       const benchMeasure_t* base = &row->m[0][place];
       const benchMeasure_t* m = &row->m[engine][place];
-      benchJsonKey(json, placeKeys[place]);
       if (base->valid && m->valid && base->timeUs > 0)
-        benchJsonDouble(json, m->timeUs / base->timeUs);
+        toolJsonDouble(json, placeKeys[place], m->timeUs / base->timeUs);
       else
-        benchJsonNull(json);
+        toolJsonNull(json, placeKeys[place]);
     }
-    benchJsonEndObject(json);
-    benchJsonEndObject(json);
+    toolJsonEnd(json);
+    toolJsonEnd(json);
   }
-  benchJsonEndObject(json);
+  toolJsonEnd(json);
+}
+
+void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* endTime) {
+  toolJsonEnd(json); /* results */
+  if (summary) {
+    toolJsonBeginObject(json, "out_of_bounds");
+    toolJsonInt(json, "count", summary->errors[0]);
+    ncclTestsBool(json, "okay", summary->errors[0] == 0);
+    toolJsonEnd(json);
+    toolJsonBeginObject(json, "average_bus_bandwidth");
+    toolJsonDouble(json, "bandwidth", summary->avgBusBw[0]);
+    toolJsonString(json, "okay", "unchecked"); /* nccl-tests: unless NCCL_TESTS_MIN_BW sets a floor */
+    toolJsonEnd(json);
+    for (int engine = 1; engine < table->nEngines; engine++) {
+      toolJsonBeginObject(json, "comparison");
+      toolJsonString(json, "engine", table->engineNames[engine]);
+      toolJsonBeginObject(json, "out_of_bounds");
+      toolJsonInt(json, "count", summary->errors[engine]);
+      toolJsonBool(json, "okay", summary->errors[engine] == 0);
+      toolJsonEnd(json);
+      toolJsonDouble(json, "average_bus_bandwidth", summary->avgBusBw[engine]);
+      toolJsonBeginObject(json, "speedup_geomean");
+      toolJsonDouble(json, "out_of_place", summary->speedupGeomean[0]);
+      toolJsonDouble(json, "in_place", summary->speedupGeomean[1]);
+      toolJsonEnd(json);
+      toolJsonEnd(json);
+    }
+  }
+  toolJsonBeginArray(json, "errors");
+  toolJsonEnd(json);
+  toolJsonString(json, "end_time", endTime);
+  toolJsonEnd(json);
 }

@@ -31,8 +31,6 @@ typedef struct {
  * (0 success, 1 wrong results or a failure, 2 usage error or nothing to run on). */
 int benchMain(int argc, char** argv, const benchTest_t* test);
 
-#define BENCH_DEVICE_LINE 256
-
 /* One rank's pair of buffers for one engine (plain: shared by both engines). */
 typedef struct {
   char* send;
@@ -77,6 +75,8 @@ struct benchAgent {
   uint64_t seedCounter;
   char (*deviceLines)[BENCH_DEVICE_LINE]; /* the output agent's: every rank's "#  Rank ..." line, in rank order */
   int nDeviceLines;
+  char startTime[32];        /* when the agent started (BENCH_TIME_FORMAT), the -J file's start_time */
+  double memory[BENCH_MEM_PARTS]; /* -M: device bytes of the communicators, the buffers, the run (largest rank) */
   char error[1024];
 };
 
@@ -89,9 +89,10 @@ typedef int (*benchLaunchFn_t)(benchAgent_t* agent, int engine, int gpu, int ite
 int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count);
 /* One untimed pass (count iterations, then wait), in a CUDA graph when -G is set: the check run. */
 int benchRunOnce(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int count);
-/* The timed loop: barrier, events, -n iterations (captured once and launched -G times in graph mode; with -z a
- * wait and barrier after each), wait. *timeUs: per operation, combined over ranks as -a says; *cpuUs: host time of
- * the launch loop per operation. Every rank gets the same numbers. */
+/* The timed loop: barrier, events, -n iterations (captured once and launched -G times in graph mode; with -z 1 a
+ * wait and a barrier after each, with -z 2 a wait), wait. With -z 3 each iteration is timed on its own between
+ * barriers that are not timed. *timeUs: per operation, combined over ranks as -a says; *cpuUs: host time of the
+ * launch loop per operation. Every rank gets the same numbers. */
 int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
                   double* cpuUs);
 /* Waits (bounded by -T) for every local stream, watching the engine's asynchronous errors. */
@@ -121,9 +122,11 @@ void benchProgress(benchAgent_t* agent, const char* text);
 FILE* benchOpenOutput(benchAgent_t* agent, const char* path);
 int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path);
 
-/* Opens the -J file and writes what both programs share, up to an open results array: {"tool", versions, time,
- * args, config, devices, comm_init, "results": [. The caller writes its results, ends the array, adds what else it
- * has, ends the object and calls benchCloseOutput. NULL after benchFail when the file cannot be opened. */
-FILE* benchJsonStart(benchAgent_t* agent, benchJson_t* json);
+/* Opens the -J file and writes what both programs share, up to an open results array (benchJsonBegin). The caller
+ * writes its results, ends the document with benchJsonEnd and calls benchCloseOutput. NULL after benchFail when the
+ * file cannot be opened. */
+FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json);
+/* The local time now, as BENCH_TIME_FORMAT. */
+void benchNowText(char* out, size_t len);
 
 #endif /* FCCL_BENCH_RUNTIME_H_ */

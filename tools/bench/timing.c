@@ -143,58 +143,96 @@ int benchRunOnce(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* 
   return benchSync(agent, engine);
 }
 
-int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
-                  double* cpuUs) {
-  const int iters = agent->args.iters;
-  const int launches = agent->args.graphLaunches;
-  cudaGraphExec_t exec[BENCH_MAX_LOCAL] = {0};
-  if (launches > 0 && captureGraphs(agent, engine, launch, ctx, iters, exec) != 0) return -1;
-  int status = benchBarrier(agent);
-  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
-    status = benchUseDevice(agent, gpu);
-    if (status == 0 && cudaEventRecord(agent->start[gpu], agent->streams[gpu]) != cudaSuccess) {
+static int recordEvents(benchAgent_t* agent, cudaEvent_t* events) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (benchUseDevice(agent, gpu) != 0) return -1;
+    if (cudaEventRecord(events[gpu], agent->streams[gpu]) != cudaSuccess) {
+      (void)cudaGetLastError();
       benchFail(agent, "cudaEventRecord failed");
-      status = -1;
+      return -1;
     }
   }
-  double begin = benchNowSec();
-  if (status == 0) {
-    if (launches > 0) {
-      for (int l = 0; l < launches && status == 0; l++) status = launchGraphs(agent, exec);
-    } else if (agent->args.blocking) {
-      for (int iter = 0; iter < iters && status == 0; iter++) {
-        status = benchLaunchAll(agent, engine, launch, ctx, iter, 1);
-        if (status == 0) status = benchSync(agent, engine);
-        if (status == 0) status = benchBarrier(agent);
-      }
-    } else {
-      status = benchLaunchAll(agent, engine, launch, ctx, 0, iters);
-    }
-  }
-  double cpu = benchNowSec() - begin;
-  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
-    status = benchUseDevice(agent, gpu);
-    if (status == 0 && cudaEventRecord(agent->stop[gpu], agent->streams[gpu]) != cudaSuccess) {
-      benchFail(agent, "cudaEventRecord failed");
-      status = -1;
-    }
-  }
-  if (status == 0) status = benchSync(agent, engine);
-  float slowestMs = 0;
-  for (int gpu = 0; gpu < agent->nLocal && status == 0; gpu++) {
+  return 0;
+}
+
+/* The slowest local GPU's time between the start and stop events, once both are complete. */
+static int slowestElapsed(benchAgent_t* agent, float* slowestMs) {
+  *slowestMs = 0;
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, agent->start[gpu], agent->stop[gpu]) != cudaSuccess) {
       (void)cudaGetLastError();
       benchFail(agent, "cudaEventElapsedTime failed");
-      status = -1;
+      return -1;
     }
-    if (ms > slowestMs) slowestMs = ms;
+    if (ms > *slowestMs) *slowestMs = ms;
   }
-  if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
-  destroyGraphs(agent, exec);
+  return 0;
+}
+
+/* -z 3: every iteration timed on its own (events around it, then the wait), the barrier between iterations left out;
+ * *gpuMs and *cpuSec are the sums over the iterations. */
+static int timeBetweenBarriers(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* gpuMs,
+                               double* cpuSec) {
+  *gpuMs = 0;
+  *cpuSec = 0;
+  for (int iter = 0; iter < agent->args.iters; iter++) {
+    if (benchBarrier(agent) != 0) return -1;
+    double begin = benchNowSec();
+    if (recordEvents(agent, agent->start) != 0) return -1;
+    if (benchLaunchAll(agent, engine, launch, ctx, iter, 1) != 0) return -1;
+    if (recordEvents(agent, agent->stop) != 0) return -1;
+    if (benchSync(agent, engine) != 0) return -1;
+    *cpuSec += benchNowSec() - begin;
+    float ms = 0;
+    if (slowestElapsed(agent, &ms) != 0) return -1;
+    *gpuMs += ms;
+  }
+  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
+  return benchBarrier(agent);
+}
+
+int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
+                  double* cpuUs) {
+  const int iters = agent->args.iters;
+  const int launches = agent->args.graphLaunches;
+  const int blocking = agent->args.blocking;
+  double gpuMs = 0, cpu = 0;
+  int status = 0;
+  if (blocking == BENCH_BLOCKING_EXCLUDE_BARRIER) {
+    status = timeBetweenBarriers(agent, engine, launch, ctx, &gpuMs, &cpu);
+  } else {
+    cudaGraphExec_t exec[BENCH_MAX_LOCAL] = {0};
+    if (launches > 0 && captureGraphs(agent, engine, launch, ctx, iters, exec) != 0) return -1;
+    status = benchBarrier(agent);
+    if (status == 0) status = recordEvents(agent, agent->start);
+    double begin = benchNowSec();
+    if (status == 0) {
+      if (launches > 0) {
+        for (int l = 0; l < launches && status == 0; l++) status = launchGraphs(agent, exec);
+      } else if (blocking != BENCH_BLOCKING_OFF) {
+        /* -z 1 and 2: wait after every operation (and barrier with -z 1), inside the timed span. */
+        for (int iter = 0; iter < iters && status == 0; iter++) {
+          status = benchLaunchAll(agent, engine, launch, ctx, iter, 1);
+          if (status == 0) status = benchSync(agent, engine);
+          if (status == 0 && blocking == BENCH_BLOCKING_BARRIER) status = benchBarrier(agent);
+        }
+      } else {
+        status = benchLaunchAll(agent, engine, launch, ctx, 0, iters);
+      }
+    }
+    cpu = benchNowSec() - begin;
+    if (status == 0) status = recordEvents(agent, agent->stop);
+    if (status == 0) status = benchSync(agent, engine);
+    float slowestMs = 0;
+    if (status == 0) status = slowestElapsed(agent, &slowestMs);
+    gpuMs = slowestMs;
+    if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
+    destroyGraphs(agent, exec);
+  }
   if (status != 0) return -1;
   double ops = (double)iters * (launches > 0 ? launches : 1);
-  double values[2] = {(double)slowestMs * 1000.0 / ops, cpu * 1.0e6 / ops};
+  double values[2] = {gpuMs * 1000.0 / ops, cpu * 1.0e6 / ops};
   static const int how[4] = {BENCH_REDUCE_FIRST, BENCH_REDUCE_AVG, BENCH_REDUCE_MIN, BENCH_REDUCE_MAX};
   if (benchReduce(agent, values, 2, how[agent->args.average]) != 0) return -1;
   *timeUs = values[0];

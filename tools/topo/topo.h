@@ -178,8 +178,9 @@ typedef struct {
 
   /* CUDA */
   int cudaQueried;                   /* 0 with --no-cuda */
-  char cudaStatus[160];              /* "" when fine, else why no GPU was listed */
+  char cudaStatus[256];              /* "" when fine, else why no GPU was listed */
   int driverVersion, runtimeVersion; /* 13000 = 13.0; 0 unknown */
+  int noDriver;                      /* no NVIDIA driver on this machine (tools/common/cuda_status.h) */
   int ngpus;
   topoGpu_t* gpus;   /* ngpus entries */
   topoPeer_t* peers; /* ngpus * ngpus, [i * ngpus + j] */

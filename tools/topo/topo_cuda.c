@@ -3,6 +3,7 @@
  * what fccl's peer-memory layer keys on (cuMem with POSIX file descriptors, through the driver entry points that
  * src/include/cudawrap.h resolves). No GPU is not an error: the report says so and shows the host.
  */
+#include "cuda_status.h"
 #include "cudawrap.h"
 #include "fccl.h"
 #include "topo.h"
@@ -45,14 +46,16 @@ static void queryPeers(topoSystem_t* sys) {
 int topoCudaQuery(topoSystem_t* sys, char* err, size_t errLen) {
   sys->cudaQueried = 1;
   sys->gpuSource = TOPO_SRC_LIVE;
-  if (cudaDriverGetVersion(&sys->driverVersion) != cudaSuccess) sys->driverVersion = 0;
-  if (cudaRuntimeGetVersion(&sys->runtimeVersion) != cudaSuccess) sys->runtimeVersion = 0;
-  int count = 0;
-  cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    snprintf(sys->cudaStatus, sizeof(sys->cudaStatus), "%s",
-             status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device visible");
+  /* The driver and the reason for no GPU in fccl-info's words (a machine without a driver says so, rather than
+   * CUDA's "driver version is insufficient"). */
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  sys->driverVersion = cuda.driverVersion;
+  sys->runtimeVersion = cuda.runtimeVersion;
+  sys->noDriver = cuda.noDriver;
+  const int count = cuda.deviceCount;
+  if (count == 0) {
+    snprintf(sys->cudaStatus, sizeof(sys->cudaStatus), "%s", cuda.noGpu);
     return 0;
   }
   if (topoSetGpuCount(sys, count, err, errLen) != 0) return -1;

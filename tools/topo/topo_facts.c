@@ -162,7 +162,10 @@ static int parseGpuKey(factsCtx_t* ctx, topoGpu_t* gpu, const char* key, char* v
 
 static int parseSystemKey(factsCtx_t* ctx, topoSystem_t* sys, const char* key, const char* value) {
   long long v;
-  if (strcmp(key, "cuda_driver") == 0 || strcmp(key, "cuda_runtime") == 0) {
+  if (strcmp(key, "cuda_driver") == 0 && strcmp(value, "none") == 0) {
+    sys->driverVersion = 0; /* no NVIDIA driver on the machine recorded */
+    sys->noDriver = 1;
+  } else if (strcmp(key, "cuda_driver") == 0 || strcmp(key, "cuda_runtime") == 0) {
     if (parseInt(value, 0, 1000000, &v) != 0) return fail(ctx, "bad CUDA version '%s'", value);
     if (key[5] == 'd')
       sys->driverVersion = (int)v;
@@ -378,7 +381,10 @@ static int sameRun(const topoNvLink_t* a, const topoNvLink_t* b) {
 int topoFactsWrite(const topoSystem_t* sys, FILE* out) {
   fprintf(out, "# fccl-topo GPU facts: what CUDA and NVML reported (read back with --gpu-facts).\n");
   fprintf(out, "[system]\n");
-  fprintf(out, "cuda_driver = %d\ncuda_runtime = %d\n", sys->driverVersion, sys->runtimeVersion);
+  if (sys->noDriver)
+    fprintf(out, "cuda_driver = none\ncuda_runtime = %d\n", sys->runtimeVersion);
+  else
+    fprintf(out, "cuda_driver = %d\ncuda_runtime = %d\n", sys->driverVersion, sys->runtimeVersion);
   if (sys->ngpus == 0 && sys->cudaStatus[0]) fprintf(out, "cuda_status = %s\n", sys->cudaStatus);
   if (sys->nvmlAvailable)
     fprintf(out, "nvml = available\n");

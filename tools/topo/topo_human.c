@@ -32,6 +32,7 @@ static void printHost(const topoSystem_t* sys, FILE* out) {
 static void printGpus(const topoSystem_t* sys, FILE* out) {
   char driver[32], runtime[32];
   topoFormatCudaVersion(sys->driverVersion, driver, sizeof(driver));
+  if (sys->noDriver) snprintf(driver, sizeof(driver), "none"); /* cudaStatus says why: fccl-info's words */
   topoFormatCudaVersion(sys->runtimeVersion, runtime, sizeof(runtime));
   fprintf(out, "\nGPUs\n");
   if (!sys->cudaQueried) {

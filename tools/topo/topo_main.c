@@ -3,9 +3,11 @@
  * AddressSanitizer too) on recorded machines and compare its output with golden files.
  */
 #include "fccl_build_config.h"
+#include "options.h"
 #include "topo.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +28,7 @@ typedef struct {
 static void usage(FILE* out) {
   fprintf(
       out,
-      "usage: fccl-topo [--json | --xml] [--nranks N] [--verify-p2p] [--record PREFIX] [-o FILE]\n"
+      "usage: fccl-topo [--json | --xml] [--nranks N] [--verify-p2p] [--record PREFIX] [-o FILE] [-h]\n"
       "\n"
       "What fccl sees on this machine and what it will do there: CPU packages, NUMA nodes and the PCI tree\n"
       "(hwloc), GPUs and peer access (CUDA), NVLink (NVML), then fccl's choices.\n"
@@ -36,7 +38,8 @@ static void usage(FILE* out) {
       "  --nranks N        rank count for fccl's decisions (default: the number of GPUs)\n"
       "  --verify-p2p      check P2P now: cudaMemcpyPeer write + read-back between every GPU pair\n"
       "  --record PREFIX   also save this machine as PREFIX.xml (hwloc) and PREFIX.facts (GPU facts)\n"
-      "  -o FILE           write the report to FILE instead of standard output\n"
+      "  -o, --output FILE write the report to FILE instead of standard output\n"
+      "  -h, --help        this text\n"
       "\n"
       "Replaying a recorded machine (what the tests do):\n"
       "  --input-xml FILE  CPU, NUMA and PCI from an hwloc XML (lstopo --of xml, or --record) instead of this machine\n"
@@ -67,67 +70,82 @@ static int validArchList(const char* list) {
   return archs > 0 && strlen(list) < sizeof(((topoSystem_t*)0)->gpuArchs);
 }
 
+/* Long options only (-o and -h are the short ones); the values are the cases of parseOptions. */
+enum { OPT_JSON = 256, OPT_XML, OPT_NRANKS, OPT_VERIFY, OPT_RECORD, OPT_INPUT_XML, OPT_GPU_FACTS, OPT_NO_CUDA,
+       OPT_GPU_ARCHS };
+
 static int parseOptions(int argc, char** argv, options_t* opt, FILE* err, int* exitCode) {
+  static const struct option longOptions[] = {
+      {"json", no_argument, NULL, OPT_JSON},
+      {"xml", no_argument, NULL, OPT_XML},
+      {"nranks", required_argument, NULL, OPT_NRANKS},
+      {"verify-p2p", no_argument, NULL, OPT_VERIFY},
+      {"record", required_argument, NULL, OPT_RECORD},
+      {"input-xml", required_argument, NULL, OPT_INPUT_XML},
+      {"gpu-facts", required_argument, NULL, OPT_GPU_FACTS},
+      {"no-cuda", no_argument, NULL, OPT_NO_CUDA},
+      {"gpu-archs", required_argument, NULL, OPT_GPU_ARCHS},
+      {"output", required_argument, NULL, 'o'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
   memset(opt, 0, sizeof(*opt));
   opt->format = FORMAT_HUMAN;
   opt->nranks = -1;
   opt->gpuArchs = FCCL_BUILD_GPU_ARCHS;
   int formats = 0;
-  for (int i = 1; i < argc; i++) {
-    const char* arg = argv[i];
+  *exitCode = 2;
+  /* The tests run the program many times in one process: optind = 0 makes getopt_long start afresh. */
+  optind = 0;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":o:h", longOptions, NULL)) != -1;) {
     const char** valueTarget = NULL;
-    if (strcmp(arg, "--json") == 0) {
-      opt->format = FORMAT_JSON;
-      formats++;
-    } else if (strcmp(arg, "--xml") == 0) {
-      opt->format = FORMAT_XML;
-      formats++;
-    } else if (strcmp(arg, "--verify-p2p") == 0) {
-      opt->verifyP2p = 1;
-    } else if (strcmp(arg, "--no-cuda") == 0) {
-      opt->noCuda = 1;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-      *exitCode = 0;
-      return -1;
-    } else if (strcmp(arg, "--nranks") == 0) {
-      if (i + 1 >= argc) goto missing;
-      char* end = NULL;
-      errno = 0;
-      long n = strtol(argv[++i], &end, 10);
-      if (errno != 0 || *end != '\0' || n < 1 || n > TOPO_MAX_GPUS) {
-        fprintf(err, "fccl-topo: --nranks wants a number from 1 to %d, not '%s'\n", TOPO_MAX_GPUS, argv[i]);
-        *exitCode = 2;
+    const char* name = argv[optind - 1]; /* the option as typed, for the messages */
+    switch (c) {
+      case OPT_JSON:
+        opt->format = FORMAT_JSON;
+        formats++;
+        break;
+      case OPT_XML:
+        opt->format = FORMAT_XML;
+        formats++;
+        break;
+      case OPT_VERIFY: opt->verifyP2p = 1; break;
+      case OPT_NO_CUDA: opt->noCuda = 1; break;
+      case 'h': *exitCode = 0; return -1;
+      case OPT_NRANKS: {
+        char* end = NULL;
+        errno = 0;
+        long n = strtol(optarg, &end, 10);
+        if (errno != 0 || end == optarg || *end != '\0' || n < 1 || n > TOPO_MAX_GPUS) {
+          fprintf(err, "fccl-topo: --nranks wants a number from 1 to %d, not '%s'\n", TOPO_MAX_GPUS, optarg);
+          return -1;
+        }
+        opt->nranks = (int)n;
+        break;
+      }
+      case OPT_INPUT_XML: valueTarget = &opt->inputXml; name = "--input-xml"; break;
+      case OPT_GPU_FACTS: valueTarget = &opt->gpuFacts; name = "--gpu-facts"; break;
+      case OPT_RECORD: valueTarget = &opt->record; name = "--record"; break;
+      case OPT_GPU_ARCHS: valueTarget = &opt->gpuArchs; name = "--gpu-archs"; break;
+      case 'o': valueTarget = &opt->output; name = strncmp(name, "--", 2) == 0 ? "--output" : "-o"; break;
+      default: {
+        char problem[256];
+        toolOptionProblem(c, argv, problem, sizeof(problem));
+        fprintf(err, "fccl-topo: %s (try --help)\n", problem);
         return -1;
       }
-      opt->nranks = (int)n;
-    } else if (strcmp(arg, "--input-xml") == 0) {
-      valueTarget = &opt->inputXml;
-    } else if (strcmp(arg, "--gpu-facts") == 0) {
-      valueTarget = &opt->gpuFacts;
-    } else if (strcmp(arg, "--record") == 0) {
-      valueTarget = &opt->record;
-    } else if (strcmp(arg, "--gpu-archs") == 0) {
-      valueTarget = &opt->gpuArchs;
-    } else if (strcmp(arg, "-o") == 0 || strcmp(arg, "--output") == 0) {
-      valueTarget = &opt->output;
-    } else {
-      fprintf(err, "fccl-topo: unknown option %s (try --help)\n", arg);
-      *exitCode = 2;
-      return -1;
     }
     if (valueTarget) {
-      if (i + 1 >= argc) goto missing;
-      *valueTarget = argv[++i];
-      if (**valueTarget == '\0') {
-        fprintf(err, "fccl-topo: %s needs a value, not an empty one\n", arg);
-        *exitCode = 2;
+      if (*optarg == '\0') {
+        fprintf(err, "fccl-topo: %s needs a value, not an empty one\n", name);
         return -1;
       }
+      *valueTarget = optarg;
     }
-    continue;
-  missing:
-    fprintf(err, "fccl-topo: %s needs a value\n", arg);
-    *exitCode = 2;
+  }
+  if (optind < argc) {
+    fprintf(err, "fccl-topo: unexpected argument '%s' (try --help)\n", argv[optind]);
     return -1;
   }
   if (!validArchList(opt->gpuArchs)) {

@@ -1,0 +1,538 @@
+/*
+ * Bad input to every public call, without a GPU: one table, one row per case (the call, what is wrong with it, the
+ * documented result, words its message must hold). Each row must return its result with a non-empty
+ * fcclGetLastError, write no output, crash nothing, and leave the other handles answering as before. The whole
+ * table runs again in a child of fork(), where the same checks hold. Cases that need a communicator backed by a GPU
+ * (buffers of the wrong kind, unknown registration handles, group members destroyed twice, capture) are in
+ * test/gpu/test_bad_input_gpu.c; docs/errors.md says what each result means.
+ *
+ * Without a GPU no communicator can be created, so the handles here are communicator structs set up by hand in
+ * each state a handle can be in: live (init finished), init running, init failed, torn down (what commFree leaves
+ * in the magic) and destroyed while its fcclCommInitAll group lives on. Their memory stays valid throughout, which
+ * is what makes a stale handle detectable at all (docs/errors.md#stale-handles).
+ */
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "fccl.h"
+#include "param.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SENTINEL ((fcclComm_t)(uintptr_t)0x5e5e5e5e)
+
+struct fixture {
+  fcclUniqueId id;          /* a valid id, whose root waits for one rank */
+  struct fcclComm* live;    /* init finished (no device state: there is no GPU) */
+  struct fcclComm* pending; /* a non-blocking init still running */
+  struct fcclComm* failed;  /* init failed with fcclTimeout */
+  struct fcclComm* dead;    /* torn down: magic cleared, memory kept by this test */
+  struct fcclComm* deferred; /* destroyed by the user, its fcclCommInitAll group still alive */
+  fcclComm_t out;           /* output of init calls: must stay SENTINEL */
+  float device[4];          /* stands for a buffer: never reached */
+};
+
+static struct fixture fx;
+
+static struct fcclComm* fakeComm(uint64_t magic, fcclResult_t state) {
+  struct fcclComm* comm = calloc(1, sizeof(*comm));
+  if (!comm) exit(1);
+  comm->magic = magic;
+  comm->rank = 1;
+  comm->nranks = 2;
+  comm->cudaDev = 0;
+  comm->timeoutMs = 1000;
+  comm->asyncError = state;
+  snprintf(comm->name, sizeof(comm->name), "fake");
+  pthread_mutex_init(&comm->errorLock, NULL);
+  return comm;
+}
+
+static void freeComm(struct fcclComm* comm) {
+  pthread_mutex_destroy(&comm->errorLock);
+  free(comm);
+}
+
+/* ---- the cases: each makes one call ---- */
+
+#define CASE(name) static fcclResult_t name(void)
+
+static fcclUniqueId validId(void) { return fx.id; }
+
+/* An id with one byte changed: bytes 0-3 magic, 4-7 protocol version, 16-39 root address (16-17 family,
+ * 18-19 port), 40-127 zero padding. */
+static fcclUniqueId idWith(size_t offset, char value) {
+  fcclUniqueId id = fx.id;
+  id.internal[offset] = value;
+  return id;
+}
+
+static fcclUniqueId idZero(void) {
+  fcclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  return id;
+}
+
+static fcclUniqueId idRandom(void) {
+  fcclUniqueId id;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < sizeof(id.internal); i++) id.internal[i] = (char)testRandom(&state);
+  return id;
+}
+
+static fcclConfig_t configWith(int field, long value) {
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  switch (field) {
+    case 0: config.size = (size_t)value; break;
+    case 1: config.magic = (unsigned int)value; break;
+    case 2: config.blocking = (int)value; break;
+    case 3: config.timeoutMs = (int)value; break;
+    case 4: config.allowSharedDevice = (int)value; break;
+  }
+  return config;
+}
+
+CASE(versionNull) { return fcclGetVersion(NULL); }
+CASE(uniqueIdNull) { return fcclGetUniqueId(NULL); }
+
+static fcclResult_t uniqueIdWithEnv(const char* name, const char* value) {
+  setenv(name, value, 1);
+  fcclParamResetForTest();
+  fcclUniqueId id;
+  fcclResult_t res = fcclGetUniqueId(&id);
+  unsetenv(name);
+  fcclParamResetForTest();
+  return res;
+}
+CASE(uniqueIdBadCommId) { return uniqueIdWithEnv("FCCL_COMM_ID", "no-port-here"); }
+CASE(uniqueIdBadPort) { return uniqueIdWithEnv("FCCL_COMM_ID", "127.0.0.1:70000"); }
+CASE(uniqueIdBadIfname) { return uniqueIdWithEnv("FCCL_SOCKET_IFNAME", "no-such-interface"); }
+
+CASE(initRankNullComm) { return fcclCommInitRank(NULL, 2, validId(), 0); }
+CASE(initRankNranksZero) { return fcclCommInitRank(&fx.out, 0, validId(), 0); }
+CASE(initRankNranksNegative) { return fcclCommInitRank(&fx.out, -3, validId(), 0); }
+CASE(initRankNranksTooMany) { return fcclCommInitRank(&fx.out, FCCL_BOOTSTRAP_MAX_RANKS + 1, validId(), 0); }
+CASE(initRankRankNegative) { return fcclCommInitRank(&fx.out, 2, validId(), -1); }
+CASE(initRankRankTooLarge) { return fcclCommInitRank(&fx.out, 2, validId(), 2); }
+CASE(initRankIdZero) { return fcclCommInitRank(&fx.out, 2, idZero(), 0); }
+CASE(initRankIdRandom) { return fcclCommInitRank(&fx.out, 2, idRandom(), 0); }
+CASE(initRankIdMagic) { return fcclCommInitRank(&fx.out, 2, idWith(0, 'X'), 0); }
+CASE(initRankIdVersion) { return fcclCommInitRank(&fx.out, 2, idWith(4, 99), 0); }
+CASE(initRankIdFamily) { return fcclCommInitRank(&fx.out, 2, idWith(16, 9), 0); }
+CASE(initRankIdPadding) { return fcclCommInitRank(&fx.out, 2, idWith(100, 1), 0); }
+static fcclResult_t initWithConfig(int field, long value) {
+  fcclConfig_t config = configWith(field, value);
+  return fcclCommInitRankConfig(&fx.out, 2, validId(), 0, &config);
+}
+CASE(configSizeZero) { return initWithConfig(0, 0); }
+CASE(configSizeSmall) { return initWithConfig(0, sizeof(fcclConfig_t) - 1); }
+CASE(configMagicZero) { return initWithConfig(1, 0); }
+CASE(configMagicOther) { return initWithConfig(1, 0xcafebeef); }
+CASE(configBlocking) { return initWithConfig(2, 2); }
+CASE(configTimeoutZero) { return initWithConfig(3, 0); }
+CASE(configTimeoutNegative) { return initWithConfig(3, -5); }
+CASE(configShared) { return initWithConfig(4, 7); }
+CASE(configGarbage) {
+  fcclConfig_t config;
+  memset(&config, 0xa5, sizeof(config)); /* never initialised */
+  return fcclCommInitRankConfig(&fx.out, 2, validId(), 0, &config);
+}
+
+CASE(initAllNull) { return fcclCommInitAll(NULL, 2, NULL); }
+CASE(initAllZero) {
+  fcclComm_t comms[2] = {SENTINEL, SENTINEL};
+  fcclResult_t res = fcclCommInitAll(comms, 0, NULL);
+  fx.out = comms[0];
+  return res;
+}
+CASE(initAllTooMany) {
+  fcclComm_t comms[65];
+  for (int i = 0; i < 65; i++) comms[i] = SENTINEL;
+  fcclResult_t res = fcclCommInitAll(comms, 65, NULL);
+  for (int i = 0; i < 65 && res != fcclSuccess; i++)
+    if (comms[i] != SENTINEL) fx.out = comms[i];
+  return res;
+}
+
+/* The launcher variables of a torchrun launch of 2 ranks, without FCCL_COMM_SECRET unless secret is set. */
+static fcclResult_t initFromEnv(const char* rank, const char* size, const char* secret, const fcclConfig_t* config) {
+  const char* names[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "FCCL_COMM_SECRET"};
+  const char* values[] = {rank, size, "127.0.0.1", "29500", secret};
+  for (int i = 0; i < 5; i++)
+    if (values[i]) setenv(names[i], values[i], 1);
+  fcclParamResetForTest();
+  fcclResult_t res = fcclCommInitFromEnv(&fx.out, config);
+  for (int i = 0; i < 5; i++) unsetenv(names[i]);
+  fcclParamResetForTest();
+  return res;
+}
+CASE(envNullComm) { return fcclCommInitFromEnv(NULL, NULL); }
+CASE(envNothing) { return initFromEnv(NULL, NULL, NULL, NULL); }
+CASE(envRankTooLarge) { return initFromEnv("2", "2", "0123456789abcdef", NULL); }
+CASE(envRankNotANumber) { return initFromEnv("one", "2", "0123456789abcdef", NULL); }
+CASE(envSizeZero) { return initFromEnv("0", "0", "0123456789abcdef", NULL); }
+CASE(envNoSecret) { return initFromEnv("0", "2", NULL, NULL); }
+CASE(envShortSecret) { return initFromEnv("0", "2", "12345", NULL); }
+CASE(envBadConfig) {
+  fcclConfig_t config = configWith(1, 0);
+  return initFromEnv("0", "2", "0123456789abcdef", &config);
+}
+
+static fcclResult_t gatherNothing(void* ctx, const void* send, void* recv, size_t bytes) {
+  (void)ctx;
+  (void)send;
+  (void)recv;
+  (void)bytes;
+  return fcclSuccess;
+}
+static const fcclBootstrapCallbacks_t goodCallbacks = {NULL, gatherNothing, NULL};
+CASE(externalNullComm) { return fcclCommInitExternal(NULL, 2, 0, &goodCallbacks, NULL); }
+CASE(externalNullCallbacks) { return fcclCommInitExternal(&fx.out, 2, 0, NULL, NULL); }
+CASE(externalNullAllgather) {
+  fcclBootstrapCallbacks_t callbacks = {NULL, NULL, NULL};
+  return fcclCommInitExternal(&fx.out, 2, 0, &callbacks, NULL);
+}
+CASE(externalNranksZero) { return fcclCommInitExternal(&fx.out, 0, 0, &goodCallbacks, NULL); }
+CASE(externalRankTooLarge) { return fcclCommInitExternal(&fx.out, 2, 5, &goodCallbacks, NULL); }
+CASE(externalBadConfig) {
+  fcclConfig_t config = configWith(0, 8);
+  return fcclCommInitExternal(&fx.out, 2, 0, &goodCallbacks, &config);
+}
+CASE(ncclNullComm) { return fcclCommInitFromNccl(NULL, &fx, NULL); }
+CASE(ncclNullNccl) { return fcclCommInitFromNccl(&fx.out, NULL, NULL); }
+
+CASE(destroyNull) { return fcclCommDestroy(NULL); }
+CASE(destroyDead) { return fcclCommDestroy(fx.dead); }
+CASE(destroyTwice) { return fcclCommDestroy(fx.deferred); }
+CASE(abortNull) { return fcclCommAbort(NULL); }
+CASE(abortDead) { return fcclCommAbort(fx.dead); }
+CASE(abortDeferred) { return fcclCommAbort(fx.deferred); }
+
+CASE(asyncNullComm) {
+  fcclResult_t state;
+  return fcclCommGetAsyncError(NULL, &state);
+}
+CASE(asyncDead) {
+  fcclResult_t state;
+  return fcclCommGetAsyncError(fx.dead, &state);
+}
+CASE(asyncNullOut) { return fcclCommGetAsyncError(fx.live, NULL); }
+CASE(countNull) {
+  int value;
+  return fcclCommCount(NULL, &value);
+}
+CASE(countDeferred) {
+  int value;
+  return fcclCommCount(fx.deferred, &value);
+}
+CASE(countNullOut) { return fcclCommCount(fx.live, NULL); }
+CASE(deviceDead) {
+  int value;
+  return fcclCommCuDevice(fx.dead, &value);
+}
+CASE(deviceNullOut) { return fcclCommCuDevice(fx.live, NULL); }
+CASE(rankDead) {
+  int value;
+  return fcclCommUserRank(fx.dead, &value);
+}
+CASE(rankNullOut) { return fcclCommUserRank(fx.live, NULL); }
+
+static fcclResult_t allReduce(const void* send, void* recv, size_t count, int type, int op, struct fcclComm* comm) {
+  return fcclAllReduce(send, recv, count, (fcclDataType_t)type, (fcclRedOp_t)op, comm, NULL);
+}
+CASE(allReduceNullComm) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, NULL); }
+CASE(allReduceDead) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.dead); }
+CASE(allReduceDeferred) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.deferred); }
+CASE(allReduceTypeNegative) { return allReduce(fx.device, fx.device, 4, -1, fcclSum, fx.live); }
+CASE(allReduceTypeUnknown) { return allReduce(fx.device, fx.device, 4, fcclNumTypes, fcclSum, fx.live); }
+CASE(allReduceOpNegative) { return allReduce(fx.device, fx.device, 4, fcclFloat32, -1, fx.live); }
+CASE(allReduceOpUnknown) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclNumOps, fx.live); }
+CASE(allReduceNullSend) { return allReduce(NULL, fx.device, 4, fcclFloat32, fcclSum, fx.live); }
+CASE(allReduceNullRecv) { return allReduce(fx.device, NULL, 4, fcclFloat32, fcclSum, fx.live); }
+CASE(allReduceMisaligned) {
+  return allReduce((const char*)fx.device + 1, fx.device, 2, fcclFloat32, fcclSum, fx.live);
+}
+CASE(allReduceOverflow) { return allReduce(fx.device, fx.device, SIZE_MAX / 2, fcclFloat64, fcclSum, fx.live); }
+CASE(allReducePending) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.pending); }
+CASE(allReduceFailed) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.failed); }
+CASE(barrierNull) { return fcclBarrier(NULL, NULL); }
+CASE(barrierDeferred) { return fcclBarrier(fx.deferred, NULL); }
+CASE(barrierPending) { return fcclBarrier(fx.pending, NULL); }
+
+CASE(registerNull) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(NULL, fx.device, sizeof(fx.device), &handle);
+}
+CASE(registerDead) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(fx.dead, fx.device, sizeof(fx.device), &handle);
+}
+CASE(registerPending) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(fx.pending, fx.device, sizeof(fx.device), &handle);
+}
+CASE(registerFailed) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(fx.failed, fx.device, sizeof(fx.device), &handle);
+}
+CASE(deregisterNull) { return fcclCommDeregister(NULL, (fcclRegHandle_t)(uintptr_t)0x1234); }
+CASE(deregisterDeferred) { return fcclCommDeregister(fx.deferred, (fcclRegHandle_t)(uintptr_t)0x1234); }
+CASE(deregisterPending) { return fcclCommDeregister(fx.pending, (fcclRegHandle_t)(uintptr_t)0x1234); }
+CASE(deregisterFailed) { return fcclCommDeregister(fx.failed, (fcclRegHandle_t)(uintptr_t)0x1234); }
+
+CASE(memAllocNull) { return fcclMemAlloc(NULL, 4096); }
+CASE(memAllocZero) {
+  void* ptr = &fx;
+  fcclResult_t res = fcclMemAlloc(&ptr, 0);
+  if (ptr != &fx) fx.out = (fcclComm_t)ptr;
+  return res;
+}
+CASE(memFreeForeign) { return fcclMemFree(fx.device); }
+CASE(memFreeWild) { return fcclMemFree((void*)(uintptr_t)0xdead0000); }
+CASE(memStatsNull) { return fcclCommGetMemStats(NULL, NULL); }
+CASE(memStatsSizeZero) {
+  fcclMemStats_t stats;
+  memset(&stats, 0, sizeof(stats));
+  return fcclCommGetMemStats(NULL, &stats);
+}
+CASE(memStatsDead) {
+  fcclMemStats_t stats = {.size = sizeof(stats)};
+  return fcclCommGetMemStats(fx.dead, &stats);
+}
+
+/* ---- the table ---- */
+
+struct badCase {
+  const char* call;
+  const char* wrong;
+  fcclResult_t (*run)(void);
+  fcclResult_t expected;
+  const char* words; /* the message must contain them */
+};
+
+#define ARG fcclInvalidArgument
+#define USAGE fcclInvalidUsage
+static const struct badCase cases[] = {
+    {"fcclGetVersion", "NULL version", versionNull, ARG, "version is NULL"},
+    {"fcclGetUniqueId", "NULL id", uniqueIdNull, ARG, "uniqueId is NULL"},
+    {"fcclGetUniqueId", "FCCL_COMM_ID without a port", uniqueIdBadCommId, ARG, "expected host:port"},
+    {"fcclGetUniqueId", "FCCL_COMM_ID port out of range", uniqueIdBadPort, ARG, "not in 1..65535"},
+    {"fcclGetUniqueId", "FCCL_SOCKET_IFNAME of no interface", uniqueIdBadIfname, ARG, "FCCL_SOCKET_IFNAME"},
+    {"fcclCommInitRank", "NULL comm", initRankNullComm, ARG, "comm is NULL"},
+    {"fcclCommInitRank", "nranks 0", initRankNranksZero, ARG, "nranks 0 outside"},
+    {"fcclCommInitRank", "nranks -3", initRankNranksNegative, ARG, "nranks -3 outside"},
+    {"fcclCommInitRank", "nranks 4097", initRankNranksTooMany, ARG, "nranks 4097 outside"},
+    {"fcclCommInitRank", "rank -1", initRankRankNegative, ARG, "rank -1 outside 0..1"},
+    {"fcclCommInitRank", "rank == nranks", initRankRankTooLarge, ARG, "rank 2 outside 0..1"},
+    {"fcclCommInitRank", "all-zero id", initRankIdZero, ARG, "invalid unique id"},
+    {"fcclCommInitRank", "random id", initRankIdRandom, ARG, "invalid unique id"},
+    {"fcclCommInitRank", "id with another magic", initRankIdMagic, ARG, "bad magic"},
+    {"fcclCommInitRank", "id of another protocol version", initRankIdVersion, ARG, "protocol version 99"},
+    {"fcclCommInitRank", "id with an unknown address family", initRankIdFamily, ARG, "address family 9"},
+    {"fcclCommInitRank", "id with non-zero padding", initRankIdPadding, ARG, "non-zero padding"},
+    {"fcclCommInitRankConfig", "config.size 0", configSizeZero, ARG, "config.size is 0"},
+    {"fcclCommInitRankConfig", "config.size too small", configSizeSmall, ARG, "config.size is"},
+    {"fcclCommInitRankConfig", "config.magic 0", configMagicZero, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommInitRankConfig", "config.magic of another library", configMagicOther, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommInitRankConfig", "config.blocking 2", configBlocking, ARG, "config.blocking is 2"},
+    {"fcclCommInitRankConfig", "config.timeoutMs 0", configTimeoutZero, ARG, "config.timeoutMs is 0"},
+    {"fcclCommInitRankConfig", "config.timeoutMs -5", configTimeoutNegative, ARG, "config.timeoutMs is -5"},
+    {"fcclCommInitRankConfig", "config.allowSharedDevice 7", configShared, ARG, "allowSharedDevice is 7"},
+    {"fcclCommInitRankConfig", "config never initialised", configGarbage, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommInitAll", "NULL comms", initAllNull, ARG, "comms is NULL"},
+    {"fcclCommInitAll", "ndev 0", initAllZero, ARG, "ndev 0 outside 1..64"},
+    {"fcclCommInitAll", "ndev 65", initAllTooMany, ARG, "ndev 65 outside 1..64"},
+    {"fcclCommInitFromEnv", "NULL comm", envNullComm, ARG, "comm is NULL"},
+    {"fcclCommInitFromEnv", "no launcher variables", envNothing, USAGE, "no launcher variables"},
+    {"fcclCommInitFromEnv", "RANK == WORLD_SIZE", envRankTooLarge, USAGE, "RANK=2 is not below WORLD_SIZE=2"},
+    {"fcclCommInitFromEnv", "RANK not a number", envRankNotANumber, USAGE, "RANK=one is not an integer"},
+    {"fcclCommInitFromEnv", "WORLD_SIZE 0", envSizeZero, USAGE, "WORLD_SIZE=0"},
+    {"fcclCommInitFromEnv", "no FCCL_COMM_SECRET", envNoSecret, USAGE, "FCCL_COMM_SECRET is not set"},
+    {"fcclCommInitFromEnv", "FCCL_COMM_SECRET too short", envShortSecret, USAGE, "FCCL_COMM_SECRET has 5 characters"},
+    {"fcclCommInitFromEnv", "config.magic 0", envBadConfig, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommInitExternal", "NULL comm", externalNullComm, ARG, "comm is NULL"},
+    {"fcclCommInitExternal", "NULL callbacks", externalNullCallbacks, ARG, "callbacks"},
+    {"fcclCommInitExternal", "NULL allgather", externalNullAllgather, ARG, "allgather is NULL"},
+    {"fcclCommInitExternal", "nranks 0", externalNranksZero, ARG, "nranks 0 outside"},
+    {"fcclCommInitExternal", "rank 5 of 2", externalRankTooLarge, ARG, "rank 5 outside 0..1"},
+    {"fcclCommInitExternal", "config.size 8", externalBadConfig, ARG, "config.size is 8"},
+    {"fcclCommInitFromNccl", "NULL comm", ncclNullComm, ARG, "comm is NULL"},
+    {"fcclCommInitFromNccl", "NULL ncclComm", ncclNullNccl, ARG, "ncclComm is NULL"},
+    {"fcclCommDestroy", "NULL handle", destroyNull, ARG, "invalid communicator handle"},
+    {"fcclCommDestroy", "a torn-down handle", destroyDead, ARG, "invalid communicator handle"},
+    {"fcclCommDestroy", "destroyed twice (group member)", destroyTwice, ARG, "invalid communicator handle"},
+    {"fcclCommAbort", "NULL handle", abortNull, ARG, "invalid communicator handle"},
+    {"fcclCommAbort", "a torn-down handle", abortDead, ARG, "invalid communicator handle"},
+    {"fcclCommAbort", "a destroyed group member", abortDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommGetAsyncError", "NULL handle", asyncNullComm, ARG, "invalid communicator handle"},
+    {"fcclCommGetAsyncError", "a torn-down handle", asyncDead, ARG, "invalid communicator handle"},
+    {"fcclCommGetAsyncError", "NULL asyncError", asyncNullOut, ARG, "asyncError is NULL"},
+    {"fcclCommCount", "NULL handle", countNull, ARG, "invalid communicator handle"},
+    {"fcclCommCount", "a destroyed group member", countDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommCount", "NULL count", countNullOut, ARG, "count is NULL"},
+    {"fcclCommCuDevice", "a torn-down handle", deviceDead, ARG, "invalid communicator handle"},
+    {"fcclCommCuDevice", "NULL device", deviceNullOut, ARG, "device is NULL"},
+    {"fcclCommUserRank", "a torn-down handle", rankDead, ARG, "invalid communicator handle"},
+    {"fcclCommUserRank", "NULL rank", rankNullOut, ARG, "rank is NULL"},
+    {"fcclAllReduce", "NULL comm", allReduceNullComm, ARG, "invalid communicator handle"},
+    {"fcclAllReduce", "a torn-down handle", allReduceDead, ARG, "invalid communicator handle"},
+    {"fcclAllReduce", "a destroyed group member", allReduceDeferred, ARG, "invalid communicator handle"},
+    {"fcclAllReduce", "datatype -1", allReduceTypeNegative, ARG, "unknown datatype -1"},
+    {"fcclAllReduce", "datatype fcclNumTypes", allReduceTypeUnknown, ARG, "unknown datatype 10"},
+    {"fcclAllReduce", "op -1", allReduceOpNegative, ARG, "unknown reduction op -1"},
+    {"fcclAllReduce", "op fcclNumOps", allReduceOpUnknown, ARG, "unknown reduction op 5"},
+    {"fcclAllReduce", "NULL sendbuf", allReduceNullSend, ARG, "sendbuf is NULL with count 4"},
+    {"fcclAllReduce", "NULL recvbuf", allReduceNullRecv, ARG, "recvbuf is NULL with count 4"},
+    {"fcclAllReduce", "sendbuf not aligned to its elements", allReduceMisaligned, ARG, "not aligned"},
+    {"fcclAllReduce", "a count whose bytes overflow", allReduceOverflow, ARG, "overflows a size"},
+    {"fcclAllReduce", "non-blocking init still running", allReducePending, USAGE, "has not finished"},
+    {"fcclAllReduce", "init failed", allReduceFailed, USAGE, "its init failed"},
+    {"fcclBarrier", "NULL comm", barrierNull, ARG, "invalid communicator handle"},
+    {"fcclBarrier", "a destroyed group member", barrierDeferred, ARG, "invalid communicator handle"},
+    {"fcclBarrier", "non-blocking init still running", barrierPending, USAGE, "has not finished"},
+    {"fcclCommRegister", "NULL comm", registerNull, ARG, "invalid communicator handle"},
+    {"fcclCommRegister", "a torn-down handle", registerDead, ARG, "invalid communicator handle"},
+    {"fcclCommRegister", "non-blocking init still running", registerPending, USAGE, "has not finished"},
+    {"fcclCommRegister", "init failed (fcclTimeout)", registerFailed, fcclTimeout, "failed earlier"},
+    {"fcclCommDeregister", "NULL comm", deregisterNull, ARG, "invalid communicator handle"},
+    {"fcclCommDeregister", "a destroyed group member", deregisterDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommDeregister", "non-blocking init still running", deregisterPending, USAGE, "has not finished"},
+    {"fcclCommDeregister", "init failed (fcclTimeout)", deregisterFailed, fcclTimeout, "failed earlier"},
+    {"fcclMemAlloc", "NULL ptr", memAllocNull, ARG, "ptr is NULL"},
+    {"fcclMemAlloc", "size 0", memAllocZero, ARG, "size is 0"},
+    {"fcclMemFree", "a pointer fcclMemAlloc did not return", memFreeForeign, ARG, "did not come from fcclMemAlloc"},
+    {"fcclMemFree", "a wild pointer", memFreeWild, ARG, "did not come from fcclMemAlloc"},
+    {"fcclCommGetMemStats", "NULL stats", memStatsNull, ARG, "stats is NULL"},
+    {"fcclCommGetMemStats", "stats->size 0", memStatsSizeZero, ARG, "stats->size is 0"},
+    {"fcclCommGetMemStats", "a torn-down handle", memStatsDead, ARG, "invalid communicator handle"},
+};
+#undef ARG
+#undef USAGE
+
+/* Set in a child of fork(): the parent's communicators are refused there (fcclInvalidUsage, "created by a parent"),
+ * before any other check. */
+static int inForkedChild;
+
+static int refusedAsParents(fcclResult_t res, const char* text) {
+  return inForkedChild && res == fcclInvalidUsage && strstr(text, "created by a parent") != NULL;
+}
+
+/* The handles answer as they did before the case: nothing was written to them, and the live one still works. */
+static void expectHandlesIntact(const char* where) {
+  int value = -1;
+  EXPECT_MSG(fcclCommCount(fx.live, &value) == fcclSuccess && value == 2, "%s: the live handle no longer answers",
+             where);
+  EXPECT_MSG(fcclCommUserRank(fx.live, &value) == fcclSuccess && value == 1, "%s: the live handle's rank changed",
+             where);
+  fcclResult_t state = fcclInternalError;
+  if (inForkedChild) {
+    EXPECT_MSG(fcclCommGetAsyncError(fx.pending, &state) == fcclInvalidUsage, "%s: a parent's handle answered",
+               where);
+    EXPECT_MSG(fx.pending->asyncError == fcclInProgress && fx.failed->asyncError == fcclTimeout,
+               "%s: a parent's handle changed", where);
+  } else {
+    EXPECT_MSG(fcclCommGetAsyncError(fx.pending, &state) == fcclSuccess && state == fcclInProgress,
+               "%s: the pending handle's state changed to %d", where, state);
+    EXPECT_MSG(fcclCommGetAsyncError(fx.failed, &state) == fcclSuccess && state == fcclTimeout,
+               "%s: the failed handle's state changed to %d", where, state);
+  }
+  EXPECT_MSG(fx.live->asyncError == fcclSuccess && fx.live->magic == FCCL_COMM_MAGIC, "%s: the live handle changed",
+             where);
+  EXPECT_MSG(fx.dead->magic == 0 && fx.deferred->magic == FCCL_COMM_MAGIC_DEFERRED, "%s: a stale handle changed",
+             where);
+  EXPECT_MSG(fx.out == SENTINEL, "%s: an output was written on failure", where);
+}
+
+/* Runs every case; returns how many failed. */
+static int runTable(const char* where) {
+  int before = testFailed;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const struct badCase* c = &cases[i];
+    fx.out = SENTINEL;
+    fcclResult_t res = c->run();
+    char text[FCCL_LAST_ERROR_MAX];
+    snprintf(text, sizeof(text), "%s", fcclGetLastError(NULL));
+    const int refused = refusedAsParents(res, text);
+    EXPECT_MSG(res == c->expected || refused, "%s: %s with %s returned %d (%s), expected %d: %s", where, c->call,
+               c->wrong, res, fcclGetErrorString(res), c->expected, text);
+    EXPECT_MSG(text[0] != '\0', "%s: %s with %s left no message", where, c->call, c->wrong);
+    EXPECT_MSG(strstr(text, c->words) != NULL || refused, "%s: %s with %s: \"%s\" does not say \"%s\"", where,
+               c->call, c->wrong, text, c->words);
+    char label[160];
+    snprintf(label, sizeof(label), "%s: after %s with %s", where, c->call, c->wrong);
+    expectHandlesIntact(label);
+  }
+  /* The calls that return text: never NULL or empty, whatever they are given. */
+  const int codes[] = {-1, fcclNumResults, 1000, fcclInProgress};
+  for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+    const char* name = fcclGetErrorString((fcclResult_t)codes[i]);
+    EXPECT_MSG(name != NULL && name[0] != '\0', "%s: fcclGetErrorString(%d) is empty", where, codes[i]);
+  }
+  EXPECT_STR_CONTAINS(fcclGetLastError(fx.dead), "invalid communicator handle");
+  EXPECT_STR_CONTAINS(fcclGetLastError(fx.deferred), "invalid communicator handle");
+  /* A NULL log callback restores the default sink: it is not an error. */
+  EXPECT_EQ_INT(fcclSetLogCallback(NULL, NULL), fcclSuccess);
+  return testFailed - before;
+}
+
+/* One rank joins the id made before the bad calls: none of them touched its root. */
+static void expectIdStillServes(const fcclUniqueId* id, const char* where) {
+  struct fcclBootstrap* b = NULL;
+  fcclResult_t res = fcclBootstrapTcpInit(id, 0, 1, 10000, NULL, &b);
+  EXPECT_MSG(res == fcclSuccess, "%s: the unique id no longer brings its rank in: %s", where, fcclGetLastError(NULL));
+  fcclBootstrapDestroy(b);
+}
+
+int main(void) {
+  const char* launchNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                               "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "FCCL_COMM_ID", "FCCL_COMM_SECRET",
+                               "FCCL_SOCKET_IFNAME"};
+  for (size_t i = 0; i < sizeof(launchNames) / sizeof(launchNames[0]); i++) unsetenv(launchNames[i]);
+  fcclParamResetForTest();
+  if (fcclGetUniqueId(&fx.id) != fcclSuccess) {
+    fprintf(stderr, "fcclGetUniqueId failed: %s\n", fcclGetLastError(NULL));
+    return 1;
+  }
+  fx.live = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
+  fx.pending = fakeComm(FCCL_COMM_MAGIC, fcclInProgress);
+  fx.failed = fakeComm(FCCL_COMM_MAGIC, fcclTimeout);
+  fx.dead = fakeComm(0, fcclSuccess);
+  fx.deferred = fakeComm(FCCL_COMM_MAGIC_DEFERRED, fcclSuccess);
+
+  int failed = runTable("here");
+  printf("%zu bad calls: %d failed checks\n", sizeof(cases) / sizeof(cases[0]), failed);
+
+  /* The same calls from a child of fork() (a data-loader worker, say), which can also make an id of its own. */
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  if (child == 0) {
+    testPassed = testFailed = 0;
+    inForkedChild = 1;
+    int childFailed = runTable("in a forked child");
+    /* A parent's communicator is refused before anything else, so that nothing of the parent's is touched. */
+    EXPECT_EQ_INT(fcclAllReduce(NULL, NULL, 0, fcclFloat32, fcclSum, fx.live, NULL), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "created by a parent");
+    EXPECT_EQ_INT(fcclCommDestroy(fx.live), fcclInvalidUsage);
+    EXPECT_EQ_INT(fx.live->magic, FCCL_COMM_MAGIC);
+    fcclUniqueId own;
+    EXPECT_EQ_INT(fcclGetUniqueId(&own), fcclSuccess);
+    expectIdStillServes(&own, "in a forked child");
+    fflush(stdout);
+    _exit(childFailed != 0 || testFailed != 0);
+  }
+  int status = 0;
+  EXPECT(child > 0 && waitpid(child, &status, 0) == child);
+  EXPECT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the table failed in a forked child (status %d)", status);
+  printf("the same calls in a forked child: %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "FAILED");
+
+  expectIdStillServes(&fx.id, "here");
+  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred};
+  for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) freeComm(handles[i]);
+  return testSummary("bad_input");
+}

@@ -1,0 +1,79 @@
+/*
+ * The tools' one reading of CUDA's driver and GPU status (cuda_status.h).
+ */
+#include "cuda_status.h"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void formatVersion(int version, char* out, size_t len) {
+  snprintf(out, len, "%d.%d", version / 1000, (version % 1000) / 10);
+}
+
+void toolCudaDescribe(toolCudaStatus_t* status, cudaError_t countError, int deviceNodes, int libcuda,
+                      const char* visibleDevices) {
+  char missing[96] = "", runtime[16] = "?";
+  if (!deviceNodes) snprintf(missing, sizeof(missing), "no /dev/nvidia* device");
+  if (!libcuda)
+    snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%sno libcuda.so.1", missing[0] ? ", " : "");
+  if (status->runtimeVersion > 0) formatVersion(status->runtimeVersion, runtime, sizeof(runtime));
+  status->noDriver = status->driverVersion <= 0 && (!deviceNodes || !libcuda);
+  if (status->driverVersion > 0)
+    formatVersion(status->driverVersion, status->driver, sizeof(status->driver));
+  else if (status->noDriver)
+    snprintf(status->driver, sizeof(status->driver), "none (no NVIDIA driver found)");
+  else
+    snprintf(status->driver, sizeof(status->driver), "unknown (libcuda.so.1 loads but reports no CUDA version)");
+
+  status->noGpu[0] = '\0';
+  if (countError == cudaSuccess && status->deviceCount > 0) return;
+  const int hidden = visibleDevices && (visibleDevices[strspn(visibleDevices, " ")] == '\0' ||
+                                        visibleDevices[strspn(visibleDevices, " ")] == '-');
+  if (status->noDriver) {
+    snprintf(status->noGpu, sizeof(status->noGpu), "no NVIDIA driver found: %s", missing);
+  } else if (countError == cudaErrorInsufficientDriver && status->driverVersion > 0) {
+    char driver[16];
+    formatVersion(status->driverVersion, driver, sizeof(driver));
+    snprintf(status->noGpu, sizeof(status->noGpu),
+             "the NVIDIA driver supports CUDA %s, older than this CUDA runtime (%s): a newer driver is needed", driver,
+             runtime);
+  } else if (countError == cudaSuccess || countError == cudaErrorNoDevice) {
+    if (hidden)
+      snprintf(status->noGpu, sizeof(status->noGpu), "no CUDA device visible: CUDA_VISIBLE_DEVICES='%s' hides them all",
+               visibleDevices);
+    else
+      snprintf(status->noGpu, sizeof(status->noGpu), "no CUDA device visible");
+  } else {
+    snprintf(status->noGpu, sizeof(status->noGpu), "CUDA cannot list the GPUs: %s (%s)", cudaGetErrorName(countError),
+             cudaGetErrorString(countError));
+  }
+}
+
+static int haveDeviceNodes(void) {
+  if (access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0) return 1;
+  glob_t found;
+  int nodes = glob("/dev/nvidia[0-9]*", 0, NULL, &found) == 0 && found.gl_pathc > 0;
+  globfree(&found);
+  return nodes;
+}
+
+static int haveLibcuda(void) {
+  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!handle) return 0;
+  dlclose(handle);
+  return 1;
+}
+
+void toolCudaQuery(toolCudaStatus_t* status) {
+  memset(status, 0, sizeof(*status));
+  if (cudaDriverGetVersion(&status->driverVersion) != cudaSuccess) status->driverVersion = 0;
+  if (cudaRuntimeGetVersion(&status->runtimeVersion) != cudaSuccess) status->runtimeVersion = 0;
+  cudaError_t countError = cudaGetDeviceCount(&status->deviceCount);
+  if (countError != cudaSuccess) status->deviceCount = 0;
+  (void)cudaGetLastError();
+  toolCudaDescribe(status, countError, haveDeviceNodes(), haveLibcuda(), getenv("CUDA_VISIBLE_DEVICES"));
+}
