@@ -22,6 +22,11 @@ Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 
 
     x = torch.randn(1 << 20, dtype=torch.bfloat16, device="cuda")
     comm.all_reduce(x)                        # eager, in place, on torch's current stream
+    gathered = torch.empty(nranks * x.numel(), dtype=x.dtype, device="cuda")
+    comm.all_gather(x, gathered)              # rank r's x at gathered[r * x.numel():]
+    mine = torch.empty_like(x[: x.numel() // nranks])
+    comm.reduce_scatter(x, mine, op="sum")    # this rank's block of the sum of every rank's x
+    comm.broadcast(x, root=0)                 # rank 0's x everywhere, in place
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         comm.all_reduce(x)                    # captured on the capture stream
@@ -29,7 +34,7 @@ Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 
     del g
     comm.destroy()                            # collective: every rank calls it
 
-An all-reduce of plain (unregistered) tensors captured into a CUDA graph registers them with every rank for the
+A collective on plain (unregistered) tensors captured into a CUDA graph registers them with every rank for the
 graph's lifetime (FCCL_GRAPH_REGISTER, docs/collectives.md), which makes replays as fast as registered buffers. That
 registration is a host exchange during capture: every rank must capture the same calls, in the same order.
 
@@ -188,6 +193,12 @@ _PROTOTYPES = {
     "fcclCommCuDevice": (_result_t, [_comm_t, _c_int_p]),
     "fcclCommUserRank": (_result_t, [_comm_t, _c_int_p]),
     "fcclAllReduce": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  _comm_t, ctypes.c_void_p]),
+    "fcclAllGather": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, _comm_t,
+                                  ctypes.c_void_p]),
+    "fcclReduceScatter": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                      _comm_t, ctypes.c_void_p]),
+    "fcclBroadcast": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                   _comm_t, ctypes.c_void_p]),
     "fcclBarrier": (_result_t, [_comm_t, ctypes.c_void_p]),
     "fcclCommRegister": (_result_t, [_comm_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
@@ -466,6 +477,78 @@ def _all_reduce_arguments(send, recv, op, stream):
     return send_buffer, recv_buffer, reduction, handle
 
 
+def _pair(send, recv, send_name="send", recv_name="recv"):
+    """send and recv as buffers of one type, recv writable; recv None or send itself: the same buffer."""
+    send_buffer = _as_buffer(send, send_name)
+    recv_buffer = send_buffer if recv is None or recv is send else _as_buffer(recv, recv_name)
+    if send_buffer.dtype != recv_buffer.dtype:
+        raise ValueError(f"{send_name} is {send_buffer.dtype.name} but {recv_name} is {recv_buffer.dtype.name}")
+    if recv_buffer.readonly:
+        raise ValueError(f"{recv_name} is read-only (its __cuda_array_interface__ says so)")
+    return send_buffer, recv_buffer
+
+
+def _stream_of(stream, *buffers):
+    """The stream handle for buffers (torch's current stream of the first torch tensor's device when None)."""
+    tensor = next((b.torch_tensor for b in buffers if b is not None and b.torch_tensor is not None), None)
+    return _stream_handle(stream, tensor.device if tensor is not None else None)
+
+
+def _check_nranks(nranks):
+    if not isinstance(nranks, int) or isinstance(nranks, bool) or nranks < 1:
+        raise ValueError(f"nranks must be a positive int, got {nranks!r}")
+
+
+def _all_gather_arguments(send, recv, nranks, stream):
+    """Everything fcclAllGather needs, checked in Python first: (send, recv, stream handle). recv holds nranks x
+    send's elements; in place when send is this rank's block of recv (a view of it)."""
+    _check_nranks(nranks)
+    if recv is None:
+        raise ValueError("recv is required: it holds every rank's send")
+    send_buffer, recv_buffer = _pair(send, recv)
+    if recv_buffer.count != nranks * send_buffer.count:
+        raise ValueError(f"recv has {recv_buffer.count} elements; an all-gather of {send_buffer.count} over {nranks} "
+                         f"ranks needs {nranks * send_buffer.count}")
+    return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
+
+
+def _reduce_scatter_arguments(send, recv, op, nranks, stream):
+    """Everything fcclReduceScatter needs, checked in Python first: (send, recv, op, stream handle). send holds
+    nranks x recv's elements; in place when recv is this rank's block of send (a view of it)."""
+    _check_nranks(nranks)
+    if recv is None:
+        raise ValueError("recv is required: it holds this rank's block of the reduction")
+    send_buffer, recv_buffer = _pair(send, recv)
+    if send_buffer.count != nranks * recv_buffer.count:
+        raise ValueError(f"send has {send_buffer.count} elements; a reduce-scatter into {recv_buffer.count} over "
+                         f"{nranks} ranks needs {nranks * recv_buffer.count}")
+    reduction = _op_of(op)
+    return send_buffer, recv_buffer, reduction, _stream_of(stream, send_buffer, recv_buffer)
+
+
+def _broadcast_arguments(send, recv, root, rank, nranks, stream):
+    """Everything fcclBroadcast needs, checked in Python first: (send or None, recv, stream handle). recv None: in
+    place (send is the buffer). send None: allowed on ranks other than root, which do not read it."""
+    _check_nranks(nranks)
+    if not isinstance(root, int) or isinstance(root, bool):
+        raise TypeError(f"root must be an int, not {type(root).__name__}")
+    if not 0 <= root < nranks:
+        raise ValueError(f"root {root} is not a rank of this communicator (0..{nranks - 1})")
+    if send is None:
+        if rank == root:
+            raise ValueError(f"send is None on the root (rank {root}): the root sends it")
+        if recv is None:
+            raise ValueError("send and recv are both None: recv receives the message")
+        recv_buffer = _as_buffer(recv, "recv")
+        if recv_buffer.readonly:
+            raise ValueError("recv is read-only (its __cuda_array_interface__ says so)")
+        return None, recv_buffer, _stream_of(stream, recv_buffer)
+    send_buffer, recv_buffer = _pair(send, recv)
+    if send_buffer.count != recv_buffer.count:
+        raise ValueError(f"send has {send_buffer.count} elements but recv has {recv_buffer.count}")
+    return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
+
+
 # ---- external bootstrap -----------------------------------------------------------------------------------------
 
 class _ExternalBootstrap:
@@ -644,6 +727,43 @@ class Communicator:
         _check(result, "fcclAllReduce", handle)
         return send if recv is None else recv
 
+    def all_gather(self, send, recv, stream=None):
+        """fcclAllGather: every rank's send (count elements) into recv (nranks x count elements, rank r's at
+        r x count) on every rank, enqueued on stream; returns recv. In place when send is this rank's block of recv
+        (recv[rank * count:(rank + 1) * count] of a torch tensor). stream: as all_reduce's."""
+        send_buffer, recv_buffer, stream_handle = _all_gather_arguments(send, recv, self.nranks, stream)
+        handle = self._live_handle()
+        result = _lib().fcclAllGather(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
+                                      int(send_buffer.dtype), handle, stream_handle or None)
+        _check(result, "fcclAllGather", handle)
+        return recv
+
+    def reduce_scatter(self, send, recv, op="sum", stream=None):
+        """fcclReduceScatter: block r (recv's count elements at r x count) of every rank's send (nranks x count
+        elements), reduced with op, into rank r's recv, enqueued on stream; returns recv. The bits are what
+        all_reduce gives for those elements. In place when recv is this rank's block of send. op and stream: as
+        all_reduce's."""
+        send_buffer, recv_buffer, reduction, stream_handle = _reduce_scatter_arguments(send, recv, op, self.nranks,
+                                                                                       stream)
+        handle = self._live_handle()
+        result = _lib().fcclReduceScatter(send_buffer.pointer or None, recv_buffer.pointer or None, recv_buffer.count,
+                                          int(send_buffer.dtype), int(reduction), handle, stream_handle or None)
+        _check(result, "fcclReduceScatter", handle)
+        return recv
+
+    def broadcast(self, send, recv=None, root=0, stream=None):
+        """fcclBroadcast: root's send into recv on every rank (root's too), enqueued on stream; returns recv (send
+        when recv is None: in place, the one buffer on every rank). send is read on root only: other ranks may pass
+        None with a recv. root: the same rank on every rank. stream: as all_reduce's."""
+        send_buffer, recv_buffer, stream_handle = _broadcast_arguments(send, recv, root, self.rank, self.nranks,
+                                                                       stream)
+        handle = self._live_handle()
+        send_pointer = send_buffer.pointer if send_buffer is not None else 0
+        result = _lib().fcclBroadcast(send_pointer or None, recv_buffer.pointer or None, recv_buffer.count,
+                                      int(recv_buffer.dtype), int(root), handle, stream_handle or None)
+        _check(result, "fcclBroadcast", handle)
+        return send if recv is None else recv
+
     def barrier(self, stream=None):
         """fcclBarrier on stream. None: torch's current stream of the communicator's device when torch has
         initialised CUDA in this process (so it is captured inside torch.cuda.graph), else the default stream."""
@@ -657,7 +777,8 @@ class Communicator:
 
     def register(self, buf) -> Registration:
         """fcclCommRegister of buf's bytes (any buffer kind all_reduce takes). Collective: every rank registers
-        its own buffer, in the same order. In-place all-reduces on it then read the peers' copies directly."""
+        its own buffer, in the same order. Collectives on it (all-reduce, all-gather, reduce-scatter, broadcast; send
+        and recv both inside registered buffers, at the same offsets on every rank) then move the data in place."""
         buffer = _as_buffer(buf, "buf")
         if buffer.nbytes == 0:
             raise ValueError("buf: cannot register an empty buffer")

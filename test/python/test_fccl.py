@@ -3,13 +3,16 @@
 
 Without a GPU (the unit suite): loading, version, result names, unique ids, config and argument errors coming back
 as FcclError with fccl's own words, a communicator that cannot be made on a machine without a GPU, buffer, type,
-op and stream checks (ValueError/TypeError before any C call), the external-bootstrap callbacks turning a Python
-exception into an error code, mem_stats without a communicator.
+op, root and stream checks of every collective (ValueError/TypeError before any C call), the prototypes against
+fccl.h, the external-bootstrap callbacks turning a Python exception into an error code, mem_stats without a
+communicator.
 
 With PyTorch and two CUDA devices (else skipped): two spawned ranks that init through a UniqueId passed over a
 queue and check all_reduce (bf16 and fp32 sums on random data against a float64 host reference, in place and out of
-place, bitwise equal across ranks), explicit streams, a 4 MiB all-reduce captured in a CUDA graph and replayed with
-fresh data, register/deregister, graph registrations in mem_stats, and from_process_group over gloo.
+place, bitwise equal across ranks), explicit streams, all_gather and broadcast (bit for bit, in place and out of
+place, every root) and reduce_scatter (against the reference, and bit for bit the all-reduce's block), the three
+captured in one CUDA graph and replayed with fresh data, a 4 MiB all-reduce captured in a CUDA graph and replayed
+with fresh data, register/deregister, graph registrations in mem_stats, and from_process_group over gloo.
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_fccl.py [-v]
 TEST_FCCL_HEADER names include/fccl.h (default: found from this file's place in the tree).
@@ -106,6 +109,17 @@ class LibraryTest(unittest.TestCase):
                         if not name.startswith("fcclNum")}
             python_values = {member.name.lower(): member.value for member in python_enum}
             self.assertEqual(python_values, c_values, c_enum)
+
+    def test_prototypes_match_the_header(self):
+        # Every declared function takes as many arguments as fccl.h gives it, the collectives included.
+        text = re.sub(r"/\*.*?\*/", "", header_text(), flags=re.S)
+        declared = {m.group(1): m.group(2) for m in re.finditer(r"FCCL_API [^;(]*?\b(fccl\w+)\(([^)]*)\)", text)}
+        for name in ("fcclAllReduce", "fcclAllGather", "fcclReduceScatter", "fcclBroadcast", "fcclBarrier"):
+            self.assertIn(name, fccl._PROTOTYPES)
+        for name, (_, argtypes) in fccl._PROTOTYPES.items():
+            self.assertIn(name, declared)
+            parameters = [p for p in declared[name].split(",") if p.strip() and p.strip() != "void"]
+            self.assertEqual(len(argtypes), len(parameters), name)
 
     def test_every_result_has_its_own_error_string(self):
         strings = [fccl.error_string(result) for result in fccl.Result]
@@ -313,6 +327,12 @@ class BufferCheckTest(unittest.TestCase):
         with self.assertRaises(fccl.FcclError) as caught:
             comm.all_reduce(FakeCudaArray((4,)))
         self.assertEqual(caught.exception.result, fccl.Result.InvalidUsage)
+        for call in (lambda: comm.all_gather(FakeCudaArray((4,)), FakeCudaArray((8,))),
+                     lambda: comm.reduce_scatter(FakeCudaArray((8,)), FakeCudaArray((4,))),
+                     lambda: comm.broadcast(FakeCudaArray((4,)))):
+            with self.assertRaises(fccl.FcclError) as caught:
+                call()
+            self.assertEqual(caught.exception.result, fccl.Result.InvalidUsage)
         with self.assertRaises(fccl.FcclError):
             comm.register(FakeCudaArray((4,)))
         # A registration outliving its communicator was released by the destroy: deregister must not call C.
@@ -328,6 +348,102 @@ class BufferCheckTest(unittest.TestCase):
         self.assertEqual((copy.result, copy.message, copy.call, str(copy)),
                          (error.result, error.message, error.call, str(error)))
         self.assertIn("rank 1 never arrived", str(error))
+
+
+class CollectiveArgumentTest(unittest.TestCase):
+    """What all_gather, reduce_scatter and broadcast check before calling C (nranks and rank given, as the
+    communicator would give them): the counts between send and recv, types, a writable recv, op, root, streams."""
+
+    def test_all_gather_counts(self):
+        send, recv, stream = fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((3, 5)), 3, None)
+        self.assertEqual((send.count, recv.count, stream), (5, 15, 0))
+        for nranks, recv_count in ((3, 14), (3, 5), (2, 15), (1, 6)):
+            with self.assertRaises(ValueError):
+                fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((recv_count,)), nranks, None)
+        send, recv, _ = fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((5,)), 1, 7)  # one rank
+        self.assertEqual(recv.count, 5)
+        with self.assertRaises(ValueError):
+            fccl._all_gather_arguments(FakeCudaArray((5,)), None, 2, None)  # recv is required
+
+    def test_reduce_scatter_counts_and_op(self):
+        send, recv, op, stream = fccl._reduce_scatter_arguments(FakeCudaArray((8,), "<f2"), FakeCudaArray((2,), "<f2"),
+                                                                "max", 4, 0x99)
+        self.assertEqual((send.count, recv.count, op, stream), (8, 2, fccl.RedOp.max, 0x99))
+        for nranks, recv_count in ((4, 3), (3, 2), (8, 2)):
+            with self.assertRaises(ValueError):
+                fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((recv_count,)), "sum", nranks, None)
+        with self.assertRaises(ValueError):
+            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), "mean", 4, None)
+        with self.assertRaises(TypeError):
+            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), 2.0, 4, None)
+        with self.assertRaises(ValueError):
+            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), None, "sum", 4, None)
+
+    def test_types_and_read_only_recv(self):
+        with self.assertRaises(ValueError):
+            fccl._all_gather_arguments(FakeCudaArray((4,), "<f4"), FakeCudaArray((8,), "<f2"), 2, None)
+        with self.assertRaises(ValueError):
+            fccl._reduce_scatter_arguments(FakeCudaArray((8,), "|i1"), FakeCudaArray((4,), "|u1"), "sum", 2, None)
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(FakeCudaArray((4,), "<i8"), FakeCudaArray((4,), "<u8"), 0, 0, 2, None)
+        with self.assertRaises(ValueError):
+            fccl._all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((8,), readonly=True), 2, None)
+        with self.assertRaises(ValueError):
+            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((4,), readonly=True), "sum", 2, None)
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(FakeCudaArray((4,), readonly=True), None, 0, 0, 2, None)  # in place
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(None, FakeCudaArray((4,), readonly=True), 0, 1, 2, None)
+        fccl._all_gather_arguments(FakeCudaArray((4,), readonly=True), FakeCudaArray((8,)), 2, None)  # send may be
+        with self.assertRaises(TypeError):
+            fccl._all_gather_arguments(FakeCudaArray((4,), "<c8"), FakeCudaArray((8,), "<c8"), 2, None)
+        with self.assertRaises(ValueError):
+            fccl._all_gather_arguments(FakeCudaArray((4, 4), strides=(32, 4)), FakeCudaArray((32,)), 2, None)
+
+    def test_broadcast_root_and_buffers(self):
+        send, recv, stream = fccl._broadcast_arguments(FakeCudaArray((6,)), None, 1, 1, 2, None)
+        self.assertIs(send, recv)  # in place
+        send, recv, _ = fccl._broadcast_arguments((0x1000, 6, "bfloat16"), (0x2000, 6, "bfloat16"), 0, 0, 4, None)
+        self.assertEqual((send.pointer, recv.pointer), (0x1000, 0x2000))
+        send, recv, _ = fccl._broadcast_arguments(None, FakeCudaArray((6,)), 0, 3, 4, None)  # not the root
+        self.assertIsNone(send)
+        self.assertEqual(recv.count, 6)
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(None, FakeCudaArray((6,)), 2, 2, 4, None)  # the root must send
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(None, None, 0, 1, 2, None)
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(FakeCudaArray((6,)), FakeCudaArray((7,)), 0, 0, 2, None)
+        for root in (2, -1, 100):
+            with self.assertRaises(ValueError):
+                fccl._broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+        for root in (0.0, "0", True, None):
+            with self.assertRaises(TypeError):
+                fccl._broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+
+    def test_nranks_is_checked(self):
+        for nranks in (0, -1, 1.5, True):
+            with self.assertRaises(ValueError):
+                fccl._all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((4,)), nranks, None)
+
+    def test_streams(self):
+        class TorchLikeStream:
+            cuda_stream = 0x4321
+
+        _, _, stream = fccl._all_gather_arguments(FakeCudaArray((2,)), FakeCudaArray((4,)), 2, TorchLikeStream())
+        self.assertEqual(stream, 0x4321)
+        _, _, _, stream = fccl._reduce_scatter_arguments(FakeCudaArray((4,)), FakeCudaArray((2,)), "sum", 2, 0xAB)
+        self.assertEqual(stream, 0xAB)
+        _, _, stream = fccl._broadcast_arguments(None, FakeCudaArray((4,)), 0, 1, 2, None)
+        self.assertEqual(stream, 0)
+        with self.assertRaises(TypeError):
+            fccl._broadcast_arguments(FakeCudaArray((4,)), None, 0, 0, 2, "default")
+
+    def test_zero_counts(self):
+        send, recv, _ = fccl._all_gather_arguments((0, 0, "float32"), (0, 0, "float32"), 4, None)
+        self.assertEqual((send.count, recv.count), (0, 0))
+        send, recv, _, _ = fccl._reduce_scatter_arguments((0, 0, "int8"), (0, 0, "int8"), "sum", 4, None)
+        self.assertEqual((send.count, recv.count), (0, 0))
 
 
 class FakeTorchTest(unittest.TestCase):
@@ -385,6 +501,18 @@ class FakeTorchTest(unittest.TestCase):
         for name in ("torch.complex64", "torch.bool", "torch.float8_e4m3fn"):
             with self.assertRaises(TypeError):
                 fccl._as_buffer(self.Tensor(dtype=name), "send")
+
+    def test_collectives_take_the_tensors_current_stream(self):
+        _, _, stream = fccl._all_gather_arguments(self.Tensor(numel=3), self.Tensor(numel=6, pointer=0x9000), 2, None)
+        self.assertEqual((stream, self.streams), (0xBEEF, ["cuda:1"]))
+        _, _, _, stream = fccl._reduce_scatter_arguments(self.Tensor(numel=6), self.Tensor(numel=3), "sum", 2, None)
+        self.assertEqual(stream, 0xBEEF)
+        send, recv, stream = fccl._broadcast_arguments(None, self.Tensor(), 0, 1, 2, None)  # recv's device
+        self.assertEqual((send, recv.pointer, stream), (None, 0x7000, 0xBEEF))
+        with self.assertRaises(ValueError):
+            fccl._all_gather_arguments(self.Tensor(), self.Tensor(numel=12, dtype="torch.float16"), 2, None)
+        with self.assertRaises(ValueError):
+            fccl._broadcast_arguments(self.Tensor(is_cuda=False), None, 0, 0, 2, None)
 
     def test_host_or_strided_tensors_are_refused(self):
         with self.assertRaises(ValueError):
@@ -551,6 +679,122 @@ def nccl_scenario(torch, dist, rank, nranks, config):
     return problems, digests
 
 
+COLLECTIVE_COUNTS = (1, 1007, 300001)  # 300001 bf16 elements: beyond LL for 2 ranks, direct or staged
+COLLECTIVE_REPLAYS = 5
+
+
+def collective_scenarios(torch, comm, rank, nranks, report, progress):
+    """all_gather, reduce_scatter and broadcast, eager in place and out of place (outputs poisoned with NaN), and
+    the three captured in one CUDA graph replayed with fresh data; reports one scenario each."""
+    def block(tensor, count):
+        return tensor[rank * count:(rank + 1) * count]
+
+    progress[0] = "all_gather"
+    problems, digests = [], []
+    for count in COLLECTIVE_COUNTS:
+        inputs = rank_inputs(torch, torch.bfloat16, count, nranks, seed=200 + count)
+        expected = torch.cat(inputs)
+        send = inputs[rank].cuda()
+        recv = torch.full((nranks * count,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if comm.all_gather(send, recv) is not recv:
+            problems.append("all_gather did not return recv")
+        in_place = torch.full_like(recv, float("nan"))
+        block(in_place, count).copy_(send)
+        comm.all_gather(block(in_place, count), in_place)
+        torch.cuda.synchronize()
+        for name, result in (("out of place", recv), ("in place", in_place)):
+            if not torch.equal(result.cpu(), expected):  # moved, not computed: bit for bit
+                problems.append(f"count {count} {name}: the gathered tensor is not the ranks' inputs")
+            digests.append(digest(torch, result))
+        if not torch.equal(send.cpu(), inputs[rank]):
+            problems.append(f"count {count}: send was modified")
+    report("all_gather", problems, digests)
+
+    progress[0] = "reduce_scatter"
+    problems = []
+    for count in COLLECTIVE_COUNTS:
+        inputs = rank_inputs(torch, torch.float32, nranks * count, nranks, seed=300 + count)
+        send = inputs[rank].cuda()
+        recv = torch.full((count,), float("nan"), dtype=torch.float32, device="cuda")
+        if comm.reduce_scatter(send, recv, op="sum") is not recv:
+            problems.append("reduce_scatter did not return recv")
+        reduced = torch.empty_like(send)
+        comm.all_reduce(send, reduced)
+        in_place = send.clone()
+        comm.reduce_scatter(in_place, block(in_place, count))
+        torch.cuda.synchronize()
+        problems += [f"count {count}: {p}" for p in check_sum(torch, recv, [block(x, count) for x in inputs],
+                                                              "float32")]
+        if not torch.equal(recv, block(reduced, count)):
+            problems.append(f"count {count}: the reduce-scatter's bits are not the all-reduce's")
+        if not torch.equal(block(in_place, count), recv):
+            problems.append(f"count {count}: in place differs from out of place")
+    report("reduce_scatter", problems)  # each rank holds its own block: nothing to compare across ranks
+
+    progress[0] = "broadcast"
+    problems, digests = [], []
+    for root in range(nranks):
+        for count in (7, 100003):
+            inputs = rank_inputs(torch, torch.bfloat16, count, nranks, seed=400 + 10 * root + count)
+            mine = inputs[rank].cuda()
+            recv = torch.full_like(mine, float("nan"))
+            comm.broadcast(mine if rank == root else None, recv, root=root)  # send is read on root only
+            buffer = mine.clone()
+            if comm.broadcast(buffer, root=root) is not buffer:
+                problems.append("an in-place broadcast did not return its buffer")
+            torch.cuda.synchronize()
+            for name, result in (("out of place", recv), ("in place", buffer)):
+                if not torch.equal(result.cpu(), inputs[root]):
+                    problems.append(f"root {root} count {count} {name}: not the root's input")
+                digests.append(digest(torch, result))
+    report("broadcast", problems, digests)
+
+    progress[0] = "collectives_graph"
+    problems, digests = [], []
+    count = COLLECTIVE_COUNTS[-1]
+    gather_in = torch.empty(count, dtype=torch.bfloat16, device="cuda")
+    gathered = torch.empty(nranks * count, dtype=torch.bfloat16, device="cuda")
+    scatter_in = torch.empty(nranks * count, dtype=torch.float32, device="cuda")
+    scattered = torch.empty(count, dtype=torch.float32, device="cuda")
+    message = torch.empty(count, dtype=torch.bfloat16, device="cuda")
+    root = nranks - 1
+
+    def sequence():
+        comm.all_gather(gather_in, gathered)
+        comm.reduce_scatter(scatter_in, scattered, op="sum")
+        comm.broadcast(message, root=root)
+
+    for tensor in (gather_in, scatter_in, message):
+        tensor.fill_(1)
+    sequence()  # eager warm-up, as torch.cuda.graph recommends
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sequence()
+    torch.cuda.synchronize()
+    for replay in range(COLLECTIVE_REPLAYS):
+        gather_inputs = rank_inputs(torch, torch.bfloat16, count, nranks, seed=500 + replay)
+        scatter_inputs = rank_inputs(torch, torch.float32, nranks * count, nranks, seed=600 + replay)
+        messages = rank_inputs(torch, torch.bfloat16, count, nranks, seed=700 + replay)
+        gather_in.copy_(gather_inputs[rank])
+        scatter_in.copy_(scatter_inputs[rank])
+        message.copy_(messages[rank])
+        gathered.fill_(float("nan"))
+        scattered.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(gathered.cpu(), torch.cat(gather_inputs)):
+            problems.append(f"replay {replay}: the all-gather is not the ranks' inputs")
+        problems += [f"replay {replay}: reduce-scatter: {p}"
+                     for p in check_sum(torch, scattered, [block(x, count) for x in scatter_inputs], "float32")]
+        if not torch.equal(message.cpu(), messages[root]):
+            problems.append(f"replay {replay}: the broadcast is not the root's input")
+        digests += [digest(torch, gathered), digest(torch, message)]
+    del graph
+    torch.cuda.synchronize()
+    report("collectives_graph", problems, digests)
+
+
 def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
@@ -617,6 +861,12 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         side.synchronize()
         problems += check_sum(torch, x / nranks, inputs, "float32")
         report(scenario, problems)
+
+        progress = ["all_gather"]  # the scenario running, for the report of an exception
+        try:
+            collective_scenarios(torch, comm, rank, nranks, report, progress)
+        finally:
+            scenario = progress[0]
 
         scenario = "graph"
         problems = []
@@ -707,7 +957,8 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
 
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
-             "eager_float32_out_of_place", "streams", "graph", "register", "destroy", "process_group", "from_nccl"]
+             "eager_float32_out_of_place", "streams", "all_gather", "reduce_scatter", "broadcast", "collectives_graph",
+             "graph", "register", "destroy", "process_group", "from_nccl"]
 
 
 @unittest.skipUnless(torch_cuda_devices() >= GPU_RANKS, f"needs torch with {GPU_RANKS} CUDA devices")
@@ -768,6 +1019,18 @@ class TwoRankGpuTest(unittest.TestCase):
 
     def test_streams(self):
         self.check_scenario("streams")
+
+    def test_all_gather(self):
+        self.check_scenario("all_gather")
+
+    def test_reduce_scatter(self):
+        self.check_scenario("reduce_scatter")
+
+    def test_broadcast(self):
+        self.check_scenario("broadcast")
+
+    def test_collectives_captured_in_a_graph(self):
+        self.check_scenario("collectives_graph")
 
     def test_graph_replays_with_fresh_data(self):
         self.check_scenario("graph")

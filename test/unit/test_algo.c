@@ -1,7 +1,8 @@
 /*
- * The collectives' host logic that needs no GPU: algorithm selection and grids, FCCL_ALGO parsing, the slot
- * layout, epoch advance across the 32-bit wrap, and the argument checks of fcclAllReduce / fcclBarrier that come
- * before any CUDA call (on a hand-made communicator without device state).
+ * The collectives' host logic that needs no GPU: algorithm selection and grids (the all-reduce's fcclAlgoSelect,
+ * and fcclMoveSelect of all-gather, reduce-scatter and broadcast), FCCL_ALGO and FCCL_ALLGATHER_ALGO parsing, the
+ * slot layout, epoch advance across the 32-bit wrap, and the argument checks of every collective that come before
+ * any CUDA call (on a hand-made communicator without device state).
  */
 #include "comm.h"
 #include "algo.h"
@@ -363,6 +364,7 @@ static void testArguments(void) {
   EXPECT_EQ_INT(fcclTypeSize(fcclNumTypes), 0);
 }
 
+<<<<<<< HEAD
 /* The init-time check that a GPU can run what was built, with faked capabilities. */
 static void testArchRunnable(void) {
   char why[256] = "";
@@ -382,6 +384,427 @@ static void testArchRunnable(void) {
   EXPECT(!fcclDeviceArchRunnable(80, "86", 0, why, sizeof(why)));
   EXPECT(fcclDeviceArchRunnable(86, "80,86", 0, why, sizeof(why)));
   EXPECT(!fcclDeviceArchRunnable(90, "", 0, why, sizeof(why)));
+=======
+/* ---- all-gather, reduce-scatter, broadcast: fcclMoveSelect --------------------------------------------------- */
+
+/* The three collectives' first kernels (their forms are firstKernel + FCCL_MOVE_LL / _DIRECT / _STAGED). */
+static const int kMoveFirst[] = {FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL};
+#define MOVE_COLLECTIVES 3
+
+static int movePick(uint64_t bytes, int nranks, int registered, int first) {
+  fcclAlgoQuery q = query(bytes, nranks, registered);
+  fcclAlgoChoice c;
+  if (fcclMoveSelect(&q, first, &c) != fcclSuccess) return -1;
+  return (int)c.algo - first;
+}
+
+/* The automatic choice: LL packets for a block up to the all-reduce's LL limit of the rank count (256 KiB for 1
+ * and 2 ranks, 32 KiB for 3 and 4, 16 KiB for 5 to 8), beyond it direct on registered buffers and staged on plain
+ * ones; the same table for the three collectives, whatever the form of the other buffers. */
+static void testMoveTable(void) {
+  const struct {
+    int nranks;
+    uint64_t llMax;
+  } rows[] = {{1, 256 << 10}, {2, 256 << 10}, {3, 32 << 10}, {4, 32 << 10}, {5, 16 << 10}, {8, 16 << 10}};
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+      const int n = rows[r].nranks;
+      const uint64_t llMax = rows[r].llMax;
+      for (int registered = 0; registered < 2; registered++) {
+        const int beyond = registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
+        EXPECT_MSG(movePick(1, n, registered, first) == FCCL_MOVE_LL, "kernel %d, %d ranks: 1 byte", first, n);
+        EXPECT_MSG(movePick(llMax, n, registered, first) == FCCL_MOVE_LL, "kernel %d, %d ranks: %llu bytes", first,
+                   n, (unsigned long long)llMax);
+        EXPECT_MSG(movePick(llMax + 1, n, registered, first) == beyond, "kernel %d, %d ranks, registered %d: %llu "
+                   "bytes", first, n, registered, (unsigned long long)llMax + 1);
+        EXPECT_MSG(movePick(1ull << 30, n, registered, first) == beyond, "kernel %d, %d ranks: 1 GiB", first, n);
+      }
+    }
+    /* The LL area bounds the table: a block that does not fit it goes by the other forms, even below llMax. */
+    fcclAlgoQuery q = query(8 << 10, 2, 0);
+    q.llBytes = 4 << 10;
+    fcclAlgoChoice c;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    q.registered = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+    /* In place or not, LL128 allowed or not, the copy engines' threshold: none of them changes the choice. */
+    q = query(1 << 20, 2, 1);
+    q.inPlace = 1;
+    q.ll128Auto = 1;
+    q.copyScatterMin = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+    EXPECT_EQ_INT(c.scatter, FCCL_SCATTER_PULL);
+  }
+}
+
+/* Every form of every collective at sizes from 1 byte to 4 GiB, on 1 to 8 ranks: a grid the kernels can run. Blocks
+ * within the device and FCCL_DEVICE_MAX_BLOCKS; threads a multiple of 32 in [32, 512] and at least one per rank
+ * (thread p signals peer p, and the broadcast's LL tokens go from thread p of block 0); LL within its packets per
+ * pass; staged rounds of one staging chunk. */
+static void testMoveGrids(void) {
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++) {
+      for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
+        for (int registered = 0; registered < 2; registered++) {
+          for (int forced = -1; forced <= FCCL_MOVE_STAGED; forced++) {
+            fcclAlgoQuery q = query(bytes, nranks, registered);
+            q.forced = forced < 0 ? -1 : first + forced;
+            q.strict = 0;
+            fcclAlgoChoice c;
+            memset(&c, 0xff, sizeof(c));
+            EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+            const int form = (int)c.algo - first;
+            EXPECT(form >= FCCL_MOVE_LL && form <= FCCL_MOVE_STAGED);
+            EXPECT(c.blocks >= 1 && c.blocks <= FCCL_DEVICE_MAX_BLOCKS && c.blocks <= q.smCount);
+            EXPECT(c.threads >= 32 && c.threads <= FCCL_DEVICE_THREADS && c.threads % 32 == 0);
+            EXPECT(c.threads >= nranks);
+            EXPECT_EQ_INT(c.scatter, FCCL_SCATTER_PULL);
+            const uint64_t units = (bytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
+            switch (form) {
+              case FCCL_MOVE_LL: {
+                const uint64_t packets = (bytes + FCCL_LL_DATA_BYTES - 1) / FCCL_LL_DATA_BYTES;
+                EXPECT(bytes <= q.llBytes);
+                EXPECT(c.threads <= FCCL_LL_THREADS);
+                EXPECT((uint64_t)c.blocks * FCCL_LL_THREADS <= 32768 || (uint64_t)c.blocks == 1);
+                EXPECT((uint64_t)(c.blocks - 1) * (uint64_t)c.threads < packets); /* no block without a packet */
+                EXPECT_EQ_INT(c.roundUnits, 0);
+                break;
+              }
+              case FCCL_MOVE_DIRECT:
+                EXPECT(registered);
+                EXPECT((uint64_t)(c.blocks - 1) * FCCL_DEVICE_THREADS < units);
+                EXPECT_EQ_INT(c.roundUnits, 0);
+                break;
+              default:
+                EXPECT_EQ_INT(c.roundUnits, q.chunkBytes / FCCL_UNIT_BYTES);
+                EXPECT((uint64_t)(c.blocks - 1) * FCCL_DEVICE_THREADS < (units < c.roundUnits ? units : c.roundUnits));
+                EXPECT((units + c.roundUnits - 1) / c.roundUnits + 2 <= FCCL_MAX_STEPS);
+                break;
+            }
+            /* A form that can run is the one forced; the choice is a pure function of the query. */
+            if (forced == FCCL_MOVE_STAGED || (forced == FCCL_MOVE_DIRECT && registered) ||
+                (forced == FCCL_MOVE_LL && bytes <= q.llBytes))
+              EXPECT_EQ_INT(form, forced);
+            fcclAlgoChoice again;
+            EXPECT_EQ_INT(fcclMoveSelect(&q, first, &again), fcclSuccess);
+            EXPECT(again.algo == c.algo && again.blocks == c.blocks && again.threads == c.threads &&
+                   again.roundUnits == c.roundUnits);
+          }
+        }
+      }
+    }
+  }
+  /* Large blocks fill the device, one block of 512 threads per SM: direct and staged alike. */
+  fcclAlgoQuery q = query(256u << 20, 2, 1);
+  fcclAlgoChoice c;
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_ALLGATHER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_ALLGATHER_DIRECT);
+  EXPECT_EQ_INT(c.blocks, 132);
+  EXPECT_EQ_INT(c.threads, 512);
+  q = query(256u << 20, 2, 0);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_REDUCESCATTER_STAGED);
+  EXPECT_EQ_INT(c.blocks, 132);
+  EXPECT_EQ_INT(c.roundUnits, (8u << 20) / 16); /* one 8 MiB chunk per round (32 MiB of staging, 2 ranks) */
+  /* A small staging chunk: rounds of it, and no more blocks than a round has units for. */
+  q.chunkBytes = 4096;
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_BROADCAST_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_BROADCAST_STAGED);
+  EXPECT_EQ_INT(c.roundUnits, 256);
+  EXPECT_EQ_INT(c.blocks, 1);
+  /* Tiny blocks: one warp of one block. */
+  q = query(40, 2, 0);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_BROADCAST_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_BROADCAST_LL);
+  EXPECT_EQ_INT(c.blocks, 1);
+  EXPECT_EQ_INT(c.threads, 32);
+  /* The whole LL area of 2 ranks (32768 packets): 128 blocks of 256 threads, one packet each. */
+  q = query(256 << 10, 2, 0);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_ALLGATHER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_ALLGATHER_LL);
+  EXPECT_EQ_INT(c.blocks, 128);
+  EXPECT_EQ_INT(c.threads, FCCL_LL_THREADS);
+}
+
+/* Forced forms (the internal entry points force strictly; FCCL_ALLGATHER_ALGO and its kin do not): a form that
+ * cannot run the call is fcclInvalidArgument with the reason when strict, the table's choice otherwise; a kernel of
+ * another collective is refused either way. */
+static void testMoveForced(void) {
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    fcclAlgoChoice c;
+    /* LL beyond the LL area (256 KiB for 2 ranks). */
+    fcclAlgoQuery q = query((256 << 10) + 8, 2, 0);
+    q.forced = first + FCCL_MOVE_LL;
+    q.strict = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "LL area");
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(first + FCCL_MOVE_LL));
+    q.strict = 0;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    /* ...but forced, LL runs a block above the table's limit that still fits the area (3 ranks: 32 KiB limit,
+     * 168 KiB area). */
+    q = query(100 << 10, 3, 0);
+    q.forced = first + FCCL_MOVE_LL;
+    q.strict = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    /* Direct on plain buffers. */
+    q = query(4 << 20, 2, 0);
+    q.forced = first + FCCL_MOVE_DIRECT;
+    q.strict = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not registered");
+    q.strict = 0;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    q = query(1000, 2, 0); /* falls back to the table: LL at this size */
+    q.forced = first + FCCL_MOVE_DIRECT;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    /* Direct and staged at LL sizes, LL and staged on registered buffers: forced, they run. */
+    q = query(1000, 2, 1);
+    q.strict = 1;
+    for (int form = FCCL_MOVE_LL; form <= FCCL_MOVE_STAGED; form++) {
+      q.forced = first + form;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + form);
+    }
+    /* Staged without staging, and with more rounds than a signal counts (+2 for the broadcast's ready step). */
+    q = query(4 << 20, 2, 0);
+    q.chunkBytes = 0;
+    q.forced = first + FCCL_MOVE_STAGED;
+    q.strict = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no staging");
+    q.forced = -1; /* the table has nothing else for plain buffers: refused, not launched */
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    q = query(1, 2, 0);
+    q.chunkBytes = 4096; /* 256 units per round */
+    const uint64_t maxRounds = FCCL_MAX_STEPS - 2;
+    q.bytes = maxRounds * 4096;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    q.bytes += 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "too many staging rounds");
+    q.registered = 1; /* direct has no rounds */
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+    /* Kernels that are not this collective's: refused, strict or not. */
+    const int foreign[] = {FCCL_ALGO_LL, FCCL_ALGO_TWOSHOT_REG, first - 1, first + 3, FCCL_KERNEL_BARRIER, 99};
+    for (size_t f = 0; f < sizeof(foreign) / sizeof(foreign[0]); f++) {
+      if (foreign[f] >= first && foreign[f] < first + 3) continue;
+      q = query(1000, 2, 1);
+      q.forced = foreign[f];
+      for (int strict = 0; strict < 2; strict++) {
+        q.strict = strict;
+        EXPECT_MSG(fcclMoveSelect(&q, first, &c) == fcclInvalidArgument, "kernel %d forced on collective %d",
+                   foreign[f], first);
+        EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not one of this collective's");
+      }
+    }
+    /* Not a query. */
+    q = query(0, 2, 0);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
+    q = query(8, 0, 0);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
+    q = query(8, FCCL_DEVICE_MAX_RANKS + 1, 0);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(NULL, first, &c), fcclInternalError);
+    q = query(8, 2, 0);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, NULL), fcclInternalError);
+  }
+  /* The all-reduce does not take the other collectives' kernels. */
+  fcclAlgoQuery q = query(1000, 2, 1);
+  fcclAlgoChoice c;
+  q.forced = FCCL_KERNEL_ALLGATHER_LL;
+  EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclInvalidArgument);
+}
+
+/* Graph registration of captured plain buffers: where registered buffers would run the direct form. */
+static void testMoveRegisteredPays(void) {
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    fcclAlgoQuery q = query(256 << 10, 2, 1); /* LL either way */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+    q.bytes = (256 << 10) + 2;
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q = query(20 << 10, 8, 1); /* beyond 8 ranks' 16 KiB LL limit */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    /* FCCL_*_ALGO forcing a form (non-strict): registered buffers pay only when it is direct. */
+    q = query(4 << 20, 2, 1);
+    q.forced = first + FCCL_MOVE_STAGED;
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+    q.forced = first + FCCL_MOVE_DIRECT;
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q.forced = first + FCCL_MOVE_LL; /* does not fit the LL area: the table, direct */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q = query(1000, 2, 1);
+    q.forced = first + FCCL_MOVE_DIRECT; /* direct at an LL size */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q = query(0, 2, 1); /* a query that selection refuses never pays */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+  }
+}
+
+static void testMoveNames(void) {
+  EXPECT_EQ_INT(fcclMoveParseRequest(NULL), FCCL_MOVE_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclMoveParseRequest(""), FCCL_MOVE_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclMoveParseRequest("auto"), FCCL_MOVE_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclMoveParseRequest("ll"), FCCL_MOVE_LL);
+  EXPECT_EQ_INT(fcclMoveParseRequest("direct"), FCCL_MOVE_DIRECT);
+  EXPECT_EQ_INT(fcclMoveParseRequest("staged"), FCCL_MOVE_STAGED);
+  /* Exact names only: the all-reduce's names, the kernels' log names, case and spaces are not forms. */
+  const char* const refused[] = {"LL", "Direct", "staged ", " ll", "ll128", "oneshot", "twoshot", "oneshot_push",
+                                 "allgather_ll", "broadcast_direct", "reg", "none", "0", "1"};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    EXPECT_MSG(fcclMoveParseRequest(refused[i]) == -1, "\"%s\" parsed as a form", refused[i]);
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_REQUEST_AUTO, first), -1);
+    EXPECT_EQ_INT(fcclMoveResolveRequest(-1, first), -1);
+    EXPECT_EQ_INT(fcclMoveResolveRequest(3, first), -1);
+    for (int form = FCCL_MOVE_LL; form <= FCCL_MOVE_STAGED; form++)
+      EXPECT_EQ_INT(fcclMoveResolveRequest(form, first), first + form);
+  }
+  /* The kernels' names in the logs and the FCCL_*_ALGO values they come from. */
+  const struct {
+    int kernel;
+    const char* name;
+  } names[] = {{FCCL_KERNEL_ALLGATHER_LL, "allgather_ll"},
+               {FCCL_KERNEL_ALLGATHER_DIRECT, "allgather_direct"},
+               {FCCL_KERNEL_ALLGATHER_STAGED, "allgather_staged"},
+               {FCCL_KERNEL_REDUCESCATTER_LL, "reducescatter_ll"},
+               {FCCL_KERNEL_REDUCESCATTER_DIRECT, "reducescatter_direct"},
+               {FCCL_KERNEL_REDUCESCATTER_STAGED, "reducescatter_staged"},
+               {FCCL_KERNEL_BROADCAST_LL, "broadcast_ll"},
+               {FCCL_KERNEL_BROADCAST_DIRECT, "broadcast_direct"},
+               {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"}};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    EXPECT_MSG(strcmp(fcclAlgoName(names[i].kernel), names[i].name) == 0, "kernel %d is named %s", names[i].kernel,
+               fcclAlgoName(names[i].kernel));
+    EXPECT_EQ_INT(fcclAlgoParseRequest(names[i].name), -1); /* not an all-reduce algorithm */
+  }
+  EXPECT_EQ_INT(FCCL_KERNEL_COUNT, FCCL_KERNEL_BROADCAST_STAGED + 1);
+  EXPECT(FCCL_KERNEL_COUNT <= FCCL_KERNEL_BARRIER);
+}
+
+/* The new calls' argument checks, before any CUDA call (a communicator of 2 ranks without device state: whatever
+ * passes the checks stops at "no device state", fcclInvalidUsage). */
+static void testMoveArguments(void) {
+  struct fcclComm comm;
+  memset(&comm, 0, sizeof(comm));
+  comm.magic = FCCL_COMM_MAGIC;
+  comm.rank = 0;
+  comm.nranks = 2;
+  comm.asyncError = fcclSuccess;
+  pthread_mutex_init(&comm.errorLock, NULL);
+  float* fake = (float*)(uintptr_t)0x10000; /* never dereferenced */
+  float* fake2 = (float*)(uintptr_t)0x20000;
+
+  /* Invalid handles. */
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, 4, fcclFloat32, NULL, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "fcclAllGather: invalid communicator");
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, fcclFloat32, fcclSum, NULL, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "fcclReduceScatter: invalid communicator");
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, 4, fcclFloat32, 0, NULL, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "fcclBroadcast: invalid communicator");
+  /* Types and ops. */
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, 4, (fcclDataType_t)fcclNumTypes, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "datatype");
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, 4, (fcclDataType_t)-1, &comm, NULL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, (fcclDataType_t)42, fcclSum, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "datatype");
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, fcclFloat32, (fcclRedOp_t)fcclNumOps, &comm, NULL),
+                fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "op");
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, fcclFloat32, (fcclRedOp_t)-1, &comm, NULL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, 4, (fcclDataType_t)11, 0, &comm, NULL), fcclInvalidArgument);
+  /* Roots. */
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, 4, fcclFloat32, 2, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "root 2 outside 0..1");
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, 4, fcclFloat32, -1, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "root");
+  /* NULL buffers with a count. */
+  EXPECT_EQ_INT(fcclAllGather(NULL, fake2, 4, fcclFloat32, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "sendbuf is NULL");
+  EXPECT_EQ_INT(fcclAllGather(fake, NULL, 4, fcclFloat32, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "recvbuf is NULL");
+  EXPECT_EQ_INT(fcclReduceScatter(NULL, fake2, 4, fcclInt8, fcclMax, &comm, NULL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclReduceScatter(fake, NULL, 4, fcclInt8, fcclMax, &comm, NULL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclBroadcast(fake, NULL, 4, fcclFloat32, 1, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "is NULL");
+  /* Root's sendbuf is read: NULL there is an error; elsewhere sendbuf is not read, NULL passes the checks. */
+  EXPECT_EQ_INT(fcclBroadcast(NULL, fake2, 4, fcclFloat32, 0, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "sendbuf is NULL");
+  EXPECT_EQ_INT(fcclBroadcast(NULL, fake2, 4, fcclFloat32, 1, &comm, NULL), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no device state");
+  EXPECT_EQ_INT(fcclBroadcast((char*)fake + 1, fake2, 4, fcclFloat32, 1, &comm, NULL), fcclInvalidUsage);
+  /* Misaligned elements. */
+  EXPECT_EQ_INT(fcclAllGather((char*)fake + 2, fake2, 4, fcclFloat32, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "sendbuf");
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not aligned");
+  EXPECT_EQ_INT(fcclAllGather(fake, (char*)fake2 + 4, 4, fcclFloat64, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "recvbuf");
+  EXPECT_EQ_INT(fcclReduceScatter((char*)fake + 1, fake2, 4, fcclBfloat16, fcclSum, &comm, NULL),
+                fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not aligned");
+  EXPECT_EQ_INT(fcclBroadcast(fake, (char*)fake2 + 2, 4, fcclInt32, 0, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not aligned");
+  /* Byte elements are never misaligned: these pass the checks. */
+  EXPECT_EQ_INT(fcclAllGather((char*)fake + 1, (char*)fake2 + 3, 4, fcclUint8, &comm, NULL), fcclInvalidUsage);
+  /* Counts whose buffers overflow a size: the larger buffer (nranks x count) counts. */
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, SIZE_MAX / 4 / 2 + 1, fcclFloat32, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "overflows");
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, SIZE_MAX / 8 / 2 + 1, fcclFloat64, fcclSum, &comm, NULL),
+                fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "overflows");
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, SIZE_MAX / 2, fcclInt32, 0, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "overflows");
+  /* The largest count that fits passes the checks. */
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, SIZE_MAX / 4 / 2, fcclFloat32, &comm, NULL), fcclInvalidUsage);
+  /* Forced kernels of another collective (the internal entry points). */
+  EXPECT_EQ_INT(fcclAllGatherAlgo(fake, fake2, 4, fcclFloat32, &comm, NULL, FCCL_KERNEL_REDUCESCATTER_LL),
+                fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "unknown algorithm");
+  EXPECT_EQ_INT(fcclAllGatherAlgo(fake, fake2, 4, fcclFloat32, &comm, NULL, FCCL_ALGO_LL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclReduceScatterAlgo(fake, fake2, 4, fcclFloat32, fcclSum, &comm, NULL, FCCL_KERNEL_BROADCAST_LL),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclReduceScatterAlgo(fake, fake2, 4, fcclFloat32, fcclSum, &comm, NULL, FCCL_ALGO_TWOSHOT_REG),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclBroadcastAlgo(fake, fake2, 4, fcclFloat32, 0, &comm, NULL, FCCL_KERNEL_ALLGATHER_STAGED),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclBroadcastAlgo(fake, fake2, 4, fcclFloat32, 0, &comm, NULL, FCCL_KERNEL_BARRIER),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllReduceAlgo(fake, fake2, 4, fcclFloat32, fcclSum, &comm, NULL, FCCL_KERNEL_ALLGATHER_LL),
+                fcclInvalidArgument);
+  /* Their own kernels pass the checks. */
+  EXPECT_EQ_INT(fcclAllGatherAlgo(fake, fake2, 4, fcclFloat32, &comm, NULL, FCCL_KERNEL_ALLGATHER_STAGED),
+                fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclReduceScatterAlgo(fake, fake2, 4, fcclFloat32, fcclAvg, &comm, NULL,
+                                      FCCL_KERNEL_REDUCESCATTER_DIRECT),
+                fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclBroadcastAlgo(fake, fake2, 4, fcclFloat32, 1, &comm, NULL, FCCL_KERNEL_BROADCAST_LL),
+                fcclInvalidUsage);
+  /* The errors are kept on the communicator too. */
+  EXPECT_EQ_INT(fcclBroadcast(fake, fake2, 4, fcclFloat32, 5, &comm, NULL), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(&comm), "root 5");
+  /* A non-blocking init still running, and a freed handle. */
+  comm.asyncError = fcclInProgress;
+  EXPECT_EQ_INT(fcclAllGather(fake, fake2, 4, fcclFloat32, &comm, NULL), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "non-blocking init");
+  comm.asyncError = fcclSuccess;
+  comm.magic = 0;
+  EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, fcclFloat32, fcclSum, &comm, NULL), fcclInvalidArgument);
+  pthread_mutex_destroy(&comm.errorLock);
+>>>>>>> coll-tests
 }
 
 int main(void) {
@@ -395,5 +818,11 @@ int main(void) {
   testLL128Regions();
   testEpochs();
   testArguments();
+  testMoveTable();
+  testMoveGrids();
+  testMoveForced();
+  testMoveRegisteredPays();
+  testMoveNames();
+  testMoveArguments();
   return testSummary("algo");
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The benchmark's command line from outside, without a GPU: scripts/bench says plainly that there is nothing to run
-on (before installing or building anything) and exits 2; all_reduce_perf and barrier_perf, when given, reject bad
-flags, unwritable output files, inconsistent launcher variables and a machine without a visible GPU with exit status
-2 and one line on standard error that names the program, and write nothing to standard output (that is for the
-table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on the GPU machine. scripts/plot-perf
+on (before installing or building anything) and exits 2; the programs given (all_reduce_perf, all_gather_perf,
+reduce_scatter_perf, broadcast_perf, barrier_perf) reject bad flags, unwritable output files, inconsistent launcher
+variables and a machine without a visible GPU with exit status 2 and one line on standard error that names the
+program, and write nothing to standard output (that is for the table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on the GPU machine. scripts/plot-perf
 reports a missing or malformed CSV in one line.
 
   test_bench_cli.py --script scripts/bench [--plot scripts/plot-perf] [--program build/tools/all_reduce_perf ...]
@@ -92,6 +92,9 @@ def check_program(path):
     expect_refusal([path, "-x", "1"], no_gpu, program, "CTA policy is not supported")
     expect_refusal([path, "-b", "nan"], no_gpu, program, "not a size")
     expect_refusal([path, "-T", "100000"], no_gpu, program, "86400")
+    expect_refusal([path, "-r", "-1"], no_gpu, program, "the root cannot be negative")
+    expect_refusal([path, "-o", "mean"], no_gpu, program, "unknown reduction 'mean'")
+    expect_refusal([path, "-d", "complex64"], no_gpu, program, "unknown datatype 'complex64'")
     expect_refusal([path, "-J", "/nonexistent/dir/out.json"], no_gpu, program, "cannot write /nonexistent/dir/out.json")
     expect_refusal([path, "--csv", "/"], no_gpu, program, "is a directory")
     expect_refusal([path], {"CUDA_VISIBLE_DEVICES": "", "WORLD_SIZE": "2", "RANK": None}, program,

@@ -260,6 +260,9 @@ typedef benchSpan_t (*benchResultFn_t)(size_t index, size_t count, int rank, int
  * each: all-gather {index / count, index % count, count - index % count}, reduce-scatter {BENCH_SOURCE_REDUCED,
  * rank * count + index, SIZE_MAX}, broadcast {root, index, SIZE_MAX}. */
 benchSpan_t benchAllReduceResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchAllGatherResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchReduceScatterResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchBroadcastResult(size_t index, size_t count, int rank, int nranks, int root);
 
 typedef struct {
   int type;

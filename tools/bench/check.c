@@ -157,6 +157,30 @@ benchSpan_t benchAllReduceResult(size_t index, size_t count, int rank, int nrank
   return (benchSpan_t){BENCH_SOURCE_REDUCED, index, SIZE_MAX};
 }
 
+/* Rank q's block sits at q x count: runs of one rank's input, from the element's place in its block to its end. */
+benchSpan_t benchAllGatherResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)rank;
+  (void)nranks;
+  (void)root;
+  if (count == 0) return (benchSpan_t){0, index, 1}; /* no elements: never asked */
+  return (benchSpan_t){(int)(index / count), index % count, count - index % count};
+}
+
+/* Rank r holds block r of the reduction: input elements from r x count on. */
+benchSpan_t benchReduceScatterResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)nranks;
+  (void)root;
+  return (benchSpan_t){BENCH_SOURCE_REDUCED, (size_t)rank * count + index, SIZE_MAX};
+}
+
+/* Every rank holds root's input. */
+benchSpan_t benchBroadcastResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)count;
+  (void)rank;
+  (void)nranks;
+  return (benchSpan_t){root, index, SIZE_MAX};
+}
+
 /* ---- the checker ---------------------------------------------------------------------------------------------- */
 
 /* One period of source's expected elements. */

@@ -73,8 +73,12 @@ typedef struct {
   int (*groupEnd)(benchAgent_t* agent, int engine);
   /* barrier_perf's operation: the library's barrier, or its usual stand-in (scratch: one float on the GPU). */
   int (*barrier)(benchAgent_t* agent, int engine, int gpu, void* scratch);
-  /* The collectives, one entry each; a program reaches its own through benchCollective_t.launch. */
+  /* The collectives, one entry each; a program reaches its own through benchCollective_t.launch. count is the
+   * library's own argument: all-gather sendcount, reduce-scatter recvcount, broadcast count. */
   benchCollectiveFn_t allReduce;
+  benchCollectiveFn_t allGather;     /* op ignored */
+  benchCollectiveFn_t reduceScatter;
+  benchCollectiveFn_t broadcast;     /* op ignored; send is read on root only */
 } benchEngineOps_t;
 
 typedef struct {

@@ -136,6 +136,35 @@ static int fcclAllReduceOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+static int fcclAllGatherOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)op;
+  (void)root;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclAllGather(send, recv, count, (fcclDataType_t)type, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclReduceScatterOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                               int type, int op, int root) {
+  (void)root;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclReduceScatter(send, recv, count, (fcclDataType_t)type, (fcclRedOp_t)op, comm,
+                                     (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)op;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclBroadcast(send, recv, count, (fcclDataType_t)type, root, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
 const benchEngineOps_t benchFcclEngine = {
     .name = "fccl",
     .uniqueIdBytes = sizeof(fcclUniqueId),
@@ -157,6 +186,9 @@ const benchEngineOps_t benchFcclEngine = {
     .groupEnd = NULL,   /* GPUs in turn; fccl has no group calls */
     .barrier = fcclBarrierOp,
     .allReduce = fcclAllReduceOp,
+    .allGather = fcclAllGatherOp,
+    .reduceScatter = fcclReduceScatterOp,
+    .broadcast = fcclBroadcastOp,
 };
 
 _Static_assert(sizeof(fcclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "fccl's unique id must fit the exchange");

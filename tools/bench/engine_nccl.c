@@ -198,6 +198,34 @@ static int ncclAllReduceOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+static int ncclAllGatherOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)op;
+  (void)root;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm, ncclAllGather(send, recv, count, (ncclDataType_t)type, comm, agent->streams[gpu]));
+  return 0;
+}
+
+static int ncclReduceScatterOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                               int type, int op, int root) {
+  (void)root;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm,
+                   ncclReduceScatter(send, recv, count, (ncclDataType_t)type, (ncclRedOp_t)op, comm,
+                                     agent->streams[gpu]));
+  return 0;
+}
+
+static int ncclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  (void)op;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm,
+                   ncclBroadcast(send, recv, count, (ncclDataType_t)type, root, comm, agent->streams[gpu]));
+  return 0;
+}
+
 /* NCCL has no barrier call; an all-reduce of one element is the usual stand-in. */
 static int ncclBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch) {
   return ncclAllReduceOp(agent, engine, gpu, scratch, scratch, 1, benchFloat32, benchSum, 0);
@@ -224,6 +252,9 @@ static const benchEngineOps_t ncclOps = {
     .groupEnd = ncclGroupEndOp,
     .barrier = ncclBarrierOp,
     .allReduce = ncclAllReduceOp,
+    .allGather = ncclAllGatherOp,
+    .reduceScatter = ncclReduceScatterOp,
+    .broadcast = ncclBroadcastOp,
 };
 
 _Static_assert(sizeof(ncclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "NCCL's unique id must fit the exchange");

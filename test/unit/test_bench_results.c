@@ -1,0 +1,143 @@
+/*
+ * The result functions of all_gather_perf, reduce_scatter_perf and broadcast_perf (tools/bench/check.c) with the
+ * benchmark's checker, on results built on the host from the ranks' input pattern: a right result has no wrong
+ * element, whole or read back in pieces; one changed element is one wrong element; a block in another rank's place,
+ * another rank's slice of the reduction, or a non-root's own input instead of the root's are many.
+ */
+#include "bench.h"
+#include "test.h"
+
+#include <math.h>
+
+static const int kTypes[] = {benchInt8, benchUint8, benchInt32, benchUint64, benchFloat16, benchFloat32,
+                             benchFloat64, benchBfloat16};
+static const int kRanks[] = {1, 2, 3, 8};
+
+/* Stores an exact small integer in type's encoding. */
+static void storeInteger(int type, long long value, unsigned char* dst) {
+  switch (type) {
+    case benchInt8: case benchUint8: { uint8_t v = (uint8_t)value; memcpy(dst, &v, 1); break; }
+    case benchInt32: case benchUint32: { uint32_t v = (uint32_t)value; memcpy(dst, &v, 4); break; }
+    case benchInt64: case benchUint64: { uint64_t v = (uint64_t)value; memcpy(dst, &v, 8); break; }
+    case benchFloat16: { uint16_t v = benchFloatToHalf((float)value); memcpy(dst, &v, 2); break; }
+    case benchFloat32: { float v = (float)value; memcpy(dst, &v, 4); break; }
+    case benchFloat64: { double v = (double)value; memcpy(dst, &v, 8); break; }
+    default: { uint16_t v = benchFloatToBf16((float)value); memcpy(dst, &v, 2); break; }
+  }
+}
+
+/* Every rank's input of elems elements, rank after rank. */
+static unsigned char* inputs(int type, int op, int nranks, uint64_t seed, size_t elems) {
+  const size_t size = benchTypeSize(type);
+  unsigned char* all = malloc(elems * size * (size_t)nranks);
+  for (int rank = 0; rank < nranks; rank++)
+    benchFillInput(all + (size_t)rank * elems * size, elems, 0, type, op, rank, nranks, seed);
+  return all;
+}
+
+/* Wrong elements of got (n elements), checked whole and as two pieces read back separately. */
+static int64_t countBoth(benchChecker_t* checker, const unsigned char* got, size_t n, size_t size, int64_t* pieces) {
+  const size_t split = n / 2 + 3 < n ? n / 2 + 3 : n;
+  *pieces = benchCheckerCount(checker, got, split, 0) +
+            benchCheckerCount(checker, got + split * size, n - split, split);
+  return benchCheckerCount(checker, got, n, 0);
+}
+
+static void testAllGather(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD + 11, size = benchTypeSize(type), total = count * (size_t)nranks;
+  const uint64_t seed = 5;
+  unsigned char* gathered = inputs(type, BENCH_NO_OP, nranks, seed, count); /* rank q's block at q x count */
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, BENCH_NO_OP, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    benchCheckerSetResult(&checker, benchAllGatherResult, count, rank, -1);
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, gathered, total, size, &pieces) == 0 && pieces == 0,
+               "all-gather %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), nranks, rank);
+  }
+  gathered[(total - 2) * size] ^= 0x40;
+  EXPECT_EQ_INT(benchCheckerCount(&checker, gathered, total, 0), 1);
+  gathered[(total - 2) * size] ^= 0x40;
+  if (nranks > 1) {
+    memcpy(gathered + count * size, gathered, count * size); /* rank 0's block where rank 1's belongs */
+    const int64_t wrong = benchCheckerCount(&checker, gathered, total, 0);
+    EXPECT_MSG(wrong > (int64_t)count / 2, "all-gather %s: rank 0's block in rank 1's place: %lld wrong",
+               benchTypeName(type), (long long)wrong);
+  }
+  benchCheckerFree(&checker);
+  free(gathered);
+}
+
+static void testReduceScatter(int type, int op, int nranks) {
+  const size_t count = 2 * BENCH_PATTERN_PERIOD + 3, size = benchTypeSize(type), total = count * (size_t)nranks;
+  const uint64_t seed = 9;
+  unsigned char* in = inputs(type, op, nranks, seed, total);
+  /* The reduction, exact: the pattern's values are small integers. */
+  unsigned char* reduced = malloc(total * size);
+  for (size_t i = 0; i < total; i++) {
+    long long acc = (long long)benchLoadAsDouble(in, i, type);
+    for (int rank = 1; rank < nranks; rank++) {
+      const long long v = (long long)benchLoadAsDouble(in + (size_t)rank * total * size, i, type);
+      acc = op == benchSum ? acc + v : op == benchMax ? (v > acc ? v : acc) : (v < acc ? v : acc);
+    }
+    storeInteger(type, acc, reduced + i * size);
+  }
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, op, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    benchCheckerSetResult(&checker, benchReduceScatterResult, count, rank, -1);
+    const unsigned char* mine = reduced + (size_t)rank * count * size;
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, mine, count, size, &pieces) == 0 && pieces == 0,
+               "reduce-scatter %s %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type),
+               benchOpName(op), nranks, rank);
+    if (nranks > 1) {
+      /* (max and min of 8 ranks agree at many places: their results crowd at the pattern's ends) */
+      const unsigned char* other = reduced + (size_t)((rank + 1) % nranks) * count * size;
+      const int64_t wrong = benchCheckerCount(&checker, other, count, 0);
+      EXPECT_MSG(wrong > (int64_t)count / 8, "reduce-scatter %s %s: another rank's slice: %lld wrong",
+                 benchTypeName(type), benchOpName(op), (long long)wrong);
+    }
+  }
+  benchCheckerFree(&checker);
+  free(reduced);
+  free(in);
+}
+
+static void testBroadcast(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD * 2 + 7, size = benchTypeSize(type);
+  const uint64_t seed = 3;
+  unsigned char* in = inputs(type, BENCH_NO_OP, nranks, seed, count);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, BENCH_NO_OP, nranks, seed), 0);
+  for (int root = 0; root < nranks; root++) {
+    const unsigned char* message = in + (size_t)root * count * size;
+    for (int rank = 0; rank < nranks; rank++) {
+      benchCheckerSetResult(&checker, benchBroadcastResult, count, rank, root);
+      int64_t pieces = -1;
+      EXPECT_MSG(countBoth(&checker, message, count, size, &pieces) == 0 && pieces == 0,
+                 "broadcast %s, %d ranks, root %d, rank %d: a right result counts wrong", benchTypeName(type), nranks,
+                 root, rank);
+      if (rank != root) {
+        /* An in-place call that did not run leaves the rank's own input. */
+        const int64_t wrong = benchCheckerCount(&checker, in + (size_t)rank * count * size, count, 0);
+        EXPECT_MSG(wrong > (int64_t)count / 2, "broadcast %s: rank %d's own input for root %d's: %lld wrong",
+                   benchTypeName(type), rank, root, (long long)wrong);
+      }
+    }
+  }
+  benchCheckerFree(&checker);
+  free(in);
+}
+
+int main(void) {
+  for (size_t t = 0; t < sizeof(kTypes) / sizeof(kTypes[0]); t++) {
+    for (size_t r = 0; r < sizeof(kRanks) / sizeof(kRanks[0]); r++) {
+      testAllGather(kTypes[t], kRanks[r]);
+      testBroadcast(kTypes[t], kRanks[r]);
+      static const int ops[] = {benchSum, benchMax, benchMin};
+      for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) testReduceScatter(kTypes[t], ops[o], kRanks[r]);
+    }
+  }
+  return testSummary("bench_results");
+}

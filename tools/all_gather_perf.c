@@ -1,0 +1,35 @@
+/*
+ * all_gather_perf: nccl-tests' all-gather benchmark for fccl, with the same flags, table columns and bus-bandwidth
+ * factor ((n - 1) / n); algbw counts the gathered buffer (nranks x the block), as nccl-tests does. Sizes (-b, -e and
+ * the size column) are each rank's block, the call's sendcount x the element size (docs/benchmark.md). With
+ * --compare nccl the same sizes run through ncclAllGather on the same buffers; -R 1/2 registers them with both
+ * libraries. Every element is checked bit for bit (-c).
+ *
+ *   all_gather_perf -b 8 -e 512M -f 2 -d bfloat16 --compare nccl     every local GPU, one forked process each
+ *   all_gather_perf -b 1M -e 256M -f 4 -R 1 -G 20                      registered buffers, CUDA graphs
+ */
+#include "bench/collective.h"
+
+static double allGatherBusFactor(int nranks) { return nranks > 0 ? (double)(nranks - 1) / nranks : 0.0; }
+
+/* Each rank sends its block and receives every rank's. */
+static benchCounts_t allGatherCounts(size_t count, int nranks) {
+  return (benchCounts_t){count, count * (size_t)nranks};
+}
+
+static int allGatherLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                           int type, int op, int root) {
+  return agent->engines[engine].ops->allGather(agent, engine, gpu, send, recv, count, type, op, root);
+}
+
+static const benchCollective_t allGather = {
+    .program = "all_gather_perf",
+    .busFactor = allGatherBusFactor,
+    .counts = allGatherCounts,
+    .hasRoot = 0,
+    .hasOp = 0,
+    .launch = allGatherLaunch,
+    .result = benchAllGatherResult, /* rank q's block at q x count */
+};
+
+int main(int argc, char** argv) { return benchCollectiveMain(argc, argv, &allGather); }

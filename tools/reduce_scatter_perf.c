@@ -1,0 +1,35 @@
+/*
+ * reduce_scatter_perf: nccl-tests' reduce-scatter benchmark for fccl, with the same flags, table columns and
+ * bus-bandwidth factor ((n - 1) / n); algbw counts the input (nranks x the block), as nccl-tests does. Sizes (-b,
+ * -e and the size column) are each rank's result block, the call's recvcount x the element size
+ * (docs/benchmark.md). -o picks the ops; with --compare nccl the same sizes run through ncclReduceScatter on the
+ * same buffers; -R 1/2 registers them with both libraries.
+ *
+ *   reduce_scatter_perf -b 8 -e 512M -f 2 -d bfloat16 -o sum --compare nccl
+ *   reduce_scatter_perf -b 1M -e 256M -f 4 -o all -R 1
+ */
+#include "bench/collective.h"
+
+static double reduceScatterBusFactor(int nranks) { return nranks > 0 ? (double)(nranks - 1) / nranks : 0.0; }
+
+/* Each rank sends one block for every rank and receives the reduction of its own. */
+static benchCounts_t reduceScatterCounts(size_t count, int nranks) {
+  return (benchCounts_t){count * (size_t)nranks, count};
+}
+
+static int reduceScatterLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                               int type, int op, int root) {
+  return agent->engines[engine].ops->reduceScatter(agent, engine, gpu, send, recv, count, type, op, root);
+}
+
+static const benchCollective_t reduceScatter = {
+    .program = "reduce_scatter_perf",
+    .busFactor = reduceScatterBusFactor,
+    .counts = reduceScatterCounts,
+    .hasRoot = 0,
+    .hasOp = 1,
+    .launch = reduceScatterLaunch,
+    .result = benchReduceScatterResult, /* rank r: block r of the reduction */
+};
+
+int main(int argc, char** argv) { return benchCollectiveMain(argc, argv, &reduceScatter); }
