@@ -363,9 +363,10 @@ FCCL_API fcclResult_t fcclBarrier(fcclComm_t comm, void* stream);
 /**
  * Gathers sendcount elements from every rank into recvbuf on every rank: rank r's elements land at
  * recvbuf + r * sendcount (in elements). In place when sendbuf == recvbuf + rank * sendcount (the rank's own
- * elements are then not copied). Registered buffers (fcclCommRegister: sendbuf and recvbuf inside registered
- * ranges, at the same offsets on every rank) are written in place; others go through staging in rounds, so any
- * count works; captured in a CUDA graph, plain buffers are registered for the graph as fcclAllReduce's are.
+ * elements are then not copied). A recvbuf inside a registered range (fcclCommRegister; on every rank or on none,
+ * at the same offset on every rank) is written in place by the peers; otherwise the blocks go through staging in
+ * rounds, so any count works; captured in a CUDA graph, a plain recvbuf is registered for the graph as
+ * fcclAllReduce's buffers are.
  * FCCL_ALLGATHER_ALGO overrides the algorithm (docs/collectives.md).
  * @param sendbuf    sendcount elements of device memory of the communicator's device (NULL only with count 0).
  * @param recvbuf    nranks * sendcount elements of device memory of that device.
@@ -381,7 +382,8 @@ FCCL_API fcclResult_t fcclAllGather(const void* sendbuf, void* recvbuf, size_t s
  * Reduces nranks blocks of recvcount elements across ranks and leaves block r's result in rank r's recvbuf: the
  * reduction rules are fcclAllReduce's (rank order, fp32 accumulation for 16-bit floats, NaN rules, avg divided
  * once), so a reduce-scatter followed by an all-gather gives bit for bit what fcclAllReduce gives. In place when
- * recvbuf == sendbuf + rank * recvcount. Buffers as for fcclAllGather; FCCL_REDUCESCATTER_ALGO overrides the
+ * recvbuf == sendbuf + rank * recvcount. A sendbuf inside a registered range (on every rank or on none, at the same
+ * offset) is read in place by the peers; otherwise as for fcclAllGather. FCCL_REDUCESCATTER_ALGO overrides the
  * algorithm.
  * @param sendbuf    nranks * recvcount elements of device memory of the communicator's device.
  * @param recvbuf    recvcount elements of device memory of that device.
@@ -395,8 +397,9 @@ FCCL_API fcclResult_t fcclReduceScatter(const void* sendbuf, void* recvbuf, size
 
 /**
  * Copies count elements of root's sendbuf into every rank's recvbuf (root's included). sendbuf is read on root
- * only (other ranks may pass NULL); in place when root's sendbuf == recvbuf. Buffers as for fcclAllGather (on
- * ranks other than root only recvbuf counts); FCCL_BROADCAST_ALGO overrides the algorithm.
+ * only (other ranks may pass NULL); in place when root's sendbuf == recvbuf. Registration as for fcclAllGather
+ * (recvbuf's); FCCL_BROADCAST_ALGO overrides the algorithm. An argument only root checks (its sendbuf) fails on
+ * root alone: the other ranks' calls then wait for it until FCCL_TIMEOUT, as with NCCL.
  * @param root  the rank whose data is sent, 0..nranks-1, the same on every rank.
  * @return as fcclAllReduce, without the op, plus fcclInvalidArgument for a root out of range.
  * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same count, type and root on

@@ -1,7 +1,7 @@
 /*
  * all_gather_perf: nccl-tests' all-gather benchmark for fccl, with the same flags, table columns and bus-bandwidth
- * factor ((n - 1) / n); algbw counts the gathered buffer (nranks x the block), as nccl-tests does. Sizes (-b, -e and
- * the size column) are each rank's block, the call's sendcount x the element size (docs/benchmark.md). With
+ * factor ((n - 1) / n); algbw counts the gathered buffer, as nccl-tests does. Sizes (-b, -e and the size column)
+ * are the gathered buffer's, as nccl-tests has them: each rank sends 1/nranks of the size (docs/benchmark.md). With
  * --compare nccl the same sizes run through ncclAllGather on the same buffers; -R 1/2 registers them with both
  * libraries. Every element is checked bit for bit (-c).
  *
@@ -26,6 +26,7 @@ static const benchCollective_t allGather = {
     .program = "all_gather_perf",
     .busFactor = allGatherBusFactor,
     .counts = allGatherCounts,
+    .sizeIsLargest = 1,
     .hasRoot = 0,
     .hasOp = 0,
     .launch = allGatherLaunch,

@@ -1,8 +1,7 @@
 /*
  * reduce_scatter_perf: nccl-tests' reduce-scatter benchmark for fccl, with the same flags, table columns and
- * bus-bandwidth factor ((n - 1) / n); algbw counts the input (nranks x the block), as nccl-tests does. Sizes (-b,
- * -e and the size column) are each rank's result block, the call's recvcount x the element size
- * (docs/benchmark.md). -o picks the ops; with --compare nccl the same sizes run through ncclReduceScatter on the
+ * bus-bandwidth factor ((n - 1) / n); algbw counts the input, as nccl-tests does. Sizes (-b, -e and the size column)
+ * are the input's, as nccl-tests has them: each rank receives 1/nranks of the size (docs/benchmark.md). -o picks the ops; with --compare nccl the same sizes run through ncclReduceScatter on the
  * same buffers; -R 1/2 registers them with both libraries.
  *
  *   reduce_scatter_perf -b 8 -e 512M -f 2 -d bfloat16 -o sum --compare nccl
@@ -26,6 +25,7 @@ static const benchCollective_t reduceScatter = {
     .program = "reduce_scatter_perf",
     .busFactor = reduceScatterBusFactor,
     .counts = reduceScatterCounts,
+    .sizeIsLargest = 1,
     .hasRoot = 0,
     .hasOp = 1,
     .launch = reduceScatterLaunch,

@@ -38,6 +38,7 @@ const struct fcclCollective fcclCollAllGather = {
     .name = "fcclAllGather",
     .moves = 1,
     .firstKernel = FCCL_KERNEL_ALLGATHER_LL,
+    .peerBuffers = FCCL_PEERS_RECV,
     .kernels = 3,
     .sendCount = sendCount,
     .recvCount = recvCount,

@@ -62,6 +62,7 @@ const struct fcclCollective fcclCollAllReduce = {
     .moves = 1,
     .reduces = 1,
     .firstKernel = 0,
+    .peerBuffers = FCCL_PEERS_SEND | FCCL_PEERS_RECV,
     .kernels = FCCL_ALGO_COUNT,
     .sendCount = sameCount,
     .recvCount = sameCount,

@@ -33,6 +33,7 @@ const struct fcclCollective fcclCollBroadcast = {
     .moves = 1,
     .rooted = 1,
     .firstKernel = FCCL_KERNEL_BROADCAST_LL,
+    .peerBuffers = FCCL_PEERS_RECV,
     .kernels = 3,
     .sendCount = sameCount,
     .recvCount = sameCount,

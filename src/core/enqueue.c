@@ -125,9 +125,11 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   if (coll->rooted && (call->root < 0 || call->root >= comm->nranks))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: root %d outside 0..%d", caller, call->root,
                       comm->nranks - 1);
+  /* recvbuf named first: off a rooted collective's root, sendbuf stands for it. */
   if (call->count > 0 && (call->sendbuf == NULL || call->recvbuf == NULL))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
-                      call->sendbuf == NULL ? "sendbuf" : "recvbuf", call->count);
+                      call->sendbuf != NULL || (coll->rooted && comm->rank != call->root) ? "recvbuf" : "sendbuf",
+                      call->count);
   const uint64_t size = fcclTypeSize(call->datatype);
   /* Both buffers' bytes must fit a size: count times the larger of their elements per counted element. */
   const uint64_t perSend = coll->sendCount(1, comm->nranks), perRecv = coll->recvCount(1, comm->nranks);
@@ -147,30 +149,39 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   return fcclSuccess;
 }
 
-/* Peers' copies of both buffers when each lies in registered memory: registered by the application, or (a call
- * being captured, where registered buffers pay) for the graph being captured. */
+/* Peers' copies of the buffers the collective's peers reach (coll->peerBuffers) when each lies in registered
+ * memory: registered by the application, or (a call being captured, where registered buffers pay) for the graph
+ * being captured. A buffer only this rank touches plays no part, so that the answer is the same on every rank
+ * whenever the buffers the peers reach are registered alike. */
 static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall* call, uint64_t sendBytes,
                                     uint64_t recvBytes, int capturing, const fcclAlgoQuery* registeredQuery,
                                     fcclDevArgs* args, int* registered) {
   const struct fcclDeviceState* s = comm->device;
+  const int wantSend = (call->coll->peerBuffers & FCCL_PEERS_SEND) != 0;
+  const int wantRecv = (call->coll->peerBuffers & FCCL_PEERS_RECV) != 0;
   void* peers[FCCL_DEVICE_MAX_RANKS];
-  *registered = fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
-  if (*registered)
-    for (int r = 0; r < comm->nranks; r++) args->peerSend[r] = (uint64_t)(uintptr_t)peers[r];
-  if (*registered && call->recvbuf != call->sendbuf)
-    *registered = fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers);
-  if (*registered) {
-    for (int r = 0; r < comm->nranks; r++) args->peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
-    return fcclSuccess;
+  *registered = 1;
+  if (wantSend) {
+    *registered = fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
+    for (int r = 0; *registered && r < comm->nranks; r++) args->peerSend[r] = (uint64_t)(uintptr_t)peers[r];
   }
+  if (wantRecv && *registered) {
+    if (!wantSend || call->recvbuf != call->sendbuf) /* in place: the lookup above found it */
+      *registered = fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers);
+    for (int r = 0; *registered && r < comm->nranks; r++) args->peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
+  }
+  if (*registered) return fcclSuccess;
   if (!capturing || !s->graphRegister || call->algo >= 0 || !call->coll->registeredPays ||
       !call->coll->registeredPays(registeredQuery))
     return fcclSuccess;
   /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
   void* peerSend[FCCL_DEVICE_MAX_RANKS];
   void* peerRecv[FCCL_DEVICE_MAX_RANKS];
-  FCCLCHECK(fcclTransportGraphRegister(comm->transport, call->stream, (void*)(uintptr_t)call->sendbuf, sendBytes,
-                                       call->recvbuf, recvBytes, peerSend, peerRecv, registered));
+  FCCLCHECK(fcclTransportGraphRegister(comm->transport, call->stream,
+                                       wantSend ? (void*)(uintptr_t)call->sendbuf : NULL, sendBytes,
+                                       wantRecv ? call->recvbuf : NULL, recvBytes,
+                                       wantSend && wantRecv && call->sendbuf == call->recvbuf, peerSend, peerRecv,
+                                       registered));
   for (int r = 0; *registered && r < comm->nranks; r++) {
     args->peerSend[r] = (uint64_t)(uintptr_t)peerSend[r];
     args->peerRecv[r] = (uint64_t)(uintptr_t)peerRecv[r];

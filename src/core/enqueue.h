@@ -38,6 +38,8 @@ struct fcclPlan {
   int registered;          /* both buffers are read and written in place */
 };
 
+enum { FCCL_PEERS_SEND = 1, FCCL_PEERS_RECV = 2 };
+
 struct fcclCollective {
   const char* name;        /* the public call, for messages: "fcclAllReduce" */
   int moves;               /* 0: no buffers (the barrier) */
@@ -45,6 +47,8 @@ struct fcclCollective {
   int rooted;              /* takes a root (its sendbuf is read on the root only) */
   int firstKernel;         /* its kernels are [firstKernel, firstKernel + kernels) of fcclDevKernel_t */
   int kernels;
+  int peerBuffers;         /* FCCL_PEERS_SEND | FCCL_PEERS_RECV: the buffers peers reach in the direct forms, which
+                            * must be registered (on every rank alike) for those forms to run */
   /* Elements of sendbuf and recvbuf for a call of count elements on nranks ranks. */
   uint64_t (*sendCount)(uint64_t count, int nranks);
   uint64_t (*recvCount)(uint64_t count, int nranks);

@@ -40,6 +40,7 @@ const struct fcclCollective fcclCollReduceScatter = {
     .moves = 1,
     .reduces = 1,
     .firstKernel = FCCL_KERNEL_REDUCESCATTER_LL,
+    .peerBuffers = FCCL_PEERS_SEND,
     .kernels = 3,
     .sendCount = sendCount,
     .recvCount = recvCount,

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterDirect(fc
                                      [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
   __syncthreads();
   postPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true);
-  (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), false, FCCL_KERNEL_REDUCESCATTER_DIRECT,
+  (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, 1), true, FCCL_KERNEL_REDUCESCATTER_DIRECT,
                   FCCL_PHASE_DONE, epoch);
   epochEnd(c, epoch);
 }

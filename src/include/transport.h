@@ -93,18 +93,19 @@ int fcclTransportLookup(struct fcclTransport* transport, const void* ptr, size_t
 /* ---- buffers of captured graphs (graph_register.c) ---------------------------------------------------------- */
 
 /*
- * For a collective being captured into a CUDA graph on stream with unregistered buffers: registers recvbuf (and
- * sendbuf when it differs; sendBytes and recvBytes each) with every rank, held by the captured graph (a CUDA user
- * object) until it is destroyed, and fills peerSend / peerRecv (nranks entries) like fcclTransportLookup. These
- * registrations are not seen by fcclTransportLookup: a rank's graph may be gone while a peer's lives, so eager
- * calls on the same buffers stage. Collective on the host (every rank captures the call; bounded by the timeout).
- * *registered = 0 with fcclSuccess when every rank skips alike: two ranks share a process (one thread may drive
- * both), a rank could not attach a registration to its graph, the ranks disagree on in place, or a buffer cannot
- * be shared (the call then stages). Errors: a failed exchange (dead peer, timeout, abort) and out of host memory.
+ * For a collective being captured into a CUDA graph on stream with unregistered buffers: registers the buffers its
+ * peers reach (recvbuf and sendbuf; NULL for one they do not: sendBytes and recvBytes each) with every rank, held
+ * by the captured graph (a CUDA user object) until it is destroyed, and fills peerSend / peerRecv (nranks entries,
+ * NULL for a buffer not registered) like fcclTransportLookup. These registrations are not seen by
+ * fcclTransportLookup: a rank's graph may be gone while a peer's lives, so eager calls on the same buffers stage.
+ * Collective on the host (every rank captures the call; bounded by the timeout). *registered = 0 with fcclSuccess
+ * when every rank skips alike: two ranks share a process (one thread may drive both), a rank could not attach a
+ * registration to its graph, the ranks disagree on inPlace, or a buffer cannot be shared (the call then stages).
+ * Errors: a failed exchange (dead peer, timeout, abort) and out of host memory.
  */
 fcclResult_t fcclTransportGraphRegister(struct fcclTransport* transport, void* stream, void* sendbuf,
-                                        size_t sendBytes, void* recvbuf, size_t recvBytes, void* peerSend[],
-                                        void* peerRecv[], int* registered);
+                                        size_t sendBytes, void* recvbuf, size_t recvBytes, int inPlace,
+                                        void* peerSend[], void* peerRecv[], int* registered);
 
 /*
  * Releases the registrations of captured graphs that CUDA has destroyed since the last call (all != 0: every one,

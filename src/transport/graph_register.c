@@ -160,8 +160,8 @@ struct graphRegRecord {
 };
 
 fcclResult_t fcclTransportGraphRegister(struct fcclTransport* t, void* stream, void* sendbuf, size_t sendBytes,
-                                        void* recvbuf, size_t recvBytes, void* peerSend[], void* peerRecv[],
-                                        int* registered) {
+                                        void* recvbuf, size_t recvBytes, int inPlace, void* peerSend[],
+                                        void* peerRecv[], int* registered) {
   *registered = 0;
   /* Ranks of one process may be driven by one thread (fcclCommInitAll, the benchmark's -g): the first rank's call
    * would wait in the exchange for calls that thread has not made yet. Every rank skips alike. */
@@ -176,7 +176,7 @@ fcclResult_t fcclTransportGraphRegister(struct fcclTransport* t, void* stream, v
   struct fcclGraphHolder* holder = NULL;
   fcclResult_t local = holderForCapture(t, (cudaStream_t)stream, &holder);
   records[me].status = local;
-  records[me].inPlace = sendbuf == recvbuf;
+  records[me].inPlace = inPlace;
   fcclResult_t res = fcclTransportAllGather(t, records, sizeof(*records));
   int agree = res == fcclSuccess;
   for (int r = 0; agree && r < nranks; r++)
@@ -185,17 +185,18 @@ fcclResult_t fcclTransportGraphRegister(struct fcclTransport* t, void* stream, v
     /* The exchange itself failed (dead peer, timeout, abort): the ranks no longer meet. */
   } else if (!agree) {
     /* Every rank knows it from the exchange and stages alike, a local failure included (the call still works). */
-    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured call of %zu bytes stages: %s", t->cfg.name, recvBytes,
+    FCCL_INFO(FCCL_SUBSYS_IPC, "%s: a captured call of %zu bytes stages: %s", t->cfg.name,
+              recvbuf ? recvBytes : sendBytes,
               local != fcclSuccess ? "this rank could not attach a registration to its graph"
                                    : "a rank could not attach a registration to its graph, or the ranks disagree on "
                                      "in place");
   } else {
     /* Every rank registers the same buffers in the same order; every rank fails alike. */
-    struct fcclRegistration* regs[2] = {NULL, NULL};
-    res = fcclTransportRegisterBuffer(t, recvbuf, recvBytes, 0, &regs[0]);
-    if (res == fcclSuccess && sendbuf != recvbuf) {
+    struct fcclRegistration* regs[2] = {NULL, NULL}; /* recvbuf's, sendbuf's (when it is another buffer) */
+    if (recvbuf) res = fcclTransportRegisterBuffer(t, recvbuf, recvBytes, 0, &regs[0]);
+    if (res == fcclSuccess && sendbuf && sendbuf != recvbuf) {
       res = fcclTransportRegisterBuffer(t, sendbuf, sendBytes, 0, &regs[1]);
-      if (res != fcclSuccess) {
+      if (res != fcclSuccess && regs[0]) {
         (void)fcclTransportReleaseRegistration(t, regs[0]); /* every rank drops it: the peers failed alike */
         __atomic_sub_fetch(&t->nGraphRegistrations, 1, __ATOMIC_RELAXED);
         regs[0] = NULL;
@@ -206,10 +207,10 @@ fcclResult_t fcclTransportGraphRegister(struct fcclTransport* t, void* stream, v
       holder->regs[0] = regs[0];
       holder->regs[1] = regs[1];
       pthread_mutex_unlock(&graphLock);
-      const struct fcclRegistration* send = regs[1] ? regs[1] : regs[0];
+      const struct fcclRegistration* send = regs[1] ? regs[1] : sendbuf ? regs[0] : NULL;
       for (int r = 0; r < nranks; r++) {
-        peerRecv[r] = regs[0]->peerBufs[r];
-        peerSend[r] = send->peerBufs[r];
+        peerRecv[r] = regs[0] ? regs[0]->peerBufs[r] : NULL;
+        peerSend[r] = send ? send->peerBufs[r] : NULL;
       }
       *registered = 1;
     } else if (fcclTransportInStep(t)) {

@@ -27,9 +27,9 @@
  *   envinvalid    values that are no form: a warning naming the variable, and the calls choose by size
  *   envmismatch   FCCL_BROADCAST_ALGO set on one rank only: the init fails on every rank (fcclInvalidUsage)
  *   rootplain     a broadcast whose root sends from a plain buffer into receive buffers registered on every rank:
- *                 not registered buffers in fccl.h's terms, so it must run (staged) and be right
+ *                 only the receive buffers count (fccl.h), so every rank runs the direct form, and right
  *   inplacemix    an all-gather in place on one rank (inside its registered output) and out of place from a plain
- *                 buffer on the others: also not registered buffers, also must run and be right
+ *                 buffer on the others: the same, the send buffers play no part
  * FCCLTEST_QUICK=1 shortens every mode; FCCLTEST_SEED repeats the data; FCCLTEST_VERBOSE=1 prints every call.
  */
 #include "algo.h"

@@ -364,7 +364,6 @@ static void testArguments(void) {
   EXPECT_EQ_INT(fcclTypeSize(fcclNumTypes), 0);
 }
 
-<<<<<<< HEAD
 /* The init-time check that a GPU can run what was built, with faked capabilities. */
 static void testArchRunnable(void) {
   char why[256] = "";
@@ -384,7 +383,8 @@ static void testArchRunnable(void) {
   EXPECT(!fcclDeviceArchRunnable(80, "86", 0, why, sizeof(why)));
   EXPECT(fcclDeviceArchRunnable(86, "80,86", 0, why, sizeof(why)));
   EXPECT(!fcclDeviceArchRunnable(90, "", 0, why, sizeof(why)));
-=======
+}
+
 /* ---- all-gather, reduce-scatter, broadcast: fcclMoveSelect --------------------------------------------------- */
 
 /* The three collectives' first kernels (their forms are firstKernel + FCCL_MOVE_LL / _DIRECT / _STAGED). */
@@ -804,7 +804,6 @@ static void testMoveArguments(void) {
   comm.magic = 0;
   EXPECT_EQ_INT(fcclReduceScatter(fake, fake2, 4, fcclFloat32, fcclSum, &comm, NULL), fcclInvalidArgument);
   pthread_mutex_destroy(&comm.errorLock);
->>>>>>> coll-tests
 }
 
 int main(void) {

@@ -230,10 +230,13 @@ int benchRunAgent(benchAgent_t* agent) {
   int buffersMade = 0;
   if (status == 0 && memoryReport) status = usedPerGpu(agent, used[0]);
   if (status == 0 && agent->test->collective) {
-    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds. */
-    benchCounts_t per = agent->test->collective->counts(1, agent->nranks);
-    status = benchFitMaxBytes(agent, (int)(per.send + per.recv));
-    size_t bytes[2] = {agent->args.maxBytes * per.send, agent->args.maxBytes * per.recv};
+    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the size is
+     * the larger buffer's, how many times maxBytes / nranks). */
+    const benchCollective_t* collective = agent->test->collective;
+    benchCounts_t per = collective->counts(1, agent->nranks);
+    const size_t scale = collective->sizeIsLargest ? (size_t)agent->nranks : 1;
+    status = benchFitMaxBytes(agent, (int)((per.send + per.recv + scale - 1) / scale));
+    size_t bytes[2] = {agent->args.maxBytes / scale * per.send, agent->args.maxBytes / scale * per.recv};
     for (int i = 0; i < 2; i++) {
       bytes[i] += (size_t)agent->args.unalign * 8;
       if (bytes[i] < 4096) bytes[i] = 4096;

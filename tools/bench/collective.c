@@ -15,7 +15,7 @@
 typedef struct {
   const benchCollective_t* collective;
   size_t count;        /* the call's count argument */
-  size_t bytes;        /* the table's size: count elements of type */
+  size_t bytes;        /* the larger buffer's bytes: the table's size */
   benchCounts_t elems; /* elements of the send and receive buffers */
   int type;
   int op;
@@ -28,8 +28,9 @@ static collCall_t makeCall(const benchAgent_t* agent, size_t bytes, int type, in
   memset(&call, 0, sizeof(call));
   call.collective = agent->test->collective;
   call.count = benchCountOf(bytes, type);
-  call.bytes = call.count * benchTypeSize(type);
+  if (call.collective->sizeIsLargest) call.count /= (size_t)agent->nranks;
   call.elems = call.collective->counts(call.count, agent->nranks);
+  call.bytes = (call.elems.send > call.elems.recv ? call.elems.send : call.elems.recv) * benchTypeSize(type);
   call.type = type;
   call.op = op;
   call.root = root;
@@ -208,8 +209,10 @@ static int runCollective(benchAgent_t* agent) {
             status = -1;
             break;
           }
+          /* nccl-tests' columns: the size's elements, and the larger buffer's bytes (all-gather, reduce-scatter:
+           * nranks x the call's count, which may be fewer than the size's elements). */
           row->count = benchCountOf(bytes, type);
-          row->bytes = row->count * benchTypeSize(type);
+          row->bytes = makeCall(agent, bytes, type, redop, root, 0).bytes;
           row->type = type;
           row->op = redop;
           row->root = root;

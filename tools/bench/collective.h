@@ -22,6 +22,9 @@ struct benchCollective {
   double (*busFactor)(int nranks);                   /* nccl-tests' bus bandwidth is algbw times this */
   benchCounts_t (*counts)(size_t count, int nranks); /* all-reduce count/count, all-gather count/count x nranks,
                                                       * reduce-scatter count x nranks/count, broadcast count/count */
+  int sizeIsLargest;                                 /* nccl-tests' all-gather and reduce-scatter: -b, -e and the
+                                                      * size column are the larger buffer's, the call's count is
+                                                      * 1/nranks of the size's elements */
   int hasRoot;                                       /* -r picks the root; without one the root column reads -1 */
   int hasOp;                                         /* -o picks the ops; without, one pass with BENCH_NO_OP */
   benchCollectiveFn_t launch;                        /* one call on an engine, through its ops table */
