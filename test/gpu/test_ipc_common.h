@@ -21,6 +21,7 @@ static inline void testCommMake(struct fcclComm* comm, int rank, int nranks, int
                                 volatile int* abortFlag) {
   memset(comm, 0, sizeof(*comm));
   comm->magic = FCCL_COMM_MAGIC;
+  comm->forkGeneration = fcclForkGeneration(); /* made in this (forked) rank's process */
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = dev;
