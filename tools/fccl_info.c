@@ -6,7 +6,7 @@
  *   fccl-info --algo N [--sms S]
  *                        which all-reduce algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB,
  *                        plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs: the
- *                        first GPU's, or 132 without one). Nothing else is printed; scripts/gpu-tune reads it.
+ *                        first GPU's, or 132 without one). Nothing else is printed; contrib/gpu-lab/gpu-tune reads it.
  */
 #include "algo.h"
 #include "cuda_status.h"
