@@ -3,8 +3,9 @@
  *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs (the driver and the reason
  *                        for no GPU worded as fccl-topo words them: tools/common/cuda_status.h)
  *   fccl-info --params   also every environment parameter with its current value and default
- *   fccl-info --algo N [--sms S]
- *                        which all-reduce algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB,
+ *   fccl-info --algo N [--collective NAME] [--sms S]
+ *                        which algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB (the
+ *                        all-reduce, or the collective NAME: allgather, reducescatter, broadcast),
  *                        plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs: the
  *                        first GPU's, or 132 without one). Nothing else is printed; contrib/gpu-lab/gpu-tune reads it.
  */
@@ -111,6 +112,14 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
              fcclScatterName(choice.scatter));
 }
 
+static int defaultSmCount(void) {
+  int smCount = 132, count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
+    (void)cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0);
+  (void)cudaGetLastError();
+  return smCount;
+}
+
 static int printAlgoTable(int nranks, int smCount) {
   const char* requestText = fcclParamString(FCCL_PARAM_ALGO);
   const int request = fcclAlgoParseRequest(requestText);
@@ -118,13 +127,6 @@ static int printAlgoTable(int nranks, int smCount) {
     fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot or an algorithm's name\n",
             requestText);
     return 2;
-  }
-  if (smCount <= 0) {
-    smCount = 132;
-    int count = 0;
-    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0)
-      (void)cudaDeviceGetAttribute(&smCount, cudaDevAttrMultiProcessorCount, 0);
-    (void)cudaGetLastError();
   }
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
@@ -142,6 +144,54 @@ static int printAlgoTable(int nranks, int smCount) {
   return 0;
 }
 
+/* The --algo table of all-gather, reduce-scatter or broadcast: the form and grid for each block size. */
+static const struct {
+  const char* name;
+  int firstKernel;
+  fcclParamId_t param;
+} moveCollectives[] = {
+    {"allgather", FCCL_KERNEL_ALLGATHER_LL, FCCL_PARAM_ALLGATHER_ALGO},
+    {"reducescatter", FCCL_KERNEL_REDUCESCATTER_LL, FCCL_PARAM_REDUCESCATTER_ALGO},
+    {"broadcast", FCCL_KERNEL_BROADCAST_LL, FCCL_PARAM_BROADCAST_ALGO},
+};
+
+static int printMoveTable(int which, int nranks, int smCount) {
+  const char* variable = fcclParamInfo(moveCollectives[which].param)->name;
+  const char* requestText = fcclParamString(moveCollectives[which].param);
+  const int request = fcclMoveParseRequest(requestText);
+  if (request < 0) {
+    fprintf(stderr, "fccl-info: %s=%s is not one of auto, ll, direct, staged\n", variable, requestText);
+    return 2;
+  }
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n",
+         moveCollectives[which].name, nranks, smCount, variable, requestText[0] ? requestText : "auto",
+         (unsigned long long)layout.llBytes, (unsigned long long)layout.chunkBytes);
+  printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message)\n");
+  printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
+  for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
+    char cells[2][64];
+    for (int registered = 0; registered < 2; registered++) {
+      if (fcclAlgoIsCopy(nranks, fcclMoveResolveRequest(request, moveCollectives[which].firstKernel))) {
+        snprintf(cells[registered], sizeof(cells[registered]), "copy");
+        continue;
+      }
+      fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, &layout, fcclDeviceLL128Auto(),
+                                              fcclDeviceCopyScatterMin());
+      query.forced = fcclMoveResolveRequest(request, moveCollectives[which].firstKernel);
+      fcclAlgoChoice choice;
+      if (fcclMoveSelect(&query, moveCollectives[which].firstKernel, &choice) != fcclSuccess)
+        snprintf(cells[registered], sizeof(cells[registered]), "error");
+      else
+        snprintf(cells[registered], sizeof(cells[registered]), "%s %dx%d", fcclAlgoName(choice.algo),
+                 choice.blocks, choice.threads);
+    }
+    printf("  %12llu  %-24s  %s\n", (unsigned long long)bytes, cells[0], cells[1]);
+  }
+  return 0;
+}
+
 static int parseCount(const char* text, int lo, int hi) {
   char* end = NULL;
   long value = text ? strtol(text, &end, 10) : 0;
@@ -150,10 +200,11 @@ static int parseCount(const char* text, int lo, int hi) {
 
 static void usage(FILE* out, const char* program) {
   fprintf(out,
-          "usage: %s [--params] | --algo NRANKS [--sms N]\n"
+          "usage: %s [--params] | --algo NRANKS [--collective NAME] [--sms N]\n"
           "  (none)          version, build configuration, CUDA driver and runtime, the GPUs and their peer access\n"
           "  -p, --params    also every environment parameter: value, default, what it does\n"
           "  -a, --algo N    the all-reduce algorithm and grid a call of N ranks gets at each size (only that)\n"
+          "  -c, --collective NAME  with --algo: allreduce (default), allgather, reducescatter or broadcast\n"
           "  -s, --sms S     with --algo: decide for S SMs (default: the first GPU's, or 132 without one)\n"
           "  -h, --help      this text\n",
           program);
@@ -162,12 +213,26 @@ static void usage(FILE* out, const char* program) {
 int main(int argc, char** argv) {
   static const struct option longOptions[] = {
       {"params", no_argument, NULL, 'p'}, {"algo", required_argument, NULL, 'a'},
-      {"sms", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  int showParams = 0, algoRanks = 0, smCount = 0;
+      {"sms", required_argument, NULL, 's'}, {"collective", required_argument, NULL, 'c'},
+      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  int showParams = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
+  const char* collectiveName = NULL;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":pa:s:h", longOptions, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":pa:s:c:h", longOptions, NULL)) != -1;) {
     switch (c) {
       case 'p': showParams = 1; break;
+      case 'c':
+        collectiveName = optarg;
+        collective = -2;
+        if (strcmp(optarg, "allreduce") == 0) collective = -1;
+        for (int i = 0; i < (int)(sizeof(moveCollectives) / sizeof(moveCollectives[0])); i++)
+          if (strcmp(optarg, moveCollectives[i].name) == 0) collective = i;
+        if (collective == -2) {
+          fprintf(stderr, "%s: --collective '%s' is not allreduce, allgather, reducescatter or broadcast\n", argv[0],
+                  optarg);
+          return 2;
+        }
+        break;
       case 'a':
       case 's': {
         const int max = c == 'a' ? FCCL_DEVICE_MAX_RANKS : 100000;
@@ -194,7 +259,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   fcclParamWarnUnknown();
-  if (algoRanks > 0) return printAlgoTable(algoRanks, smCount);
+  if (algoRanks > 0) {
+    if (smCount <= 0) smCount = defaultSmCount();
+    return collective >= 0 ? printMoveTable(collective, algoRanks, smCount) : printAlgoTable(algoRanks, smCount);
+  }
+  if (collectiveName) {
+    fprintf(stderr, "%s: --collective goes with --algo\n", argv[0]);
+    return 2;
+  }
   if (smCount > 0) {
     fprintf(stderr, "%s: --sms goes with --algo\n", argv[0]);
     return 2;

@@ -91,5 +91,31 @@ if [ $? != 2 ]; then
   echo "FAIL: FCCL_ALGO=bogus was accepted"
   failures=$((failures + 1))
 fi
+# The other collectives' table (docs/collectives.md): LL up to the all-reduce's LL limit, then direct or staged.
+move() { # collective ranks bytes "plain registered" [VARIABLE=value]
+  got=$(env ${5:-FCCLTEST_NONE=1} "$info" --algo "$2" --collective "$1" --sms 132 |
+        awk -v b="$3" '$1 == b { print $2, ($2 == "copy" ? $3 : $4) }')
+  if [ "$got" != "$4" ]; then
+    echo "FAIL: $1, $2 ranks, $3 bytes ${5:-}: got '$got', expected '$4'"
+    failures=$((failures + 1))
+  fi
+}
+move allgather 2 262144 "allgather_ll allgather_ll"
+move allgather 2 524288 "allgather_staged allgather_direct"
+move reducescatter 4 32768 "reducescatter_ll reducescatter_ll"
+move reducescatter 4 65536 "reducescatter_staged reducescatter_direct"
+move broadcast 8 16384 "broadcast_ll broadcast_ll"
+move broadcast 8 32768 "broadcast_staged broadcast_direct"
+move broadcast 1 1024 "copy copy"
+move allgather 2 1024 "allgather_staged allgather_staged" FCCL_ALLGATHER_ALGO=staged
+for bad in "--algo 2 --collective alltoall" "--collective allgather"; do
+  # shellcheck disable=SC2086
+  "$info" $bad > /dev/null 2>&1
+  code=$?
+  if [ $code != 2 ]; then
+    echo "FAIL: fccl-info $bad exited $code, expected 2"
+    failures=$((failures + 1))
+  fi
+done
 echo "algo table: $failures failed"
 [ $failures = 0 ]
