@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl: fast collective communication inside one NVLink domain.
  *

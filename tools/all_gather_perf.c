@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * all_gather_perf: nccl-tests' all-gather benchmark for fccl, with the same flags, table columns and bus-bandwidth
  * factor ((n - 1) / n); algbw counts the gathered buffer, as nccl-tests does. Sizes (-b, -e and the size column)

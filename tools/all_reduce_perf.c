@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * all_reduce_perf: nccl-tests' all-reduce benchmark for fccl, with the same flags, the same table and the same
  * bus-bandwidth factor (2 (n - 1) / n), so its output diffs line by line against nccl-tests'. With --compare nccl the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * barrier_perf: the latency of fcclBarrier, launched eagerly and (with -G) replayed from a CUDA graph, beside NCCL's
  * usual stand-in for a barrier (an all-reduce of one float) with --compare nccl. Same flags and launch as

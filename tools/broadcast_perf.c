@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * broadcast_perf: nccl-tests' broadcast benchmark for fccl, with the same flags, table columns and bus-bandwidth
  * factor (1: every rank receives the message once); -r picks the root (default 0). With --compare nccl the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl-call-cost: the host time of an eager collective call, step by step, on one GPU. A communicator of one rank
  * makes the GPU side trivial, so what is timed is what the calling thread spends: the CUDA queries a call makes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl-info: what this build of fccl is and what it sees. Runs without a GPU (it says so and prints the rest).
  *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs (the driver and the reason

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reduce_scatter_perf: nccl-tests' reduce-scatter benchmark for fccl, with the same flags, table columns and
  * bus-bandwidth factor ((n - 1) / n); algbw counts the input, as nccl-tests does. Sizes (-b, -e and the size column)

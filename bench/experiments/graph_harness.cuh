@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // The graph harness the experiment programs share: a CUDA error check that exits, a check for peer-connected GPUs,
 // and the timing of one op replayed in CUDA graphs by several ranks (GPUs of this process) at once. Device code
 // comes from the library's own headers (primitives.cuh), so an experiment makes the accesses the kernels make.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """fccl from Python: a ctypes layer over libfccl's C API (include/fccl.h).
 
 fccl is a collective communication library for the GPUs of one NVLink domain with an NCCL-style API. This module

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Log lines: "host:pid:tid [rank.dev] FCCL LEVEL SUBSYS file:line message". Configuration is read once from the
  * parameter registry; the sink is stderr, a FCCL_DEBUG_FILE file, or the application's callback.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Result codes in words, and the calling thread's last error (fcclSetError writes it, fcclGetLastError(NULL)
  * reads it; the communicator's copy lives in core/comm.c). */
 #include "check.h"

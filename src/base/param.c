@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The environment-parameter registry. Values are captured once, on first use, so every part of the library sees
  * one consistent configuration for the life of the process. Loading never logs (the logger itself reads its

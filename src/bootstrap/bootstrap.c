@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The bootstrap's one entry for other layers: argument checks, then the method's ops table. */
 #include "bootstrap.h"
 

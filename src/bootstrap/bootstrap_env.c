@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK) and PMI (PMI_RANK/PMI_SIZE, MPI_LOCALRANKID), with FCCL_COMM_ID=host:port.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bootstrap through the application's own all-gather and barrier (an inference server's process group). fccl
  * cannot bound a callback's wait: the callbacks must return (with an error if need be) on their own. The abort

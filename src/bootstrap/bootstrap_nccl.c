@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bootstrap through an existing NCCL communicator: all-gathers run as ncclAllGather on a device buffer, on a
  * stream of our own, and are waited for by polling (bounded by the timeout and the abort flag, and stopped by an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What each rank says about itself at init, and the checks on what all ranks said. No CUDA: core fills the GPU
  * fields; everything here takes plain data, so tests can feed it any combination.

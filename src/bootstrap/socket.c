@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bounded, abortable TCP primitives. Every socket is non-blocking; waits are poll() calls of at most
  * FCCL_SOCKET_POLL_SLICE_MS, after each of which the abort flag and the deadline are checked. Every socket made

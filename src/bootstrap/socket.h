@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * TCP sockets for the bootstrap: addresses, and connect/accept/send/receive whose every wait is bounded by a
  * deadline and polls an abort flag in short slices. Private to src/bootstrap (tests of this layer include it).

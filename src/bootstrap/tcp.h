@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The TCP bootstrap method, private to src/bootstrap. Two sides share it: the root server (tcp_root.c), a thread
  * started by fcclGetUniqueId that collects one hello per rank, checks the secret, protocol version, rank and

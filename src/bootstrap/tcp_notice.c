@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error notices of the TCP bootstrap: how the root and the ranks tell a peer why they give up, without blocking. */
 #include "tcp.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Connections a bootstrap listener holds before they said who they are: read as they arrive, bounded in number
  * (the rest wait in the kernel's backlog), strangers closed by idle age when room is needed, refusals logged at a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The TCP bootstrap's rank side: a rank says hello to the root and waits for its welcome (or its verdict), then
  * connects to the next rank and accepts the previous one, and runs all-gathers and barriers around that ring.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The TCP bootstrap's root server: the thread that serves a unique id. It takes connections (unauthenticated until
  * their hello shows the secret), admits one hello per rank, answers every rank with all ranks' listen addresses

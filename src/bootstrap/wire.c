@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Frame encoding and parsing. All multi-byte fields are little-endian, written byte by byte, so the layout does
  * not depend on struct padding or the host's byte order. Parsers never trust a length before checking it against

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap's wire format: framed messages with explicit little-endian fields, and parsers that check every
  * length and field against limits before anything is used. Parsers are pure (no I/O, no logging): they return a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which all-reduce algorithm runs a call, and on how many blocks. Pure functions of the call's size, the rank
  * count and whether the buffers are registered, so every rank makes the same choice. The thresholds are one table;

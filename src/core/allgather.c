@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllGather: rank r's sendcount elements land at recvbuf + r * sendcount on every rank. The forms (LL,
  * direct, staged) and their table: algo.c's fcclMoveSelect; the kernels: src/device/allgather.cu.

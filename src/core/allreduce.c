@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduce: every rank's count elements reduced in rank order into every rank's recvbuf. Its algorithms are
  * the table of algo.c; the kernels are in src/device/ (ll.cu, ll128.cu, oneshot_*.cu, twoshot_*.cu).

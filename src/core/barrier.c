@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fcclBarrier: a device-side rendezvous of every rank, ordered on the stream (the barrier kernel of launch.cu). */
 #include "check.h"
 #include "comm.h"

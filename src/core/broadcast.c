@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclBroadcast: root's count elements land in every rank's recvbuf. The forms and their table: algo.c's
  * fcclMoveSelect; the kernels: src/device/broadcast.cu.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Communicator handles: validation shared by every public entry point, and the communicator's last error. */
 #include "comm.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The communicator as the library sees it. Core owns this struct; bootstrap, transport and device state hang off
  * it through their own opaque types so each layer keeps its internals to itself.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The collectives' per-communicator device state: the device communicator (every rank's slot), epoch counters in
  * device memory, the host-mapped error words and the abort page; the knobs every rank must share, checked at init;

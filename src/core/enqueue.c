@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one path from a collective's public call to the stream: the checks every call shares (a live communicator
  * whose init finished and no kernel failed, datatype and op, buffers of the comm's device and aligned, the stream

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one path every collective call takes from its public function to the stream (src/core/enqueue.c): argument
  * and state checks, the stream's and buffers' device, registered or graph-registered buffers, the algorithm and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Communicators made together in one process (fcclCommInitAll). Their teardown is collective (barrier, release
  * mappings, barrier), and the usual NCCL pattern destroys them one after another from one thread; run directly,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The public memory calls: buffer registration (fcclCommRegister / fcclCommDeregister), fcclMemAlloc / fcclMemFree
  * and fcclCommGetMemStats. Arguments and the communicator's state are checked here; the transport does the work

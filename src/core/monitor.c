@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The monitor thread: poll() over the pidfds of every watched peer and an eventfd that wakes it when the set
  * changes. A pidfd that becomes readable means its process exited; every watched communicator with that peer is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The process's watch over its peers' processes (src/core/monitor.c). One thread, shared by every communicator of
  * the process, polls a pidfd per peer process on this host; a pidfd becomes readable when its process exits (a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclReduceScatter: rank r's recvbuf gets the reduction of block r of every rank's sendbuf, with the all-reduce's
  * reducers (bit for bit its result). The forms and their table: algo.c's fcclMoveSelect; the kernels:

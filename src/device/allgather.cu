@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * All-gather: rank r's block (a.bytes bytes) lands at recvbuf + r * a.bytes on every rank. The data is moved, not
  * reduced, so the kernels are instantiated per element size (the tail of a misaligned block goes element by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Broadcast: root's block (a.bytes bytes of its sendbuf) lands in every rank's recvbuf. Moved, not reduced:
  * instantiated per element size like the all-gather.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What every collective kernel shares: epochs, signal pads, unit loads and stores that handle any alignment and
  * the tail, and the reduction of one unit across ranks.

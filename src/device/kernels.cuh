@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Kernel tables shared by the launcher: each algorithm's file instantiates its kernel for every (type, op) of
  * FCCL_DEVICE_TYPE_OP_LIST and returns the one asked for.

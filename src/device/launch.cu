@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The barrier kernel and the extern "C" launchers. Kernels take the device communicator and the call's arguments
  * by value: a CUDA graph captures them as they were, and everything that changes from call to call (epochs)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-shot all-reduce with LL packets: every rank pushes its whole input, as 16-byte packets of {4 data bytes,
  * 4-byte flag} x 2, into its region of every peer's LL area, then reads the packets the peers pushed into its own

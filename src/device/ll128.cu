@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-shot all-reduce with LL128 lines: every rank pushes its whole input, as 128-byte lines of 120 data bytes and
  * the call's 64-bit epoch in the last 8, into its region of every peer's LL128 area, then reads the lines the peers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-shot all-reduce over registered buffers: every rank reads every rank's input in place (16-byte loads over
  * NVLink, all ranks' loads in flight before the first add) and reduces in rank order into its own output.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-shot all-reduce through staging, for buffers that are not registered: every rank pushes its whole input
  * (16-byte stores over NVLink) into its region of every peer's inbox, posts one release flag per (block, peer),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory-ordering primitives and the bounded wait. Every access to a flag, an LL packet or a host-mapped word goes
  * through one of these named functions, so the ordering each one gives is written down once, here:

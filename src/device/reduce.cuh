@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Data types and reduction operations. Every (type, op) pair comes from the one list in device.h
  * (FCCL_DEVICE_TYPE_OP_LIST); kernels are templates over TypeTraits<type> and OpTraits<op>.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The reduce-scatter's direct form (reducescatter_ll.cu describes the three). */
 #include "common.cuh"
 #include "kernels.cuh"

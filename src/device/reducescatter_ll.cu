@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reduce-scatter: rank r's output is the reduction of block r (a.bytes bytes at sendbuf + r * a.bytes) of every
  * rank's input, in rank order with the all-reduce's reducers, so that its bits are the all-reduce's.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Two-shot all-reduce over registered buffers: rank r owns units [r * share, (r + 1) * share). It reduces its units
  * in rank order and stores the result into every rank's output (all-gather by push). Each unit crosses NVLink twice,

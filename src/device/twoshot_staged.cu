@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Two-shot all-reduce through staging, for buffers that are not registered, in rounds of at most n * roundUnits
  * units. In round k (staging parity (epoch + k) & 1) each rank owns 1/n of the round's units:

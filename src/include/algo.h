@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which algorithm runs a collective call, and on how many blocks (src/core/algo.c): pure functions of the call's
  * size, the rank count and whether the buffers are registered, so that every rank makes the same choice. The

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap layer: out-of-band exchange among the ranks of a communicator while it is created and destroyed.
  * One ops table (struct fcclBootstrapOps), one file per method: TCP rendezvous through a unique id (its two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Error propagation. A failure is described once, where it is first known (fcclSetError: logged at WARN with
  * file:line and kept as the thread's last error); callers above only pass the code on.

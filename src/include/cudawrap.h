@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA driver API, reached through cudaGetDriverEntryPointByVersion so that libfccl links only cudart and
  * loads on machines without libcuda. Call fcclCudaDriverLoad() once (it is idempotent and thread-safe) before

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Logging: FCCL_DEBUG selects the level, FCCL_DEBUG_SUBSYS the subsystems, FCCL_DEBUG_FILE the sink
  * (default stderr, never stdout). Each line carries host:pid:tid and, once a communicator set it on this thread,

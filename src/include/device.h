@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The device layer as the rest of the library sees it: the (type, op) pairs the kernels are built for and the
  * extern "C" launcher of src/device/. Everything a kernel reads comes in plain structs (device_host.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Plain data shared by the host and the kernels of the collectives: the layout of a communicator's slot in the
  * shared arena, the device-side communicator (passed by value to every kernel), the per-call arguments and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The one registry of environment parameters. Every FCCL_* knob is listed once in param_list.h (name, type,
  * default, one-line doc); values are read from the environment once, on first use, and never again, so a

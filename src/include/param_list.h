@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Every environment parameter fccl reads: FCCL_PARAM(ID, TYPE, DEFAULT, DOC). The environment name is FCCL_<ID>.
  * docs/env.md must describe each (the env_doc unit test checks it).

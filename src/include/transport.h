@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Peer memory of a communicator: its slot in the per-process arenas of shared buffers (mapped by every rank),
  * and the user buffers registered with fcclCommRegister. docs/ipc.md describes the design.

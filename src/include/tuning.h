@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tuning constants of the collectives: thread counts, areas, depths and thresholds that the kernels and the host's
  * algorithm table are built with. Host C and nvcc both include this header, so the grid the host computes and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Per-process arenas of shared-buffer chunks, carved into communicator slots (see arena.h). */
 #include "arena.h"
 

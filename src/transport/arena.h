@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The per-process arena of shared-buffer chunks (internal to the transport layer).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The collective steps every part of the transport takes with its peers: the all-gather and barrier of the
  * exchange (a failure marks the transport out of step), agreement on every rank's status, and the import of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* File-descriptor passing between processes of one host: pidfd_getfd, and SCM_RIGHTS over abstract Unix sockets. */
 #include "fdpass.h"
 

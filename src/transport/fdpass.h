@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Passing file descriptors (cuMem export handles) between processes of one host.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Buffers of captured CUDA graphs: a collective captured with unregistered buffers, at a size where registered ones
  * run another algorithm, registers them with every rank for the graph's lifetime (FCCL_GRAPH_REGISTER;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Exportable allocations (cuMem with POSIX descriptors, or cudaMalloc + legacy IPC) and the process registry's
  * CUDA operations: open = import and map a peer allocation for one device, close = unmap it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Exportable device allocations and the CUDA side of peer mappings (internal to the transport layer).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reference-counted registry of peer mappings (see mappings.h). A hash table of entries keyed by
  * struct fcclRegKey; one mutex guards the table and is held across open and close so that a key is never

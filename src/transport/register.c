@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/memory.c has the public calls),
  * and the registrations that captured graphs hold (graph_register.c) made the same way.

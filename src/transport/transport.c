@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A communicator's peer memory: slot agreement in the per-process arenas, mapping of the peers' chunks through
  * the process registry, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The transport layer's state of one communicator, shared by its files: transport.c (init, teardown), exchange.c
  * (the collective steps every part takes with the peers), register.c (user buffers), graph_register.c (buffers of

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # cudart (shared) is the only CUDA library libfccl links; libcuda and NVML must be reached at run time
 # (cudaGetDriverEntryPoint, dlopen) so the library loads on a machine without a GPU driver.
 set -eu

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fails unless the shared library exports exactly the names in the checked-in list, and the list names exactly
 # the functions that include/fccl.h declares with FCCL_API (so the header, the version script and the library
 # cannot drift apart).

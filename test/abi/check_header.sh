@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Compiles a public header on its own as C11 and as C++ with warnings as errors.
 # usage: check_header.sh header.h [include-dir...]
 set -eu

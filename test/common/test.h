@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A small test harness: EXPECT* record failures without stopping, each binary ends with the plain summary line
  * "N passed, N failed" and exits non-zero on any failure, or when it checked nothing at all; 77 means skipped

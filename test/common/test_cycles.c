@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Create/destroy cycles and the drift they leave: see test_cycles.h. */
 #include "test_cycles.h"
 

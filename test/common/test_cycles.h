@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Create/destroy cycles and what they leave behind: a test supplies the pair (a communicator through the public
  * API, a transport driven by hand), runs it thousands of times on every rank, and learns whether peer mappings or

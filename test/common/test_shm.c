@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared memory between the ranks of a test: see test_shm.h. */
 #include "test_shm.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared memory between the ranks of a test: forked processes (the region is created before the fork) or threads
  * of one process. It holds a barrier, an all-gather of small records, flags that one rank posts and others wait for,

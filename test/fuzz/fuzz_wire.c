@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target for the bootstrap's message parsers (src/bootstrap/wire.c): whatever bytes arrive on the
  * root's port or a ring connection, parsing must refuse or accept them without reading out of bounds, overflowing

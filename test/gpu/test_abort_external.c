@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclCommAbort while a non-blocking fcclCommInitExternal is inside the application's all-gather callback, a wait
  * fccl cannot bound: the abort returns at once instead of joining the init thread, the thread frees the

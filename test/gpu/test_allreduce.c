@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduce on GPUs, forked ranks (exits 77 without a GPU; ranks share GPUs when there are fewer GPUs than
  * ranks, e.g. 3, 4 and 8 ranks on 2). Every result is checked against the host reference (test_allreduce_ref.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared machinery of the collective GPU tests: see test_allreduce_common.h. */
 #include "test_allreduce_common.h"
 

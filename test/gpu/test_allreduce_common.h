@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the collective GPU tests share: forked ranks that meet through ids published in shared memory, a GPU count
  * probed in a child (the parent must not initialise CUDA before it forks), communicators that may share GPUs

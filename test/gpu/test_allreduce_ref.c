@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Host reference for the all-reduce tests: see test_allreduce_ref.h. Plain C11 (no CUDA, no FMA contraction). */
 #include "test_allreduce_ref.h"
 

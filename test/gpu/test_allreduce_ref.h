@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Host reference for the all-reduce tests (no CUDA): reproducible inputs, the reduction as the device defines it
  * (emulated bit for bit: rank order 0..n-1, fp16/bf16 accumulated in fp32, integers wrapping, NaN-propagating

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bad input that needs communicators backed by GPUs (test/unit/test_bad_input.c has every call that fails before a
  * GPU is touched). Two forked ranks (with one GPU they share it) each make two communicators over the same ranks,

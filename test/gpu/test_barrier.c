@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclBarrier and the bounded waits of every collective kernel, on forked ranks (exits 77 without a GPU).
  *   order [n]    work after the barrier on any rank's stream starts only after every rank's stream reached it

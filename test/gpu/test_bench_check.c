@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * all_reduce_perf's -c check works: a clean run reports #wrong 0 everywhere and exits 0; with the hidden
  * --inject-corruption (one element of rank 0's fccl result flipped before the check) every fccl row shows #wrong > 0,

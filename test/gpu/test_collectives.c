@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllGather, fcclReduceScatter and fcclBroadcast on GPUs, forked ranks (exits 77 without a GPU; ranks share GPUs
  * when there are fewer GPUs than ranks: config.allowSharedDevice). Outputs and the bytes around them are poisoned

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared machinery of the all-gather, reduce-scatter and broadcast GPU tests: see test_collectives_common.h. */
 #include "test_collectives_common.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the all-gather, reduce-scatter and broadcast GPU tests share (test_collectives.c), over the all-reduce tests'
  * machinery (test_allreduce_common.h: forked ranks, shared ids, guarded buffers, hashes across ranks) and their host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Communicator creation through the public API, on GPUs (exits 77 without one). Modes (argv[1]):
  *   rank     - fcclCommInitRank across 2 forked processes, one GPU each (with a single GPU they share it through

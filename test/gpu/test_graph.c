@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * All-reduce and barrier captured in a CUDA graph and replayed (1,000 times; FCCLTEST_QUICK=1: 50), with fresh
  * input copied in before every replay and every output checked after it, on forked ranks (exits 77 without a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Graph registration (FCCL_GRAPH_REGISTER): all-reduces captured into a CUDA graph with buffers that are not
  * registered are registered with every rank for the graph's lifetime and read in place by every replay; on forked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers for the transport GPU tests: a communicator struct filled by hand (the transport layer needs only rank,
  * nranks, device, timeout and abort flag), reproducible test data, and a GPU count probed in a child process (CUDA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The transport tests' stand-in for the bootstrap: a struct fcclTransportExchange over the shared-memory region of
  * test/common/test_shm.h, so that the transport layer can be driven on its own (fcclTransportInitWithExchange).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Ranks in one process (one thread per GPU, as fcclCommInitAll runs them): they use each other's arena chunks
  * directly through peer access, with no IPC mapping at all; registrations of cudaMalloc and fcclMemAlloc memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The transport layer across two processes (forked ranks, one GPU each; with one GPU both share it), driven
  * through fcclTransportInitWithExchange with a shared-memory exchange in place of the bootstrap:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Re-initialisation through the public API, two processes (one GPU each; with one GPU they share it):
  *   report - FCCLTEST_ROUNDS rounds (1000) of: fcclCommInitRank again while the previous communicator lives

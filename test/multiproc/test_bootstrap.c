@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap working: 2, 3, 4 and 8 forked ranks meet over loopback and all-gather random data of several
  * sizes (every byte checked) and barrier; two communicators side by side; ranks as threads of one process; the

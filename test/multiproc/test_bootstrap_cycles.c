@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Creating and destroying bootstraps over and over leaks nothing: 10,000 one-rank cycles through the whole TCP path
  * (unique id, root thread, hello, welcome, join) and a few hundred two-rank cycles (ring connections, ranks as

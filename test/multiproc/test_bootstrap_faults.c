@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap failing well: a wrong secret, another protocol version and garbage bytes are refused without
  * disturbing the real ranks; a duplicate rank and an nranks mismatch fail every rank with a message naming the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fork() without exec (data-loader workers, multiprocessing pools): a child must not keep the bootstrap's
  * connections open, or the peers of a rank that dies see no end of stream and wait their whole timeout. Here a rank

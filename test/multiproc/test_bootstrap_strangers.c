@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strangers at the bootstrap's listeners: a local process floods the root's port, or a rank's ring listener,
  * with connections that never speak, that send a hello one byte at a time, and that send garbage and reconnect,

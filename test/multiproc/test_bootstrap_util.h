@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers for the bootstrap's multiproc tests: passing a unique id between forked ranks through shared memory,
  * reproducible per-rank data, elapsed time, and counting open file descriptors.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * File-descriptor passing between forked processes, without a GPU: plain (unlinked) files travel over the abstract
  * Unix sockets with SCM_RIGHTS (more than one message's worth per peer, with a stray message of a foreign tag to

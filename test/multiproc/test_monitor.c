@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The peer monitor (src/core/monitor.c) with real processes: communicators made by hand watch forked children as
  * their peers; a child killed with SIGKILL fails every communicator that includes it (fcclRemoteError, the rank

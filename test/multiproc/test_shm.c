@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The shared-memory region the multi-rank tests meet through (test/common/test_shm.h), on forked ranks: the
  * barrier holds every rank until the last arrives, many times over; the all-gather returns every rank's record;

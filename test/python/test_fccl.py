@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The Python layer (python/fccl) against the built library.
 
 Without a GPU (the unit suite): loading, version, result names, unique ids, config and argument errors coming back

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fccl-info --algo prints the selection that fcclAllReduce makes: it must match the table in docs/collectives.md
 # (2, 4 and 8 ranks), one rank's copy, FCCL_ALGO's forcing and fallback, and refuse bad arguments.
 # usage: check_algo_table.sh FCCL_INFO

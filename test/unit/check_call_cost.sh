@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fccl-call-cost with good flags gets past its parser and then either measures (exit 0: its header, then a line per
 # step down to the registered all-reduce) or, on a machine without a GPU, says "no CUDA GPU to run on" and exits 2,
 # the status of "nothing to run on". Its usage (also status 2: bad flags), a crash (a signal) or any other status

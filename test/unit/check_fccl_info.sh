@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fccl-info --params on any machine (a GPU or none): exit 0, the library and header version, the build configuration
 # this build was configured with, the CUDA driver, runtime and GPU lines, and every parameter of the registry
 # (src/include/param_list.h) once, by name, with its value.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The collectives' host logic that needs no GPU: algorithm selection and grids (the all-reduce's fcclAlgoSelect,
  * and fcclMoveSelect of all-gather, reduce-scatter and broadcast), FCCL_ALGO and FCCL_ALLGATHER_ALGO parsing, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bad input to every public call, without a GPU: one table, one row per case (the call, what is wrong with it, the
  * documented result, words its message must hold). Each row must return its result with a non-empty

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark's host-only core (tools/bench): flags as nccl-tests spells them, the size sweep, bandwidth
  * arithmetic, the table compared character for character with text produced by nccl-tests' own printf formats,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's command line from outside, without a GPU: scripts/bench says plainly that there is nothing to run
 on (before installing or building anything) and exits 2; the programs given (all_reduce_perf, all_gather_perf,
 reduce_scatter_perf, broadcast_perf, barrier_perf) reject bad flags, unwritable output files, inconsistent launcher

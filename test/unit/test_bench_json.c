@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Writes a whole -J document through the benchmark's host-only core (benchJsonBegin, benchJsonRow, benchJsonEnd)
  * from made-up results, two ranks with NCCL compared, to standard output. test_bench_json.py compares it with the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's -J document against nccl-tests' own: every member of the nccl-tests document recorded in
 test/data/bench (written from nccl-tests' JSON writer, src/util.cu) must be in ours, under the same name and with
 the same JSON type (integers and doubles are both numbers), at every level (each element of an array against the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The result functions of all_gather_perf, reduce_scatter_perf and broadcast_perf (tools/bench/check.c) with the
  * benchmark's checker, on results built on the host from the ranks' input pattern: a right result has no wrong

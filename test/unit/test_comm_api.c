@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The public communicator calls without a GPU: every argument check, which happens before CUDA is touched, and
  * the launcher-variable errors. (Creating communicators is covered by test/gpu/test_comm_init.c; the bootstrap

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Core runtime without a GPU: result strings, last-error text per thread, parameters, logging, fork safety. */
 #include "check.h"
 #include "debug.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* docs/env.md must describe every registered parameter with its default, and name no parameter that is gone. */
 #include "param.h"
 #include "test.h"

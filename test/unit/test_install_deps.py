@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """scripts/install-deps in made-up machines: a PATH of stand-ins (dpkg-query answering from a list, apt-get and sudo
 recording their calls, id giving a chosen uid, nvcc giving a chosen release) and INSTALL_DEPS_ROOT for the toolkit
 and NCCL files. Nothing is installed. Checks that it installs only what is missing, as root directly and otherwise

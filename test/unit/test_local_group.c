@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclCommInitAll's groups: members destroyed one after another from one thread must all be torn down, and a
  * teardown that waits for every member (as the real, collective one does) must complete. Without the deferral

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Peer information: what a rank says about its host and process, and the checks on what all ranks said. */
 #include "bootstrap.h"
 #include "check.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The all-reduce tests' host reference (test/gpu/test_allreduce_ref.c) checked on its own, without a GPU: fp16
  * and bf16 conversions (every value round-trips, ties go to even, overflow and subnormals), the emulated device

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The peer-mapping registry and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
  * injected (fake operations that count what they do), so reference counts, keys, offsets, concurrent users,

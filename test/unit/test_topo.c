@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl-topo without a GPU: its model (bus ids, CPU masks, PCI path classes, NVLink groups, decisions), the facts file
  * parser, the command line, and its three outputs on recorded machines compared byte for byte with golden files.

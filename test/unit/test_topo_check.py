@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks fccl-topo's machine-readable outputs.
 
   --json: validated against test/data/topo/schema.json (JSON Schema draft 2020-12) by python3-jsonschema; every

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """fccl-info and fccl-topo agree about the CUDA driver on this machine (tools/common/cuda_status.c words it for both):
 the same driver version, or, without GPUs, the same reason; and on a machine without an NVIDIA driver (no
 /dev/nvidia* device node, or no libcuda.so.1) both say "no NVIDIA driver found" and neither repeats CUDA's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The bootstrap's wire format without a network: every parser against valid, truncated, oversized and out-of-range
  * input; the incremental reader over a socketpair; address parsing; launcher variables; and a short random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * An agent's life: a thread that drives -g GPUs, one rank each. It sets up its GPUs' streams and events, creates
  * every measured engine's communicators (timing them and measuring their memory), has rank 0's agent print the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Command-line flags: nccl-tests' (same letters, same long names, same defaults) and fccl's own. A hand-written
  * parser rather than getopt: it accepts nccl-tests' "-np N" spelling, keeps no global state (the unit tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark's host-only core: flags, size sweep, bandwidth arithmetic, the nccl-tests table, JSON and CSV
  * output, result checking on host buffers, the out-of-band exchange between ranks and the process launcher.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A data program's buffers: a send and a receive buffer per local rank and measured engine. Plain ones (-R 0)
  * are cudaMalloc'ed once and shared by the engines, so both move the same memory; registered ones (-R 1, 2) come

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Input data and result checking on host buffers. Every input element is a small integer chosen from the element
  * index, the rank and a seed, so that the exact result of sum, prod, max and min is representable in every type

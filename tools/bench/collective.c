@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The driver every collective's program shares: for each type (-d) and op (-o), a warm-up at the largest and
  * smallest size, then for each size of the sweep and each engine, the timed loop out of place and in place, the

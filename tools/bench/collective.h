@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A collective's benchmark, as nccl-tests has one: a small program per collective (tools/all_reduce_perf.c)
  * describes the collective once in a benchCollective_t, and the shared driver (collective.c) does the rest: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The data on the GPUs: a rank's inputs written from the host pattern (check.c), results poisoned before a checked
  * run and read back to be counted, and the hidden --inject-corruption. Everything goes through the agent's pinned

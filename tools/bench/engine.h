@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The libraries the benchmark measures, each behind one ops table: fccl always (engine_fccl.c), NCCL beside it
  * with --compare nccl when the build has it (engine_nccl.c). The runtime and the programs reach a library only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The fccl engine: the library under test, through its public API only (include/fccl.h).
  */

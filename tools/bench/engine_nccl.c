@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The NCCL engine (--compare nccl): NCCL in the same processes, on the same GPUs and streams, so that its numbers
  * stand beside fccl's. The one file of the benchmark that knows NCCL; a build without NCCL has no NCCL table.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The runtime's side of the exchange between agents (bench.h: one all-gather of a fixed slot per agent): the
  * calls that say what failed, and the two channels that need more than host memory. Under mpirun in an MPI

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How ranks come to be: from a launcher's variables (torchrun, mpirun), or forked here, one process per rank group,
  * with no MPI needed. The parent never initialises CUDA (a CUDA context does not survive fork), so the GPU count

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark's entry (benchMain): flags, the launch mode and the processes, the agents.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark's out-of-band exchange. Every operation is an all-gather of one slot per agent; the shared-memory
  * implementation serves threads of one process and the processes the launcher forks (the mapping is made before

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the output agent writes besides a program's results: the header above the table (versions, flags,
  * launch, every rank's device, communicator creation), the progress line on a terminal, the -J preamble both

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Output: the table (column for column nccl-tests' layout, so `diff` against all_reduce_perf from nccl-tests
  * lines up), its footer, CSV, JSON and the progress line.

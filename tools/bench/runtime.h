@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The benchmark runtime shared by the collectives' programs (all_reduce_perf) and barrier_perf: launch (forked
  * ranks, torchrun/mpirun variables, MPI), communicators for fccl and NCCL with their creation time and memory,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the runtime's files and the engines share and the programs need not see: the CUDA check, the per-GPU
  * threads, the exchange adapters, and each file's part of an agent's life (agent.c runs it).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Launching and timing: every local rank's operation per iteration (grouped where the engine needs it), CUDA
  * graphs for -G, the timed loop with CUDA events, and the bounded wait that watches the engine's asynchronous

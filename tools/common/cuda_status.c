@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tools' one reading of CUDA's driver and GPU status (cuda_status.h).
  */

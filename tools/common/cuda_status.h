@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What CUDA says about this machine's driver and GPUs, in one wording for every tool (fccl-info, fccl-topo, the
  * benchmark), so that they agree. Without any NVIDIA driver the CUDA runtime answers cudaErrorInsufficientDriver,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tools' JSON writer (json.h). Strings are written as given (UTF-8 passes through) with the characters JSON
  * requires escaped: the quote, the backslash and every control character.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tools' one JSON writer: fccl-topo's --json and the benchmark's -J write through it. It streams to a FILE,
  * keeps no global state and needs no allocation; the caller opens and ends containers in order, and the writer puts

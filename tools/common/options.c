@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Messages for getopt_long's complaints (options.h).
  */

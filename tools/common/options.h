@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tools parse their command lines with getopt_long, opterr = 0 and an optstring that starts with ':', and say
  * what is wrong in their own words, on the stream they choose. toolOptionProblem words getopt_long's '?' and ':'

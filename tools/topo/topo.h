@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl-topo's model of a machine: plain data filled by four independent sources and read by three formatters.
  *

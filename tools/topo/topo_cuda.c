@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPUs as CUDA sees them: properties, peer capabilities (cudaDeviceCanAccessPeer, cudaDeviceGetP2PAttribute) and
  * what fccl's peer-memory layer keys on (cuMem with POSIX file descriptors, through the driver entry points that

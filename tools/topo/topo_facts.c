@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPU facts as text: what CUDA and NVML said about a machine, so a recorded machine can be replayed with its hwloc
  * XML (fccl-topo --input-xml M.xml --gpu-facts M.facts) and `fccl-topo --record M` can capture both. docs/topo.md

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The human report: host, GPUs, a GPU x GPU matrix in the spirit of `nvidia-smi topo -m` (with CPU and NUMA
  * affinity columns), NVLink, peer access, the PCI tree, and what fccl will do. Deterministic for recorded inputs.

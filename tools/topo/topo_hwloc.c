@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The host side of the model from hwloc: CPU packages, NUMA nodes and the PCI tree with each host bridge's locality.
  * Live (this machine) or from a recorded hwloc XML (lstopo --of xml, or fccl-topo --record), so tests can replay

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * --json: the same report as data. The schema is test/data/topo/schema.json and docs/topo.md explains each field;
  * "schema": "fccl-topo/1" changes only when a field changes meaning or disappears (new fields may be added).

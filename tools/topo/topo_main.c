@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fccl-topo's command line. A function rather than main() so the unit tests run the whole program in-process (under
  * AddressSanitizer too) on recorded machines and compare its output with golden files.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What follows from the facts: bus id helpers, NVLink groups, GPU x GPU path classes and fccl's own decisions.
  * Pure computation on topoSystem_t; no hwloc, CUDA or NVML here, so the unit tests reach every branch.

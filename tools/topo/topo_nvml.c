@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * NVLink facts from NVML, reached through dlopen("libnvidia-ml.so.1") so the tool runs (and says "NVML
  * unavailable") where the driver's management library is missing. There is no nvml.h on build machines: the few

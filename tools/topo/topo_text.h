@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Wording shared by the human and JSON outputs, so both say the same thing in the same words. */
 #ifndef FCCL_TOPO_TEXT_H_
 #define FCCL_TOPO_TEXT_H_

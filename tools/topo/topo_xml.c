@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * --xml: the machine in NCCL's topology XML (what NCCL_TOPO_DUMP_FILE writes and NCCL_TOPO_FILE reads):
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Where the fixed cost of the copy-engine reduce-scatter goes: CUDA graphs on GPUs 0 and 1 of one process,
 // replayed at once, us per op (the slower GPU). An op is some of: a cross-GPU barrier kernel (B), a peer copy of N
 // bytes into the other GPU's memory (C), an empty kernel after it (K). The library's call is B + C + the two-shot

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Could the copy-engine reduce-scatter hide its copy-to-kernel edge? A call of the library is, on one stream, a
 // barrier kernel (B), a copy of N bytes into the peer (C) and the two-shot kernel (K). The fork runs C on a second
 // stream and ends it with a stream memory write of the peer's flag (W); K starts right after B on the first stream,

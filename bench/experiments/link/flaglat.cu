@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // What a flag costs between GPUs 0 and 1 of one process, with the library's flag accesses (primitives.cuh): the
 // one-way time of a flag ping-pong (one thread per GPU, each flag written into the reader's memory, so every poll
 // reads local memory and every store crosses NVLink once, as in the library), relaxed and release/acquire; and per

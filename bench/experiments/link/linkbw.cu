@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // NVLink bandwidth per direction by method, between GPUs 0 and 1 of one process: SM 16-byte stores into the peer
 // (push) and loads from it (pull), both with the library's data accesses (ld_data16 / st_data16, primitives.cuh);
 // TMA bulk copies through shared memory; and the copy engines (cudaMemcpyAsync). Both GPUs send 256 MiB at the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Does NVLink carry more per direction when SM stores share it with SM loads or with the copy engines? GPUs 0 and 1
 // move 256 MiB towards each other at once, split between methods running at the same time: a kernel whose first
 // blocks store into the peer (push) while the others load from it (pull), with the library's data accesses

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gpu-ab end to end without a GPU: two "builds" holding the stand-in all_reduce_perf, three variants (one
 # with an environment setting that adds 1 us to every time). Checks the turns, the settings reaching the runs, the
 # table's ratios and the files written; a variant naming no build must be refused.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gpu-tune end to end without a GPU: a stand-in all_reduce_perf (made-up times from FCCL_ALGO, the size and
 # FCCL_STAGING_BYTES, in all_reduce_perf's CSV format) beside the real fccl-info. Checks the sizes each forced
 # algorithm was run at (fccl-info --algo's ranges), the suggestion, the staging table and the files written.

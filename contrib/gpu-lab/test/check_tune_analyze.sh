@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tune-analyze on made-up measurements with known crossovers: LL fastest up to 64 KiB, LL128 up to 256 KiB
 # (where it is 0.5% behind one-shot, inside the 2% tolerance), one-shot up to 512 KiB, two-shot beyond; a 1% LL
 # loss at 8 KiB stays inside the tolerance too. Without LL128 files, LL128's limit is LL's. Bad file names are

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A stand-in all_reduce_perf for the script tests: records its arguments in $FAKE_LOG and writes one out-of-place
 # fccl row per size from -b to -e (factor -f) into --csv, with made-up times from FCCL_ALGO, the size,
 # FCCL_STAGING_BYTES and FAKE_EXTRA_US (added to every time).

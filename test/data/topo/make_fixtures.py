@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the recorded-machine hwloc XMLs used by the fccl-topo golden tests (README.md says where each fact is from).
 
     python3 test/data/topo/make_fixtures.py test/data/topo
