@@ -5,7 +5,6 @@
  */
 #include "debug.h"
 
-#include "check.h"
 #include "param.h"
 
 #include <errno.h>
@@ -167,13 +166,11 @@ void fcclLogSetContext(int rank, int cudaDev) {
   logDevice = cudaDev;
 }
 
-FCCL_API fcclResult_t fcclSetLogCallback(fcclLogCallback_t callback, void* userData) {
-  fcclClearError();
+void fcclLogSetCallback(fcclLogCallback_t callback, void* userData) {
   pthread_mutex_lock(&logLock);
   logCallback = callback;
   logCallbackData = userData;
   pthread_mutex_unlock(&logLock);
-  return fcclSuccess;
 }
 
 void fcclLog(fcclLogLevel_t level, fcclSubsys_t subsys, const char* file, int line, const char* fmt, ...) {

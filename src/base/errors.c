@@ -47,3 +47,10 @@ const char* fcclThreadLastError(void) { return threadLastError; }
 void fcclRestoreThreadError(const char* text) {
   if (text != threadLastError) snprintf(threadLastError, sizeof(threadLastError), "%s", text);
 }
+
+/* Public here rather than beside the logger: the logger stands below the last-error text and never calls it. */
+FCCL_API fcclResult_t fcclSetLogCallback(fcclLogCallback_t callback, void* userData) {
+  fcclClearError();
+  fcclLogSetCallback(callback, userData);
+  return fcclSuccess;
+}

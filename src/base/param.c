@@ -6,7 +6,6 @@
  */
 #include "param.h"
 
-#include "check.h"
 #include "debug.h"
 
 #include <errno.h>

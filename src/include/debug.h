@@ -34,6 +34,9 @@ uint32_t fcclParseSubsysList(const char* list);
 /* The name a subsystem bit is written as in log lines ("INIT", "IPC", ...). */
 const char* fcclSubsysName(fcclSubsys_t subsys);
 
+/* Where lines go: the application's callback (fcclSetLogCallback, in errors.c), or NULL for the default sink. */
+void fcclLogSetCallback(fcclLogCallback_t callback, void* userData);
+
 /* Rank and device shown on this thread's log lines (-1: unknown). */
 void fcclLogSetContext(int rank, int cudaDev);
 

@@ -91,7 +91,7 @@ static const goldenCase_t goldenCases[] = {
     {"local", "local.xml", NULL},
     {"two-socket", "two-socket.xml", "two-socket.facts"},
     {"dgx-h100", "dgx-h100.xml", "dgx-h100.facts"},
-    {"h200x2", "h200x2.xml", "h200x2.facts"}, /* recorded with fccl-topo --record on nvidia-h200-x2 */
+    {"h200x2", "h200x2.xml", "h200x2.facts"}, /* recorded with fccl-topo --record on a 2x H200 machine */
 };
 
 static const struct {
