@@ -51,6 +51,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+__version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
+
 __all__ = [
     "Result", "DataType", "RedOp", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
     "Registration", "mem_stats", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
@@ -438,11 +440,22 @@ def _as_buffer(obj, what):
                     f"(pointer, count, dtype), got {type(obj).__name__}")
 
 
+# torch.distributed.ReduceOp members by name (str(dist.ReduceOp.SUM) ends in "SUM"): torch need not be imported.
+_TORCH_REDUCE_OPS = {"SUM": RedOp.sum, "PRODUCT": RedOp.prod, "MAX": RedOp.max, "MIN": RedOp.min, "AVG": RedOp.avg}
+
+
 def _op_of(op):
     member = _enum_member(RedOp, op, "reduction")
     if member is not None:
         return member
-    raise TypeError(f"op must be a name or fccl.RedOp, not {type(op).__name__}")
+    kind = type(op).__name__
+    if kind in ("ReduceOp", "RedOpType"):
+        name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+        if name in _TORCH_REDUCE_OPS:
+            return _TORCH_REDUCE_OPS[name]
+        raise ValueError(f"torch.distributed.ReduceOp.{name} has no fccl equivalent (fccl has "
+                         f"{', '.join(_TORCH_REDUCE_OPS)})")
+    raise TypeError(f"op must be a name, fccl.RedOp or torch.distributed.ReduceOp, not {kind}")
 
 
 def _stream_handle(stream, torch_device=None):

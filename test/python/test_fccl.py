@@ -300,6 +300,33 @@ class BufferCheckTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             self.check(array, op=1.0)
 
+    def test_torch_reduce_ops(self):
+        """torch.distributed.ReduceOp members are taken by name, as torch spells them (RedOpType.SUM), whether
+        torch is installed or not; the ones fccl has no equivalent for are refused with their name."""
+        array = FakeCudaArray((4,))
+
+        class RedOpType:  # the shape of torch.distributed.ReduceOp.SUM: a member with a name
+            def __init__(self, name):
+                self.name = name
+
+            def __str__(self):
+                return "RedOpType." + self.name
+
+        for name, value in (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4)):
+            self.assertEqual(self.check(array, op=RedOpType(name))[2], fccl.RedOp(value))
+        with self.assertRaisesRegex(ValueError, "BXOR"):
+            self.check(array, op=RedOpType("BXOR"))
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return
+        self.assertEqual(self.check(array, op=dist.ReduceOp.SUM)[2], fccl.RedOp.sum)
+        self.assertEqual(self.check(array, op=dist.ReduceOp.MAX)[2], fccl.RedOp.max)
+
+    def test_version_and_typing(self):
+        self.assertEqual(fccl.__version__, "0.1.0")
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(fccl.__file__), "py.typed")))
+
     def test_streams(self):
         array = FakeCudaArray((4,))
 
