@@ -5,9 +5,10 @@ fccl is a collective communication library for the GPUs of one NVLink domain wit
 wraps it with the standard library only; PyTorch is optional and imported only when a call needs it (a torch
 tensor as a buffer, ``Communicator.from_process_group``).
 
-The library is found through the environment variable FCCL_LIBRARY (a path to libfccl.so.0) or, without it, as
-``libfccl.so.0`` through the dynamic loader's search (LD_LIBRARY_PATH, the installed prefix). It is loaded at the
-first call, so ``import fccl`` itself never fails for want of it.
+The library is the one given to ``fccl.load(path)`` or to a communicator's ``library_path=``, else the one the
+environment variable FCCL_LIBRARY names (a path to libfccl.so.0), else ``libfccl.so.0`` through the dynamic loader's
+search (LD_LIBRARY_PATH, the installed prefix). It is loaded at the first call, so ``import fccl`` itself never fails
+for want of it. Loading refuses a libfccl built for another CUDA major version than the torch in the process.
 
 Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 example.py``)::
 
@@ -47,15 +48,17 @@ import ctypes
 import enum
 import math
 import os
+import re
+import struct
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 __version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
 
 __all__ = [
     "Result", "DataType", "RedOp", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
-    "Registration", "mem_stats", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
+    "Registration", "mem_stats", "load", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
 ]
 
 UNIQUE_ID_BYTES = 128
@@ -210,26 +213,220 @@ _PROTOTYPES = {
 }
 
 _library = None
+_library_file = None  # the real path of the loaded libfccl
+_library_needed = []  # the libraries it was linked against (its DT_NEEDED), read once at load
+
+_CUDART_NAME = re.compile(r"^libcudart\.so\.(\d+)$")
+
+
+def _elf_needed(path) -> List[str]:
+    """The DT_NEEDED names of an ELF64 little-endian shared object: the libraries it was linked against (its
+    dynamic section, found through the section headers; only those parts are read). [] for anything else."""
+    try:
+        with open(path, "rb") as handle:
+            def read(offset, size):
+                handle.seek(offset)
+                data = handle.read(size)
+                if len(data) != size:
+                    raise ValueError("truncated")
+                return data
+
+            header = read(0, 64)
+            if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+                return []
+            section_offset, = struct.unpack_from("<Q", header, 0x28)
+            entry_size, count = struct.unpack_from("<HH", header, 0x3A)
+            if entry_size != 64:
+                return []
+            table = read(section_offset, count * 64)
+            # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, addralign, entsize
+            sections = [struct.unpack_from("<IIQQQQIIQQ", table, i * 64) for i in range(count)]
+            needed = []
+            for section in sections:
+                if section[1] != 6 or section[6] >= count:  # SHT_DYNAMIC, linked to its string table
+                    continue
+                strings_section = sections[section[6]]
+                strings = read(strings_section[4], strings_section[5])
+                dynamic = read(section[4], section[5] - section[5] % 16)
+                for offset in range(0, len(dynamic), 16):
+                    tag, value = struct.unpack_from("<qQ", dynamic, offset)
+                    if tag == 0:  # DT_NULL
+                        break
+                    end = strings.find(b"\0", value)
+                    if tag == 1 and end > value:  # DT_NEEDED
+                        needed.append(strings[value:end].decode("utf-8", "replace"))
+            return needed
+    except (OSError, ValueError, struct.error):
+        return []
+
+
+def _cudart_major(names) -> Optional[int]:
+    """The major version of the first libcudart.so.N among names (None: none, e.g. a static cudart)."""
+    for name in names:
+        match = _CUDART_NAME.match(os.path.basename(name))
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _mapped_files() -> List[str]:
+    """The files mapped into this process (/proc/self/maps; [] where there is none)."""
+    try:
+        with open("/proc/self/maps") as handle:
+            fields = [line.split(None, 5) for line in handle]
+    except OSError:
+        return []
+    return sorted({field[5].strip() for field in fields if len(field) == 6 and field[5].startswith("/")})
+
+
+def _cuda_runtime_conflict(fccl_major, torch_cuda, mapped_majors) -> Optional[str]:
+    """Why this process would run two CUDA runtimes of different majors, with what to do; None when it would
+    not. fccl_major: libfccl's libcudart major; torch_cuda: torch.version.cuda of an imported torch (or None);
+    mapped_majors: the majors of every libcudart.so.N mapped into the process."""
+    torch_major = int(str(torch_cuda).split(".")[0]) if torch_cuda else None
+    if fccl_major is not None and torch_major is not None and fccl_major != torch_major:
+        return (f"libfccl was built with CUDA {fccl_major} (it loads libcudart.so.{fccl_major}) but the torch in this "
+                f"process with CUDA {torch_cuda}: two CUDA runtimes in one process, each with its own device and error "
+                f"state, on a driver that must serve both, which fccl does not support. Build fccl with a CUDA "
+                f"{torch_major} toolkit (CUDA_HOME=<its path> meson setup build) and point FCCL_LIBRARY at that "
+                f"libfccl.so.0, or install a torch built for CUDA {fccl_major}")
+    majors = sorted(set(mapped_majors))
+    if fccl_major is not None and len(majors) > 1:
+        return (f"this process has CUDA runtimes of majors {', '.join(map(str, majors))} loaded beside libfccl's "
+                f"(CUDA {fccl_major}): two CUDA runtimes in one process, which fccl does not support. Load one "
+                f"CUDA major only: build fccl with the toolkit of the other libraries, or theirs with fccl's")
+    return None
+
+
+def _check_cuda_runtimes():
+    """Raises FcclError when libfccl and the rest of the process use CUDA runtimes of different majors. Asked at
+    load and again at each communicator's creation, since torch may be imported after fccl was loaded."""
+    fccl_major = _cudart_major(_library_needed)
+    torch = sys.modules.get("torch")
+    torch_cuda = getattr(getattr(torch, "version", None), "cuda", None) if torch is not None else None
+    mapped = [_cudart_major([path]) for path in _mapped_files()]
+    problem = _cuda_runtime_conflict(fccl_major, torch_cuda, [major for major in mapped if major is not None])
+    if problem:
+        raise FcclError(Result.InvalidUsage, problem, "load")
+
+
+def _loaded_file(name) -> Optional[str]:
+    """The real path of the library just loaded as name: name itself when it is a path, else the mapped file of
+    that name."""
+    if os.sep in name:
+        return os.path.realpath(name)
+    for path in _mapped_files():
+        if os.path.basename(path).startswith("libfccl.so"):
+            return os.path.realpath(path)
+    return None
+
+
+def load(library_path: Optional[str] = None):
+    """Loads libfccl now: library_path, else FCCL_LIBRARY, else libfccl.so.0 through the loader's search path.
+    A process holds one libfccl: asking for another file once one is loaded raises FcclError (InvalidUsage).
+    Returns the ctypes library."""
+    global _library, _library_file, _library_needed
+    if _library is not None:
+        if library_path is not None and _library_file and os.path.realpath(library_path) != _library_file:
+            raise FcclError(Result.InvalidUsage, f"libfccl is already loaded from {_library_file}; a process holds "
+                            f"one libfccl, so {library_path} cannot be loaded beside it", "load")
+        return _library
+    path = library_path or os.environ.get("FCCL_LIBRARY")
+    name = path or "libfccl.so.0"
+    try:
+        library = ctypes.CDLL(name)
+    except OSError as exc:
+        if library_path:
+            where = f"library_path={library_path}"
+        else:
+            where = f"FCCL_LIBRARY={path}" if path else "libfccl.so.0 through the dynamic loader's search path"
+        raise OSError(f"fccl: cannot load {where} ({exc}); set FCCL_LIBRARY (or library_path=) to the path of "
+                      f"libfccl.so.0, e.g. FCCL_LIBRARY=$PWD/build/src/libfccl.so.0") from exc
+    for function_name, (restype, argtypes) in _PROTOTYPES.items():
+        function = getattr(library, function_name)
+        function.restype = restype
+        function.argtypes = argtypes
+    _library, _library_file = library, _loaded_file(name)
+    _library_needed = _elf_needed(_library_file) if _library_file else []
+    _check_cuda_runtimes()
+    return _library
 
 
 def _lib():
     """The loaded libfccl with every prototype declared; loaded at the first call."""
-    global _library
-    if _library is None:
-        path = os.environ.get("FCCL_LIBRARY")
-        name = path or "libfccl.so.0"
-        try:
-            library = ctypes.CDLL(name)
-        except OSError as exc:
-            where = f"FCCL_LIBRARY={path}" if path else "libfccl.so.0 through the dynamic loader's search path"
-            raise OSError(f"fccl: cannot load {where} ({exc}); set FCCL_LIBRARY to the path of libfccl.so.0, "
-                          f"e.g. FCCL_LIBRARY=$PWD/build/src/libfccl.so.0") from exc
-        for function_name, (restype, argtypes) in _PROTOTYPES.items():
-            function = getattr(library, function_name)
-            function.restype = restype
-            function.argtypes = argtypes
-        _library = library
-    return _library
+    return _library if _library is not None else load()
+
+
+def _device_index(device) -> Optional[int]:
+    """The CUDA device index that device names: None (the current device), an int, "cuda" / "cuda:N", or a
+    torch.device of type cuda."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise TypeError("device: a bool is not a device index")
+    if isinstance(device, int):
+        index = device
+    elif isinstance(device, str):
+        match = re.fullmatch(r"cuda(?::(\d+))?", device.strip())
+        if not match:
+            raise ValueError(f"device: {device!r} is not a CUDA device; give an index, 'cuda' or 'cuda:N'")
+        index = int(match.group(1)) if match.group(1) is not None else None
+    elif hasattr(device, "type") and hasattr(device, "index"):  # torch.device, without importing torch
+        if device.type != "cuda":
+            raise ValueError(f"device: {device} is not a CUDA device")
+        index = device.index
+    else:
+        raise TypeError(f"device: expected None, an int, 'cuda:N' or a torch.device, not {type(device).__name__}")
+    if index is not None and index < 0:
+        raise ValueError(f"device: index {index} is negative")
+    return index
+
+
+_CUDA_SUCCESS = 0
+
+
+class _OnDevice:
+    """Makes a device current for a communicator's creation (fccl takes the device current at init; its other
+    calls switch to the communicator's own) and restores the caller's on leaving. Through the libcudart that
+    libfccl loads, so torch's current device, which is that runtime's, moves with it."""
+
+    def __init__(self, index: Optional[int]):
+        self.index = index
+        self.saved = None
+
+    def _runtime(self):
+        name = next((n for n in _library_needed if _CUDART_NAME.match(n)), None)
+        if name is None:
+            raise FcclError(Result.InvalidUsage, "device=: libfccl does not load a shared libcudart, so fccl cannot "
+                            "switch devices for it; make the device current yourself (torch.cuda.set_device)",
+                            "cudaSetDevice")
+        return ctypes.CDLL(name)
+
+    def _call(self, runtime, function_name, *arguments):
+        result = getattr(runtime, function_name)(*arguments)
+        if result != _CUDA_SUCCESS:
+            text = runtime.cudaGetErrorString(result)
+            reason = text.decode("utf-8", "replace") if text else f"error {result}"
+            raise FcclError(Result.UnhandledCudaError, f"{function_name} for device={self.index} failed: {reason}",
+                            function_name)
+
+    def __enter__(self):
+        if self.index is None:
+            return self
+        runtime = self._runtime()
+        runtime.cudaGetErrorString.restype = ctypes.c_char_p
+        current = ctypes.c_int()
+        self._call(runtime, "cudaGetDevice", ctypes.byref(current))
+        if current.value != self.index:
+            self._call(runtime, "cudaSetDevice", ctypes.c_int(self.index))
+            self.saved = (runtime, current.value)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.saved is not None:
+            runtime, previous = self.saved
+            runtime.cudaSetDevice(ctypes.c_int(previous))  # best effort: the creation's own error matters more
+        return False
 
 
 def _last_error(comm_handle=None):
@@ -639,6 +836,26 @@ class Registration:
         self.deregister()
 
 
+class _Creation:
+    """A communicator's creation: loads libfccl (library_path), checks the process's CUDA runtimes again (torch may
+    have come in since the load) and holds device current; yields the library."""
+
+    def __init__(self, device, library_path):
+        self.index = _device_index(device)
+        self.library_path = library_path
+        self.on_device = None
+
+    def __enter__(self):
+        library = load(self.library_path)
+        _check_cuda_runtimes()
+        self.on_device = _OnDevice(self.index)
+        self.on_device.__enter__()
+        return library
+
+    def __exit__(self, *exc_info):
+        return self.on_device.__exit__(*exc_info)
+
+
 class Communicator:
     """An fccl communicator: one rank of a group of GPUs. Create it with init_rank, from_external,
     from_process_group or from_nccl, on the CUDA device that is current (torch.cuda.set_device first).
@@ -653,38 +870,46 @@ class Communicator:
         self._device = None
 
     @classmethod
-    def init_rank(cls, nranks: int, rank: int, unique_id, config: Optional[Config] = None) -> "Communicator":
-        """fcclCommInitRankConfig: collective over nranks processes holding the same id (UniqueId or its bytes)."""
+    def init_rank(cls, nranks: int, rank: int, unique_id, config: Optional[Config] = None, *, device=None,
+                  library_path: Optional[str] = None) -> "Communicator":
+        """fcclCommInitRankConfig: collective over nranks processes holding the same id (UniqueId or its bytes).
+        device: the GPU (an index, "cuda:N" or a torch.device; None: the current device, torch's). library_path:
+        the libfccl to load if none is loaded yet (fccl.load)."""
         if not isinstance(unique_id, UniqueId):
             unique_id = UniqueId.from_bytes(unique_id)
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        result = _lib().fcclCommInitRankConfig(ctypes.byref(handle), int(nranks), unique_id._struct(), int(rank),
-                                               config_pointer)
+        with _Creation(device, library_path) as library:
+            result = library.fcclCommInitRankConfig(ctypes.byref(handle), int(nranks), unique_id._struct(),
+                                                    int(rank), config_pointer)
         _check(result, "fcclCommInitRankConfig", allowed=(Result.Success, Result.InProgress))
         return cls(handle.value)
 
     @classmethod
     def from_external(cls, nranks: int, rank: int, allgather: Callable[[bytes], bytes],
-                      barrier: Optional[Callable[[], None]] = None, config: Optional[Config] = None) -> "Communicator":
+                      barrier: Optional[Callable[[], None]] = None, config: Optional[Config] = None, *,
+                      device=None, library_path: Optional[str] = None) -> "Communicator":
         """fcclCommInitExternal over the application's own exchange: allgather(send) returns every rank's send
         bytes concatenated in rank order; barrier() returns when every rank has called it (None: fccl uses a
         one-byte allgather). Both may be called again inside destroy(). An exception in either becomes the init's
-        error (fcclSystemError), raised as FcclError chained to it."""
+        error (fcclSystemError), raised as FcclError chained to it. device and library_path: as init_rank's."""
         bootstrap = _ExternalBootstrap(int(nranks), allgather, barrier)
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        result = _lib().fcclCommInitExternal(ctypes.byref(handle), int(nranks), int(rank),
-                                             ctypes.byref(bootstrap.callbacks), config_pointer)
+        with _Creation(device, library_path) as library:
+            result = library.fcclCommInitExternal(ctypes.byref(handle), int(nranks), int(rank),
+                                                  ctypes.byref(bootstrap.callbacks), config_pointer)
         if result not in (Result.Success, Result.InProgress):
             bootstrap.raise_for(result, "fcclCommInitExternal")
         return cls(handle.value, bootstrap)
 
     @classmethod
-    def from_process_group(cls, group=None, config: Optional[Config] = None) -> "Communicator":
+    def from_process_group(cls, group=None, config: Optional[Config] = None, *, device=None,
+                           library_path: Optional[str] = None) -> "Communicator":
         """from_external over a torch.distributed group (None: the default group), with the group's ranks, through
         all_gather_object. A gloo group is the cheap choice: the exchange is a few small host messages, which an
-        NCCL group would copy through the GPU. Set the CUDA device first (torch.cuda.set_device)."""
+        NCCL group would copy through the GPU. device (None: torch's current device) and library_path: as
+        init_rank's."""
         import torch.distributed as dist
 
         def allgather(send: bytes) -> bytes:
@@ -692,16 +917,20 @@ class Communicator:
             dist.all_gather_object(gathered, send, group=group)
             return b"".join(gathered)
 
-        return cls.from_external(dist.get_world_size(group), dist.get_rank(group), allgather, None, config)
+        return cls.from_external(dist.get_world_size(group), dist.get_rank(group), allgather, None, config,
+                                 device=device, library_path=library_path)
 
     @classmethod
-    def from_nccl(cls, nccl_comm_ptr: int, config: Optional[Config] = None) -> "Communicator":
+    def from_nccl(cls, nccl_comm_ptr: int, config: Optional[Config] = None, *, device=None,
+                  library_path: Optional[str] = None) -> "Communicator":
         """fcclCommInitFromNccl: the ranks of an existing ncclComm_t (its address as an int), whose device must be
-        current. Needs a build with NCCL support and libnccl.so.2 loaded in the process."""
+        current (or given as device=). Needs a build with NCCL support and libnccl.so.2 loaded in the process.
+        library_path: as init_rank's."""
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        result = _lib().fcclCommInitFromNccl(ctypes.byref(handle), ctypes.c_void_p(int(nccl_comm_ptr)),
-                                             config_pointer)
+        with _Creation(device, library_path) as library:
+            result = library.fcclCommInitFromNccl(ctypes.byref(handle), ctypes.c_void_p(int(nccl_comm_ptr)),
+                                                  config_pointer)
         _check(result, "fcclCommInitFromNccl", allowed=(Result.Success, Result.InProgress))
         return cls(handle.value)
 

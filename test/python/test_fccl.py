@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Python layer (python/fccl) against the built library.
 
-Without a GPU (the unit suite): loading, version, result names, unique ids, config and argument errors coming back
+Without a GPU (the unit suite): loading (library_path=, FCCL_LIBRARY, the refusal of a torch of another CUDA major,
+faked), device= forms and their reaching CUDA, version, result names, unique ids, config and argument errors coming back
 as FcclError with fccl's own words, a communicator that cannot be made on a machine without a GPU, buffer, type,
 op, root and stream checks of every collective (ValueError/TypeError before any C call), the prototypes against
 fccl.h, the external-bootstrap callbacks turning a Python exception into an error code, mem_stats without a
@@ -27,6 +28,7 @@ import os
 import pickle
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -207,6 +209,175 @@ class InitErrorTest(unittest.TestCase):
     def test_config_is_not_a_dict(self):
         with self.assertRaises(TypeError):
             fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), {"timeout_ms": 5})
+
+
+def run_python(code, env=None, timeout=60):
+    """Runs code in a fresh interpreter (loading libfccl is once per process); returns the CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", code], env=env or dict(os.environ), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class CudaRuntimeTest(unittest.TestCase):
+    """Which CUDA runtime libfccl loads, read from its ELF file, and the refusal of a process that would hold two
+    majors: faked here with a stand-in torch module whose version.cuda is another major."""
+
+    def fccl_major(self):
+        fccl.load()
+        needed = fccl._elf_needed(fccl._library_file)
+        major = fccl._cudart_major(needed)
+        if major is None:
+            self.skipTest(f"this libfccl does not load a shared libcudart: {needed}")
+        return major
+
+    def test_elf_needed_is_the_linkers_list(self):
+        fccl.load()
+        needed = fccl._elf_needed(fccl._library_file)
+        self.assertIn("libc.so.6", needed)
+        self.assertTrue(any(re.fullmatch(r"libcudart\.so\.\d+", name) for name in needed), needed)
+        readelf = shutil.which("readelf")
+        if readelf:
+            out = subprocess.run([readelf, "-d", fccl._library_file], capture_output=True, text=True,
+                                 timeout=60).stdout
+            self.assertEqual(needed, re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out))
+
+    def test_elf_needed_of_other_files_is_empty(self):
+        fccl.load()
+        with tempfile.TemporaryDirectory() as directory:
+            text = os.path.join(directory, "text")
+            with open(text, "w") as handle:
+                handle.write("not an ELF file\n" * 10)
+            truncated = os.path.join(directory, "truncated")
+            with open(fccl._library_file, "rb") as source, open(truncated, "wb") as handle:
+                handle.write(source.read(200))
+            self.assertEqual(fccl._elf_needed(text), [])
+            self.assertEqual(fccl._elf_needed(truncated), [])
+            self.assertEqual(fccl._elf_needed(os.path.join(directory, "missing")), [])
+
+    def test_conflict_rules(self):
+        conflict = fccl._cuda_runtime_conflict
+        message = conflict(13, "12.4", [12, 13])
+        self.assertIn("CUDA 13", message)
+        self.assertIn("12.4", message)
+        self.assertIn("FCCL_LIBRARY", message)
+        self.assertIn("CUDA 12 toolkit", message)
+        self.assertIn("2, 13", conflict(13, None, [2, 13]))
+        self.assertIsNone(conflict(13, "13.0", [13]))
+        self.assertIsNone(conflict(13, None, [13]))
+        self.assertIsNone(conflict(None, "12.1", [12]))  # a static cudart: nothing to compare
+        self.assertIsNone(conflict(12, "12.8", [12]))
+
+    def fake_torch(self, cuda_version):
+        return ("import sys, types\n"
+                "torch = types.ModuleType('torch')\n"
+                f"torch.version = types.SimpleNamespace(cuda={cuda_version!r})\n"
+                "sys.modules['torch'] = torch\n")
+
+    def test_torch_of_another_major_is_refused_at_load(self):
+        other = str(self.fccl_major() + 1) + ".2"
+        result = run_python(self.fake_torch(other) +
+                            "import fccl\n"
+                            "try:\n"
+                            "    fccl.load()\n"
+                            "except fccl.FcclError as exc:\n"
+                            "    print(int(exc.result), exc.message)\n"
+                            "    raise SystemExit(3)\n")
+        self.assertEqual(result.returncode, 3, result.stdout + result.stderr)
+        self.assertIn(f"{int(fccl.Result.InvalidUsage)} libfccl was built with CUDA", result.stdout)
+        self.assertIn(other, result.stdout)
+
+    def test_torch_of_the_same_major_loads(self):
+        same = f"{self.fccl_major()}.0"
+        result = run_python(self.fake_torch(same) + "import fccl\nprint(fccl.version())\n")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(int(result.stdout), header_version_code())
+
+    def test_torch_imported_after_the_load_is_refused_at_creation(self):
+        other = str(self.fccl_major() + 1) + ".0"
+        result = run_python("import fccl\n"
+                            "fccl.load()\n" + self.fake_torch(other) +
+                            "try:\n"
+                            "    fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create())\n"
+                            "except fccl.FcclError as exc:\n"
+                            "    print(exc.call, int(exc.result))\n"
+                            "    raise SystemExit(3)\n")
+        self.assertEqual(result.returncode, 3, result.stdout + result.stderr)
+        self.assertEqual(result.stdout.split(), ["load", str(int(fccl.Result.InvalidUsage))])
+
+
+class LibraryPathTest(unittest.TestCase):
+    def environment_without_fccl_library(self):
+        env = dict(os.environ)
+        env.pop("FCCL_LIBRARY", None)
+        return env
+
+    def test_library_path_loads_that_file(self):
+        fccl.load()
+        path = fccl._library_file
+        result = run_python("import fccl\n"
+                            f"fccl.load(library_path={path!r})\n"
+                            "print(fccl._library_file, fccl.version())\n"
+                            "try:\n"
+                            "    fccl.load('/elsewhere/libfccl.so.0')\n"
+                            "except fccl.FcclError as exc:\n"
+                            "    print(int(exc.result), exc.message)\n",
+                            env=self.environment_without_fccl_library())
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        self.assertEqual(lines[0], f"{path} {header_version_code()}")
+        self.assertIn(f"{int(fccl.Result.InvalidUsage)} libfccl is already loaded from {path}", lines[1])
+        self.assertEqual(fccl.load(path), fccl._lib())  # the same file again is no error
+
+    def test_library_path_of_the_creation_call(self):
+        result = run_python("import fccl\n"
+                            "try:\n"
+                            "    fccl.Communicator.from_external(1, 0, lambda send: send,\n"
+                            "                                    library_path='/nonexistent/libfccl.so.0')\n"
+                            "except OSError as exc:\n"
+                            "    print(exc)\n"
+                            "    raise SystemExit(3)\n",
+                            env=self.environment_without_fccl_library())
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("library_path=/nonexistent/libfccl.so.0", result.stdout)
+
+
+class DeviceArgumentTest(unittest.TestCase):
+    def test_forms(self):
+        index = fccl._device_index
+        self.assertIsNone(index(None))
+        self.assertEqual(index(3), 3)
+        self.assertEqual(index("cuda:1"), 1)
+        self.assertIsNone(index("cuda"))
+
+        class TorchLikeDevice:
+            def __init__(self, type_, index_):
+                self.type, self.index = type_, index_
+
+        self.assertEqual(index(TorchLikeDevice("cuda", 2)), 2)
+        self.assertIsNone(index(TorchLikeDevice("cuda", None)))
+        with self.assertRaises(ValueError):
+            index(TorchLikeDevice("cpu", None))
+        for bad in ("cpu", "cuda:x", "cuda:-1", -1):
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                index(bad)
+        for bad in (True, 1.0, [0]):
+            with self.assertRaises(TypeError, msg=repr(bad)):
+                index(bad)
+
+    def test_bad_device_is_refused_before_any_c_call(self):
+        with self.assertRaises(ValueError):
+            fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), device="cpu")
+
+    def test_device_reaches_cuda(self):
+        config = fccl.Config(timeout_ms=SHORT_TIMEOUT_MS)
+        if gpu_count() == 0:
+            with self.assertRaises(fccl.FcclError) as caught:
+                fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), config, device=0)
+            self.assertEqual(caught.exception.result, fccl.Result.UnhandledCudaError)
+            self.assertIn("device=0", caught.exception.message)
+            return
+        last = gpu_count() - 1
+        with fccl.Communicator.init_rank(1, 0, fccl.UniqueId.create(), config, device=f"cuda:{last}") as comm:
+            self.assertEqual(comm.device, last)
 
 
 @functools.lru_cache(maxsize=None)
