@@ -6,8 +6,9 @@ wraps it with the standard library only; PyTorch is optional and imported only w
 tensor as a buffer, ``Communicator.from_process_group``).
 
 The library is the one given to ``fccl.load(path)`` or to a communicator's ``library_path=``, else the one the
-environment variable FCCL_LIBRARY names (a path to libfccl.so.0), else ``libfccl.so.0`` through the dynamic loader's
-search (LD_LIBRARY_PATH, the installed prefix). It is loaded at the first call, so ``import fccl`` itself never fails
+environment variable FCCL_LIBRARY names (a path to libfccl.so.0), else the one inside this package (a wheel built by
+scripts/python-wheel), else ``libfccl.so.0`` through the dynamic loader's search (LD_LIBRARY_PATH, the installed
+prefix). It is loaded at the first call, so ``import fccl`` itself never fails
 for want of it. Loading refuses a libfccl built for another CUDA major version than the torch in the process.
 
 Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 example.py``)::
@@ -322,7 +323,8 @@ def _loaded_file(name) -> Optional[str]:
 
 
 def load(library_path: Optional[str] = None):
-    """Loads libfccl now: library_path, else FCCL_LIBRARY, else libfccl.so.0 through the loader's search path.
+    """Loads libfccl now: library_path, else FCCL_LIBRARY, else the libfccl.so.0 inside this package (a wheel that
+    carries it), else libfccl.so.0 through the loader's search path.
     A process holds one libfccl: asking for another file once one is loaded raises FcclError (InvalidUsage).
     Returns the ctypes library."""
     global _library, _library_file, _library_needed
@@ -332,14 +334,19 @@ def load(library_path: Optional[str] = None):
                             f"one libfccl, so {library_path} cannot be loaded beside it", "load")
         return _library
     path = library_path or os.environ.get("FCCL_LIBRARY")
-    name = path or "libfccl.so.0"
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libfccl.so.0")
+    name = path or (bundled if os.path.exists(bundled) else "libfccl.so.0")
     try:
         library = ctypes.CDLL(name)
     except OSError as exc:
         if library_path:
             where = f"library_path={library_path}"
+        elif path:
+            where = f"FCCL_LIBRARY={path}"
+        elif name == bundled:  # present but not loadable: most often its libcudart is not on the loader's path
+            where = f"the libfccl.so.0 of this package ({bundled})"
         else:
-            where = f"FCCL_LIBRARY={path}" if path else "libfccl.so.0 through the dynamic loader's search path"
+            where = "libfccl.so.0 through the dynamic loader's search path"
         raise OSError(f"fccl: cannot load {where} ({exc}); set FCCL_LIBRARY (or library_path=) to the path of "
                       f"libfccl.so.0, e.g. FCCL_LIBRARY=$PWD/build/src/libfccl.so.0") from exc
     for function_name, (restype, argtypes) in _PROTOTYPES.items():
