@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherLL(fcclDevCom
   Unit mine;
   if (first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
   const uint64_t epoch = epochBegin(c);
-  const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
+  const uint64_t flag = llFlag(epoch);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -46,11 +46,10 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherLL(fcclDevCom
   for (uint64_t i = first; i < packets; i += stride) {
     Unit d = mine;
     if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
-    const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
-    const uint64_t hi = (d.words[0] >> 32) | flag;
+    const LLPacket packet = llPack(d.words[0], flag);
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-      if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
+      if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, packet.lo, packet.hi);
     if (copyOwn) IO::store(ownRecv, i, a.bytes, d);
   }
 
@@ -59,20 +58,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherLL(fcclDevCom
   for (uint64_t i = first; i < packets && !failed; i += stride) {
     for (int w = 0; w < n; w++) {
       if (w == me) continue;
-      const char* packet = inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES;
-      uint64_t lo, hi;
       Spin spin(c, FCCL_KERNEL_ALLGATHER_LL, FCCL_PHASE_LL, w, epoch);
-      for (;;) {
-        ld_ll_packet(packet, lo, hi);
-        if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-        if (spin.spin()) {
-          failed = true;
-          break;
-        }
-      }
-      if (failed) break;
       Unit d;
-      d.words[0] = (lo & 0xffffffffull) | (hi << 32);
+      if (!llWait(inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES, flag, spin, d.words[0])) {
+        failed = true;
+        break;
+      }
       IO::store(a.recvbuf + (uint64_t)w * a.bytes, i, a.bytes, d);
     }
   }
@@ -136,20 +127,18 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
     if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
                             FCCL_PHASE_CONSUMED, epoch))
       return false;
-    const uint64_t start = k * roundCap;
-    const uint64_t len = units - start < roundCap ? units - start : roundCap;
-    const uint64_t parity = (epoch + k) & 1;
+    const StagedRound r(k, units, roundCap, epoch);
     uint64_t outbound[FCCL_DEVICE_MAX_RANKS] = {};
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-      if (p < n && p != me) outbound[p] = stagingRegion(c, c.layout.inboxOffset, parity, me, p);
-    for (uint64_t j = first; j < len; j += stride) {
+      if (p < n && p != me) outbound[p] = stagingRegion(c, c.layout.inboxOffset, r.parity, me, p);
+    for (uint64_t j = first; j < r.len; j += stride) {
       Unit v;
-      IO::load(a.sendbuf, start + j, a.bytes, v);
+      IO::load(a.sendbuf, r.start + j, a.bytes, v);
 #pragma unroll
       for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
         if (p < n && p != me) st_data16(ptr<void>(outbound[p] + j * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
-      if (copyOwn) IO::store(ownRecv, start + j, a.bytes, v);
+      if (copyOwn) IO::store(ownRecv, r.start + j, a.bytes, v);
     }
     __syncthreads();
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
@@ -162,17 +151,15 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
                   epoch))
       break;
     if (k + 1 < rounds && !push(k + 1)) break;
-    const uint64_t start = k * roundCap;
-    const uint64_t len = units - start < roundCap ? units - start : roundCap;
-    const uint64_t parity = (epoch + k) & 1;
+    const StagedRound r(k, units, roundCap, epoch);
     for (int w = 0; w < n; w++) {
       if (w == me) continue;
-      const char* inbox = ptr<const char>(stagingRegion(c, c.layout.inboxOffset, parity, w, me));
+      const char* inbox = ptr<const char>(stagingRegion(c, c.layout.inboxOffset, r.parity, w, me));
       const uint64_t out = a.recvbuf + (uint64_t)w * a.bytes;
-      for (uint64_t j = first; j < len; j += stride) {
+      for (uint64_t j = first; j < r.len; j += stride) {
         Unit v;
         ld_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
-        IO::store(out, start + j, a.bytes, v);
+        IO::store(out, r.start + j, a.bytes, v);
       }
     }
     __syncthreads();

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
   Unit mine;
   if (me == root && first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
   const uint64_t epoch = epochBegin(c);
-  const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
+  const uint64_t flag = llFlag(epoch);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
@@ -46,11 +46,11 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
     for (uint64_t i = first; i < packets; i += stride) {
       Unit d = mine;
       if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
-      const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
-      const uint64_t hi = (d.words[0] >> 32) | flag;
+      const LLPacket packet = llPack(d.words[0], flag);
 #pragma unroll
       for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-        if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
+        if (p < n && p != me)
+          st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, packet.lo, packet.hi);
       if (copy) IO::store(a.recvbuf, i, a.bytes, d);
     }
   } else if (blockIdx.x == 0) {
@@ -63,19 +63,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
   if (me != root) {
     const char* region = inbox + (uint64_t)root * perWriter;
     for (uint64_t i = first; i < packets && !failed; i += stride) {
-      uint64_t lo, hi;
       Spin spin(c, FCCL_KERNEL_BROADCAST_LL, FCCL_PHASE_LL, root, epoch);
-      for (;;) {
-        ld_ll_packet(region + i * FCCL_LL_PACKET_BYTES, lo, hi);
-        if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-        if (spin.spin()) {
-          failed = true;
-          break;
-        }
-      }
-      if (failed) break;
       Unit d;
-      d.words[0] = (lo & 0xffffffffull) | (hi << 32);
+      if (!llWait(region + i * FCCL_LL_PACKET_BYTES, flag, spin, d.words[0])) {
+        failed = true;
+        break;
+      }
       IO::store(a.recvbuf, i, a.bytes, d);
     }
   }
@@ -83,13 +76,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
     /* Every other non-root's token (root's data stands for its own). */
     const int w = threadIdx.x;
     if (w < n && w != me && w != root) {
-      uint64_t lo, hi;
       Spin spin(c, FCCL_KERNEL_BROADCAST_LL, FCCL_PHASE_LL, w, epoch);
-      for (;;) {
-        ld_ll_packet(inbox + (uint64_t)w * perWriter, lo, hi);
-        if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-        if (spin.spin()) break;
-      }
+      uint64_t token;
+      (void)llWait(inbox + (uint64_t)w * perWriter, flag, spin, token);
     }
   }
   epochEnd(c, epoch);
@@ -160,20 +149,18 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastStaged(fcclDe
       if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
                               FCCL_PHASE_CONSUMED, epoch))
         break;
-      const uint64_t start = k * roundCap;
-      const uint64_t len = units - start < roundCap ? units - start : roundCap;
-      const uint64_t parity = (epoch + k) & 1;
+      const StagedRound r(k, units, roundCap, epoch);
       uint64_t outbound[FCCL_DEVICE_MAX_RANKS] = {};
 #pragma unroll
       for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-        if (p < n && p != me) outbound[p] = stagingRegion(c, c.layout.inboxOffset, parity, me, p);
-      for (uint64_t j = first; j < len; j += stride) {
+        if (p < n && p != me) outbound[p] = stagingRegion(c, c.layout.inboxOffset, r.parity, me, p);
+      for (uint64_t j = first; j < r.len; j += stride) {
         Unit v;
-        IO::load(a.sendbuf, start + j, a.bytes, v);
+        IO::load(a.sendbuf, r.start + j, a.bytes, v);
 #pragma unroll
         for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
           if (p < n && p != me) st_data16(ptr<void>(outbound[p] + j * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
-        if (copy) IO::store(a.recvbuf, start + j, a.bytes, v);
+        if (copy) IO::store(a.recvbuf, r.start + j, a.bytes, v);
       }
       __syncthreads();
       postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 2), true);
@@ -186,14 +173,12 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastStaged(fcclDe
       if (waitPeersIn(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 2), true, kernel, FCCL_PHASE_INBOX,
                       epoch, rootOnly))
         break;
-      const uint64_t start = k * roundCap;
-      const uint64_t len = units - start < roundCap ? units - start : roundCap;
-      const uint64_t parity = (epoch + k) & 1;
-      const char* inbox = ptr<const char>(stagingRegion(c, c.layout.inboxOffset, parity, root, me));
-      for (uint64_t j = first; j < len; j += stride) {
+      const StagedRound r(k, units, roundCap, epoch);
+      const char* inbox = ptr<const char>(stagingRegion(c, c.layout.inboxOffset, r.parity, root, me));
+      for (uint64_t j = first; j < r.len; j += stride) {
         Unit v;
         ld_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
-        IO::store(a.recvbuf, start + j, a.bytes, v);
+        IO::store(a.recvbuf, r.start + j, a.bytes, v);
       }
       __syncthreads();
       postPeersIn(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true, rootOnly);

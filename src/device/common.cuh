@@ -98,46 +98,10 @@ __device__ __forceinline__ uint64_t* signalPad(const fcclDevComm& c, int slotRan
 }
 
 /*
- * Posts value to every peer's pad [this block][our rank]: thread p signals peer p. With release, call it after a
- * __syncthreads so that everything the block stored (and loaded) before is ordered before the flag.
- */
-__device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release) {
-  const int p = threadIdx.x;
-  if (p < c.nranks && p != c.rank) {
-    uint64_t* pad = signalPad(c, p, areaOffset, c.rank);
-    if (release)
-      st_release_sys(pad, value);
-    else
-      st_relaxed_sys(pad, value);
-  }
-}
-
-/*
- * Waits until every peer posted >= value to our pad [this block][peer]: thread p waits for peer p (relaxed
- * polls; with acquire, one acquire load once seen). All threads of the block must call it. Returns true, on every
- * thread, when the block has to give up (timeout, abort or an earlier failure); the cause is already recorded.
- */
-__device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
-                                          int kernel, int phase, uint64_t epoch) {
-  bool failed = false;
-  const int p = threadIdx.x;
-  if (p < c.nranks && p != c.rank) {
-    const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
-    Spin spin(c, kernel, phase, p, epoch);
-    while (ld_relaxed_sys(pad) < value) {
-      if (spin.spin()) {
-        failed = true;
-        break;
-      }
-    }
-    if (!failed && acquire) (void)ld_acquire_sys(pad);
-  }
-  return __syncthreads_or(failed) != 0;
-}
-
-/*
- * postPeers and waitPeers for the peers in mask (bit p: rank p; our own bit is ignored): the collectives whose
- * flags do not go between every pair (a broadcast's "done" goes to or from the root only).
+ * Posts value to the pad [this block][our rank] of every peer in mask (bit p: rank p; our own bit is ignored):
+ * thread p signals peer p. With release, call it after a __syncthreads so that everything the block stored (and
+ * loaded) before is ordered before the flag. The collectives whose flags do not go between every pair (a
+ * broadcast's "done" goes to or from the root only) pass a mask; postPeers is every peer.
  */
 __device__ __forceinline__ void postPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release,
                                             uint32_t mask) {
@@ -151,6 +115,16 @@ __device__ __forceinline__ void postPeersIn(const fcclDevComm& c, uint64_t areaO
   }
 }
 
+__device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release) {
+  postPeersIn(c, areaOffset, value, release, ~0u);
+}
+
+/*
+ * Waits until every peer in mask posted >= value to our pad [this block][peer]: thread p waits for peer p
+ * (relaxed polls; with acquire, one acquire load once seen). All threads of the block must call it. Returns true,
+ * on every thread, when the block has to give up (timeout, abort or an earlier failure); the cause is already
+ * recorded. waitPeers is every peer.
+ */
 __device__ __forceinline__ bool waitPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
                                             int kernel, int phase, uint64_t epoch, uint32_t mask) {
   bool failed = false;
@@ -168,6 +142,44 @@ __device__ __forceinline__ bool waitPeersIn(const fcclDevComm& c, uint64_t areaO
   }
   return __syncthreads_or(failed) != 0;
 }
+
+__device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
+                                          int kernel, int phase, uint64_t epoch) {
+  return waitPeersIn(c, areaOffset, value, acquire, kernel, phase, epoch, ~0u);
+}
+
+/* ---- LL packets: 8 data bytes as {4 data bytes, 4-byte flag} x 2; the flag is the epoch's low word ---------- */
+
+__device__ __forceinline__ uint64_t llFlag(uint64_t epoch) { return (uint64_t)(uint32_t)epoch << 32; }
+
+struct LLPacket {
+  uint64_t lo, hi;
+};
+
+__device__ __forceinline__ LLPacket llPack(uint64_t word, uint64_t flag) {
+  return {(word & 0xffffffffull) | flag, (word >> 32) | flag};
+}
+
+/* Polls packet until both halves carry flag, then returns true with its data in word; false when the wait gives
+ * up (spin's timeout or abort, already recorded). */
+__device__ __forceinline__ bool llWait(const char* packet, uint64_t flag, Spin& spin, uint64_t& word) {
+  uint64_t lo, hi;
+  for (;;) {
+    ld_ll_packet(packet, lo, hi);
+    if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
+    if (spin.spin()) return false;
+  }
+  word = (lo & 0xffffffffull) | (hi << 32);
+  return true;
+}
+
+/* Round k of a staged call of `units` units in rounds of at most `cap`: its first unit, its length and the
+ * staging parity it uses. */
+struct StagedRound {
+  uint64_t start, len, parity;
+  __device__ __forceinline__ StagedRound(uint64_t k, uint64_t units, uint64_t cap, uint64_t epoch)
+      : start(k * cap), len(units - k * cap < cap ? units - k * cap : cap), parity((epoch + k) & 1) {}
+};
 
 /* ---- units: 16 bytes (vector paths) and 8 bytes (LL), any alignment, any tail ------------------------------- */
 

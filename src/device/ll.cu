@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
   Unit mine;
   if (first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
   const uint64_t epoch = epochBegin(c);
-  const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
+  const uint64_t flag = llFlag(epoch);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -39,11 +39,10 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
   for (uint64_t i = first; i < packets; i += stride) {
     Unit d = mine;
     if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
-    const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
-    const uint64_t hi = (d.words[0] >> 32) | flag;
+    const LLPacket packet = llPack(d.words[0], flag);
 #pragma unroll
     for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++)
-      if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
+      if (p < n && p != me) st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, packet.lo, packet.hi);
   }
 
   /* Receive and reduce in rank order; our own contribution is the first packet loaded above, or read again from
@@ -58,19 +57,11 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
         d = mine;
         if (i != first) IO::load(a.sendbuf, i, a.bytes, d);
       } else {
-        const char* packet = inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES;
-        uint64_t lo, hi;
         Spin spin(c, FCCL_ALGO_LL, FCCL_PHASE_LL, w, epoch);
-        for (;;) {
-          ld_ll_packet(packet, lo, hi);
-          if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-          if (spin.spin()) {
-            failed = true;
-            break;
-          }
+        if (!llWait(inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES, flag, spin, d.words[0])) {
+          failed = true;
+          break;
         }
-        if (failed) break;
-        d.words[0] = (lo & 0xffffffffull) | (hi << 32);
       }
       if (w == 0)
         acc.first(d);

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
   Unit mine;
   if (first < packets) IO::load(ownBlock, first, a.bytes, mine);
   const uint64_t epoch = epochBegin(c);
-  const uint64_t flag = (uint64_t)(uint32_t)epoch << 32;
+  const uint64_t flag = llFlag(epoch);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
@@ -44,9 +44,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
       if (p >= n || p == me) continue;
       Unit d;
       IO::load(a.sendbuf + (uint64_t)p * a.bytes, i, a.bytes, d);
-      const uint64_t lo = (d.words[0] & 0xffffffffull) | flag;
-      const uint64_t hi = (d.words[0] >> 32) | flag;
-      st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, lo, hi);
+      const LLPacket packet = llPack(d.words[0], flag);
+      st_ll_packet(slotPtr(c, p, pushOffset) + i * FCCL_LL_PACKET_BYTES, packet.lo, packet.hi);
     }
   }
 
@@ -60,19 +59,11 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
         d = mine;
         if (i != first) IO::load(ownBlock, i, a.bytes, d);
       } else {
-        const char* packet = inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES;
-        uint64_t lo, hi;
         Spin spin(c, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_PHASE_LL, w, epoch);
-        for (;;) {
-          ld_ll_packet(packet, lo, hi);
-          if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-          if (spin.spin()) {
-            failed = true;
-            break;
-          }
+        if (!llWait(inbox + (uint64_t)w * perWriter + i * FCCL_LL_PACKET_BYTES, flag, spin, d.words[0])) {
+          failed = true;
+          break;
         }
-        if (failed) break;
-        d.words[0] = (lo & 0xffffffffull) | (hi << 32);
       }
       if (w == 0)
         acc.first(d);

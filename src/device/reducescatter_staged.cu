@@ -26,16 +26,14 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fc
     if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
                             FCCL_PHASE_CONSUMED, epoch))
       return false;
-    const uint64_t start = k * roundCap;
-    const uint64_t len = units - start < roundCap ? units - start : roundCap;
-    const uint64_t parity = (epoch + k) & 1;
+    const StagedRound r(k, units, roundCap, epoch);
     for (int p = 0; p < n; p++) {
       if (p == me) continue;
-      char* inbox = ptr<char>(stagingRegion(c, c.layout.inboxOffset, parity, me, p));
+      char* inbox = ptr<char>(stagingRegion(c, c.layout.inboxOffset, r.parity, me, p));
       const uint64_t block = a.sendbuf + (uint64_t)p * a.bytes;
-      for (uint64_t j = first; j < len; j += stride) {
+      for (uint64_t j = first; j < r.len; j += stride) {
         Unit v;
-        IO::load(block, start + j, a.bytes, v);
+        IO::load(block, r.start + j, a.bytes, v);
         st_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
       }
     }
@@ -50,18 +48,16 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fc
                   epoch))
       break;
     if (k + 1 < rounds && !push(k + 1)) break;
-    const uint64_t start = k * roundCap;
-    const uint64_t len = units - start < roundCap ? units - start : roundCap;
-    const uint64_t parity = (epoch + k) & 1;
+    const StagedRound r(k, units, roundCap, epoch);
     {
       /* Rank w's units of our block: our input (w == me) or inbox [parity][w], shifted so that the block's unit
        * index addresses both (constant indices keep the array in registers). */
       uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
-      peerRegionsInbound<NR>(c, c.layout.inboxOffset, parity, bases);
+      peerRegionsInbound<NR>(c, c.layout.inboxOffset, r.parity, bases);
 #pragma unroll
       for (int w = 0; w < NR; w++)
-        bases[w] = w == me ? a.sendbuf + (uint64_t)me * a.bytes : bases[w] - start * FCCL_UNIT_BYTES;
-      reducePulled<TT, OpTraits<OP>, NR>(bases, n, start, start + len, first, stride, a.bytes,
+        bases[w] = w == me ? a.sendbuf + (uint64_t)me * a.bytes : bases[w] - r.start * FCCL_UNIT_BYTES;
+      reducePulled<TT, OpTraits<OP>, NR>(bases, n, r.start, r.start + r.len, first, stride, a.bytes,
                                          [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
     }
     __syncthreads();
