@@ -9,30 +9,9 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-#include <stdint.h>
-
-static uint64_t sendCount(uint64_t count, int nranks) {
-  (void)nranks;
-  return count;
-}
-
-static uint64_t recvCount(uint64_t count, int nranks) { return count * (uint64_t)nranks; }
-
-static int inPlace(const struct fcclCall* call, int rank, size_t elemSize) {
-  return (const char*)call->sendbuf == (const char*)call->recvbuf + (size_t)rank * call->count * elemSize;
-}
-
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
   return fcclMoveResolveRequest(state->allGatherRequest, FCCL_KERNEL_ALLGATHER_LL);
-}
-
-static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
-  return fcclMoveSelect(query, FCCL_KERNEL_ALLGATHER_LL, choice);
-}
-
-static int registeredPays(const fcclAlgoQuery* query) {
-  return fcclMoveRegisteredPays(query, FCCL_KERNEL_ALLGATHER_LL);
 }
 
 const struct fcclCollective fcclCollAllGather = {
@@ -41,12 +20,10 @@ const struct fcclCollective fcclCollAllGather = {
     .firstKernel = FCCL_KERNEL_ALLGATHER_LL,
     .peerBuffers = FCCL_PEERS_RECV,
     .kernels = 3,
-    .sendCount = sendCount,
-    .recvCount = recvCount,
-    .inPlace = inPlace,
+    .recvPerRank = 1,
     .request = request,
-    .select = selectForm,
-    .registeredPays = registeredPays,
+    .select = fcclEnqueueMoveSelect,
+    .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,
 };
 

@@ -15,16 +15,18 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
 
-static uint64_t sameCount(uint64_t count, int nranks) {
-  (void)nranks;
-  return count;
-}
-
 static int request(const struct fcclDeviceState* state, int registered) {
   return fcclAlgoResolveRequest(state->algoRequest, registered);
 }
 
-static int registeredPays(const fcclAlgoQuery* query) {
+static fcclResult_t selectAlgo(const struct fcclCollective* coll, const fcclAlgoQuery* query,
+                               fcclAlgoChoice* choice) {
+  (void)coll;
+  return fcclAlgoSelect(query, choice);
+}
+
+static int registeredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query) {
+  (void)coll;
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(query, &choice) != fcclSuccess) return 0;
   return choice.algo == FCCL_ALGO_TWOSHOT_REG || choice.algo == FCCL_ALGO_ONESHOT_PULL;
@@ -65,10 +67,8 @@ const struct fcclCollective fcclCollAllReduce = {
     .firstKernel = 0,
     .peerBuffers = FCCL_PEERS_SEND | FCCL_PEERS_RECV,
     .kernels = FCCL_ALGO_COUNT,
-    .sendCount = sameCount,
-    .recvCount = sameCount,
     .request = request,
-    .select = fcclAlgoSelect,
+    .select = selectAlgo,
     .registeredPays = registeredPays,
     .launch = launchAllReduce,
 };

@@ -9,24 +9,9 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-#include <stdint.h>
-
-static uint64_t sameCount(uint64_t count, int nranks) {
-  (void)nranks;
-  return count;
-}
-
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
   return fcclMoveResolveRequest(state->broadcastRequest, FCCL_KERNEL_BROADCAST_LL);
-}
-
-static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
-  return fcclMoveSelect(query, FCCL_KERNEL_BROADCAST_LL, choice);
-}
-
-static int registeredPays(const fcclAlgoQuery* query) {
-  return fcclMoveRegisteredPays(query, FCCL_KERNEL_BROADCAST_LL);
 }
 
 const struct fcclCollective fcclCollBroadcast = {
@@ -36,11 +21,9 @@ const struct fcclCollective fcclCollBroadcast = {
     .firstKernel = FCCL_KERNEL_BROADCAST_LL,
     .peerBuffers = FCCL_PEERS_RECV,
     .kernels = 3,
-    .sendCount = sameCount,
-    .recvCount = sameCount,
     .request = request,
-    .select = selectForm,
-    .registeredPays = registeredPays,
+    .select = fcclEnqueueMoveSelect,
+    .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,
 };
 

@@ -133,12 +133,13 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
                       call->count);
   const uint64_t size = fcclTypeSize(call->datatype);
   /* Both buffers' bytes must fit a size: count times the larger of their elements per counted element. */
-  const uint64_t perSend = coll->sendCount(1, comm->nranks), perRecv = coll->recvCount(1, comm->nranks);
+  const uint64_t perSend = coll->sendPerRank ? (uint64_t)comm->nranks : 1;
+  const uint64_t perRecv = coll->recvPerRank ? (uint64_t)comm->nranks : 1;
   if (call->count > SIZE_MAX / size / (perSend > perRecv ? perSend : perRecv))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: count %zu of %s overflows a size", caller,
                       call->count, typeName(call->datatype));
-  *sendBytes = coll->sendCount(call->count, comm->nranks) * size;
-  *recvBytes = coll->recvCount(call->count, comm->nranks) * size;
+  *sendBytes = call->count * perSend * size;
+  *recvBytes = call->count * perRecv * size;
   if ((uintptr_t)call->sendbuf % size != 0 || (uintptr_t)call->recvbuf % size != 0) {
     const int send = (uintptr_t)call->sendbuf % size != 0;
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not aligned to its %s elements (%zu bytes)",
@@ -173,7 +174,7 @@ static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall
   }
   if (*registered) return fcclSuccess;
   if (!capturing || !s->graphRegister || call->algo >= 0 || !call->coll->registeredPays ||
-      !call->coll->registeredPays(registeredQuery))
+      !call->coll->registeredPays(call->coll, registeredQuery))
     return fcclSuccess;
   /* Captured plain buffers: registered for the graph's lifetime, every replay reads them in place. */
   void* peerSend[FCCL_DEVICE_MAX_RANKS];
@@ -188,6 +189,14 @@ static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall
     args->peerRecv[r] = (uint64_t)(uintptr_t)peerRecv[r];
   }
   return fcclSuccess;
+}
+
+/* Whether the call is in place on this rank (struct fcclCollective's sendPerRank and recvPerRank). */
+static int callInPlace(const struct fcclCall* call, int rank) {
+  const size_t block = (size_t)rank * call->count * fcclTypeSize(call->datatype);
+  if (call->coll->recvPerRank) return (const char*)call->sendbuf == (const char*)call->recvbuf + block;
+  if (call->coll->sendPerRank) return (const char*)call->recvbuf == (const char*)call->sendbuf + block;
+  return call->sendbuf == call->recvbuf;
 }
 
 /* Everything after the device is current and the stream checked. */
@@ -215,8 +224,7 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   args->recvbuf = (uint64_t)(uintptr_t)call->recvbuf;
   args->count = call->count;
   args->bytes = bytes;
-  args->inPlace = coll->inPlace ? coll->inPlace(call, comm->rank, fcclTypeSize(call->datatype))
-                                 : call->sendbuf == call->recvbuf;
+  args->inPlace = callInPlace(call, comm->rank);
   args->root = call->root;
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, args->inPlace, s->smCount, &s->dev.layout,
@@ -227,13 +235,22 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   query.registered = plan.registered;
   query.forced = call->algo >= 0 ? call->algo : coll->request(s, plan.registered);
   query.strict = call->algo >= 0;
-  FCCLCHECK(coll->select(&query, &plan.choice));
+  FCCLCHECK(coll->select(coll, &query, &plan.choice));
   args->roundUnits = plan.choice.roundUnits;
   args->scatter = plan.choice.scatter;
   FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %s op %d %s: %s, %d x %d, stream %p", coll->name, call->count,
              typeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
              fcclAlgoName(plan.choice.algo), plan.choice.blocks, plan.choice.threads, call->stream);
   return coll->launch(comm, call, &plan, stream);
+}
+
+fcclResult_t fcclEnqueueMoveSelect(const struct fcclCollective* coll, const fcclAlgoQuery* query,
+                                   fcclAlgoChoice* choice) {
+  return fcclMoveSelect(query, coll->firstKernel, choice);
+}
+
+int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query) {
+  return fcclMoveRegisteredPays(query, coll->firstKernel);
 }
 
 fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,

@@ -50,18 +50,18 @@ struct fcclCollective {
   int kernels;
   int peerBuffers;         /* FCCL_PEERS_SEND | FCCL_PEERS_RECV: the buffers peers reach in the direct forms, which
                             * must be registered (on every rank alike) for those forms to run */
-  /* Elements of sendbuf and recvbuf for a call of count elements on nranks ranks. */
-  uint64_t (*sendCount)(uint64_t count, int nranks);
-  uint64_t (*recvCount)(uint64_t count, int nranks);
-  /* Whether sendbuf and recvbuf make the call in place on this rank (elemSize: bytes of an element). */
-  int (*inPlace)(const struct fcclCall* call, int rank, size_t elemSize);
+  /* 1: sendbuf (recvbuf) holds a block of count elements per rank, nranks x count in all (the reduce-scatter's
+   * input, the all-gather's output); 0: count elements. The call is in place when the single block is this
+   * rank's block of the other buffer, or, with both 0, when the two are the same. */
+  int sendPerRank;
+  int recvPerRank;
   /* The kernel FCCL_ALGO or its kin force for this call (-1: none); registered says whether the buffers are. */
   int (*request)(const struct fcclDeviceState* state, int registered);
   /* The algorithm for the query (pure: the same on every rank). */
-  fcclResult_t (*select)(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
+  fcclResult_t (*select)(const struct fcclCollective* coll, const fcclAlgoQuery* query, fcclAlgoChoice* choice);
   /* Whether registered buffers would run another algorithm than staged ones for this query: the same answer on
    * every rank, so that every rank of a captured call registers its buffers for the graph or none does. */
-  int (*registeredPays)(const fcclAlgoQuery* query);
+  int (*registeredPays)(const struct fcclCollective* coll, const fcclAlgoQuery* query);
   /* Enqueues the planned work on stream (the comm's device is current); plan is NULL for a collective that
    * moves no data. */
   fcclResult_t (*launch)(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
@@ -74,6 +74,12 @@ struct fcclCollective {
  * codes are the public calls'.
  */
 fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call);
+
+/* select and registeredPays of the collectives that move data without fcclAllReduce's algorithms (all-gather,
+ * reduce-scatter, broadcast): algo.c's fcclMoveSelect over the collective's kernels. */
+fcclResult_t fcclEnqueueMoveSelect(const struct fcclCollective* coll, const fcclAlgoQuery* query,
+                                   fcclAlgoChoice* choice);
+int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query);
 
 /* A collective's launch that is one kernel: plan->choice's, with the call's type and op. */
 fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,

@@ -10,30 +10,9 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-#include <stdint.h>
-
-static uint64_t sendCount(uint64_t count, int nranks) { return count * (uint64_t)nranks; }
-
-static uint64_t recvCount(uint64_t count, int nranks) {
-  (void)nranks;
-  return count;
-}
-
-static int inPlace(const struct fcclCall* call, int rank, size_t elemSize) {
-  return (const char*)call->recvbuf == (const char*)call->sendbuf + (size_t)rank * call->count * elemSize;
-}
-
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
   return fcclMoveResolveRequest(state->reduceScatterRequest, FCCL_KERNEL_REDUCESCATTER_LL);
-}
-
-static fcclResult_t selectForm(const fcclAlgoQuery* query, fcclAlgoChoice* choice) {
-  return fcclMoveSelect(query, FCCL_KERNEL_REDUCESCATTER_LL, choice);
-}
-
-static int registeredPays(const fcclAlgoQuery* query) {
-  return fcclMoveRegisteredPays(query, FCCL_KERNEL_REDUCESCATTER_LL);
 }
 
 const struct fcclCollective fcclCollReduceScatter = {
@@ -43,12 +22,10 @@ const struct fcclCollective fcclCollReduceScatter = {
     .firstKernel = FCCL_KERNEL_REDUCESCATTER_LL,
     .peerBuffers = FCCL_PEERS_SEND,
     .kernels = 3,
-    .sendCount = sendCount,
-    .recvCount = recvCount,
-    .inPlace = inPlace,
+    .sendPerRank = 1,
     .request = request,
-    .select = selectForm,
-    .registeredPays = registeredPays,
+    .select = fcclEnqueueMoveSelect,
+    .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,
 };
 
