@@ -143,15 +143,6 @@ static int guardsIntact(const unsigned char* before, const unsigned char* after)
   return 1;
 }
 
-#define COLL_CHECK_CUDA(call)                                                                          \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s", ctx->rank, #call, cudaGetErrorString(e_));       \
-      return 1;                                                                                        \
-    }                                                                                                  \
-  } while (0)
-
 int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call) {
   const size_t size = fcclTypeSize(c->type);
   const size_t bytes = c->count * size;
@@ -170,11 +161,13 @@ int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call
   char* sendRegion = ctx->send.base + COLL_GUARD + c->sendOffset;
   char* recvRegion = out->base + COLL_GUARD + recvOffset;
 
-  COLL_CHECK_CUDA(cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
+  COLL_CHECK_CUDA("case",
+                  cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
   if (!c->inPlace)
-    COLL_CHECK_CUDA(cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
+    COLL_CHECK_CUDA("case",
+                    cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
   refFillInput(c->type, ctx->seed, call, ctx->rank, 0, ctx->hostIn, c->count);
-  COLL_CHECK_CUDA(cudaMemcpyAsync(sendRegion, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
+  COLL_CHECK_CUDA("case", cudaMemcpyAsync(sendRegion, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
 
   fcclResult_t res = fcclAllReduceAlgo(sendRegion, recvRegion, c->count, c->type, c->op, ctx->comm, ctx->stream,
                                        c->algo);
@@ -183,7 +176,7 @@ int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call
              fcclGetErrorString(res), fcclGetLastError(NULL));
     return 1;
   }
-  COLL_CHECK_CUDA(cudaStreamSynchronize(ctx->stream));
+  COLL_CHECK_CUDA("case", cudaStreamSynchronize(ctx->stream));
   fcclResult_t async = fcclInternalError;
   EXPECT_EQ_INT(fcclCommGetAsyncError(ctx->comm, &async), fcclSuccess);
   if (async != fcclSuccess) {
@@ -194,7 +187,7 @@ int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call
 
   int problems = 0;
   unsigned char* host = ctx->hostOut;
-  COLL_CHECK_CUDA(cudaMemcpy(host, recvRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+  COLL_CHECK_CUDA("case", cudaMemcpy(host, recvRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
   if (!guardsIntact(host, host + COLL_GUARD + bytes)) {
     testFail(__FILE__, __LINE__, "rank %d: %s: bytes next to the output were overwritten", ctx->rank, what);
     problems++;
@@ -211,7 +204,7 @@ int collRunCase(struct collContext* ctx, const struct collCase* c, uint64_t call
   }
   if (call < COLL_MAX_HASHES) ctx->shared->hashes[call][ctx->rank] = refHash(host + COLL_GUARD, bytes) | 1;
   if (!c->inPlace) {
-    COLL_CHECK_CUDA(cudaMemcpy(host, sendRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+    COLL_CHECK_CUDA("case", cudaMemcpy(host, sendRegion - COLL_GUARD, bytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
     if (memcmp(host + COLL_GUARD, ctx->hostIn, bytes) != 0 || !guardsIntact(host, host + COLL_GUARD + bytes)) {
       testFail(__FILE__, __LINE__, "rank %d: %s: the input buffer (or its guards) changed", ctx->rank, what);
       problems++;

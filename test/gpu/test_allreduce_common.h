@@ -25,6 +25,27 @@
 #define COLL_GUARD 64          /* poisoned bytes before and after every buffer region */
 #define COLL_POISON 0xa5
 
+/* In a case runner with a struct collContext* ctx: fails the case (returns 1) when call fails, naming the rank,
+ * what the case is and the call. */
+#define COLL_CHECK_CUDA(what, call)                                                                       \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
+    if (e_ != cudaSuccess) {                                                                              \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", ctx->rank, (what), #call, cudaGetErrorString(e_)); \
+      return 1;                                                                                           \
+    }                                                                                                     \
+  } while (0)
+
+#define COLL_CHECK_FCCL(what, call)                                                                           \
+  do {                                                                                                        \
+    fcclResult_t r_ = (call);                                                                                 \
+    if (r_ != fcclSuccess) {                                                                                  \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s: %s", ctx->rank, (what), #call, fcclGetErrorString(r_), \
+               fcclGetLastError(NULL));                                                                       \
+      return 1;                                                                                               \
+    }                                                                                                         \
+  } while (0)
+
 /* Shared by the parent and every forked rank: the caller's area of a test_shm region. */
 struct collShared {
   struct testShm* shm; /* the region this lives in: bounded waits, aborted when a rank dies (testShmForkRanks) */

@@ -241,25 +241,6 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
 
 /* ---- compose --------------------------------------------------------------------------------------------------- */
 
-#define COMPOSE_CHECK_CUDA(call)                                                                        \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", ctx->rank, what, #call, cudaGetErrorString(e_)); \
-      return 1;                                                                                         \
-    }                                                                                                   \
-  } while (0)
-
-#define COMPOSE_CHECK_FCCL(call)                                                                             \
-  do {                                                                                                       \
-    fcclResult_t r_ = (call);                                                                                \
-    if (r_ != fcclSuccess) {                                                                                 \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s: %s", ctx->rank, what, #call, fcclGetErrorString(r_), \
-               fcclGetLastError(NULL));                                                                      \
-      return 1;                                                                                              \
-    }                                                                                                        \
-  } while (0)
-
 struct composeCase {
   fcclDataType_t type;
   fcclRedOp_t op;
@@ -291,17 +272,17 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
     testFail(__FILE__, __LINE__, "%s: does not fit the test buffers", what);
     return 1;
   }
-  COMPOSE_CHECK_CUDA(cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
-  COMPOSE_CHECK_CUDA(cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
+  COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
+  COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
   refFillInput(k->type, ctx->seed, call, rank, 0, ctx->hostIn, total);
-  COMPOSE_CHECK_CUDA(cudaMemcpyAsync(input, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
+  COLL_CHECK_CUDA(what, cudaMemcpyAsync(input, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
   const int rsAlgo = k->rsForm == MOVE_AUTO ? -1 : FCCL_KERNEL_REDUCESCATTER_LL + k->rsForm;
   const int agAlgo = k->agForm == MOVE_AUTO ? -1 : FCCL_KERNEL_ALLGATHER_LL + k->agForm;
-  COMPOSE_CHECK_FCCL(fcclAllReduceAlgo(input, reduced, total, k->type, k->op, ctx->comm, ctx->stream, k->arAlgo));
+  COLL_CHECK_FCCL(what, fcclAllReduceAlgo(input, reduced, total, k->type, k->op, ctx->comm, ctx->stream, k->arAlgo));
   char* mine = k->rsInPlace ? input + (size_t)rank * block : gathered + (size_t)rank * block;
-  COMPOSE_CHECK_FCCL(fcclReduceScatterAlgo(input, mine, k->count, k->type, k->op, ctx->comm, ctx->stream, rsAlgo));
-  COMPOSE_CHECK_FCCL(fcclAllGatherAlgo(mine, gathered, k->count, k->type, ctx->comm, ctx->stream, agAlgo));
-  COMPOSE_CHECK_CUDA(cudaStreamSynchronize(ctx->stream));
+  COLL_CHECK_FCCL(what, fcclReduceScatterAlgo(input, mine, k->count, k->type, k->op, ctx->comm, ctx->stream, rsAlgo));
+  COLL_CHECK_FCCL(what, fcclAllGatherAlgo(mine, gathered, k->count, k->type, ctx->comm, ctx->stream, agAlgo));
+  COLL_CHECK_CUDA(what, cudaStreamSynchronize(ctx->stream));
   fcclResult_t async = fcclInternalError;
   EXPECT_EQ_INT(fcclCommGetAsyncError(ctx->comm, &async), fcclSuccess);
   if (async != fcclSuccess) {
@@ -310,8 +291,8 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
     return 1;
   }
   unsigned char* host = ctx->hostOut;
-  COMPOSE_CHECK_CUDA(cudaMemcpy(host, reduced, bytes, cudaMemcpyDeviceToHost));
-  COMPOSE_CHECK_CUDA(cudaMemcpy(host + bytes, gathered, bytes, cudaMemcpyDeviceToHost));
+  COLL_CHECK_CUDA(what, cudaMemcpy(host, reduced, bytes, cudaMemcpyDeviceToHost));
+  COLL_CHECK_CUDA(what, cudaMemcpy(host + bytes, gathered, bytes, cudaMemcpyDeviceToHost));
   int problems = 0;
   char message[512];
   const size_t wrong = refCheckBuffer(k->type, k->op, ctx->seed, call, nranks, host, total, message, sizeof(message));

@@ -198,15 +198,6 @@ static int guardsIntact(const unsigned char* before, const unsigned char* after)
   return 1;
 }
 
-#define MOVE_CHECK_CUDA(call)                                                                             \
-  do {                                                                                                    \
-    cudaError_t e_ = (call);                                                                              \
-    if (e_ != cudaSuccess) {                                                                              \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", ctx->rank, what, #call, cudaGetErrorString(e_)); \
-      return 1;                                                                                           \
-    }                                                                                                     \
-  } while (0)
-
 static int checking = 1;
 
 void moveSetChecking(int on) { checking = on; }
@@ -226,14 +217,14 @@ int moveRunCase(struct collContext* ctx, const struct moveCase* c, uint64_t call
   size_t wholeBytes = 0;
   movePlace(ctx, c, &sendbuf, &recvbuf, &whole, &wholeBytes);
 
-  MOVE_CHECK_CUDA(cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
-  MOVE_CHECK_CUDA(cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
+  COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->send.base, COLL_POISON, ctx->send.capacity + 2 * COLL_GUARD, ctx->stream));
+  COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
   /* This rank's input: its contribution (all-gather), its nranks blocks (reduce-scatter), its count elements
    * (broadcast: root's is the message; another rank's lies where it receives in place, or in its ignored send
    * region, which must stay as it was). */
   refFillInput(c->type, ctx->seed, call, rank, 0, ctx->hostIn, sendElems);
   if (sendbuf && sendElems)
-    MOVE_CHECK_CUDA(
+    COLL_CHECK_CUDA(what, 
         cudaMemcpyAsync(sendbuf, ctx->hostIn, sendElems * size, cudaMemcpyHostToDevice, ctx->stream));
 
   fcclResult_t res = moveCall(c, sendbuf, recvbuf, ctx->comm, ctx->stream);
@@ -242,7 +233,7 @@ int moveRunCase(struct collContext* ctx, const struct moveCase* c, uint64_t call
              fcclGetLastError(NULL));
     return 1;
   }
-  MOVE_CHECK_CUDA(cudaStreamSynchronize(ctx->stream));
+  COLL_CHECK_CUDA(what, cudaStreamSynchronize(ctx->stream));
   fcclResult_t async = fcclInternalError;
   EXPECT_EQ_INT(fcclCommGetAsyncError(ctx->comm, &async), fcclSuccess);
   if (async != fcclSuccess) {
@@ -254,7 +245,7 @@ int moveRunCase(struct collContext* ctx, const struct moveCase* c, uint64_t call
   if (!checking) return 0;
   int problems = 0;
   unsigned char* host = ctx->hostOut;
-  MOVE_CHECK_CUDA(cudaMemcpy(host, whole - COLL_GUARD, wholeBytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+  COLL_CHECK_CUDA(what, cudaMemcpy(host, whole - COLL_GUARD, wholeBytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
   if (!guardsIntact(host, host + COLL_GUARD + wholeBytes)) {
     testFail(__FILE__, __LINE__, "rank %d: %s: bytes next to the output were overwritten", rank, what);
     problems++;
@@ -284,7 +275,8 @@ int moveRunCase(struct collContext* ctx, const struct moveCase* c, uint64_t call
   if (c->kind != MOVE_REDUCESCATTER && call < COLL_MAX_HASHES)
     ctx->shared->hashes[call][rank] = refHash(out, moveRecvElems(c->kind, c->count, nranks) * size) | 1;
   if (!c->inPlace && sendbuf) {
-    MOVE_CHECK_CUDA(cudaMemcpy(host, sendbuf - COLL_GUARD, sendElems * size + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
+    COLL_CHECK_CUDA(what,
+                    cudaMemcpy(host, sendbuf - COLL_GUARD, sendElems * size + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
     if (memcmp(host + COLL_GUARD, ctx->hostIn, sendElems * size) != 0 ||
         !guardsIntact(host, host + COLL_GUARD + sendElems * size)) {
       testFail(__FILE__, __LINE__, "rank %d: %s: the input buffer (or its guards) changed", rank, what);
