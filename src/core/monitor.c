@@ -45,6 +45,7 @@ static int nWatches;
 static int wakeFd = -1;         /* eventfd: the set changed, or the thread must stop */
 static int running;             /* the thread exists (joined by the last fcclMonitorForget) */
 static int stopping;
+static unsigned setVersion;     /* bumped whenever a watch is added or removed */
 static pthread_t monitorThread;
 
 /* A child made by fork() has no monitor thread and must not fail its parent's communicators. */
@@ -97,6 +98,7 @@ static void* monitorMain(void* arg) {
   size_t capacity = 0;
   pthread_mutex_lock(&monitorLock);
   while (!stopping) {
+    const unsigned version = setVersion;
     size_t count = 1;
     for (struct watch* w = watches; w; w = w->next)
       for (int i = 0; i < w->n; i++) count += w->peers[i].pidfd >= 0;
@@ -133,8 +135,10 @@ static void* monitorMain(void* arg) {
       uint64_t value;
       ssize_t got = read(wakeFd, &value, sizeof(value));
       (void)got;
-      continue; /* the set may have changed: owners[] may be stale */
     }
+    /* A watch removed while poll ran may be freed, even if its wake came too late for this poll: owners[] is
+     * stale. A pidfd stays readable, so an exit seen now is seen again by the next poll. */
+    if (setVersion != version || (fds[0].revents & POLLIN)) continue;
     for (size_t k = 1; k < used; k++)
       if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) peerExited(owners[k], indices[k]);
   }
@@ -187,6 +191,7 @@ fcclResult_t fcclMonitorWatch(struct fcclComm* comm, const struct fcclMonitorPee
   w->next = watches;
   watches = w;
   nWatches++;
+  setVersion++;
   if (gone >= 0) {
     char text[256];
     snprintf(text, sizeof(text), "rank %d (pid %d, host %s) exited before the communicator was ready",
@@ -213,6 +218,7 @@ void fcclMonitorForget(struct fcclComm* comm) {
   if (w) {
     *link = w->next;
     nWatches--;
+    setVersion++;
   }
   int stop = w && nWatches == 0 && running;
   if (stop) stopping = 1;
