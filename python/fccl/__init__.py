@@ -769,6 +769,22 @@ def _broadcast_arguments(send, recv, root, rank, nranks, stream):
 
 # ---- external bootstrap -----------------------------------------------------------------------------------------
 
+def _compiling() -> bool:
+    """True while torch.compile traces the caller: the methods then take fccl.ops' custom ops instead of ctypes,
+    which TorchDynamo cannot trace. False whenever fccl.ops is not imported (it is once a communicator exists in a
+    process that has imported torch)."""
+    return _torch_is_compiling is not None and _torch_is_compiling()
+
+
+_torch_is_compiling = None  # torch.compiler.is_compiling, set by fccl.ops when it is imported
+
+
+def _traced_stream(stream, call):
+    if stream is not None:
+        raise ValueError(f"{call}: stream= cannot be given under torch.compile (the op runs on torch's current "
+                         "stream; use `with torch.cuda.stream(s):`)")
+
+
 class _ExternalBootstrap:
     """The Python allgather/barrier as fcclBootstrapCallbacks_t. The CFUNCTYPE objects live as long as this object,
     which the communicator keeps until destroy: fccl calls them in init and may call them in fcclCommDestroy.
@@ -875,6 +891,10 @@ class Communicator:
         self._handle = handle
         self._bootstrap = bootstrap  # kept until destroy: fccl may call the callbacks inside fcclCommDestroy
         self._device = None
+        self._nranks = None
+        if "torch" in sys.modules:  # the custom ops for torch.compile (fccl.ops) find communicators by handle
+            from . import ops
+            ops._remember(self)
 
     @classmethod
     def init_rank(cls, nranks: int, rank: int, unique_id, config: Optional[Config] = None, *, device=None,
@@ -956,6 +976,11 @@ class Communicator:
     def nranks(self) -> int:
         return self._query_int("fcclCommCount")
 
+    def _nranks_cached(self) -> int:
+        if self._nranks is None:  # fixed at creation; asked on every traced op (fccl.ops)
+            self._nranks = self.nranks
+        return self._nranks
+
     @property
     def rank(self) -> int:
         return self._query_int("fcclCommUserRank")
@@ -969,7 +994,14 @@ class Communicator:
     def all_reduce(self, send, recv=None, op="sum", stream=None):
         """fcclAllReduce of send into recv (None: in place), enqueued on stream; returns recv (or send).
         op: "sum", "prod", "max", "min", "avg" or a RedOp. stream: None (torch's current stream for torch
-        tensors, else the default stream), an int cudaStream_t, or an object with .cuda_stream or .ptr."""
+        tensors, else the default stream), an int cudaStream_t, or an object with .cuda_stream or .ptr.
+        Under torch.compile it is the custom op fccl.ops.all_reduce (torch tensors, stream None)."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "all_reduce")
+            if recv is None or recv is send:
+                return ops.all_reduce_(send, self, op)
+            return recv.copy_(ops.all_reduce(send, self, op))
         send_buffer, recv_buffer, reduction, stream_handle = _all_reduce_arguments(send, recv, op, stream)
         handle = self._live_handle()
         result = _lib().fcclAllReduce(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
@@ -980,7 +1012,12 @@ class Communicator:
     def all_gather(self, send, recv, stream=None):
         """fcclAllGather: every rank's send (count elements) into recv (nranks x count elements, rank r's at
         r x count) on every rank, enqueued on stream; returns recv. In place when send is this rank's block of recv
-        (recv[rank * count:(rank + 1) * count] of a torch tensor). stream: as all_reduce's."""
+        (recv[rank * count:(rank + 1) * count] of a torch tensor). stream: as all_reduce's. Under torch.compile:
+        fccl.ops.all_gather."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "all_gather")
+            return recv.copy_(ops.all_gather(send.reshape(-1), self).view(recv.shape))
         send_buffer, recv_buffer, stream_handle = _all_gather_arguments(send, recv, self.nranks, stream)
         handle = self._live_handle()
         result = _lib().fcclAllGather(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
@@ -992,7 +1029,11 @@ class Communicator:
         """fcclReduceScatter: block r (recv's count elements at r x count) of every rank's send (nranks x count
         elements), reduced with op, into rank r's recv, enqueued on stream; returns recv. The bits are what
         all_reduce gives for those elements. In place when recv is this rank's block of send. op and stream: as
-        all_reduce's."""
+        all_reduce's. Under torch.compile: fccl.ops.reduce_scatter."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "reduce_scatter")
+            return recv.copy_(ops.reduce_scatter(send.reshape(-1), self, op).view(recv.shape))
         send_buffer, recv_buffer, reduction, stream_handle = _reduce_scatter_arguments(send, recv, op, self.nranks,
                                                                                        stream)
         handle = self._live_handle()
@@ -1004,7 +1045,14 @@ class Communicator:
     def broadcast(self, send, recv=None, root=0, stream=None):
         """fcclBroadcast: root's send into recv on every rank (root's too), enqueued on stream; returns recv (send
         when recv is None: in place, the one buffer on every rank). send is read on root only: other ranks may pass
-        None with a recv. root: the same rank on every rank. stream: as all_reduce's."""
+        None with a recv. root: the same rank on every rank. stream: as all_reduce's. Under torch.compile:
+        fccl.ops.broadcast."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "broadcast")
+            if recv is None or recv is send:
+                return ops.broadcast_(send, self, root)
+            return recv.copy_(ops.broadcast(send if send is not None else recv, self, root))
         send_buffer, recv_buffer, stream_handle = _broadcast_arguments(send, recv, root, self.rank, self.nranks,
                                                                        stream)
         handle = self._live_handle()

@@ -9,12 +9,15 @@ op, root and stream checks of every collective (ValueError/TypeError before any 
 fccl.h, the external-bootstrap callbacks turning a Python exception into an error code, mem_stats without a
 communicator.
 
-With PyTorch and two CUDA devices (else skipped): two spawned ranks that init through a UniqueId passed over a
+With PyTorch and a CUDA device (else skipped): two spawned ranks, on a GPU each when there are two, else sharing one
+(Config.allow_shared_device, and an NCCL_HOSTID of its own for each rank so that NCCL takes them too), that init through a UniqueId passed over a
 queue and check all_reduce (bf16 and fp32 sums on random data against a float64 host reference, in place and out of
 place, bitwise equal across ranks), explicit streams, all_gather and broadcast (bit for bit, in place and out of
 place, every root) and reduce_scatter (against the reference, and bit for bit the all-reduce's block), the three
 captured in one CUDA graph and replayed with fresh data, a 4 MiB all-reduce captured in a CUDA graph and replayed
-with fresh data, register/deregister, graph registrations in mem_stats, and from_process_group over gloo.
+with fresh data, register/deregister, graph registrations in mem_stats, from_process_group over gloo, and the
+torch.library custom ops (fccl.ops) and the methods under torch.compile(fullgraph=True), eager and replayed from a
+CUDA graph.
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_fccl.py [-v]
 TEST_FCCL_HEADER names include/fccl.h (default: found from this file's place in the tree).
@@ -791,7 +794,7 @@ class ExternalCallbackTest(unittest.TestCase):
 # ---- with GPUs ----------------------------------------------------------------------------------------------------
 
 GPU_RANKS = 2
-GPU_TIMEOUT_S = 90  # for the whole two-rank run, torch's start included; under meson's 120 s for the test
+GPU_TIMEOUT_S = 240  # for the whole two-rank run, torch's start and compilation included; under meson's 300 s
 GRAPH_BYTES = 4 << 20
 GRAPH_REPLAYS = 20
 EAGER_COUNTS = (1, 7, 1000, 65536 + 3, (1 << 20) + 5)
@@ -994,6 +997,91 @@ def collective_scenarios(torch, comm, rank, nranks, report, progress):
     report("collectives_graph", problems, digests)
 
 
+COMPILE_SHAPE = (8, 129)  # two dimensions: the ops gather and scatter along dimension 0
+
+
+def compile_scenarios(torch, comm, rank, nranks, report, progress):
+    """The collectives under torch.compile(fullgraph=True), which refuses any graph break: through fccl.ops' custom
+    ops, then through the Communicator's methods (which take the ops while traced); each compiled function is run
+    with two sets of data, then captured in a CUDA graph and replayed with fresh data."""
+    import fccl.ops
+    root = nranks - 1
+
+    def with_ops(x):
+        total = fccl.ops.all_reduce(x * 2, comm) + 1
+        gathered = fccl.ops.all_gather(x, comm)
+        scattered = fccl.ops.reduce_scatter(gathered, comm)  # every rank gathered the same: nranks * x_rank
+        broadcast = fccl.ops.broadcast(x, comm, root=root)
+        in_place = x.clone()
+        fccl.ops.all_reduce_(in_place, comm, op="max")
+        return total, gathered, scattered, broadcast, in_place
+
+    def with_methods(x, recv):
+        in_place = x * 1
+        comm.all_reduce(in_place)
+        comm.all_gather(x, recv)
+        block = torch.empty_like(x)
+        comm.reduce_scatter(recv, block, op="sum")
+        message = x.clone()
+        comm.broadcast(message, root=root)
+        return in_place, block, message
+
+    def inputs_for(seed):
+        flat = rank_inputs(torch, torch.float32, COMPILE_SHAPE[0] * COMPILE_SHAPE[1], nranks, seed)
+        return [x.view(COMPILE_SHAPE) for x in flat]
+
+    def check_ops(outputs, inputs):
+        total, gathered, scattered, broadcast, in_place = [t.cpu() for t in outputs]
+        problems = check_sum(torch, (total - 1) / 2, inputs, "float32")
+        if not torch.equal(gathered, torch.cat(inputs)):
+            problems.append(f"all_gather is not the ranks' inputs (shape {tuple(gathered.shape)})")
+        if not torch.equal(scattered, inputs[rank] * nranks):
+            problems.append(f"reduce_scatter is not {nranks} x this rank's input (shape {tuple(scattered.shape)})")
+        if not torch.equal(broadcast, inputs[root]):
+            problems.append("broadcast is not the root's input")
+        if not torch.equal(in_place, torch.stack(inputs).max(0).values):
+            problems.append("the in-place max is not the ranks' maximum")
+        return problems
+
+    def check_methods(outputs, inputs):
+        in_place, block, message = [t.cpu() for t in outputs]
+        problems = check_sum(torch, in_place, inputs, "float32")
+        if not torch.equal(block, inputs[rank] * nranks):
+            problems.append("reduce_scatter of the gathered inputs is not nranks x this rank's input")
+        if not torch.equal(message, inputs[root]):
+            problems.append("broadcast is not the root's input")
+        return problems
+
+    for name, function, extra, check in (("compile_ops", with_ops, (), check_ops),
+                                         ("compile_methods", with_methods, (COMPILE_SHAPE[0] * nranks,), check_methods)):
+        progress[0] = name
+        problems, digests = [], []
+        compiled = torch.compile(function, fullgraph=True)
+        static_x = torch.empty(COMPILE_SHAPE, dtype=torch.float32, device="cuda")
+        static_extra = [torch.empty((rows, COMPILE_SHAPE[1]), dtype=torch.float32, device="cuda") for rows in extra]
+        for seed in (800, 801):
+            inputs = inputs_for(seed)
+            static_x.copy_(inputs[rank])
+            outputs = compiled(static_x, *static_extra)
+            torch.cuda.synchronize()
+            problems += [f"eager seed {seed}: {p}" for p in check(outputs, inputs)]
+            if name == "compile_ops":  # the all-reduce's result: the same bits on every rank
+                digests.append(digest(torch, outputs[0]))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = compiled(static_x, *static_extra)
+        torch.cuda.synchronize()
+        for replay in range(3):
+            inputs = inputs_for(900 + replay)
+            static_x.copy_(inputs[rank])
+            graph.replay()
+            torch.cuda.synchronize()
+            problems += [f"replay {replay}: {p}" for p in check(captured, inputs)]
+        del graph
+        torch.cuda.synchronize()
+        report(name, problems, digests)
+
+
 def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
@@ -1004,8 +1092,12 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
     os.environ["NCCL_NVLS_ENABLE"] = "0"  # no multicast objects on the GPU machine
     try:
         torch = importlib.import_module("torch")
-        torch.cuda.set_device(rank)
-        config = fccl.Config(timeout_ms=30000, comm_name=f"pytest-{rank}")
+        device = rank % torch.cuda.device_count()
+        shared = torch.cuda.device_count() < nranks
+        if shared:  # NCCL takes two ranks on one GPU only from processes that claim hosts of their own
+            os.environ["NCCL_HOSTID"] = f"fccl-pytest-{rank}"
+        torch.cuda.set_device(device)
+        config = fccl.Config(timeout_ms=30000, comm_name=f"pytest-{rank}", allow_shared_device=shared)
         if rank == 0:
             uid = fccl.UniqueId.create()
             for peer_queue in uid_queues[1:]:
@@ -1020,7 +1112,7 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         scenario = "properties"
         report(scenario, [f"{name} is {got}, want {want}" for name, got, want in
                           (("nranks", comm.nranks, nranks), ("rank", comm.rank, rank),
-                           ("device", comm.device, rank), ("async_error", comm.async_error(), fccl.Result.Success))
+                           ("device", comm.device, device), ("async_error", comm.async_error(), fccl.Result.Success))
                           if got != want])
 
         for dtype_name in ("bfloat16", "float32"):
@@ -1127,6 +1219,12 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
             problems.append(f"commRegistrations {comm.mem_stats()['commRegistrations']} after deregister")
         report(scenario, problems, [digest(torch, buffer)])
 
+        progress[0] = "compile_ops"
+        try:
+            compile_scenarios(torch, comm, rank, nranks, report, progress)
+        finally:
+            scenario = progress[0]
+
         scenario = "destroy"
         comm.destroy()
         comm.destroy()
@@ -1157,10 +1255,10 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
              "eager_float32_out_of_place", "streams", "all_gather", "reduce_scatter", "broadcast", "collectives_graph",
-             "graph", "register", "destroy", "process_group", "from_nccl"]
+             "graph", "register", "compile_ops", "compile_methods", "destroy", "process_group", "from_nccl"]
 
 
-@unittest.skipUnless(torch_cuda_devices() >= GPU_RANKS, f"needs torch with {GPU_RANKS} CUDA devices")
+@unittest.skipUnless(torch_cuda_devices() >= 1, "needs torch with a CUDA device")
 class TwoRankGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -1236,6 +1334,12 @@ class TwoRankGpuTest(unittest.TestCase):
 
     def test_register_all_reduce_deregister(self):
         self.check_scenario("register")
+
+    def test_custom_ops_under_torch_compile(self):
+        self.check_scenario("compile_ops")
+
+    def test_methods_under_torch_compile(self):
+        self.check_scenario("compile_methods")
 
     def test_destroy(self):
         self.check_scenario("destroy")
