@@ -1104,7 +1104,7 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
                 peer_queue.put(uid)
         else:
             uid = uid_queues[rank].get(timeout=60)
-        comm = fccl.Communicator.init_rank(nranks, rank, uid, config)
+        comm = fccl.Communicator.init_rank(nranks, rank, uid, config, device=f"cuda:{device}")  # device= on a GPU
 
         def report(name, problems, digests=()):
             results.put((rank, name, problems, list(digests)))
