@@ -66,7 +66,7 @@ struct rootState {
   fcclResult_t fatal;
   int fatalCulprit;
   char fatalText[FCCL_WIRE_ERROR_TEXT_MAX];
-  int answered;
+  int answered; /* ranks told the outcome, or gone and needing no answer */
 };
 
 static void rootReplyError(int* fd, fcclResult_t result, int culprit, const char* text) {
@@ -216,6 +216,7 @@ static void rootCheckRank(struct rootState* st, int rank) {
   const struct fcclWireHello* hello = &st->ranks[rank].hello;
   fcclSocketClose(&st->ranks[rank].fd);
   st->arrived--;
+  st->answered++; /* it is gone and needs no answer: the root must not wait for it until its deadline */
   rootFail(st, fcclRemoteError, rank,
            "rank %d (host %s, pid %d) %s before every rank arrived (%d of %d had arrived)", rank, hello->host,
            (int)hello->pid, rc == 0 ? "disconnected" : rc > 0 ? "sent unexpected data" : "lost its connection",
