@@ -59,6 +59,7 @@ struct board {
   struct {
     int64_t detectNs; /* when the survivor saw the error */
     int failed;
+    char stage[48]; /* what the rank is doing: said for a rank that fails or does not get into position */
     char problem[256];
   } record[MAX_RANKS];
 };
@@ -81,6 +82,10 @@ static int waitFlag(const int* flag, int ms) {
   for (int64_t end = nowNs() + (int64_t)ms * 1000000; nowNs() < end; sleepUs(100))
     if (__atomic_load_n(flag, __ATOMIC_ACQUIRE)) return 1;
   return 0;
+}
+
+static void setStage(struct board* b, int rank, const char* stage) {
+  snprintf(b->record[rank].stage, sizeof(b->record[rank].stage), "%s", stage);
 }
 
 static int countEntries(const char* path) {
@@ -265,8 +270,10 @@ static int rankMain(struct rank* r) {
     snprintf(timeout, sizeof(timeout), "%s", getenv("FAULTBENCH_STOP_TIMEOUT_MS"));
     setenv("FCCL_TIMEOUT", timeout, 1);
   }
-  if (cudaSetDevice(r->rank % b->gpus) != cudaSuccess || cudaFree(0) != cudaSuccess)
-    return fail(r, "cannot use GPU %d", r->rank % b->gpus);
+  setStage(b, r->rank, "CUDA context");
+  cudaError_t cudaRes = cudaSetDevice(r->rank % b->gpus);
+  if (cudaRes == cudaSuccess) cudaRes = cudaFree(0);
+  if (cudaRes != cudaSuccess) return fail(r, "cannot use GPU %d: %s", r->rank % b->gpus, cudaGetErrorString(cudaRes));
   if (cudaMalloc((void**)&r->send, COUNT * sizeof(float)) != cudaSuccess ||
       cudaMalloc((void**)&r->recv, COUNT * sizeof(float)) != cudaSuccess ||
       cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) != cudaSuccess)
@@ -275,6 +282,7 @@ static int rankMain(struct rank* r) {
    * (the device's arena): a one-rank communicator made and destroyed first brings that into being. */
   fcclComm_t comm = NULL;
   int device = r->rank % b->gpus;
+  setStage(b, r->rank, "one-rank communicator");
   if (fcclCommInitAll(&comm, 1, &device) != fcclSuccess) return fail(r, "fcclCommInitAll: %s", fcclGetLastError(NULL));
   if (checkedAllReduce(r, comm, 0, 1, 0u)) return 1;
   if (r->scenario == SCENARIO_GRAPH) { /* CUDA starts a thread of its own for graphs: the runtime's, not a leak */
@@ -287,6 +295,7 @@ static int rankMain(struct rank* r) {
   (void)fcclCommDestroy(comm);
   const int fds = countEntries("/proc/self/fd"), threads = countEntries("/proc/self/task");
 
+  setStage(b, r->rank, "unique id");
   if (r->rank == 0) {
     if (fcclGetUniqueId(&b->id) != fcclSuccess) return fail(r, "fcclGetUniqueId: %s", fcclGetLastError(NULL));
     post(&b->idReady);
@@ -296,6 +305,7 @@ static int rankMain(struct rank* r) {
   const int isVictim = r->rank == r->victim;
   if (isVictim && r->scenario == SCENARIO_INIT) post(&b->ready[r->rank]); /* killed while it makes the communicator */
   fcclConfig_t config = rankConfig(r, "faultbench");
+  setStage(b, r->rank, "init");
   fcclResult_t res = fcclCommInitRankConfig(&comm, r->nranks, b->id, r->rank, &config);
   if (res != fcclSuccess) {
     if (r->scenario != SCENARIO_INIT) return fail(r, "fcclCommInitRankConfig: %s", fcclGetLastError(NULL));
@@ -309,6 +319,7 @@ static int rankMain(struct rank* r) {
     /* Every rank captures the all-reduce and replays it once together. */
     if (r->scenario == SCENARIO_GRAPH && captureAllReduce(r, comm, &graph, &graphExec)) return 1;
   }
+  setStage(b, r->rank, isVictim ? "waiting to be killed" : kScenarioNames[r->scenario]);
   if (isVictim) {
     if (r->scenario != SCENARIO_INIT) post(&b->ready[r->rank]);
     for (int i = 0; i < WAIT_MS / 10; i++) sleepUs(10000); /* until killed; bounded all the same */
@@ -325,7 +336,9 @@ static int rankMain(struct rank* r) {
   }
   if (graphExec) (void)cudaGraphExecDestroy(graphExec); /* after the communicator: its destroy must not wait for it */
   if (graph) (void)cudaGraphDestroy(graph);
+  setStage(b, r->rank, "recovery");
   if (!failed) failed = recover(r);
+  setStage(b, r->rank, "leak check");
   fcclMemStats_t stats = {.size = sizeof(stats)};
   if (!failed && (fcclCommGetMemStats(NULL, &stats) != fcclSuccess || stats.openMappings != 0))
     failed = fail(r, "%llu peer mappings still open", (unsigned long long)stats.openMappings);
@@ -380,6 +393,16 @@ static int reap(pid_t pid, int64_t deadlineNs) {
   return -1;
 }
 
+/* Waits until rank r is in position, at most 30 s, or until a rank ended (it failed: nobody waits for it). */
+static int waitReady(struct board* b, int r, int nranks) {
+  for (int64_t end = nowNs() + 30LL * 1000000000LL; nowNs() < end; sleepUs(100)) {
+    if (__atomic_load_n(&b->ready[r], __ATOMIC_ACQUIRE)) return 1;
+    for (int k = 0; k < nranks; k++)
+      if (__atomic_load_n(&b->finished[k], __ATOMIC_ACQUIRE)) return 0;
+  }
+  return 0;
+}
+
 struct results {
   double ms[MAX_TRIALS * MAX_RANKS];
   int count;
@@ -396,23 +419,27 @@ static int runTrial(struct board* b, enum scenario scenario, int nranks, int gpu
   /* The victim's kill waits for every rank to be in position: the survivors inside their step, the victim idle
    * (or, for init, about to make the communicator). */
   int inPosition = 1;
-  for (int r = 0; r < nranks; r++) {
+  for (int r = 0; r < nranks && inPosition; r++) {
     const int want = scenario == SCENARIO_INIT && r != victim ? 0 : 1;
-    if (want && !waitFlag(&b->ready[r], 60000)) inPosition = 0;
+    if (want && !waitReady(b, r, nranks)) inPosition = 0;
   }
   if (!inPosition) {
-    fprintf(stderr, "faultbench: trial %d (%s): a rank did not get into position\n", trial, kScenarioNames[scenario]);
+    fprintf(stderr, "faultbench: trial %d (%s): a rank did not get into position:", trial, kScenarioNames[scenario]);
+    for (int r = 0; r < nranks; r++)
+      fprintf(stderr, " rank %d at %s%s%s;", r, b->record[r].stage, b->record[r].failed ? ": " : "",
+              b->record[r].problem);
+    fprintf(stderr, "\n");
     ok = 0;
   }
   sleepUs(scenario == SCENARIO_INIT ? (trial % 5) * 2000 : SETTLE_US);
   b->killNs = nowNs();
   kill(pids[victim], scenario == SCENARIO_STOP ? SIGSTOP : SIGKILL);
-  const int64_t deadline = nowNs() + 120LL * 1000000000LL;
+  const int64_t deadline = nowNs() + 40LL * 1000000000LL; /* past every bound of the ranks (10 s, DETECT_LIMIT_MS) */
   for (int r = 0; r < victim; r++) {
     const int code = reap(pids[r], deadline);
     if (code != 0 || b->record[r].failed) {
-      fprintf(stderr, "faultbench: trial %d (%s): rank %d: %s (exit %d)\n", trial, kScenarioNames[scenario], r,
-              b->record[r].failed ? b->record[r].problem : "ended without a record", code);
+      fprintf(stderr, "faultbench: trial %d (%s): rank %d at %s: %s (exit %d)\n", trial, kScenarioNames[scenario], r,
+              b->record[r].stage, b->record[r].failed ? b->record[r].problem : "ended without a record", code);
       ok = 0;
     } else if (b->record[r].detectNs > 0) {
       out->ms[out->count++] = (double)(b->record[r].detectNs - b->killNs) / 1e6;
