@@ -12,7 +12,9 @@
  * Scenarios: kernel (the survivors wait in an all-reduce kernel), graph (in a replay of a CUDA graph that captured
  * it), idle (between calls), destroy (inside fcclCommDestroy), init (the victim dies while the communicator is made),
  * stop (SIGSTOP during an all-reduce: the kernel's FCCL_TIMEOUT). Prints, per scenario, the time from the kill to
- * each survivor's error (min/median/max over trials and survivors); -J writes the same as JSON. Exits 0 when every
+ * each survivor's error (min/median/max over trials and survivors) and the median time from the kill until the system
+ * had ended the victim (waitpid: the floor of any detection, as the driver releases the victim's GPU context first);
+ * -J writes the same as JSON. Exits 0 when every
  * check of every trial held, 1 when one failed, 2 for bad arguments, 77 without a GPU.
  */
 #include "fccl.h"
@@ -406,6 +408,8 @@ static int waitReady(struct board* b, int r, int nranks) {
 struct results {
   double ms[MAX_TRIALS * MAX_RANKS];
   int count;
+  double exitMs[MAX_TRIALS]; /* from the kill to the victim's end as waitpid sees it */
+  int exits;
   int failedTrials;
 };
 
@@ -434,6 +438,16 @@ static int runTrial(struct board* b, enum scenario scenario, int nranks, int gpu
   sleepUs(scenario == SCENARIO_INIT ? (trial % 5) * 2000 : SETTLE_US);
   b->killNs = nowNs();
   kill(pids[victim], scenario == SCENARIO_STOP ? SIGSTOP : SIGKILL);
+  if (scenario != SCENARIO_STOP) { /* when the system had ended the victim: the floor of any detection */
+    int status = 0;
+    for (int64_t end = b->killNs + 10LL * 1000000000LL; nowNs() < end; sleepUs(50)) {
+      if (waitpid(pids[victim], &status, WNOHANG) == pids[victim]) {
+        out->exitMs[out->exits++] = (double)(nowNs() - b->killNs) / 1e6;
+        pids[victim] = -1;
+        break;
+      }
+    }
+  }
   const int64_t deadline = nowNs() + 40LL * 1000000000LL; /* past every bound of the ranks (10 s, DETECT_LIMIT_MS) */
   for (int r = 0; r < victim; r++) {
     const int code = reap(pids[r], deadline);
@@ -445,8 +459,10 @@ static int runTrial(struct board* b, enum scenario scenario, int nranks, int gpu
       out->ms[out->count++] = (double)(b->record[r].detectNs - b->killNs) / 1e6;
     }
   }
-  if (scenario == SCENARIO_STOP) kill(pids[victim], SIGKILL); /* SIGKILL ends a stopped process too */
-  (void)reap(pids[victim], nowNs() + 10LL * 1000000000LL);
+  if (pids[victim] > 0) {
+    if (scenario == SCENARIO_STOP) kill(pids[victim], SIGKILL); /* SIGKILL ends a stopped process too */
+    (void)reap(pids[victim], nowNs() + 10LL * 1000000000LL);
+  }
   if (!ok) out->failedTrials++;
   return ok;
 }
@@ -547,8 +563,8 @@ int main(int argc, char** argv) {
   }
   printf("# fccl-faultbench: %d ranks on %d GPU(s), the victim rank %d; %d trials per scenario\n", nranks, gpus,
          nranks - 1, trials);
-  printf("# %-8s %8s %10s %10s %10s %7s   (ms from the kill or stop to each survivor's error)\n", "scenario",
-         "samples", "min", "median", "max", "failed");
+  printf("# %-8s %8s %10s %10s %10s %7s %12s   (ms from the kill or stop to each survivor's error; exit: to the "
+         "victim's end, median)\n", "scenario", "samples", "min", "median", "max", "failed", "exit");
   if (json) fprintf(json, "{\"ranks\": %d, \"gpus\": %d, \"trials\": %d, \"scenarios\": {", nranks, gpus, trials);
   static struct results results;
   int status = 0;
@@ -556,15 +572,18 @@ int main(int argc, char** argv) {
     memset(&results, 0, sizeof(results));
     for (int t = 0; t < trials; t++) runTrial(b, (enum scenario)s, nranks, gpus, &results, t);
     qsort(results.ms, (size_t)results.count, sizeof(double), compareDoubles);
+    qsort(results.exitMs, (size_t)results.exits, sizeof(double), compareDoubles);
+    const double exitMedian = results.exits ? results.exitMs[results.exits / 2] : NAN;
     const double lo = results.count ? results.ms[0] : NAN, hi = results.count ? results.ms[results.count - 1] : NAN;
     const double median = results.count ? results.ms[results.count / 2] : NAN;
-    printf("  %-8s %8d %10.3f %10.3f %10.3f %7d\n", kScenarioNames[s], results.count, lo, median, hi,
-           results.failedTrials);
+    printf("  %-8s %8d %10.3f %10.3f %10.3f %7d %12.3f\n", kScenarioNames[s], results.count, lo, median, hi,
+           results.failedTrials, exitMedian);
     if (json)
       fprintf(json, "%s\"%s\": {\"samples\": %d, \"min_ms\": %.4f, \"median_ms\": %.4f, \"max_ms\": %.4f, "
-                    "\"failed_trials\": %d}",
+                    "\"failed_trials\": %d, \"victim_exit_median_ms\": %.4f}",
               s == first ? "" : ", ", kScenarioNames[s], results.count, results.count ? lo : 0.0,
-              results.count ? median : 0.0, results.count ? hi : 0.0, results.failedTrials);
+              results.count ? median : 0.0, results.count ? hi : 0.0, results.failedTrials,
+              results.exits ? exitMedian : 0.0);
     if (results.failedTrials) status = 1;
   }
   if (json) {
