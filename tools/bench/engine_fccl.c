@@ -6,6 +6,7 @@
 
 #include "fccl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define BENCH_CHECK_FCCL(agent, comm, call)                                                         \
@@ -51,6 +52,14 @@ static int fcclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) 
                      fcclCommInitRankConfig(&comm, agent->nranks, unique, agent->firstRank + gpu, &config));
   }
   agent->engines[engine].comms[gpu] = comm;
+  return 0;
+}
+
+static int fcclDescribe(benchAgent_t* agent, int engine, int gpu, char* text, size_t len) {
+  fcclPath_t path;
+  const char* reason = NULL;
+  if (fcclCommGetPath(commOf(agent, engine, gpu), &path, &reason) != fcclSuccess) return -1;
+  snprintf(text, len, "path %s (%s)", fcclGetPathName(path), reason);
   return 0;
 }
 
@@ -175,6 +184,7 @@ const benchEngineOps_t benchFcclEngine = {
     .libraryVersion = fcclVersion,
     .uniqueId = fcclUniqueIdOp,
     .create = fcclCreate,
+    .describe = fcclDescribe,
     .selfReportedBytes = fcclSelfReportedBytes,
     .destroy = fcclDestroy,
     .abort = fcclAbort,
