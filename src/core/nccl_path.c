@@ -42,6 +42,7 @@ struct fcclNcclReg {
 struct fcclNcclComm {
   ncclComm_t comm;
   int broken;          /* a wait on NCCL failed or timed out: teardown aborts instead of finalizing */
+  int waiters;         /* atomic: threads inside waitNccl, which an fcclCommAbort from another thread waits out */
   float* barrierWord;  /* device word of the barrier's all-reduce */
   struct fcclNcclReg* regs;
   unsigned long regCount; /* atomic: read by fcclCommGetMemStats from any thread */
@@ -61,7 +62,7 @@ static int64_t nowMs(void) {
  * Waits while NCCL reports ncclInProgress on comm (a non-blocking init, connection setup, a finalize): bounded by
  * the fccl communicator's timeout and abort flag. A failure marks the NCCL communicator broken.
  */
-static fcclResult_t waitNccl(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
+static fcclResult_t waitLoop(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
   const int64_t deadline = nowMs() + owner->timeoutMs;
   long sleepNs = 1000;
   for (;;) {
@@ -89,6 +90,13 @@ static fcclResult_t waitNccl(struct fcclComm* owner, ncclComm_t comm, struct fcc
     nanosleep(&pause, NULL);
     if (sleepNs < 1000000) sleepNs *= 2;
   }
+}
+
+static fcclResult_t waitNccl(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
+  if (nc) __atomic_add_fetch(&nc->waiters, 1, __ATOMIC_ACQ_REL);
+  fcclResult_t res = waitLoop(owner, comm, nc, what);
+  if (nc) __atomic_sub_fetch(&nc->waiters, 1, __ATOMIC_ACQ_REL);
+  return res;
 }
 
 /* ---- groups: per thread, as NCCL's ---- */
@@ -252,10 +260,15 @@ fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcc
   struct fcclNcclReg* reg = calloc(1, sizeof(*reg));
   if (!reg) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "fcclCommRegister: out of host memory");
   ncclResult_t result = pfn_ncclCommRegister(nc->comm, buf, size, &reg->handle);
-  if (result != ncclSuccess) {
+  fcclResult_t res = fcclSuccess;
+  if (result == ncclInProgress)
+    res = waitNccl(comm, nc->comm, nc, "fcclCommRegister");
+  else if (result != ncclSuccess)
+    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_IPC, "fcclCommRegister: ncclCommRegister of %zu bytes at %p "
+                     "failed: %s (%s)", size, buf, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
+  if (res != fcclSuccess) {
     free(reg);
-    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_IPC, "fcclCommRegister: ncclCommRegister of %zu bytes at %p "
-                      "failed: %s (%s)", size, buf, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
+    return res;
   }
   reg->next = nc->regs;
   nc->regs = reg;
@@ -297,6 +310,12 @@ struct idRecord {
 };
 
 static void releaseNccl(struct fcclComm* owner, struct fcclNcclComm* nc) {
+  /* fcclCommAbort from another thread while a call waits for NCCL: the abort flag is set, so the waiter leaves
+   * within one poll slice (at most 1 ms); it must be gone before the NCCL communicator is. */
+  while (__atomic_load_n(&nc->waiters, __ATOMIC_ACQUIRE) > 0) {
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100000};
+    nanosleep(&pause, NULL);
+  }
   if (nc->comm) {
     const int aborting = nc->broken || __atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE);
     while (nc->regs) {
