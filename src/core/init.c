@@ -250,17 +250,25 @@ static fcclResult_t localPeerAccess(const struct fcclComm* comm, int32_t* grante
 static fcclResult_t choosePath(struct fcclComm* comm, struct fcclPathDecision* decision) {
   struct fcclPathInput in = {.infos = comm->peerInfo, .nranks = comm->nranks, .sassArchs = FCCL_BUILD_SASS_ARCHS,
                              .ptxArch = FCCL_BUILD_PTX_ARCH};
-  FCCLCHECK(fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request));
-  FCCLCHECK(fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm));
-  in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
   struct fcclPathRecord* records = calloc((size_t)comm->nranks, sizeof(*records));
   if (!records) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
   struct fcclPathRecord* mine = &records[comm->rank];
+  /* A value that does not parse is this rank's error, told to the others in the record rather than by leaving them
+   * waiting in the all-gather. */
+  fcclResult_t parsed = fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request);
+  mine->request = parsed == fcclSuccess ? (int32_t)in.request : -1;
+  fcclResult_t parsedComm = fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm);
+  mine->ncclComm = parsedComm == fcclSuccess ? (int32_t)in.ncclComm : -1;
+  if (parsed == fcclSuccess) parsed = parsedComm;
+  in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
+  mine->p2pDisable = in.p2pDisable;
   fcclResult_t res = localPeerAccess(comm, &mine->peerAccess);
   mine->ncclLoaded = fcclNcclLoaded(NULL);
   /* NCCL reads NCCL_HOSTID itself (not a parameter of fccl's): the host NCCL will see this process on. */
   mine->ncclHost = fcclPathNcclHost(getenv("NCCL_HOSTID"), fcclPeerMachineHash());
   if (res == fcclSuccess) res = fcclBootstrapAllGather(comm->bootstrap, records, sizeof(*records));
+  if (res == fcclSuccess && parsed != fcclSuccess) res = parsed; /* described when it was parsed */
+  if (res == fcclSuccess) res = fcclPathCheckAgreement(records, comm->nranks);
   in.records = records;
   if (res == fcclSuccess) res = fcclPathDecide(&in, decision);
   free(records);

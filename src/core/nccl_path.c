@@ -343,7 +343,13 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
   struct fcclNcclComm* nc = comm->nccl;
   if (!nc) return fcclSuccess;
   __atomic_store_n(&comm->nccl, NULL, __ATOMIC_RELEASE);
+  /* Its device current for NCCL's teardown and the barrier word's free, then the caller's back. */
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  (void)cudaGetLastError();
+  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(comm->cudaDev));
   releaseNccl(comm, nc);
+  if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
   return fcclSuccess;
 }
 
@@ -402,7 +408,6 @@ fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
   for (int r = 0; r < comm->nranks && failed < 0; r++)
     if (results[r] != fcclSuccess) failed = r;
   if (failed >= 0) {
-    nc->broken = 1; /* some rank has none: ours is aborted, never finalized against peers that are not there */
     if (failed == comm->rank)
       fcclRestoreThreadError(cause);
     else
@@ -428,7 +433,10 @@ fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
   __atomic_store_n(&comm->nccl, nc, __ATOMIC_RELEASE);
   nc = NULL;
 exit:
-  if (nc) releaseNccl(comm, nc);
+  if (nc) {
+    nc->broken = 1; /* not every rank has one: aborted, never finalized against peers that may not be there */
+    releaseNccl(comm, nc);
+  }
   free(ids);
   free(results);
   return res;

@@ -16,6 +16,8 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
 
+_Static_assert(sizeof(struct fcclPathRecord) == 32, "fcclPathRecord travels as bytes: no padding, fixed size");
+
 FCCL_API const char* fcclGetPathName(fcclPath_t path) {
   switch (path) {
     case fcclPathFccl: return "fccl";
@@ -39,6 +41,24 @@ fcclResult_t fcclPathParseNcclComm(const char* text, fcclNcclCommMode_t* out) {
   else if (strcmp(text, "off") == 0) *out = FCCL_NCCL_COMM_OFF;
   else
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "FCCL_NCCL_COMM=%s: give auto, init or off", text);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclPathCheckAgreement(const struct fcclPathRecord* records, int nranks) {
+  static const char* const names[] = {"FCCL_PATH", "FCCL_P2P_DISABLE", "FCCL_NCCL_COMM"};
+  for (int r = 0; r < nranks; r++) {
+    if (records[r].request < 0 || records[r].ncclComm < 0)
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT, "rank %d's %s is not a valid value (see its log)", r,
+                        records[r].request < 0 ? names[0] : names[2]);
+    const int differs[3] = {records[r].request != records[0].request,
+                            records[r].p2pDisable != records[0].p2pDisable,
+                            records[r].ncclComm != records[0].ncclComm};
+    for (int i = 0; i < 3; i++)
+      if (differs[i])
+        return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                          "rank %d's %s differs from rank 0's: set it alike on every rank (it decides the path)", r,
+                          names[i]);
+  }
   return fcclSuccess;
 }
 

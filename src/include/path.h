@@ -18,7 +18,11 @@
 struct fcclPathRecord {
   int32_t peerAccess; /* 1: every GPU of this host's other ranks that is visible here grants peer access */
   int32_t ncclLoaded; /* 1: libnccl.so.2 loaded with every function fccl uses */
-  uint64_t ncclHost;  /* the host NCCL sees this rank on: a hash of NCCL_HOSTID when set, else the hostHash */
+  uint64_t ncclHost;  /* the host NCCL sees this rank on: a hash of NCCL_HOSTID when set, else the machine's */
+  int32_t request;    /* this rank's FCCL_PATH (fcclPathRequest_t); -1: it did not parse */
+  int32_t p2pDisable; /* this rank's FCCL_P2P_DISABLE != 0 */
+  int32_t ncclComm;   /* this rank's FCCL_NCCL_COMM (fcclNcclCommMode_t); -1: it did not parse */
+  int32_t reserved;
 };
 
 typedef enum { FCCL_PATH_REQUEST_AUTO = 0, FCCL_PATH_REQUEST_FCCL, FCCL_PATH_REQUEST_NCCL } fcclPathRequest_t;
@@ -53,6 +57,10 @@ struct fcclPathDecision {
  * load it (the message says what to install); fcclInvalidArgument for bad input. Every rank gets the same answer.
  */
 fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecision* out);
+
+/* The settings every rank must share (FCCL_PATH, FCCL_P2P_DISABLE, FCCL_NCCL_COMM) are equal in every record and
+ * parsed on every rank: else fcclInvalidUsage naming a rank that differs, so that no rank takes another path. */
+fcclResult_t fcclPathCheckAgreement(const struct fcclPathRecord* records, int nranks);
 
 /* FCCL_PATH's text: "", "auto", "fccl" or "nccl" (fcclInvalidArgument otherwise). */
 fcclResult_t fcclPathParseRequest(const char* text, fcclPathRequest_t* out);

@@ -332,8 +332,14 @@ static int runRegistered(struct rankState* s) {
   int failed = runAllReduce(s, fcclFloat32, fcclSum, 4099, 0);
   CHECK_FCCL("deregister", fcclCommDeregister(s->comm, a));
   CHECK_FCCL("deregister", fcclCommDeregister(s->comm, b));
-  EXPECT_EQ_INT(fcclCommRegister(s->comm, s->send, 0, &a), fcclInvalidArgument);
-  EXPECT_EQ_INT(fcclCommRegister(s->comm, s->send, 64, NULL), fcclInvalidArgument);
+  /* Every rank makes the same bad call: refused on each (fcclRemoteError where the fccl path's exchange tells a
+   * rank of its peers' refusal first). */
+  fcclResult_t bad = fcclCommRegister(s->comm, s->send, 0, &a);
+  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register of 0 bytes returned %d",
+             s->rank, bad);
+  bad = fcclCommRegister(s->comm, s->send, 64, NULL);
+  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register without a handle returned %d",
+             s->rank, bad);
   return failed;
 }
 
@@ -517,7 +523,9 @@ static int rankAbort(int rank, int nranks, struct testArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
-  if (stateInit(s, comm, rank, nranks, args->seed) == 0 && rank == 0) {
+  /* Together first: NCCL connects to its peers at a communicator's first call, which needs both. */
+  if (stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 1 << 18, 0) == 0 &&
+      rank == 0) {
     EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 18, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
     struct timespec pause = {.tv_sec = 1, .tv_nsec = 0};
     nanosleep(&pause, NULL);
@@ -543,9 +551,11 @@ static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts) 
   setIdentity(rank, fcclHosts, "nccl");
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
-  if (rank == 1) _exit(0); /* dies without a word: no destroy, no abort */
   struct rankState state, *s = &state;
-  if (stateInit(s, comm, rank, nranks, args->seed) == 0) {
+  /* Together first (NCCL connects at the first call); then rank 1 dies without a word: no destroy, no abort. */
+  int ready = stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 4096, 0) == 0;
+  if (rank == 1) _exit(ready ? 0 : 1);
+  if (ready) {
     EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 16, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
     fcclResult_t async = fcclSuccess;
     const int64_t start = collNowNs();

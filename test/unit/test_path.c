@@ -235,6 +235,28 @@ static void testSharedGpu(void) {
   EXPECT_EQ_INT(fcclPathNcclHost(NULL, 42), 42);
 }
 
+/* The settings that decide the path must be equal on every rank, and valid. */
+static void testAgreement(void) {
+  struct table t;
+  makeTable(&t, 3, 3);
+  EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclSuccess);
+  t.records[2].request = FCCL_PATH_REQUEST_NCCL;
+  EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 2's FCCL_PATH differs from rank 0's");
+  makeTable(&t, 3, 3);
+  t.records[1].p2pDisable = 1;
+  EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1's FCCL_P2P_DISABLE differs");
+  makeTable(&t, 3, 3);
+  t.records[2].ncclComm = FCCL_NCCL_COMM_OFF;
+  EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_NCCL_COMM differs");
+  makeTable(&t, 3, 3);
+  t.records[1].request = -1;
+  EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1's FCCL_PATH is not a valid value");
+}
+
 static void testBadInput(void) {
   EXPECT_EQ_INT(fcclPathDecide(NULL, NULL), fcclInvalidArgument);
   struct table t;
@@ -253,6 +275,7 @@ int main(void) {
   testRequests();
   testNcclMissing();
   testSharedGpu();
+  testAgreement();
   testBadInput();
   return testSummary("path");
 }
