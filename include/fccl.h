@@ -537,10 +537,9 @@ FCCL_API const char* fcclGetPathName(fcclPath_t path);
  * @param stream   cudaStream_t of the communicator's device (NULL: the default stream).
  * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL buffer with count > 0, unknown type, peer out of
  *         range, buffer or stream of another device); fcclInvalidUsage (init not finished, no NCCL communicator);
- *         NCCL's error as fccl's code (the values are NCCL's); fcclTimeout (NCCL did not finish setting the call
- *         up within the communicator's timeout).
- * Thread safety: as fcclAllReduce. Blocks: no, except while NCCL connects to the peer the first time (bounded by
- * the communicator's timeout and by fcclCommAbort). Collective: no, the peer's matching call. Graph capture: yes.
+ *         NCCL's error as fccl's code (the values are NCCL's).
+ * Thread safety: as fcclAllReduce. Blocks: no, except at the first call between two ranks, while NCCL connects
+ * them (the peer must make its matching call). Collective: no, the peer's matching call. Graph capture: yes.
  */
 FCCL_API fcclResult_t fcclSend(const void* sendbuf, size_t count, fcclDataType_t datatype, int peer,
                                fcclComm_t comm, void* stream);
@@ -570,10 +569,9 @@ FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t co
 FCCL_API fcclResult_t fcclGroupStart(void);
 
 /**
- * Ends a group; the outermost end issues the grouped calls, and waits (bounded by each communicator's timeout and
- * by fcclCommAbort) while NCCL sets them up.
- * @return fcclSuccess; fcclInvalidUsage (no group started, or NCCL cannot be loaded); NCCL's error as fccl's code;
- *         fcclTimeout.
+ * Ends a group; the outermost end issues the grouped calls (ncclGroupEnd, which connects ranks meeting for the
+ * first time, as fcclSend).
+ * @return fcclSuccess; fcclInvalidUsage (no group started, or NCCL cannot be loaded); NCCL's error as fccl's code.
  * Thread safety: per thread. Blocks: as described. Collective: no. Graph capture: yes.
  */
 FCCL_API fcclResult_t fcclGroupEnd(void);

@@ -317,7 +317,11 @@ static void releaseNccl(struct fcclComm* owner, struct fcclNcclComm* nc) {
     nanosleep(&pause, NULL);
   }
   if (nc->comm) {
-    const int aborting = nc->broken || __atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE);
+    ncclResult_t state = ncclSuccess;
+    const int failed = pfn_ncclCommGetAsyncError(nc->comm, &state) != ncclSuccess ||
+                       (state != ncclSuccess && state != ncclInProgress);
+    /* A failed NCCL communicator's work may never finish: only an abort ends it without waiting. */
+    const int aborting = nc->broken || failed || __atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE);
     while (nc->regs) {
       struct fcclNcclReg* reg = nc->regs;
       nc->regs = reg->next;
@@ -355,8 +359,12 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
 
 /* This rank's part of the creation: the NCCL communicator, bounded. The result is every rank's to see. */
 static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, struct fcclNcclComm* nc) {
+  /* Blocking: a non-blocking NCCL communicator launches every call from a thread of NCCL's (ncclInProgress, then
+   * polling), which costs each call far more than fccl's budget of host time. Every rank has just met in fccl's
+   * bootstrap, so NCCL's own rendezvous finds them all. NCCL_COMM_BLOCKING=0 still makes it non-blocking: the
+   * ncclInProgress answers are then waited for, bounded by the timeout and the abort flag (waitNccl). */
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0; /* every wait is ours to bound (waitNccl) */
+  config.blocking = 1;
   if (comm->name[0]) config.commName = comm->name;
   ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, comm->nranks, *id, comm->rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {

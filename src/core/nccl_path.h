@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The NCCL communicator a fccl communicator creates and owns (src/core/nccl_path.c): made at init through fccl's
- * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), non-blocking so that every host wait
- * on it is bounded by the communicator's timeout and abort flag, and aborted or destroyed with the communicator.
+ * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), blocking (NCCL's calls return once
+ * launched; an ncclInProgress, from NCCL_COMM_BLOCKING=0, is waited for within the communicator's timeout and abort
+ * flag), and aborted or destroyed with the communicator.
  * It carries every call on the NCCL path, and send, receive and all-to-all on every path. docs/paths.md.
  */
 #ifndef FCCL_NCCL_PATH_H_
@@ -32,12 +33,14 @@ typedef enum {
 /*
  * Creates comm->nccl over comm->bootstrap (collective; the comm's device current). required 0: a failure that every
  * rank saw leaves comm->nccl NULL, says why in comm->ncclMissing and returns fcclSuccess; required 1: it fails the
- * init. Bounded by comm->timeoutMs and the abort flag.
+ * init. fccl's bootstrap steps are bounded by comm->timeoutMs and the abort flag; ncclCommInitRankConfig, which
+ * starts once every rank has met in the bootstrap, by NCCL.
  */
 fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required);
 
-/* Releases comm->nccl (NULL is fine): its registrations, then ncclCommFinalize and ncclCommDestroy, or
- * ncclCommAbort when the communicator was aborted or a wait on NCCL failed. */
+/* Releases comm->nccl (NULL is fine): its registrations, then ncclCommFinalize and ncclCommDestroy (which wait for
+ * this rank's NCCL work, as NCCL's destroy does), or ncclCommAbort (which waits for no peer) when the communicator
+ * was aborted, failed, or NCCL reports an asynchronous error. */
 fcclResult_t fcclNcclCommFree(struct fcclComm* comm);
 
 /* Enqueues call (checked already) through NCCL on stream, the comm's device current. */
