@@ -7,6 +7,7 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "fccl_build_config.h"
+#include "ncclwrap.h"
 #include "path.h"
 #include "test.h"
 
@@ -257,6 +258,25 @@ static void testAgreement(void) {
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1's FCCL_PATH is not a valid value");
 }
 
+/* Groups need NCCL: with it they nest and end; without it (a build without nccl.h, or no libnccl.so.2) the call
+ * says what to install. No GPU is needed for an empty group. */
+static void testGroups(void) {
+  const char* why = NULL;
+  if (fcclNcclLoaded(&why)) {
+    EXPECT_EQ_INT(fcclGroupStart(), fcclSuccess);
+    EXPECT_EQ_INT(fcclGroupStart(), fcclSuccess);
+    EXPECT_EQ_INT(fcclGroupEnd(), fcclSuccess);
+    EXPECT_EQ_INT(fcclGroupEnd(), fcclSuccess);
+    EXPECT_EQ_INT(fcclGroupEnd(), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no group was started");
+  } else {
+    EXPECT_STR_CONTAINS(why, FCCL_HAVE_NCCL ? "libnccl.so.2" : "built without NCCL");
+    EXPECT_EQ_INT(fcclGroupStart(), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "install NCCL 2.x");
+    EXPECT_EQ_INT(fcclGroupEnd(), fcclInvalidUsage);
+  }
+}
+
 static void testBadInput(void) {
   EXPECT_EQ_INT(fcclPathDecide(NULL, NULL), fcclInvalidArgument);
   struct table t;
@@ -276,6 +296,7 @@ int main(void) {
   testNcclMissing();
   testSharedGpu();
   testAgreement();
+  testGroups();
   testBadInput();
   return testSummary("path");
 }
