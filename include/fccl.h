@@ -504,7 +504,13 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
  * Paths: fccl's kernels or NCCL behind the same communicator; point-to-point, all-to-all and groups (NCCL)
  * ------------------------------------------------------------------------------------------------------------- */
 
-/** Which engine carries a communicator's collectives; chosen at init (docs/paths.md), the same on every rank. */
+/**
+ * Which engine carries a communicator's collectives; chosen at init (docs/paths.md), the same on every rank.
+ * On the NCCL path every call above keeps its arguments, checks and result codes, and NCCL does the work: results
+ * are NCCL's (every rank the same bits; within the type's tolerance of the fccl path's), fcclCommRegister is
+ * ncclCommRegister (local to the rank: no exchange, so a bad buffer fails on its own rank only), and a call that a
+ * peer never joins waits until fcclCommAbort (NCCL's kernels do not read FCCL_TIMEOUT).
+ */
 typedef enum {
   fcclPathFccl = 0, /**< fccl's kernels: one host, 1 to 8 ranks, peer access verified, a GPU the build has code for. */
   fcclPathNccl = 1, /**< NCCL, through a communicator fccl creates and owns: every other layout, or FCCL_PATH=nccl. */
