@@ -520,8 +520,8 @@ typedef enum {
 /**
  * The communicator's path and why it was chosen.
  * @param[out] path    receives the path.
- * @param[out] reason  may be NULL; receives a static-for-the-comm's-lifetime sentence saying why ("every rank on
- *                     one host, 2 ranks, peer access verified"), valid until the communicator is destroyed.
+ * @param[out] reason  may be NULL; receives a sentence saying why ("the 4 ranks are on 2 hosts"), valid until the
+ *                     communicator is destroyed.
  * @return fcclSuccess; fcclInvalidArgument (invalid handle, NULL path); fcclInvalidUsage (init not finished) or
  *         the init's error.
  * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
