@@ -263,7 +263,7 @@ static fcclResult_t choosePath(struct fcclComm* comm, struct fcclPathDecision* d
   in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
   mine->p2pDisable = in.p2pDisable;
   fcclResult_t res = localPeerAccess(comm, &mine->peerAccess);
-  mine->ncclLoaded = fcclNcclLoaded(NULL);
+  mine->ncclLoaded = fcclNcclLoaded(&in.ncclWhy);
   /* NCCL reads NCCL_HOSTID itself (not a parameter of fccl's): the host NCCL will see this process on. */
   mine->ncclHost = fcclPathNcclHost(getenv("NCCL_HOSTID"), fcclPeerMachineHash());
   if (res == fcclSuccess) res = fcclBootstrapAllGather(comm->bootstrap, records, sizeof(*records));

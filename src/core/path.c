@@ -131,11 +131,11 @@ static int fcclCannot(const struct fcclPathInput* in, const struct layout* l, ch
   return 1;
 }
 
-static fcclResult_t ncclMissing(const struct layout* l, const char* why) {
+static fcclResult_t ncclMissing(const struct fcclPathInput* in, const struct layout* l, const char* why) {
   return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT,
                     "the communicator needs NCCL (%s) but rank %d cannot load libnccl.so.2: install NCCL 2.x (the "
-                    "libnccl2 package, or libnccl.so.2 on LD_LIBRARY_PATH)",
-                    why, l->noNccl);
+                    "libnccl2 package, or libnccl.so.2 on LD_LIBRARY_PATH)%s%s",
+                    why, l->noNccl, in->ncclWhy ? "; on this rank: " : "", in->ncclWhy ? in->ncclWhy : "");
 }
 
 static fcclResult_t ncclRefusesShared(const struct layout* l, const char* why) {
@@ -169,7 +169,7 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
     if (l.hosts > 1 && l.minPerHost > 1 && l.noAccess < 0 && !in->p2pDisable)
       snprintf(d.reason + strlen(d.reason), sizeof(d.reason) - strlen(d.reason),
                "; NCCL carries the traffic inside each host too (no hierarchical path yet)");
-    if (l.noNccl >= 0) return ncclMissing(&l, d.reason);
+    if (l.noNccl >= 0) return ncclMissing(in, &l, d.reason);
     if (l.sharedA >= 0) return ncclRefusesShared(&l, d.reason);
     d.ncclComm = 1;
     d.ncclRequired = 1;
@@ -185,7 +185,7 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
   if (in->ncclComm == FCCL_NCCL_COMM_OFF) {
     snprintf(d.p2pReason, sizeof(d.p2pReason), "FCCL_NCCL_COMM=off");
   } else if (l.noNccl >= 0) {
-    if (in->ncclComm == FCCL_NCCL_COMM_INIT) return ncclMissing(&l, "FCCL_NCCL_COMM=init");
+    if (in->ncclComm == FCCL_NCCL_COMM_INIT) return ncclMissing(in, &l, "FCCL_NCCL_COMM=init");
     snprintf(d.p2pReason, sizeof(d.p2pReason),
              "rank %d cannot load libnccl.so.2 (install NCCL 2.x for send, receive and all-to-all)", l.noNccl);
   } else if (l.sharedA >= 0) {

@@ -37,6 +37,7 @@ struct fcclPathInput {
   fcclPathRequest_t request;  /* FCCL_PATH */
   int p2pDisable;             /* FCCL_P2P_DISABLE */
   fcclNcclCommMode_t ncclComm; /* FCCL_NCCL_COMM */
+  const char* ncclWhy;        /* why this rank cannot load NCCL (fcclNcclLoaded), quoted in the error; may be NULL */
   const char* sassArchs;      /* the build's FCCL_BUILD_SASS_ARCHS */
   int ptxArch;                /* the build's FCCL_BUILD_PTX_ARCH */
 };

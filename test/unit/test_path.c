@@ -192,6 +192,10 @@ static void testNcclMissing(void) {
   t.records[3].ncclLoaded = 0;
   decide(&t, fcclSystemError);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 3 cannot load libnccl.so.2: install NCCL 2.x");
+  t.in.ncclWhy = "this fccl was built without NCCL";
+  decide(&t, fcclSystemError);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "on this rank: this fccl was built without NCCL");
+  t.in.ncclWhy = NULL;
 
   /* The fccl path goes on without NCCL, and says why send/recv are missing; FCCL_NCCL_COMM=init refuses. */
   makeTable(&t, 2, 2);
