@@ -535,8 +535,8 @@ FCCL_API const char* fcclGetPathName(fcclPath_t path);
  * Sends count elements of sendbuf to rank peer, which must post the matching fcclRecv (NCCL's ncclSend, on the
  * communicator's NCCL communicator on every path). Several sends and receives that must progress together (an
  * exchange, a pipeline stage's neighbours) go between fcclGroupStart and fcclGroupEnd.
- * The NCCL communicator exists on the NCCL path always; on the fccl path when NCCL could be loaded and can take the
- * layout (FCCL_NCCL_COMM, docs/paths.md), else these calls return fcclInvalidUsage saying why.
+ * The NCCL communicator exists on the NCCL path always; on the fccl path when FCCL_NCCL_COMM asks for it
+ * (docs/paths.md), else these calls return fcclInvalidUsage saying why.
  * @param sendbuf  count elements of device memory of the communicator's device (NULL only with count 0).
  * @param count    elements (0 does nothing).
  * @param peer     0..nranks-1 (this rank itself is allowed, as in NCCL).

@@ -36,11 +36,11 @@ fcclResult_t fcclPathParseRequest(const char* text, fcclPathRequest_t* out) {
 }
 
 fcclResult_t fcclPathParseNcclComm(const char* text, fcclNcclCommMode_t* out) {
-  if (text == NULL || text[0] == '\0' || strcmp(text, "auto") == 0) *out = FCCL_NCCL_COMM_AUTO;
+  if (text == NULL || text[0] == '\0' || strcmp(text, "off") == 0) *out = FCCL_NCCL_COMM_OFF;
   else if (strcmp(text, "init") == 0) *out = FCCL_NCCL_COMM_INIT;
-  else if (strcmp(text, "off") == 0) *out = FCCL_NCCL_COMM_OFF;
+  else if (strcmp(text, "auto") == 0) *out = FCCL_NCCL_COMM_AUTO;
   else
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "FCCL_NCCL_COMM=%s: give auto, init or off", text);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "FCCL_NCCL_COMM=%s: give off, init or auto", text);
   return fcclSuccess;
 }
 
@@ -183,7 +183,8 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
            in->nranks > 1 ? "s" : "");
   /* The NCCL communicator for send, receive and all-to-all. */
   if (in->ncclComm == FCCL_NCCL_COMM_OFF) {
-    snprintf(d.p2pReason, sizeof(d.p2pReason), "FCCL_NCCL_COMM=off");
+    snprintf(d.p2pReason, sizeof(d.p2pReason),
+             "FCCL_NCCL_COMM is off: set FCCL_NCCL_COMM=init on every rank for send, receive and all-to-all");
   } else if (l.noNccl >= 0) {
     if (in->ncclComm == FCCL_NCCL_COMM_INIT) return ncclMissing(in, &l, "FCCL_NCCL_COMM=init");
     snprintf(d.p2pReason, sizeof(d.p2pReason),

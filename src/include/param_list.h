@@ -73,10 +73,10 @@ FCCL_PARAM(PATH, FCCL_PARAM_STRING, "auto",
 FCCL_PARAM(P2P_DISABLE, FCCL_PARAM_INT, "0",
            "1: never map peer memory or run fccl's kernels; NCCL carries every call (NCCL's own NCCL_P2P_DISABLE is "
            "apart). Equal on every rank.")
-FCCL_PARAM(NCCL_COMM, FCCL_PARAM_STRING, "auto",
-           "On the fccl path, the NCCL communicator for fcclSend, fcclRecv and fcclAllToAll: auto (created at init "
-           "where every rank loads NCCL and NCCL takes the layout; else those calls fail), init (required: init "
-           "fails without it), off (never). The NCCL path always has one. Equal on every rank.")
+FCCL_PARAM(NCCL_COMM, FCCL_PARAM_STRING, "off",
+           "On the fccl path, the NCCL communicator for fcclSend, fcclRecv and fcclAllToAll: off (none: those calls "
+           "fail saying to set this), init (made at init, required), auto (made at init where every rank loads NCCL "
+           "and NCCL takes the layout). The NCCL path always has one. Equal on every rank.")
 FCCL_PARAM(HOSTID, FCCL_PARAM_STRING, "",
            "The host identity this process reports instead of its host name and boot id (tests: processes of one "
            "machine that act as several hosts; pair it with NCCL_HOSTID). Empty: the real identity.")

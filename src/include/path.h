@@ -27,8 +27,9 @@ struct fcclPathRecord {
 
 typedef enum { FCCL_PATH_REQUEST_AUTO = 0, FCCL_PATH_REQUEST_FCCL, FCCL_PATH_REQUEST_NCCL } fcclPathRequest_t;
 
-/* FCCL_NCCL_COMM: whether a communicator on the fccl path also creates an NCCL communicator at init. */
-typedef enum { FCCL_NCCL_COMM_AUTO = 0, FCCL_NCCL_COMM_INIT, FCCL_NCCL_COMM_OFF } fcclNcclCommMode_t;
+/* FCCL_NCCL_COMM: whether a communicator on the fccl path also creates an NCCL communicator at init (off by
+ * default: NCCL's init is a wait fccl cannot bound, which a communicator that makes no send need not have). */
+typedef enum { FCCL_NCCL_COMM_OFF = 0, FCCL_NCCL_COMM_INIT, FCCL_NCCL_COMM_AUTO } fcclNcclCommMode_t;
 
 struct fcclPathInput {
   const struct fcclPeerInfo* infos;     /* nranks entries, as exchanged at init */
@@ -66,7 +67,7 @@ fcclResult_t fcclPathCheckAgreement(const struct fcclPathRecord* records, int nr
 /* FCCL_PATH's text: "", "auto", "fccl" or "nccl" (fcclInvalidArgument otherwise). */
 fcclResult_t fcclPathParseRequest(const char* text, fcclPathRequest_t* out);
 
-/* FCCL_NCCL_COMM's text: "", "auto", "init" or "off" (fcclInvalidArgument otherwise). */
+/* FCCL_NCCL_COMM's text: "" or "off", "init", "auto" (fcclInvalidArgument otherwise). */
 fcclResult_t fcclPathParseNcclComm(const char* text, fcclNcclCommMode_t* out);
 
 /* The host NCCL sees a process on: a hash of NCCL_HOSTID's value when it is set, else hostHash. */

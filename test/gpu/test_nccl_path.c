@@ -10,10 +10,10 @@
  *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
  *   hier          4 ranks as 2 simulated hosts x 2: NCCL (no hierarchical path yet, and the reason says so).
  *   p2pdisable    FCCL_P2P_DISABLE=1: NCCL; same calls.
- *   fcclp2p N     one host identity for fccl, distinct NCCL_HOSTIDs: the fccl path, with send/recv/all-to-all
- *                 through the NCCL communicator; same calls.
- *   p2pmissing    the fccl path without an NCCL communicator (FCCL_NCCL_COMM=off; shared GPU and one NCCL host):
- *                 fcclSend and fcclAllToAll fail with fcclInvalidUsage saying why, the collectives work.
+ *   fcclp2p N     one host identity for fccl, distinct NCCL_HOSTIDs, FCCL_NCCL_COMM=init: the fccl path, with
+ *                 send/recv/all-to-all through the NCCL communicator; same calls.
+ *   p2pmissing    the fccl path without an NCCL communicator (FCCL_NCCL_COMM's default, off): fcclSend and
+ *                 fcclAllToAll fail with fcclInvalidUsage saying why, the collectives work.
  *   abort         NCCL path: rank 0's all-reduce that rank 1 never joins is stopped by fcclCommAbort, promptly.
  *   dead          NCCL path, one fccl host: rank 1 exits; rank 0's fcclCommGetAsyncError reports it (fccl's
  *                 monitor), and fcclCommAbort returns.
@@ -482,10 +482,9 @@ static const struct modeSpec kEverything[] = {
 
 static int rankEverything(int rank, int nranks, const struct modeSpec* m, struct testArgs* args) {
   setIdentity(rank, m->fcclHosts, m->path);
-  if (strcmp(m->name, "p2pdisable") == 0) {
-    setenv("FCCL_P2P_DISABLE", "1", 1);
-    fcclParamResetForTest();
-  }
+  if (strcmp(m->name, "p2pdisable") == 0) setenv("FCCL_P2P_DISABLE", "1", 1);
+  if (strcmp(m->name, "fcclp2p") == 0) setenv("FCCL_NCCL_COMM", "init", 1);
+  fcclParamResetForTest();
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
@@ -500,14 +499,14 @@ static int rankEverything(int rank, int nranks, const struct modeSpec* m, struct
 
 /* The fccl path without an NCCL communicator: the NCCL-only calls say why; the collectives work. */
 static int rankP2pMissing(int rank, int nranks, struct testArgs* args) {
-  setenv("FCCL_NCCL_COMM", "off", 1);
+  unsetenv("FCCL_NCCL_COMM"); /* the default: off */
   fcclParamResetForTest();
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
   if (stateInit(s, comm, rank, nranks, args->seed) == 0 && expectPath(s, fcclPathFccl, NULL) == 0) {
     EXPECT_EQ_INT(fcclSend(s->send, 16, fcclFloat32, (rank + 1) % nranks, comm, s->stream), fcclInvalidUsage);
-    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_NCCL_COMM=off");
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "set FCCL_NCCL_COMM=init");
     EXPECT_EQ_INT(fcclAllToAll(s->send, s->recv, 16, fcclFloat32, comm, s->stream), fcclInvalidUsage);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no NCCL communicator");
     runAllReduce(s, fcclFloat32, fcclSum, 1000, 0);

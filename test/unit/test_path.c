@@ -179,6 +179,10 @@ static void testRequests(void) {
   EXPECT_EQ_INT(mode, FCCL_NCCL_COMM_INIT);
   EXPECT_EQ_INT(fcclPathParseNcclComm("off", &mode), fcclSuccess);
   EXPECT_EQ_INT(mode, FCCL_NCCL_COMM_OFF);
+  EXPECT_EQ_INT(fcclPathParseNcclComm("auto", &mode), fcclSuccess);
+  EXPECT_EQ_INT(mode, FCCL_NCCL_COMM_AUTO);
+  EXPECT_EQ_INT(fcclPathParseNcclComm("", &mode), fcclSuccess); /* the default */
+  EXPECT_EQ_INT(mode, FCCL_NCCL_COMM_OFF);
   EXPECT_EQ_INT(fcclPathParseNcclComm("1", &mode), fcclInvalidArgument);
 
   EXPECT_STR_CONTAINS(fcclGetPathName(fcclPathFccl), "fccl");
@@ -211,7 +215,7 @@ static void testNcclMissing(void) {
   t.in.ncclComm = FCCL_NCCL_COMM_OFF;
   d = decide(&t, fcclSuccess);
   EXPECT_EQ_INT(d.ncclComm, 0);
-  EXPECT_STR_CONTAINS(d.p2pReason, "FCCL_NCCL_COMM=off");
+  EXPECT_STR_CONTAINS(d.p2pReason, "set FCCL_NCCL_COMM=init");
 }
 
 /* Two ranks on one GPU (tests): NCCL takes them only when each claims its own NCCL host. */
@@ -253,7 +257,7 @@ static void testAgreement(void) {
   EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1's FCCL_P2P_DISABLE differs");
   makeTable(&t, 3, 3);
-  t.records[2].ncclComm = FCCL_NCCL_COMM_OFF;
+  t.records[2].ncclComm = FCCL_NCCL_COMM_INIT;
   EXPECT_EQ_INT(fcclPathCheckAgreement(t.records, 3), fcclInvalidUsage);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_NCCL_COMM differs");
   makeTable(&t, 3, 3);

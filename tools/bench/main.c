@@ -190,11 +190,8 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
   for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++)
     if (buildEngine(engine) && buildEngine(engine)->prepareProcess) buildEngine(engine)->prepareProcess();
   if (args->compareNccl && !benchNcclEngine) process.compareSkipped = 1;
-  /* Before any fccl call and before the ranks are forked: fccl reads its parameters once. The benchmarks make no
-   * send/recv, so fccl's communicator makes no NCCL communicator for them on the fccl path (its init time and memory
-   * stay fccl's own) unless the environment asks for one. */
+  /* Before any fccl call and before the ranks are forked: fccl reads its parameters once. */
   if (args->path) setenv("FCCL_PATH", args->path, 1);
-  setenv("FCCL_NCCL_COMM", "off", 0);
   if (benchDetectLaunch(realGetenv, &process.env, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;
