@@ -81,7 +81,7 @@ static double toDouble(fcclDataType_t type, uint64_t bits) {
 }
 
 /* Whether got is what NCCL may legitimately give: fccl's result (refCheckElement) or, for floats, NCCL's rules:
- * max/min skip NaN, and sums/products round in the element's own precision at each of up to nranks steps. */
+ * max/min skip NaN, and sums/products are rounded to the element's own precision at each of up to nranks steps. */
 static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n) {
   if (refCheckElement(type, op, got, in, n)) return 1;
   if (!refTypeIsFloat(type)) return 0;
