@@ -539,7 +539,7 @@ static int rankAbort(int rank, int nranks, struct testArgs* args) {
     (void)cudaGetLastError();
     testShmPost(&args->shared->flags[1], 1);
   } else if (rank != 0) {
-    EXPECT_EQ_INT(testShmWait(args->shared->shm, &args->shared->flags[1], 1, 120000, "rank 0's abort"), 0);
+    EXPECT_EQ_INT(testShmWait(args->shared->shm, &args->shared->flags[1], 1, 120000, "rank 0's abort"), TEST_SHM_OK);
     EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
   }
   stateFini(s);
