@@ -500,6 +500,88 @@ typedef struct {
  */
 FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats);
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Paths: fccl's kernels or NCCL behind the same communicator; point-to-point, all-to-all and groups (NCCL)
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/**
+ * Which engine carries a communicator's collectives; chosen at init (docs/paths.md), the same on every rank.
+ * On the NCCL path every call above keeps its arguments, checks and result codes, and NCCL does the work: results
+ * are NCCL's (every rank the same bits; within the type's tolerance of the fccl path's), fcclCommRegister is
+ * ncclCommRegister (local to the rank: no exchange, so a bad buffer fails on its own rank only), and a call that a
+ * peer never joins waits until fcclCommAbort (NCCL's kernels do not read FCCL_TIMEOUT).
+ */
+typedef enum {
+  fcclPathFccl = 0, /**< fccl's kernels: one host, 1 to 8 ranks, peer access verified, a GPU the build has code for. */
+  fcclPathNccl = 1, /**< NCCL, through a communicator fccl creates and owns: every other layout, or FCCL_PATH=nccl. */
+  fcclNumPaths = 2
+} fcclPath_t;
+
+/**
+ * The communicator's path and why it was chosen.
+ * @param[out] path    receives the path.
+ * @param[out] reason  may be NULL; receives a sentence saying why ("the 4 ranks are on 2 hosts"), valid until the
+ *                     communicator is destroyed.
+ * @return fcclSuccess; fcclInvalidArgument (invalid handle, NULL path); fcclInvalidUsage (init not finished) or
+ *         the init's error.
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclCommGetPath(const fcclComm_t comm, fcclPath_t* path, const char** reason);
+
+/** "fccl", "nccl", or "unknown" for a value outside fcclPath_t. Never NULL. Any thread. */
+FCCL_API const char* fcclGetPathName(fcclPath_t path);
+
+/**
+ * Sends count elements of sendbuf to rank peer, which must post the matching fcclRecv (NCCL's ncclSend, on the
+ * communicator's NCCL communicator on every path). Several sends and receives that must progress together (an
+ * exchange, a pipeline stage's neighbours) go between fcclGroupStart and fcclGroupEnd.
+ * The NCCL communicator exists on the NCCL path always; on the fccl path when FCCL_NCCL_COMM asks for it
+ * (docs/paths.md), else these calls return fcclInvalidUsage saying why.
+ * @param sendbuf  count elements of device memory of the communicator's device (NULL only with count 0).
+ * @param count    elements (0 does nothing).
+ * @param peer     0..nranks-1 (this rank itself is allowed, as in NCCL).
+ * @param stream   cudaStream_t of the communicator's device (NULL: the default stream).
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL buffer with count > 0, unknown type, peer out of
+ *         range, buffer or stream of another device); fcclInvalidUsage (init not finished, no NCCL communicator);
+ *         NCCL's error as fccl's code (the values are NCCL's).
+ * Thread safety: as fcclAllReduce. Blocks: no, except at the first call between two ranks, while NCCL connects
+ * them (the peer must make its matching call). Collective: no, the peer's matching call. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclSend(const void* sendbuf, size_t count, fcclDataType_t datatype, int peer,
+                               fcclComm_t comm, void* stream);
+
+/** Receives count elements from rank peer into recvbuf (NCCL's ncclRecv). Arguments, codes and notes as fcclSend. */
+FCCL_API fcclResult_t fcclRecv(void* recvbuf, size_t count, fcclDataType_t datatype, int peer, fcclComm_t comm,
+                               void* stream);
+
+/**
+ * All-to-all: rank r's block p (count elements at sendbuf + p * count) lands in rank p's recvbuf at block r
+ * (NCCL's shape: a group of one send and one receive of count elements per peer). sendbuf and recvbuf each hold
+ * nranks * count elements and must not overlap.
+ * @return as fcclSend, plus fcclInvalidArgument for overlapping buffers or a count that overflows.
+ * Thread safety, blocking, graph capture: as fcclSend. Collective: yes, the same count and type on every rank.
+ */
+FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                   fcclComm_t comm, void* stream);
+
+/**
+ * Starts a group on the calling thread: NCCL calls of fccl (fcclSend, fcclRecv, fcclAllToAll, and every call of a
+ * communicator on the NCCL path) are issued together at the matching fcclGroupEnd (ncclGroupStart/ncclGroupEnd).
+ * Calls that run fccl's own kernels are not deferred: they are enqueued at once. Groups nest.
+ * @return fcclSuccess; fcclInvalidUsage when NCCL cannot be loaded (the message says what to install).
+ * Thread safety: per thread (a group belongs to the thread that started it). Blocks: no. Collective: no.
+ * Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclGroupStart(void);
+
+/**
+ * Ends a group; the outermost end issues the grouped calls (ncclGroupEnd, which connects ranks meeting for the
+ * first time, as fcclSend).
+ * @return fcclSuccess; fcclInvalidUsage (no group started, or NCCL cannot be loaded); NCCL's error as fccl's code.
+ * Thread safety: per thread. Blocks: as described. Collective: no. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclGroupEnd(void);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

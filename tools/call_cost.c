@@ -5,7 +5,8 @@
  * (device, stream, pointer checks), an empty kernel's launch (the floor: a one-line PTX kernel taking as many
  * parameter bytes as fccl's all-reduce kernels), and fcclBarrier / fcclAllReduce as a whole, beside
  * ncclAllReduce on a one-rank NCCL communicator when NCCL is built in. Calls are timed in batches of BATCH without
- * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing.
+ * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing. Run with
+ * FCCL_PATH=nccl, the fccl steps are the NCCL path's: beside ncclAllReduce they give what fccl's wrapper costs.
  *   fccl-call-cost [-n batches] [-b bytes] [-d device] [-h]
  * Prints one line per step: median and minimum nanoseconds per call over the batches. FCCL_ALGO is set to ll
  * unless given: a one-rank all-reduce would otherwise be a plain copy, not the kernel launch of a real call.
@@ -279,6 +280,11 @@ int main(int argc, char** argv) {
 #endif
   printf("# fccl-call-cost: host time per call, device %d, %d batches of %d calls, %ld-byte bf16 sum, 1 rank, "
          "FCCL_ALGO=%s\n", device, batches, BATCH, bytes, getenv("FCCL_ALGO"));
+  /* FCCL_PATH=nccl: the fccl steps run on the NCCL path; beside ncclAllReduce they give the wrapper's cost. */
+  fcclPath_t path;
+  const char* reason = NULL;
+  if (fcclCommGetPath(ctx.comm, &path, &reason) == fcclSuccess)
+    printf("# fccl path: %s (%s)\n", fcclGetPathName(path), reason);
   printf("%-44s %9s %9s\n", "# step", "median ns", "min ns");
   measure("cudaGetDevice", stepGetDevice, &ctx, batches);
   measure("cudaStreamIsCapturing + cudaStreamGetDevice", stepStreamChecks, &ctx, batches);

@@ -3,6 +3,7 @@
  * fccl-info: what this build of fccl is and what it sees. Runs without a GPU (it says so and prints the rest).
  *   fccl-info            version, build configuration, CUDA driver/runtime, visible GPUs (the driver and the reason
  *                        for no GPU worded as fccl-topo words them: tools/common/cuda_status.h)
+ *                        and the path (fccl's kernels or NCCL) a communicator of one rank per visible GPU takes
  *   fccl-info --params   also every environment parameter with its current value and default
  *   fccl-info --algo N [--collective NAME] [--sms S]
  *                        which algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB (the
@@ -15,8 +16,10 @@
 #include "device_state.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
+#include "ncclwrap.h"
 #include "options.h"
 #include "param.h"
+#include "path.h"
 
 #include <cuda_runtime.h>
 #include <getopt.h>
@@ -77,6 +80,72 @@ static int printDevices(void) {
     }
   }
   return count;
+}
+
+/* The NCCL library fccl would load at run time. */
+static void printNccl(void) {
+  const char* why = NULL;
+  if (!fcclNcclLoaded(&why)) {
+    printf("NCCL at run time  : none: %s\n", why);
+    return;
+  }
+#if FCCL_HAVE_NCCL
+  int version = 0;
+  (void)pfn_ncclGetVersion(&version);
+  printf("NCCL at run time  : libnccl.so.2, version %d.%d.%d\n", version / 10000, version / 100 % 100,
+         version % 100);
+#endif
+}
+
+/* The path decision (path.c) for a communicator of one rank per visible GPU of this host, under the environment's
+ * FCCL_PATH, FCCL_P2P_DISABLE and FCCL_NCCL_COMM (the init-time write/read-back check is not run here). */
+static void printPath(int count) {
+  if (count < 1) {
+    printf("path (local GPUs) : none (no GPU)\n");
+    return;
+  }
+  struct fcclPeerInfo* infos = calloc((size_t)count, sizeof(*infos));
+  struct fcclPathRecord* records = calloc((size_t)count, sizeof(*records));
+  if (!infos || !records) {
+    free(infos);
+    free(records);
+    printf("path (local GPUs) : unknown (out of memory)\n");
+    return;
+  }
+  for (int dev = 0; dev < count; dev++) {
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+      memcpy(infos[dev].gpuUuid, prop.uuid.bytes, 16);
+      infos[dev].computeCapability = prop.major * 10 + prop.minor;
+    }
+    (void)cudaGetLastError();
+    infos[dev].rank = dev;
+    infos[dev].nranks = count;
+    infos[dev].hostHash = 1;
+    records[dev].peerAccess = 1;
+    for (int peer = 0; peer < count; peer++) {
+      int canAccess = 0;
+      if (peer != dev && (cudaDeviceCanAccessPeer(&canAccess, dev, peer) != cudaSuccess || !canAccess))
+        records[dev].peerAccess = 0;
+    }
+    (void)cudaGetLastError();
+    records[dev].ncclLoaded = fcclNcclLoaded(NULL);
+    records[dev].ncclHost = 1;
+  }
+  struct fcclPathInput in = {.infos = infos, .records = records, .nranks = count,
+                             .p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0,
+                             .sassArchs = FCCL_BUILD_SASS_ARCHS, .ptxArch = FCCL_BUILD_PTX_ARCH};
+  struct fcclPathDecision d;
+  if (fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request) != fcclSuccess ||
+      fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm) != fcclSuccess ||
+      fcclPathDecide(&in, &d) != fcclSuccess) {
+    printf("path (local GPUs) : init would fail: %s\n", fcclGetLastError(NULL));
+  } else {
+    printf("path (local GPUs) : %s (%s)\n", fcclGetPathName(d.path), d.reason);
+    printf("send/recv/alltoall: %s%s\n", d.ncclComm ? "NCCL" : "unavailable: ", d.ncclComm ? "" : d.p2pReason);
+  }
+  free(infos);
+  free(records);
 }
 
 static void printParams(void) {
@@ -273,7 +342,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   printBuild();
-  printDevices();
+  const int gpus = printDevices();
+  printNccl();
+  printPath(gpus);
   if (showParams) printParams();
   return 0;
 }

@@ -2,66 +2,26 @@
 /*
  * Bootstrap through an existing NCCL communicator: all-gathers run as ncclAllGather on a device buffer, on a
  * stream of our own, and are waited for by polling (bounded by the timeout and the abort flag, and stopped by an
- * NCCL asynchronous error). NCCL is reached with dlopen so that libfccl never needs libnccl to load: the
- * library already loaded by the application (libnccl.so.2) is used, which must be the one that made the
- * communicator. The one method of this layer that uses CUDA (device buffers are what NCCL moves).
+ * NCCL asynchronous error). NCCL is reached through base's loader (ncclwrap.h), which prefers the libnccl.so.2
+ * the application already loaded: the one that made the communicator. The one method of this layer that uses
+ * CUDA (device buffers are what NCCL moves).
  */
 #include "bootstrap.h"
 
 #include "check.h"
 #include "fccl_build_config.h"
+#include "ncclwrap.h"
 #include "socket.h"
 
 #if FCCL_HAVE_NCCL
 
 #include <cuda_runtime.h>
-#include <dlfcn.h>
-#include <nccl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <time.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
-
-#define FCCL_NCCL_FUNCTIONS(X)                                                                              \
-  X(ncclGetVersion, ncclResult_t, (int* version))                                                           \
-  X(ncclGetErrorString, const char*, (ncclResult_t result))                                                 \
-  X(ncclCommCount, ncclResult_t, (const ncclComm_t comm, int* count))                                       \
-  X(ncclCommUserRank, ncclResult_t, (const ncclComm_t comm, int* rank))                                     \
-  X(ncclCommCuDevice, ncclResult_t, (const ncclComm_t comm, int* device))                                   \
-  X(ncclCommGetAsyncError, ncclResult_t, (ncclComm_t comm, ncclResult_t * asyncError))                      \
-  X(ncclAllGather, ncclResult_t,                                                                            \
-    (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,      \
-     cudaStream_t stream))
-
-#define FCCL_NCCL_DEFINE(name, ret, params) static ret (*p_##name) params;
-FCCL_NCCL_FUNCTIONS(FCCL_NCCL_DEFINE)
-#undef FCCL_NCCL_DEFINE
-
-static pthread_once_t ncclOnce = PTHREAD_ONCE_INIT;
-static char ncclLoadError[256];
-
-static void loadNccl(void) {
-  /* RTLD_NOLOAD first: the NCCL that created the communicator is the one already in the process. */
-  void* handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-  if (!handle) handle = dlopen("libnccl.so", RTLD_NOW | RTLD_NOLOAD);
-  if (!handle) handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    snprintf(ncclLoadError, sizeof(ncclLoadError), "cannot load libnccl.so.2: %s", dlerror());
-    return;
-  }
-#define FCCL_NCCL_LOAD(name, ret, params)                                                                    \
-  *(void**)&p_##name = dlsym(handle, #name);                                                                 \
-  if (!p_##name) {                                                                                           \
-    snprintf(ncclLoadError, sizeof(ncclLoadError), "libnccl.so.2 has no %s", #name);                         \
-    return;                                                                                                  \
-  }
-  FCCL_NCCL_FUNCTIONS(FCCL_NCCL_LOAD)
-#undef FCCL_NCCL_LOAD
-  /* The handle stays open for the life of the process: the pointers above refer into it. */
-}
 
 struct ncclState {
   ncclComm_t comm;
@@ -74,7 +34,7 @@ struct ncclState {
     ncclResult_t ncclRes_ = (call);                                                                         \
     if (ncclRes_ != ncclSuccess && ncclRes_ != ncclInProgress) {                                            \
       (res) = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "%s failed: %s", (what),                        \
-                         p_ncclGetErrorString(ncclRes_));                                                   \
+                         pfn_ncclGetErrorString(ncclRes_));                                                   \
       goto label;                                                                                           \
     }                                                                                                       \
   } while (0)
@@ -91,10 +51,10 @@ static fcclResult_t waitStream(struct fcclBootstrap* b, struct ncclState* st, in
                         b->rank, cudaGetErrorString(status));
     }
     ncclResult_t asyncError = ncclSuccess;
-    if (p_ncclCommGetAsyncError(st->comm, &asyncError) == ncclSuccess && asyncError != ncclSuccess &&
+    if (pfn_ncclCommGetAsyncError(st->comm, &asyncError) == ncclSuccess && asyncError != ncclSuccess &&
         asyncError != ncclInProgress)
       return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the NCCL communicator failed: %s", b->rank,
-                        p_ncclGetErrorString(asyncError));
+                        pfn_ncclGetErrorString(asyncError));
     if (fcclAborted(b->abortFlag))
       return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
                         "rank %d: aborted (fcclCommAbort) during an NCCL all-gather", b->rank);
@@ -124,7 +84,7 @@ static fcclResult_t ncclAllGatherOp(struct fcclBootstrap* b, void* allData, size
     CUDACHECKGOTO(cudaMemcpyAsync(dev + (size_t)b->rank * chunk, (char*)allData + (size_t)b->rank * chunk, chunk,
                                   cudaMemcpyHostToDevice, st->stream),
                   res, out);
-  NCCLCHECKGOTO(p_ncclAllGather(dev + (size_t)b->rank * chunk, dev, chunk, ncclUint8, st->comm, st->stream),
+  NCCLCHECKGOTO(pfn_ncclAllGather(dev + (size_t)b->rank * chunk, dev, chunk, ncclUint8, st->comm, st->stream),
                 "ncclAllGather", res, out);
   res = waitStream(b, st, deadline);
   if (res != fcclSuccess) {
@@ -163,18 +123,17 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "NCCL bootstrap: NULL ncclComm or output");
   if (timeoutMs <= 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap timeout %d ms is not positive", timeoutMs);
-  pthread_once(&ncclOnce, loadNccl);
-  if (ncclLoadError[0] != '\0')
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "NCCL bootstrap: %s", ncclLoadError);
+  const char* why = NULL;
+  if (!fcclNcclLoaded(&why)) return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "NCCL bootstrap: %s", why);
   ncclComm_t comm = (ncclComm_t)ncclComm;
   int nranks = 0, rank = -1, ncclDev = -1, current = -1, version = 0;
   fcclResult_t res = fcclSuccess;
   struct fcclBootstrap* b = NULL;
   struct ncclState* st = NULL;
-  NCCLCHECKGOTO(p_ncclGetVersion(&version), "ncclGetVersion", res, fail);
-  NCCLCHECKGOTO(p_ncclCommCount(comm, &nranks), "ncclCommCount", res, fail);
-  NCCLCHECKGOTO(p_ncclCommUserRank(comm, &rank), "ncclCommUserRank", res, fail);
-  NCCLCHECKGOTO(p_ncclCommCuDevice(comm, &ncclDev), "ncclCommCuDevice", res, fail);
+  NCCLCHECKGOTO(pfn_ncclGetVersion(&version), "ncclGetVersion", res, fail);
+  NCCLCHECKGOTO(pfn_ncclCommCount(comm, &nranks), "ncclCommCount", res, fail);
+  NCCLCHECKGOTO(pfn_ncclCommUserRank(comm, &rank), "ncclCommUserRank", res, fail);
+  NCCLCHECKGOTO(pfn_ncclCommCuDevice(comm, &ncclDev), "ncclCommCuDevice", res, fail);
   CUDACHECKGOTO(cudaGetDevice(&current), res, fail);
   if (ncclDev != current) {
     res = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT,

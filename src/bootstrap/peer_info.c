@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "param.h"
 
 #include <assert.h>
 #include <fcntl.h>
@@ -28,18 +29,9 @@ static uint64_t hashBytes(uint64_t hash, const void* data, size_t size) {
   return hash;
 }
 
-fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nranks) {
-  memset(info, 0, sizeof(*info));
-  info->rank = rank;
-  info->nranks = nranks;
-  info->pid = (int32_t)getpid();
-  info->cudaDev = -1;
-  info->fcclVersion = FCCL_VERSION_CODE;
-  if (gethostname(info->hostname, sizeof(info->hostname) - 1) != 0)
-    snprintf(info->hostname, sizeof(info->hostname), "unknown");
-  info->hostname[sizeof(info->hostname) - 1] = '\0';
-
-  /* The boot id tells two hosts (or two boots) apart even when they share a host name, e.g. in containers. */
+/* hostname + boot id: the boot id tells two hosts (or two boots) apart even when they share a host name, e.g. in
+ * containers. */
+static uint64_t machineHash(const char* hostname) {
   char bootId[64] = "";
   int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
@@ -50,10 +42,39 @@ fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nrank
   if (bootId[0] == '\0')
     FCCL_INFO(FCCL_SUBSYS_INIT, "cannot read /proc/sys/kernel/random/boot_id; the host identity uses the name only");
   uint64_t hash = 0xcbf29ce484222325ull;
-  hash = hashBytes(hash, info->hostname, strlen(info->hostname));
+  hash = hashBytes(hash, hostname, strlen(hostname));
   hash = hashBytes(hash, "/", 1);
-  hash = hashBytes(hash, bootId, strlen(bootId));
-  info->hostHash = hash;
+  return hashBytes(hash, bootId, strlen(bootId));
+}
+
+static void readHostname(char* name, size_t size) {
+  if (gethostname(name, size - 1) != 0) snprintf(name, size, "unknown");
+  name[size - 1] = '\0';
+}
+
+uint64_t fcclPeerMachineHash(void) {
+  char hostname[FCCL_PEER_HOST_BYTES];
+  readHostname(hostname, sizeof(hostname));
+  return machineHash(hostname);
+}
+
+fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nranks) {
+  memset(info, 0, sizeof(*info));
+  info->rank = rank;
+  info->nranks = nranks;
+  info->pid = (int32_t)getpid();
+  info->cudaDev = -1;
+  info->fcclVersion = FCCL_VERSION_CODE;
+  readHostname(info->hostname, sizeof(info->hostname));
+  const char* override = fcclParamString(FCCL_PARAM_HOSTID);
+  if (override[0] != '\0') {
+    /* FCCL_HOSTID: processes of one machine that act as separate hosts (tests of the NCCL path). */
+    uint64_t hash = 0xcbf29ce484222325ull;
+    hash = hashBytes(hash, "FCCL_HOSTID=", 12);
+    info->hostHash = hashBytes(hash, override, strlen(override));
+  } else {
+    info->hostHash = machineHash(info->hostname);
+  }
 
   struct stat ns;
   if (stat("/proc/self/ns/pid", &ns) == 0) info->pidNs = (uint64_t)ns.st_ino;

@@ -16,6 +16,7 @@ static int request(const struct fcclDeviceState* state, int registered) {
 
 const struct fcclCollective fcclCollAllGather = {
     .name = "fcclAllGather",
+    .ncclForm = FCCL_NCCL_ALLGATHER,
     .moves = 1,
     .firstKernel = FCCL_KERNEL_ALLGATHER_LL,
     .peerBuffers = FCCL_PEERS_RECV,

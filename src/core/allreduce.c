@@ -62,6 +62,7 @@ static fcclResult_t launchAllReduce(struct fcclComm* comm, const struct fcclCall
 
 const struct fcclCollective fcclCollAllReduce = {
     .name = "fcclAllReduce",
+    .ncclForm = FCCL_NCCL_ALLREDUCE,
     .moves = 1,
     .reduces = 1,
     .firstKernel = 0,

@@ -18,6 +18,7 @@ static fcclResult_t launchBarrier(struct fcclComm* comm, const struct fcclCall* 
 
 const struct fcclCollective fcclCollBarrier = {
     .name = "fcclBarrier",
+    .ncclForm = FCCL_NCCL_BARRIER,
     .firstKernel = FCCL_KERNEL_BARRIER,
     .kernels = 1,
     .launch = launchBarrier,

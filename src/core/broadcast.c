@@ -16,6 +16,7 @@ static int request(const struct fcclDeviceState* state, int registered) {
 
 const struct fcclCollective fcclCollBroadcast = {
     .name = "fcclBroadcast",
+    .ncclForm = FCCL_NCCL_BROADCAST,
     .moves = 1,
     .rooted = 1,
     .firstKernel = FCCL_KERNEL_BROADCAST_LL,

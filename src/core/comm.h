@@ -20,6 +20,7 @@ struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owne
 struct fcclPeerInfo;      /* src/include/bootstrap.h: what each rank told the others at init */
 struct fcclTransport;     /* src/include/transport.h: peer mappings of this communicator (transport layer) */
 struct fcclDeviceState;   /* src/include/device_host.h / collectives: device-side state (device layer) */
+struct fcclNcclComm;      /* core/nccl_path.h: the NCCL communicator fccl created and owns */
 
 struct fcclComm {
   uint64_t magic;
@@ -37,7 +38,13 @@ struct fcclComm {
   struct fcclBootstrap* bootstrap;
   struct fcclPeerInfo* peerInfo; /* nranks entries, indexed by rank */
   struct fcclTransport* transport;
-  struct fcclDeviceState* device;
+  struct fcclDeviceState* device; /* NULL on the NCCL path: fccl's kernels never run there */
+
+  /* ---- paths (core/path.c, core/nccl_path.c; docs/paths.md) ---- */
+  fcclPath_t path;                   /* which engine carries the collectives, decided at init */
+  char pathReason[256];              /* why (fcclCommGetPath) */
+  char ncclMissing[256];             /* why there is no NCCL communicator, when nccl is NULL */
+  struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM) */
 
   /* ---- communicators (core/init.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */

@@ -91,18 +91,24 @@ static fcclResult_t checkBuffer(struct fcclComm* comm, const void* buf, const ch
   return fcclSuccess;
 }
 
-/* A live communicator with device state, whose init finished and whose kernels have not failed. */
-static fcclResult_t checkReady(struct fcclComm* comm, const char* caller) {
+/* A live communicator whose init finished and whose engine has not failed: device state and kernels that have not
+ * failed when fccl's kernels carry the call (viaNccl 0), an NCCL communicator without an asynchronous error when
+ * NCCL does. */
+static fcclResult_t checkReady(struct fcclComm* comm, const char* caller, int viaNccl) {
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (state == fcclInProgress)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                       "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
                       caller);
-  if (comm->device == NULL)
+  if (viaNccl && comm->nccl == NULL)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no NCCL communicator (%s)", caller,
+                      comm->ncclMissing[0] ? comm->ncclMissing : "its init failed");
+  if (!viaNccl && comm->device == NULL)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no device state (its init failed)",
                       caller);
-  fcclResult_t kernels = fcclDeviceAsyncError(comm); /* describes a kernel failure the first time it is seen */
-  if (state == fcclSuccess) state = kernels;
+  /* describes a kernel's or NCCL's failure the first time it is seen */
+  fcclResult_t engine = viaNccl ? fcclNcclAsyncError(comm) : fcclDeviceAsyncError(comm);
+  if (state == fcclSuccess) state = engine;
   if (state != fcclSuccess) {
     char failure[FCCL_LAST_ERROR_MAX];
     fcclCommFailure(comm, failure, sizeof(failure));
@@ -123,13 +129,16 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown datatype %d", caller, (int)call->datatype);
   if (coll->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
-  if (coll->rooted && (call->root < 0 || call->root >= comm->nranks))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: root %d outside 0..%d", caller, call->root,
-                      comm->nranks - 1);
-  /* recvbuf named first: off a rooted collective's root, sendbuf stands for it. */
+  if ((coll->rooted || coll->peered) && (call->root < 0 || call->root >= comm->nranks))
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %d outside 0..%d", caller,
+                      coll->rooted ? "root" : "peer", call->root, comm->nranks - 1);
+  /* recvbuf named first: off a rooted collective's root, sendbuf stands for it (a receive's one buffer too). */
   if (call->count > 0 && (call->sendbuf == NULL || call->recvbuf == NULL))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
-                      call->sendbuf != NULL || (coll->rooted && comm->rank != call->root) ? "recvbuf" : "sendbuf",
+                      call->sendbuf != NULL || (coll->rooted && comm->rank != call->root) ||
+                              coll->oneBuffer == FCCL_ONE_RECV
+                          ? "recvbuf"
+                          : "sendbuf",
                       call->count);
   const uint64_t size = fcclTypeSize(call->datatype);
   /* Both buffers' bytes must fit a size: count times the larger of their elements per counted element. */
@@ -140,6 +149,13 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
                       call->count, typeName(call->datatype));
   *sendBytes = call->count * perSend * size;
   *recvBytes = call->count * perRecv * size;
+  if (coll->disjoint && call->count > 0) {
+    const uintptr_t send = (uintptr_t)call->sendbuf, recv = (uintptr_t)call->recvbuf;
+    if (send < recv + *recvBytes && recv < send + *sendBytes)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: sendbuf %p and recvbuf %p overlap (%llu and %llu "
+                        "bytes): give it separate buffers", caller, call->sendbuf, (void*)call->recvbuf,
+                        (unsigned long long)*sendBytes, (unsigned long long)*recvBytes);
+  }
   if ((uintptr_t)call->sendbuf % size != 0 || (uintptr_t)call->recvbuf % size != 0) {
     const int send = (uintptr_t)call->sendbuf % size != 0;
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not aligned to its %s elements (%zu bytes)",
@@ -266,13 +282,18 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
                       (void*)comm);
   fcclResult_t owner = fcclCommCheckOwner(comm, coll->name);
   if (owner != fcclSuccess) return owner;
-  /* A rooted collective reads sendbuf on the root only: elsewhere it stands for recvbuf. */
+  /* A rooted collective reads sendbuf on the root only: elsewhere it stands for recvbuf. A send's or receive's
+   * one buffer stands for both. */
   struct fcclCall rooted = *userCall;
   if (coll->rooted && comm->rank != rooted.root) rooted.sendbuf = rooted.recvbuf;
+  if (coll->oneBuffer == FCCL_ONE_SEND) rooted.recvbuf = (void*)(uintptr_t)rooted.sendbuf;
+  if (coll->oneBuffer == FCCL_ONE_RECV) rooted.sendbuf = rooted.recvbuf;
   const struct fcclCall* call = &rooted;
+  /* NCCL carries the calls fccl has no kernels for, and every call of a communicator on the NCCL path. */
+  const int viaNccl = coll->ncclOnly || comm->path == fcclPathNccl;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
-  if (res == fcclSuccess) res = checkReady(comm, coll->name);
+  if (res == fcclSuccess) res = checkReady(comm, coll->name, viaNccl);
   struct callDevice cd = {-1};
   if (res == fcclSuccess) res = enterDevice(comm, &cd);
   if (res == fcclSuccess) {
@@ -280,7 +301,15 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
     res = checkStream(comm, call->stream, coll->name, &capturing);
     /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
     if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
-    if (res == fcclSuccess) {
+    if (res == fcclSuccess && viaNccl) {
+      if (coll->moves && call->count > 0) {
+        res = checkBuffer(comm, call->sendbuf, "sendbuf", coll->name);
+        if (res == fcclSuccess && call->recvbuf != call->sendbuf)
+          res = checkBuffer(comm, call->recvbuf, "recvbuf", coll->name);
+      }
+      if (res == fcclSuccess && (!coll->moves || call->count > 0))
+        res = fcclNcclLaunch(comm, call, (cudaStream_t)call->stream);
+    } else if (res == fcclSuccess) {
       if (!coll->moves) {
         /* No data: one rank has nobody to wait for. */
         if (comm->nranks > 1) res = coll->launch(comm, call, NULL, (cudaStream_t)call->stream);

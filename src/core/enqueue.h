@@ -11,6 +11,7 @@
 #include "algo.h"
 #include "device_host.h"
 #include "fccl.h"
+#include "nccl_path.h"
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -27,7 +28,7 @@ struct fcclCall {
   size_t count;            /* elements, as the collective's public call counts them */
   fcclDataType_t datatype;
   fcclRedOp_t op;          /* collectives that reduce */
-  int root;                /* collectives with a root */
+  int root;                /* collectives with a root; the peer of a send or receive */
   void* stream;
   int algo;                /* -1: choose (FCCL_ALGO included); else that fcclDevKernel_t exactly (tests) */
 };
@@ -40,12 +41,18 @@ struct fcclPlan {
 };
 
 enum { FCCL_PEERS_SEND = 1, FCCL_PEERS_RECV = 2 };
+enum { FCCL_ONE_SEND = 1, FCCL_ONE_RECV = 2 };
 
 struct fcclCollective {
   const char* name;        /* the public call, for messages: "fcclAllReduce" */
   int moves;               /* 0: no buffers (the barrier) */
   int reduces;             /* takes a datatype and an op; else a datatype only (or nothing when !moves) */
   int rooted;              /* takes a root (its sendbuf is read on the root only) */
+  int peered;              /* takes a peer (fcclCall.root), a send's or receive's */
+  int oneBuffer;           /* FCCL_ONE_SEND or FCCL_ONE_RECV: the call has only that buffer (send, receive) */
+  int disjoint;            /* sendbuf and recvbuf must not overlap (all-to-all) */
+  fcclNcclForm_t ncclForm; /* what NCCL does for it (the NCCL path, and calls with no kernels of fccl's) */
+  int ncclOnly;            /* fccl has no kernels for it: NCCL carries it on every path */
   int firstKernel;         /* its kernels are [firstKernel, firstKernel + kernels) of fcclDevKernel_t */
   int kernels;
   int peerBuffers;         /* FCCL_PEERS_SEND | FCCL_PEERS_RECV: the buffers peers reach in the direct forms, which
@@ -91,6 +98,9 @@ extern const struct fcclCollective fcclCollAllGather;
 extern const struct fcclCollective fcclCollReduceScatter;
 extern const struct fcclCollective fcclCollBroadcast;
 extern const struct fcclCollective fcclCollBarrier;
+extern const struct fcclCollective fcclCollSend; /* src/core/p2p.c: NCCL only */
+extern const struct fcclCollective fcclCollRecv;
+extern const struct fcclCollective fcclCollAllToAll;
 
 /*
  * fcclAllReduce with the algorithm chosen by the caller: algo -1 chooses as fcclAllReduce does (FCCL_ALGO

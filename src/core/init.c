@@ -16,9 +16,13 @@
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"
+#include "fccl_build_config.h"
 #include "local_group.h"
 #include "monitor.h"
+#include "nccl_path.h"
+#include "ncclwrap.h"
 #include "param.h"
+#include "path.h"
 #include "transport.h"
 
 #include <cuda_runtime.h>
@@ -105,6 +109,10 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   fcclMonitorForget(comm);
   /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
    * when *comm->abortFlag is set. The first error is kept in res. */
+
+  /* NCCL: finalized and destroyed, or aborted when the communicator was (it stops NCCL's kernels) */
+  fcclResult_t ncclRes = fcclNcclCommFree(comm);
+  if (res == fcclSuccess) res = ncclRes;
 
   /* collectives: wait for this device's work (our kernels end on their own or on the abort flag), free the state */
   fcclResult_t deviceRes = fcclDeviceFini(comm);
@@ -212,6 +220,65 @@ static fcclResult_t watchPeers(struct fcclComm* comm) {
   return res;
 }
 
+/* Whether this rank's GPU may reach the GPU of every other rank of its host: cudaDeviceCanAccessPeer for each one
+ * visible here (found by bus id); one that is not visible is left to the transport's write/read-back check. */
+static fcclResult_t localPeerAccess(const struct fcclComm* comm, int32_t* granted) {
+  const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
+  *granted = 1;
+  for (int r = 0; r < comm->nranks && *granted; r++) {
+    const struct fcclPeerInfo* info = &comm->peerInfo[r];
+    if (r == comm->rank || info->hostHash != mine->hostHash || memcmp(info->gpuUuid, mine->gpuUuid, 16) == 0)
+      continue;
+    char busId[FCCL_PEER_BUSID_BYTES];
+    memcpy(busId, info->busId, sizeof(busId));
+    busId[sizeof(busId) - 1] = '\0';
+    int local = -1;
+    if (cudaDeviceGetByPCIBusId(&local, busId) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    if (local == comm->cudaDev) continue;
+    int canAccess = 0;
+    CUDACHECK(cudaDeviceCanAccessPeer(&canAccess, comm->cudaDev, local));
+    if (!canAccess) *granted = 0;
+  }
+  return fcclSuccess;
+}
+
+/* The path (path.c) from what every rank says: sets comm->path and its reason; *decision says whether to make an
+ * NCCL communicator. Collective (one bootstrap all-gather); every rank decides alike. */
+static fcclResult_t choosePath(struct fcclComm* comm, struct fcclPathDecision* decision) {
+  struct fcclPathInput in = {.infos = comm->peerInfo, .nranks = comm->nranks, .sassArchs = FCCL_BUILD_SASS_ARCHS,
+                             .ptxArch = FCCL_BUILD_PTX_ARCH};
+  struct fcclPathRecord* records = calloc((size_t)comm->nranks, sizeof(*records));
+  if (!records) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
+  struct fcclPathRecord* mine = &records[comm->rank];
+  /* A value that does not parse is this rank's error, told to the others in the record rather than by leaving them
+   * waiting in the all-gather. */
+  fcclResult_t parsed = fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request);
+  mine->request = parsed == fcclSuccess ? (int32_t)in.request : -1;
+  fcclResult_t parsedComm = fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm);
+  mine->ncclComm = parsedComm == fcclSuccess ? (int32_t)in.ncclComm : -1;
+  if (parsed == fcclSuccess) parsed = parsedComm;
+  in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
+  mine->p2pDisable = in.p2pDisable;
+  fcclResult_t res = localPeerAccess(comm, &mine->peerAccess);
+  mine->ncclLoaded = fcclNcclLoaded(&in.ncclWhy);
+  /* NCCL reads NCCL_HOSTID itself (not a parameter of fccl's): the host NCCL will see this process on. */
+  mine->ncclHost = fcclPathNcclHost(getenv("NCCL_HOSTID"), fcclPeerMachineHash());
+  if (res == fcclSuccess) res = fcclBootstrapAllGather(comm->bootstrap, records, sizeof(*records));
+  if (res == fcclSuccess && parsed != fcclSuccess) res = parsed; /* described when it was parsed */
+  if (res == fcclSuccess) res = fcclPathCheckAgreement(records, comm->nranks);
+  in.records = records;
+  if (res == fcclSuccess) res = fcclPathDecide(&in, decision);
+  free(records);
+  FCCLCHECK(res);
+  comm->path = decision->path;
+  snprintf(comm->pathReason, sizeof(comm->pathReason), "%s", decision->reason);
+  snprintf(comm->ncclMissing, sizeof(comm->ncclMissing), "%s", decision->p2pReason);
+  return fcclSuccess;
+}
+
 /* The communicator's bootstrap as the transport's exchange. */
 static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPerRank) {
   return fcclBootstrapAllGather((struct fcclBootstrap*)ctx, allData, bytesPerRank);
@@ -235,25 +302,33 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(exchangePeerInfo(comm));
   FCCLCHECK(watchPeers(comm));
+  struct fcclPathDecision decision;
+  FCCLCHECK(choosePath(comm, &decision));
 
   /* Layers: each sets its own comm field only when it succeeded (or leaves enough there for its teardown in
    * commFree to undo a partial setup); a failure returns, and commFree runs every teardown. */
 
-  /* peer memory: this comm's slot in every rank's arena, mapped and P2P-checked (sets comm->transport) */
-  struct fcclTransportParams transport = {
-      .rank = comm->rank,
-      .nranks = comm->nranks,
-      .cudaDev = comm->cudaDev,
-      .timeoutMs = comm->timeoutMs,
-      .abortFlag = comm->abortFlag,
-      .name = comm->name,
-      .slotBytes = fcclDeviceSlotBytes(comm->nranks),
-      .ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather, .barrier = bootstrapBarrier},
-  };
-  FCCLCHECK(fcclTransportInit(&transport, &comm->transport));
+  /* fccl's kernels only where they carry the collectives: the NCCL path maps no peer memory. */
+  if (comm->path == fcclPathFccl) {
+    /* peer memory: this comm's slot in every rank's arena, mapped and P2P-checked (sets comm->transport) */
+    struct fcclTransportParams transport = {
+        .rank = comm->rank,
+        .nranks = comm->nranks,
+        .cudaDev = comm->cudaDev,
+        .timeoutMs = comm->timeoutMs,
+        .abortFlag = comm->abortFlag,
+        .name = comm->name,
+        .slotBytes = fcclDeviceSlotBytes(comm->nranks),
+        .ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather, .barrier = bootstrapBarrier},
+    };
+    FCCLCHECK(fcclTransportInit(&transport, &comm->transport));
 
-  /* collectives: epochs past every flag left in a reused slot, error words, abort page mapped (sets comm->device) */
-  FCCLCHECK(fcclDeviceInit(comm));
+    /* collectives: epochs past every flag left in a reused slot, error words, abort page mapped (comm->device) */
+    FCCLCHECK(fcclDeviceInit(comm));
+  }
+
+  /* NCCL: the NCCL path's engine, and send/recv/all-to-all on the fccl path (FCCL_NCCL_COMM) */
+  if (decision.ncclComm) FCCLCHECK(fcclNcclCommCreate(comm, decision.ncclRequired));
 
   /* Nobody leaves init before everyone has set up: a rank that failed above makes this barrier fail everywhere. */
   FCCLCHECK(fcclBootstrapBarrier(comm->bootstrap));
@@ -262,6 +337,9 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
   FCCL_INFO(FCCL_SUBSYS_INIT, "comm %p%s%s rank %d of %d on device %d (bus %s) ready in %.2f ms (%s bootstrap)",
             (void*)comm, comm->name[0] ? " " : "", comm->name, comm->rank, comm->nranks, comm->cudaDev, mine->busId,
             (double)((int64_t)now.tv_sec * 1000000000 + now.tv_nsec - startNs) / 1e6, comm->bootstrap->ops->name);
+  FCCL_INFO(FCCL_SUBSYS_INIT, "comm %p rank %d: path %s (%s); send/recv/all-to-all: %s%s", (void*)comm, comm->rank,
+            fcclGetPathName(comm->path), comm->pathReason, comm->nccl ? "NCCL" : "unavailable, ",
+            comm->nccl ? "" : comm->ncclMissing);
   return fcclSuccess;
 }
 
@@ -621,7 +699,18 @@ FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* async
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* collectives: an error a kernel recorded (spin timeout), described once */
   if (state == fcclSuccess) state = fcclDeviceAsyncError(comm);
+  /* NCCL's asynchronous error (a peer lost, a failed kernel), as fccl's */
+  if (state == fcclSuccess) state = fcclNcclAsyncError(comm);
   *asyncError = state;
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclCommGetPath(const fcclComm_t comm, fcclPath_t* path, const char** reason) {
+  fcclClearError();
+  FCCL_REQUIRE(path != NULL, "fcclCommGetPath: path is NULL");
+  FCCLCHECK(fcclCommEnsureReady(comm, "fcclCommGetPath"));
+  *path = comm->path;
+  if (reason) *reason = comm->pathReason;
   return fcclSuccess;
 }
 

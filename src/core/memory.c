@@ -7,9 +7,11 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "nccl_path.h"
 #include "transport.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_IPC
@@ -23,8 +25,24 @@ static fcclResult_t commWithTransport(fcclComm_t comm, const char* call) {
   return fcclSuccess;
 }
 
+/* The NCCL path registers with NCCL (ncclCommRegister): local, checked here since no exchange follows. */
+static fcclResult_t ncclRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
+  FCCL_REQUIRE(handle != NULL, "fcclCommRegister: handle is NULL");
+  FCCL_REQUIRE(buf != NULL, "fcclCommRegister: buf is NULL");
+  FCCL_REQUIRE(size > 0, "fcclCommRegister: size is 0");
+  FCCL_REQUIRE((uintptr_t)buf + size > (uintptr_t)buf, "fcclCommRegister: %zu bytes at %p pass the end of the "
+               "address space", size, buf);
+  return fcclNcclRegister(comm, buf, size, handle);
+}
+
 FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
   fcclClearError();
+  FCCLCHECK(fcclCommEnsureReady(comm, "fcclCommRegister"));
+  if (comm->path == fcclPathNccl) {
+    fcclResult_t res = ncclRegister(comm, buf, size, handle);
+    if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+    return res;
+  }
   FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
   /* Bad buffers and a NULL handle are checked inside, so that every rank learns of them in the exchange. */
   fcclResult_t res = fcclTransportRegister(comm->transport, buf, size, handle);
@@ -34,6 +52,12 @@ FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, 
 
 FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle) {
   fcclClearError();
+  FCCLCHECK(fcclCommEnsureReady(comm, "fcclCommDeregister"));
+  if (comm->path == fcclPathNccl) {
+    fcclResult_t res = fcclNcclDeregister(comm, handle);
+    if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+    return res;
+  }
   FCCLCHECK(commWithTransport(comm, "fcclCommDeregister"));
   fcclResult_t res = fcclTransportDeregister(comm->transport, handle);
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
@@ -70,7 +94,7 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
   out.bytesMapped = ts.bytesMapped;
   out.totalOpens = ts.totalOpens;
   out.totalCloses = ts.totalCloses;
-  out.commRegistrations = ts.registrations;
+  out.commRegistrations = ts.registrations + (comm ? fcclNcclRegistrations(comm) : 0);
   out.commDeviceBytes = ts.deviceBytes;
   out.commGraphRegistrations = ts.graphRegistrations;
   /* Fields beyond the caller's size are not written: an older caller's smaller struct stays valid. */

@@ -17,6 +17,7 @@ static int request(const struct fcclDeviceState* state, int registered) {
 
 const struct fcclCollective fcclCollReduceScatter = {
     .name = "fcclReduceScatter",
+    .ncclForm = FCCL_NCCL_REDUCESCATTER,
     .moves = 1,
     .reduces = 1,
     .firstKernel = FCCL_KERNEL_REDUCESCATTER_LL,

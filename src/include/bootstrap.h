@@ -158,7 +158,7 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
 
 /* What each rank tells the others at init. Plain data with fixed-width fields: it travels as bytes. */
 struct fcclPeerInfo {
-  uint64_t hostHash;        /* hash of hostname and boot id: equal exactly when two ranks share a kernel */
+  uint64_t hostHash;        /* hash of hostname and boot id, or of FCCL_HOSTID: equal when two ranks share a host */
   uint64_t pidNs;           /* inode of /proc/self/ns/pid: with hostHash and pid, identifies a process */
   int32_t pid;
   int32_t rank;
@@ -173,8 +173,12 @@ struct fcclPeerInfo {
   char hostname[FCCL_PEER_HOST_BYTES]; /* NUL-terminated, for messages */
 };
 
-/* Fills the host part (hostHash, pidNs, pid, hostname, fcclVersion) and rank/nranks; GPU fields are zeroed. */
+/* Fills the host part (hostHash, pidNs, pid, hostname, fcclVersion) and rank/nranks; GPU fields are zeroed.
+ * hostHash is FCCL_HOSTID's hash when that is set, else fcclPeerMachineHash(). */
 fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nranks);
+
+/* The machine's own identity (host name and boot id), whatever FCCL_HOSTID says. */
+uint64_t fcclPeerMachineHash(void);
 
 /*
  * Checks what every rank said: slot r holds rank r, the same nranks and fccl version everywhere, and no two ranks

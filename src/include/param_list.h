@@ -66,6 +66,21 @@ FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
            "Bytes of staging per communicator and rank for unregistered buffers (and, for 2 ranks, the registered "
            "two-shot's reduce-scatter into the owner's inbox, up to messages of half this size); equal on every rank.")
 
+/* ---- paths: fccl's kernels or NCCL (docs/paths.md) ---- */
+FCCL_PARAM(PATH, FCCL_PARAM_STRING, "auto",
+           "Which engine carries a communicator: auto (fccl's kernels on one host of up to 8 peer-accessible GPUs, "
+           "NCCL otherwise), fccl (fail init where the kernels cannot), nccl (always NCCL). Equal on every rank.")
+FCCL_PARAM(P2P_DISABLE, FCCL_PARAM_INT, "0",
+           "1: never map peer memory or run fccl's kernels; NCCL carries every call (NCCL's own NCCL_P2P_DISABLE is "
+           "apart). Equal on every rank.")
+FCCL_PARAM(NCCL_COMM, FCCL_PARAM_STRING, "off",
+           "On the fccl path, the NCCL communicator for fcclSend, fcclRecv and fcclAllToAll: off (none: those calls "
+           "fail saying to set this), init (made at init, required), auto (made at init where every rank loads NCCL "
+           "and NCCL takes the layout). The NCCL path always has one. Equal on every rank.")
+FCCL_PARAM(HOSTID, FCCL_PARAM_STRING, "",
+           "The host identity this process reports instead of its host name and boot id (tests: processes of one "
+           "machine that act as several hosts; pair it with NCCL_HOSTID). Empty: the real identity.")
+
 /* ---- language bindings ---- */
 FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
            "Path of libfccl.so.0 for the Python layer (python/fccl) to load; the library itself does not use it.")

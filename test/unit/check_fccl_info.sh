@@ -24,7 +24,7 @@ expectLine "built with CUDA   : $5, gpu_archs '$6'"
 expectLine "NCCL support      : $7"
 expectLine "hwloc support     : $8"
 expectLine "MPI support       : $9"
-for label in "CUDA driver" "CUDA runtime" "GPUs"; do
+for label in "CUDA driver" "CUDA runtime" "GPUs" "NCCL at run time" "path (local GPUs)"; do
   echo "$out" | grep -q "^$label  *: ." || fail "no '$label' line"
 done
 expectLine "Environment parameters (value / default):"

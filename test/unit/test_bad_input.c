@@ -286,6 +286,28 @@ CASE(deregisterDeferred) { return fcclCommDeregister(fx.deferred, (fcclRegHandle
 CASE(deregisterPending) { return fcclCommDeregister(fx.pending, (fcclRegHandle_t)(uintptr_t)0x1234); }
 CASE(deregisterFailed) { return fcclCommDeregister(fx.failed, (fcclRegHandle_t)(uintptr_t)0x1234); }
 
+CASE(sendNullComm) { return fcclSend(fx.device, 4, fcclFloat32, 0, NULL, NULL); }
+CASE(sendPeerOutside) { return fcclSend(fx.device, 4, fcclFloat32, 2, fx.live, NULL); }
+CASE(sendPeerNegative) { return fcclSend(fx.device, 4, fcclFloat32, -1, fx.live, NULL); }
+CASE(sendNullBuffer) { return fcclSend(NULL, 4, fcclFloat32, 0, fx.live, NULL); }
+CASE(sendTypeUnknown) { return fcclSend(fx.device, 4, (fcclDataType_t)fcclNumTypes, 0, fx.live, NULL); }
+CASE(sendNoNccl) { return fcclSend(fx.device, 4, fcclFloat32, 0, fx.live, NULL); }
+CASE(sendPending) { return fcclSend(fx.device, 4, fcclFloat32, 0, fx.pending, NULL); }
+CASE(recvNullBuffer) { return fcclRecv(NULL, 4, fcclFloat32, 0, fx.live, NULL); }
+CASE(recvDead) { return fcclRecv(fx.device, 4, fcclFloat32, 0, fx.dead, NULL); }
+CASE(allToAllOverlap) { return fcclAllToAll(fx.device, (char*)fx.device + 4, 2, fcclFloat32, fx.live, NULL); }
+CASE(allToAllNullRecv) { return fcclAllToAll(fx.device, NULL, 2, fcclFloat32, fx.live, NULL); }
+CASE(groupEndUnstarted) { return fcclGroupEnd(); }
+CASE(pathNullOut) { return fcclCommGetPath(fx.live, NULL, NULL); }
+CASE(pathDead) {
+  fcclPath_t path;
+  return fcclCommGetPath(fx.dead, &path, NULL);
+}
+CASE(pathPending) {
+  fcclPath_t path;
+  return fcclCommGetPath(fx.pending, &path, NULL);
+}
+
 CASE(memAllocNull) { return fcclMemAlloc(NULL, 4096); }
 CASE(memAllocZero) {
   void* ptr = &fx;
@@ -404,6 +426,21 @@ static const struct badCase cases[] = {
     {"fcclCommDeregister", "a destroyed group member", deregisterDeferred, ARG, "invalid communicator handle"},
     {"fcclCommDeregister", "non-blocking init still running", deregisterPending, USAGE, "has not finished"},
     {"fcclCommDeregister", "init failed (fcclTimeout)", deregisterFailed, fcclTimeout, "failed earlier"},
+    {"fcclSend", "NULL comm", sendNullComm, ARG, "invalid communicator handle"},
+    {"fcclSend", "peer nranks", sendPeerOutside, ARG, "peer 2 outside 0..1"},
+    {"fcclSend", "peer -1", sendPeerNegative, ARG, "peer -1 outside 0..1"},
+    {"fcclSend", "NULL sendbuf", sendNullBuffer, ARG, "sendbuf is NULL with count 4"},
+    {"fcclSend", "datatype fcclNumTypes", sendTypeUnknown, ARG, "unknown datatype 10"},
+    {"fcclSend", "no NCCL communicator", sendNoNccl, USAGE, "has no NCCL communicator"},
+    {"fcclSend", "non-blocking init still running", sendPending, USAGE, "has not finished"},
+    {"fcclRecv", "NULL recvbuf", recvNullBuffer, ARG, "recvbuf is NULL with count 4"},
+    {"fcclRecv", "a torn-down handle", recvDead, ARG, "invalid communicator handle"},
+    {"fcclAllToAll", "overlapping buffers", allToAllOverlap, ARG, "overlap"},
+    {"fcclAllToAll", "NULL recvbuf", allToAllNullRecv, ARG, "recvbuf is NULL with count 2"},
+    {"fcclGroupEnd", "no group started", groupEndUnstarted, USAGE, "fcclGroupEnd"},
+    {"fcclCommGetPath", "NULL path", pathNullOut, ARG, "path is NULL"},
+    {"fcclCommGetPath", "a torn-down handle", pathDead, ARG, "invalid communicator handle"},
+    {"fcclCommGetPath", "non-blocking init still running", pathPending, USAGE, "has not finished"},
     {"fcclMemAlloc", "NULL ptr", memAllocNull, ARG, "ptr is NULL"},
     {"fcclMemAlloc", "size 0", memAllocZero, ARG, "size is 0"},
     {"fcclMemFree", "a pointer fcclMemAlloc did not return", memFreeForeign, ARG, "did not come from fcclMemAlloc"},

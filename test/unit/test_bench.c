@@ -181,6 +181,15 @@ static void testDefaultsAndFlags(void) {
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-m", "1", NULL), BENCH_PARSE_OK);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--compare", "nccl", "--compare", "none", NULL), BENCH_PARSE_OK);
   EXPECT_EQ_INT(args.compareNccl, 0);
+  /* --path: the engine behind fccl's communicator (FCCL_PATH); none given leaves the environment's. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), NULL), BENCH_PARSE_OK);
+  EXPECT(args.path == NULL);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path", "NCCL", NULL), BENCH_PARSE_OK);
+  EXPECT(args.path != NULL && strcmp(args.path, "nccl") == 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path=fccl", NULL), BENCH_PARSE_OK);
+  EXPECT(args.path != NULL && strcmp(args.path, "fccl") == 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path", "auto", NULL), BENCH_PARSE_OK);
+  EXPECT(args.path != NULL && strcmp(args.path, "auto") == 0);
 }
 
 /* A rejected command line (up to six arguments) and a piece of the message that must say why. */
@@ -195,6 +204,8 @@ static const badFlags_t badFlags[] = {
     {{"-b"}, "-b needs a value"},
     {{"extra"}, "unexpected argument 'extra'"},
     {{"--share-gpu=1"}, "takes no value"},
+    {{"--path", "hier"}, "no hierarchical path yet"},
+    {{"--path", "mpi"}, "'fccl', 'nccl' or 'auto', not 'mpi'"},
     /* garbage numbers and sizes */
     {{"-b", "12Q"}, "not a size"},
     {{"-b", "nan"}, "not a size"},

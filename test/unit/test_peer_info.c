@@ -2,8 +2,10 @@
 /* Peer information: what a rank says about its host and process, and the checks on what all ranks said. */
 #include "bootstrap.h"
 #include "check.h"
+#include "param.h"
 #include "test.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 static void fakeRanks(struct fcclPeerInfo* infos, int nranks) {
@@ -89,8 +91,28 @@ static void testValidate(void) {
   EXPECT(strcmp(fcclPeerUuidString(bytes, uuid, sizeof(uuid)), "GPU-deadbeef-0001-0203-0405-060708090a0b") == 0);
 }
 
+/* FCCL_HOSTID replaces the host identity: equal values are one host, distinct values distinct hosts. */
+static void testHostIdOverride(void) {
+  struct fcclPeerInfo real, a, b, again;
+  EXPECT_EQ_INT(fcclPeerInfoFillHost(&real, 0, 2), fcclSuccess);
+  setenv("FCCL_HOSTID", "simulated-a", 1);
+  fcclParamResetForTest();
+  EXPECT_EQ_INT(fcclPeerInfoFillHost(&a, 0, 2), fcclSuccess);
+  EXPECT_EQ_INT(fcclPeerInfoFillHost(&again, 1, 2), fcclSuccess);
+  setenv("FCCL_HOSTID", "simulated-b", 1);
+  fcclParamResetForTest();
+  EXPECT_EQ_INT(fcclPeerInfoFillHost(&b, 1, 2), fcclSuccess);
+  unsetenv("FCCL_HOSTID");
+  fcclParamResetForTest();
+  EXPECT(a.hostHash != real.hostHash);
+  EXPECT(a.hostHash == again.hostHash);
+  EXPECT(a.hostHash != b.hostHash);
+  EXPECT(a.pidNs == real.pidNs); /* the process identity is still the real one */
+}
+
 int main(void) {
   testFillHost();
   testValidate();
+  testHostIdOverride();
   return testSummary("peer_info");
 }

@@ -108,7 +108,7 @@ enum {
   FLAG_AGGITERS, FLAG_WARMUP, FLAG_CYCLES, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT,
   FLAG_BLOCKING, FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_TIMESTAMPS, FLAG_MEMORY, FLAG_AVERAGE, FLAG_UNALIGN,
   FLAG_REGISTER, FLAG_JSON, FLAG_PERITER, FLAG_PERITERSKIP, FLAG_STREAMNULL, FLAG_CTAPOLICY, FLAG_DEVICEIMPL,
-  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_PATH, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
 };
 enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
 
@@ -156,6 +156,7 @@ static const struct {
     {0, "np", FLAG_NPROCS, ARG_INT},
     {0, "nprocs", FLAG_NPROCS, ARG_INT},
     {0, "compare", FLAG_COMPARE, ARG_TEXT},
+    {0, "path", FLAG_PATH, ARG_TEXT},
     {0, "csv", FLAG_CSV, ARG_TEXT},
     {0, "share-gpu", FLAG_SHARE, ARG_NONE},
     {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE},
@@ -373,6 +374,13 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
         return benchError(err, errLen, "%s: can compare with 'nccl' (or 'none'), not '%s'", name, value);
       }
       break;
+    case FLAG_PATH:
+      /* FCCL_PATH for every rank (docs/paths.md); there is no hierarchical path to ask for yet. */
+      if (strcasecmp(value, "nccl") != 0 && strcasecmp(value, "fccl") != 0 && strcasecmp(value, "auto") != 0)
+        return benchError(err, errLen, "%s: 'fccl', 'nccl' or 'auto', not '%s'%s", name, value,
+                          strcasecmp(value, "hier") == 0 ? " (fccl has no hierarchical path yet)" : "");
+      args->path = strcasecmp(value, "nccl") == 0 ? "nccl" : strcasecmp(value, "fccl") == 0 ? "fccl" : "auto";
+      break;
     case FLAG_CSV:
       if (!*value) return benchError(err, errLen, "%s: the file name is empty", name);
       args->csvPath = value;
@@ -478,6 +486,7 @@ void benchPrintUsage(FILE* out, const char* program) {
           "fccl's own:\n"
           "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
           "  --compare nccl            run NCCL on the same buffers and print it beside fccl\n"
+          "  --path fccl|nccl|auto     which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"

@@ -65,6 +65,7 @@ typedef struct {
   int progress;            /* --progress 0|1; -1: on when stderr is a terminal */
   const char* jsonPath;    /* -J */
   const char* csvPath;     /* --csv */
+  const char* path;        /* --path: FCCL_PATH for every rank ("fccl", "nccl", "auto"), or NULL (the environment's) */
 } benchArgs_t;
 
 /* -z, as nccl-tests defines it (with -m 1 an inner iteration is an outer one): after every operation, wait for it and

@@ -50,6 +50,8 @@ typedef struct {
    * once, each on a thread with that device current). id NULL: from the launcher's variables (BENCH_LAUNCH_ENV,
    * asked only of the first engine, whose communicator then carries the exchange that hands out the others' ids). */
   int (*create)(benchAgent_t* agent, int engine, int gpu, const void* id);
+  /* A line about how the communicator works (fccl: its path and why), into text; 0 when written. May be NULL. */
+  int (*describe)(benchAgent_t* agent, int engine, int gpu, char* text, size_t len);
   /* Device memory the library says the communicator holds; -1 when it cannot say. */
   double (*selfReportedBytes)(benchAgent_t* agent, int engine, int gpu);
   /* Collective; the communicator is gone afterwards, also on failure. */

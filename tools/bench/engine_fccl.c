@@ -6,6 +6,7 @@
 
 #include "fccl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define BENCH_CHECK_FCCL(agent, comm, call)                                                         \
@@ -51,6 +52,14 @@ static int fcclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) 
                      fcclCommInitRankConfig(&comm, agent->nranks, unique, agent->firstRank + gpu, &config));
   }
   agent->engines[engine].comms[gpu] = comm;
+  return 0;
+}
+
+static int fcclDescribe(benchAgent_t* agent, int engine, int gpu, char* text, size_t len) {
+  fcclPath_t path;
+  const char* reason = NULL;
+  if (fcclCommGetPath(commOf(agent, engine, gpu), &path, &reason) != fcclSuccess) return -1;
+  snprintf(text, len, "path %s (%s)", fcclGetPathName(path), reason);
   return 0;
 }
 
@@ -166,6 +175,27 @@ static int fcclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+/* One thread driving several GPUs: on the fccl path the collectives only enqueue (fccl.h: Blocks: no), so no
+ * bracket is needed; on the NCCL path NCCL's first call between ranks connects them and needs every rank's call,
+ * so the launches of all local GPUs go in one group, as with NCCL itself. */
+static int ncclPathGroup(benchAgent_t* agent, int engine) {
+  if (agent->nLocal < 2) return 0;
+  fcclPath_t path;
+  return fcclCommGetPath(commOf(agent, engine, 0), &path, NULL) == fcclSuccess && path == fcclPathNccl;
+}
+
+static int fcclGroupStartOp(benchAgent_t* agent, int engine) {
+  if (!ncclPathGroup(agent, engine)) return 0;
+  BENCH_CHECK_FCCL(agent, NULL, fcclGroupStart());
+  return 0;
+}
+
+static int fcclGroupEndOp(benchAgent_t* agent, int engine) {
+  if (!ncclPathGroup(agent, engine)) return 0;
+  BENCH_CHECK_FCCL(agent, NULL, fcclGroupEnd());
+  return 0;
+}
+
 const benchEngineOps_t benchFcclEngine = {
     .name = "fccl",
     .uniqueIdBytes = sizeof(fcclUniqueId),
@@ -175,6 +205,7 @@ const benchEngineOps_t benchFcclEngine = {
     .libraryVersion = fcclVersion,
     .uniqueId = fcclUniqueIdOp,
     .create = fcclCreate,
+    .describe = fcclDescribe,
     .selfReportedBytes = fcclSelfReportedBytes,
     .destroy = fcclDestroy,
     .abort = fcclAbort,
@@ -183,8 +214,8 @@ const benchEngineOps_t benchFcclEngine = {
     .memFree = fcclMemFreeOp,
     .registerBuffer = fcclRegister,
     .deregisterBuffer = fcclDeregister,
-    .groupStart = NULL, /* fccl's collectives only enqueue (fccl.h: Blocks: no), so one thread launches on its */
-    .groupEnd = NULL,   /* GPUs in turn; fccl has no group calls */
+    .groupStart = fcclGroupStartOp,
+    .groupEnd = fcclGroupEndOp,
     .barrier = fcclBarrierOp,
     .allReduce = fcclAllReduceOp,
     .allGather = fcclAllGatherOp,

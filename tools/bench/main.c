@@ -190,6 +190,8 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
   for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++)
     if (buildEngine(engine) && buildEngine(engine)->prepareProcess) buildEngine(engine)->prepareProcess();
   if (args->compareNccl && !benchNcclEngine) process.compareSkipped = 1;
+  /* Before any fccl call and before the ranks are forked: fccl reads its parameters once. */
+  if (args->path) setenv("FCCL_PATH", args->path, 1);
   if (benchDetectLaunch(realGetenv, &process.env, err, sizeof(err)) != 0) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;

@@ -101,6 +101,13 @@ void benchPrintHeader(benchAgent_t* agent) {
          agent->nranks == 1 ? "" : "s", agent->buffersText[0], agent->nEngines > 1 ? ", nccl " : "",
          agent->nEngines > 1 ? agent->buffersText[1] : "",
          agent->nEngines > 1 ? "nccl" : (agent->compareSkipped ? "nccl skipped (see above)" : "none"));
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    const benchEngine_t* e = &agent->engines[engine];
+    char text[384];
+    if (e->ops && e->ops->describe && e->comms[0] &&
+        e->ops->describe(agent, engine, 0, text, sizeof(text)) == 0)
+      printf("# %s communicator: %s\n", agent->engineNames[engine], text);
+  }
   printf("#\n# Using devices\n");
   for (int i = 0; i < agent->nDeviceLines; i++) printf("%s\n", agent->deviceLines[i]);
   printf("#\n");

@@ -1,0 +1,513 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The communicator's NCCL communicator (nccl_path.h): creation through fccl's bootstrap, the calls NCCL carries,
+ * groups, registration, asynchronous errors and teardown. NCCL is reached through base's loader (ncclwrap.h); a
+ * build without nccl.h keeps only what reports that NCCL is missing. docs/paths.md.
+ */
+#include "nccl_path.h"
+
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "device.h"
+#include "enqueue.h"
+#include "ncclwrap.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
+
+#if FCCL_HAVE_NCCL
+
+#include <cuda_runtime.h>
+
+/* fccl's result, type and op values are NCCL's: they pass through unchanged. */
+_Static_assert((int)ncclInProgress == (int)fcclInProgress && (int)ncclRemoteError == (int)fcclRemoteError,
+               "fccl's result codes 0-7 are NCCL's");
+_Static_assert((int)ncclBfloat16 == (int)fcclBfloat16 && (int)ncclFloat16 == (int)fcclFloat16 &&
+                   (int)ncclUint64 == (int)fcclUint64,
+               "fccl's datatypes are NCCL's");
+_Static_assert((int)ncclAvg == (int)fcclAvg && (int)ncclMin == (int)fcclMin, "fccl's reduction ops are NCCL's");
+
+struct fcclNcclReg {
+  struct fcclNcclReg* next;
+  void* handle; /* ncclCommRegister's */
+};
+
+struct fcclNcclComm {
+  ncclComm_t comm;
+  int broken;          /* a wait on NCCL failed or timed out: teardown aborts instead of finalizing */
+  int waiters;         /* atomic: threads inside waitNccl, which an fcclCommAbort from another thread waits out */
+  float* barrierWord;  /* device word of the barrier's all-reduce */
+  struct fcclNcclReg* regs;
+  unsigned long regCount; /* atomic: read by fcclCommGetMemStats from any thread */
+};
+
+static fcclResult_t fromNccl(ncclResult_t result) {
+  return (int)result >= 0 && (int)result <= (int)fcclInProgress ? (fcclResult_t)result : fcclInternalError;
+}
+
+static int64_t nowMs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/*
+ * Waits while NCCL reports ncclInProgress on comm (a non-blocking init, connection setup, a finalize): bounded by
+ * the fccl communicator's timeout and abort flag. A failure marks the NCCL communicator broken.
+ */
+static fcclResult_t waitLoop(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
+  const int64_t deadline = nowMs() + owner->timeoutMs;
+  long sleepNs = 1000;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t queried = pfn_ncclCommGetAsyncError(comm, &state);
+    if (queried != ncclSuccess) state = queried;
+    if (state == ncclSuccess) return fcclSuccess;
+    if (state != ncclInProgress) {
+      if (nc) nc->broken = 1;
+      return FCCL_ERROR(fromNccl(state), FCCL_SUBSYS_COLL, "rank %d: %s: NCCL failed: %s (%s)", owner->rank, what,
+                        pfn_ncclGetErrorString(state), pfn_ncclGetLastError(comm));
+    }
+    if (__atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE)) {
+      if (nc) nc->broken = 1;
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "rank %d: %s: aborted (fcclCommAbort) while NCCL worked",
+                        owner->rank, what);
+    }
+    if (nowMs() >= deadline) {
+      if (nc) nc->broken = 1;
+      return FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_COLL,
+                        "rank %d: %s: NCCL did not finish within %d ms (a rank has not made the call?)", owner->rank,
+                        what, owner->timeoutMs);
+    }
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = sleepNs};
+    nanosleep(&pause, NULL);
+    if (sleepNs < 1000000) sleepNs *= 2;
+  }
+}
+
+static fcclResult_t waitNccl(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
+  if (nc) __atomic_add_fetch(&nc->waiters, 1, __ATOMIC_ACQ_REL);
+  fcclResult_t res = waitLoop(owner, comm, nc, what);
+  if (nc) __atomic_sub_fetch(&nc->waiters, 1, __ATOMIC_ACQ_REL);
+  return res;
+}
+
+/* ---- groups: per thread, as NCCL's ---- */
+
+static _Thread_local int groupDepth;
+static _Thread_local struct fcclComm** groupComms; /* the communicators whose NCCL calls the group holds */
+static _Thread_local int groupCount, groupCapacity;
+
+static fcclResult_t groupRemember(struct fcclComm* comm) {
+  for (int i = 0; i < groupCount; i++)
+    if (groupComms[i] == comm) return fcclSuccess;
+  if (groupCount == groupCapacity) {
+    int capacity = groupCapacity ? 2 * groupCapacity : 8;
+    struct fcclComm** grown = realloc(groupComms, (size_t)capacity * sizeof(*grown));
+    if (!grown) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_COLL, "out of host memory for a group");
+    groupComms = grown;
+    groupCapacity = capacity;
+  }
+  groupComms[groupCount++] = comm;
+  return fcclSuccess;
+}
+
+/* The result of an NCCL call of comm's: in a group it is held until the group ends; else ncclInProgress is
+ * waited for. */
+static fcclResult_t issued(struct fcclComm* comm, ncclResult_t result, const char* caller, const char* nccl) {
+  if (result != ncclSuccess && result != ncclInProgress)
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "%s: %s failed: %s (%s)", caller, nccl,
+                      pfn_ncclGetErrorString(result), pfn_ncclGetLastError(comm->nccl->comm));
+  if (groupDepth > 0) return groupRemember(comm);
+  if (result == ncclInProgress) return waitNccl(comm, comm->nccl->comm, comm->nccl, caller);
+  return fcclSuccess;
+}
+
+static fcclResult_t ncclUnavailable(const char* caller) {
+  const char* why = NULL;
+  if (fcclNcclLoaded(&why)) return fcclSuccess;
+  return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: NCCL is needed: %s; install NCCL 2.x (libnccl.so.2)",
+                    caller, why);
+}
+
+FCCL_API fcclResult_t fcclGroupStart(void) {
+  fcclClearError();
+  FCCLCHECK(ncclUnavailable("fcclGroupStart"));
+  ncclResult_t result = pfn_ncclGroupStart();
+  if (result != ncclSuccess)
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "fcclGroupStart: ncclGroupStart failed: %s",
+                      pfn_ncclGetErrorString(result));
+  groupDepth++;
+  return fcclSuccess;
+}
+
+FCCL_API fcclResult_t fcclGroupEnd(void) {
+  fcclClearError();
+  if (groupDepth == 0)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                      "fcclGroupEnd: no group was started on this thread (fcclGroupStart)");
+  ncclResult_t result = pfn_ncclGroupEnd();
+  groupDepth--;
+  if (groupDepth > 0) {
+    if (result == ncclSuccess || result == ncclInProgress) return fcclSuccess;
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "fcclGroupEnd: ncclGroupEnd failed: %s",
+                      pfn_ncclGetErrorString(result));
+  }
+  /* The outermost end: the grouped calls are issued; each communicator's setup is waited for. */
+  fcclResult_t res = fcclSuccess;
+  if (result != ncclSuccess && result != ncclInProgress)
+    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "fcclGroupEnd: ncclGroupEnd failed: %s (%s)",
+                     pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
+  for (int i = 0; i < groupCount && res == fcclSuccess; i++) {
+    struct fcclComm* comm = groupComms[i];
+    if (fcclCommIsValid(comm) && comm->nccl) {
+      res = waitNccl(comm, comm->nccl->comm, comm->nccl, "fcclGroupEnd");
+      if (res != fcclSuccess) fcclCommRecordThreadError(comm);
+    }
+  }
+  free(groupComms);
+  groupComms = NULL;
+  groupCount = groupCapacity = 0;
+  return res;
+}
+
+/* ---- the calls ---- */
+
+fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  struct fcclNcclComm* nc = comm->nccl;
+  const char* caller = call->coll->name;
+  const ncclDataType_t type = (ncclDataType_t)call->datatype;
+  const ncclRedOp_t op = (ncclRedOp_t)call->op;
+  const size_t count = call->count;
+  switch (call->coll->ncclForm) {
+    case FCCL_NCCL_ALLREDUCE:
+      return issued(comm, pfn_ncclAllReduce(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream), caller,
+                    "ncclAllReduce");
+    case FCCL_NCCL_ALLGATHER:
+      return issued(comm, pfn_ncclAllGather(call->sendbuf, call->recvbuf, count, type, nc->comm, stream), caller,
+                    "ncclAllGather");
+    case FCCL_NCCL_REDUCESCATTER:
+      return issued(comm, pfn_ncclReduceScatter(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream),
+                    caller, "ncclReduceScatter");
+    case FCCL_NCCL_BROADCAST:
+      return issued(comm,
+                    pfn_ncclBroadcast(call->sendbuf, call->recvbuf, count, type, call->root, nc->comm, stream),
+                    caller, "ncclBroadcast");
+    case FCCL_NCCL_BARRIER:
+      return issued(comm, pfn_ncclAllReduce(nc->barrierWord, nc->barrierWord, 1, ncclFloat32, ncclSum, nc->comm,
+                                            stream),
+                    caller, "ncclAllReduce");
+    case FCCL_NCCL_SEND:
+      return issued(comm, pfn_ncclSend(call->sendbuf, count, type, call->root, nc->comm, stream), caller,
+                    "ncclSend");
+    case FCCL_NCCL_RECV:
+      return issued(comm, pfn_ncclRecv(call->recvbuf, count, type, call->root, nc->comm, stream), caller,
+                    "ncclRecv");
+    case FCCL_NCCL_ALLTOALL: {
+      const size_t block = count * fcclTypeSize(call->datatype);
+      FCCLCHECK(fcclGroupStart());
+      fcclResult_t res = fcclSuccess;
+      for (int p = 0; p < comm->nranks && res == fcclSuccess; p++) {
+        res = issued(comm, pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm,
+                                        stream),
+                     caller, "ncclSend");
+        if (res == fcclSuccess)
+          res = issued(comm, pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm,
+                                          stream),
+                       caller, "ncclRecv");
+      }
+      /* The group is ended whatever happened: NCCL's group state is per thread and must not stay open. */
+      char cause[FCCL_LAST_ERROR_MAX];
+      snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+      fcclResult_t ended = fcclGroupEnd();
+      if (res != fcclSuccess) {
+        fcclRestoreThreadError(cause);
+        return res;
+      }
+      return ended;
+    }
+    default:
+      return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "%s has no NCCL form", caller);
+  }
+}
+
+fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) {
+  struct fcclNcclComm* nc = comm->nccl;
+  if (!nc) return fcclSuccess;
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t queried = pfn_ncclCommGetAsyncError(nc->comm, &state);
+  if (queried != ncclSuccess) state = queried;
+  if (state == ncclSuccess || state == ncclInProgress) return fcclSuccess;
+  char text[FCCL_LAST_ERROR_MAX];
+  snprintf(text, sizeof(text), "rank %d: NCCL reported an asynchronous error: %s (%s)", comm->rank,
+           pfn_ncclGetErrorString(state), pfn_ncclGetLastError(nc->comm));
+  nc->broken = 1;
+  fcclCommFail(comm, fromNccl(state), text, 0);
+  return fromNccl(state);
+}
+
+/* ---- registration ---- */
+
+fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle) {
+  struct fcclNcclComm* nc = comm->nccl;
+  struct fcclNcclReg* reg = calloc(1, sizeof(*reg));
+  if (!reg) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "fcclCommRegister: out of host memory");
+  ncclResult_t result = pfn_ncclCommRegister(nc->comm, buf, size, &reg->handle);
+  fcclResult_t res = fcclSuccess;
+  if (result == ncclInProgress)
+    res = waitNccl(comm, nc->comm, nc, "fcclCommRegister");
+  else if (result != ncclSuccess)
+    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_IPC, "fcclCommRegister: ncclCommRegister of %zu bytes at %p "
+                     "failed: %s (%s)", size, buf, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
+  if (res != fcclSuccess) {
+    free(reg);
+    return res;
+  }
+  reg->next = nc->regs;
+  nc->regs = reg;
+  __atomic_add_fetch(&nc->regCount, 1, __ATOMIC_RELAXED);
+  *handle = (fcclRegHandle_t)(void*)reg;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle) {
+  struct fcclNcclComm* nc = comm->nccl;
+  struct fcclNcclReg** link = &nc->regs;
+  while (*link && (void*)*link != (void*)handle) link = &(*link)->next;
+  if (!*link)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
+                      "fcclCommDeregister: %p is not a live registration of this communicator", (void*)handle);
+  struct fcclNcclReg* reg = *link;
+  ncclResult_t result = pfn_ncclCommDeregister(nc->comm, reg->handle);
+  *link = reg->next;
+  free(reg);
+  __atomic_sub_fetch(&nc->regCount, 1, __ATOMIC_RELAXED);
+  if (result != ncclSuccess)
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_IPC, "fcclCommDeregister: ncclCommDeregister failed: %s",
+                      pfn_ncclGetErrorString(result));
+  return fcclSuccess;
+}
+
+unsigned long fcclNcclRegistrations(struct fcclComm* comm) {
+  struct fcclNcclComm* nc = comm ? __atomic_load_n(&comm->nccl, __ATOMIC_ACQUIRE) : NULL;
+  return nc ? __atomic_load_n(&nc->regCount, __ATOMIC_RELAXED) : 0;
+}
+
+/* ---- lifecycle ---- */
+
+/* What rank 0 sends every rank: whether it made an id, and the id. Every rank's slot has this size. */
+struct idRecord {
+  int32_t result; /* fcclResult_t of rank 0's ncclGetUniqueId */
+  int32_t reserved;
+  ncclUniqueId id;
+};
+
+static void releaseNccl(struct fcclComm* owner, struct fcclNcclComm* nc) {
+  /* fcclCommAbort from another thread while a call waits for NCCL: the abort flag is set, so the waiter leaves
+   * within one poll slice (at most 1 ms); it must be gone before the NCCL communicator is. */
+  while (__atomic_load_n(&nc->waiters, __ATOMIC_ACQUIRE) > 0) {
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100000};
+    nanosleep(&pause, NULL);
+  }
+  if (nc->comm) {
+    ncclResult_t state = ncclSuccess;
+    const int failed = pfn_ncclCommGetAsyncError(nc->comm, &state) != ncclSuccess ||
+                       (state != ncclSuccess && state != ncclInProgress);
+    /* A failed NCCL communicator's work may never finish: only an abort ends it without waiting. */
+    const int aborting = nc->broken || failed || __atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE);
+    while (nc->regs) {
+      struct fcclNcclReg* reg = nc->regs;
+      nc->regs = reg->next;
+      if (!aborting) (void)pfn_ncclCommDeregister(nc->comm, reg->handle); /* an abort releases them itself */
+      free(reg);
+    }
+    int destroyed = 0;
+    if (!aborting) {
+      ncclResult_t result = pfn_ncclCommFinalize(nc->comm);
+      if ((result == ncclSuccess || result == ncclInProgress) &&
+          waitNccl(owner, nc->comm, nc, "ncclCommFinalize") == fcclSuccess)
+        destroyed = pfn_ncclCommDestroy(nc->comm) == ncclSuccess;
+    }
+    /* Aborted, or the finalize did not complete: NCCL stops its kernels and threads and frees the rest. */
+    if (!destroyed) (void)pfn_ncclCommAbort(nc->comm);
+    nc->comm = NULL;
+  }
+  if (nc->barrierWord) CUDACHECKIGNORE(cudaFree(nc->barrierWord));
+  free(nc);
+}
+
+fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
+  struct fcclNcclComm* nc = comm->nccl;
+  if (!nc) return fcclSuccess;
+  __atomic_store_n(&comm->nccl, NULL, __ATOMIC_RELEASE);
+  /* Its device current for NCCL's teardown and the barrier word's free, then the caller's back. */
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  (void)cudaGetLastError();
+  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(comm->cudaDev));
+  releaseNccl(comm, nc);
+  if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
+  return fcclSuccess;
+}
+
+/* This rank's part of the creation: the NCCL communicator, bounded. The result is every rank's to see. */
+static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, struct fcclNcclComm* nc) {
+  /* Blocking: a non-blocking NCCL communicator launches every call from a thread of NCCL's (ncclInProgress, then
+   * polling), which costs each call far more than fccl's budget of host time. Every rank has just met in fccl's
+   * bootstrap, so NCCL's own rendezvous finds them all. NCCL_COMM_BLOCKING=0 still makes it non-blocking: the
+   * ncclInProgress answers are then waited for, bounded by the timeout and the abort flag (waitNccl). */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  if (comm->name[0]) config.commName = comm->name;
+  ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, comm->nranks, *id, comm->rank, &config);
+  if (result != ncclSuccess && result != ncclInProgress) {
+    fcclResult_t res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommInitRankConfig failed: %s (%s)",
+                                  comm->rank, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
+    if (nc->comm) nc->broken = 1;
+    return res;
+  }
+  FCCLCHECK(waitNccl(comm, nc->comm, nc, "ncclCommInitRankConfig"));
+  CUDACHECK(cudaMalloc((void**)&nc->barrierWord, sizeof(float)));
+  CUDACHECK(cudaMemset(nc->barrierWord, 0, sizeof(float)));
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
+  const char* why = NULL;
+  if (!fcclNcclLoaded(&why)) /* the path decision saw every rank load it: this is a bug if reached */
+    return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "NCCL vanished after the path decision: %s", why);
+  struct timespec start, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  struct idRecord* ids = calloc((size_t)comm->nranks, sizeof(*ids));
+  int32_t* results = calloc((size_t)comm->nranks, sizeof(*results));
+  struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
+  fcclResult_t res = fcclSuccess;
+  if (!ids || !results || !nc) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
+    goto exit;
+  }
+  if (comm->rank == 0) {
+    ncclResult_t result = pfn_ncclGetUniqueId(&ids[0].id);
+    ids[0].result = (int32_t)fromNccl(result);
+    if (result != ncclSuccess)
+      (void)FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank 0: ncclGetUniqueId failed: %s (%s)",
+                       pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
+  }
+  /* fccl's bootstrap carries NCCL's id: an all-gather of which rank 0's slot is read. */
+  FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, ids, sizeof(*ids)), res, exit);
+  fcclResult_t local = (fcclResult_t)ids[0].result;
+  if (local != fcclSuccess && comm->rank != 0)
+    (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank 0 could not make NCCL's unique id (%s)",
+                     fcclGetErrorString(local));
+  if (local == fcclSuccess) local = createLocal(comm, &ids[0].id, nc);
+  char cause[FCCL_LAST_ERROR_MAX];
+  snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+  /* Every rank learns whether every rank has its NCCL communicator, so that all keep it or none does. */
+  results[comm->rank] = (int32_t)local;
+  FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, results, sizeof(*results)), res, exit);
+  int failed = -1;
+  for (int r = 0; r < comm->nranks && failed < 0; r++)
+    if (results[r] != fcclSuccess) failed = r;
+  if (failed >= 0) {
+    if (failed == comm->rank)
+      fcclRestoreThreadError(cause);
+    else
+      (void)FCCL_ERROR((fcclResult_t)results[failed], FCCL_SUBSYS_INIT,
+                       "rank %d could not create its NCCL communicator (%s)", failed,
+                       fcclGetErrorString((fcclResult_t)results[failed]));
+    if (required) {
+      res = failed == comm->rank ? local : fcclRemoteError;
+      goto exit;
+    }
+    snprintf(comm->ncclMissing, sizeof(comm->ncclMissing), "NCCL's communicator could not be created: %s",
+             fcclThreadLastError());
+    FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d: going on without an NCCL communicator: %s", comm->rank, comm->ncclMissing);
+    fcclClearError();
+    goto exit;
+  }
+  int version = 0;
+  (void)pfn_ncclGetVersion(&version);
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d of %d: NCCL %d communicator %p ready in %.1f ms", comm->rank, comm->nranks,
+            version, (void*)nc->comm,
+            (double)(end.tv_sec - start.tv_sec) * 1e3 + (double)(end.tv_nsec - start.tv_nsec) / 1e6);
+  __atomic_store_n(&comm->nccl, nc, __ATOMIC_RELEASE);
+  nc = NULL;
+exit:
+  if (nc) {
+    nc->broken = 1; /* not every rank has one: aborted, never finalized against peers that may not be there */
+    releaseNccl(comm, nc);
+  }
+  free(ids);
+  free(results);
+  return res;
+}
+
+#else /* !FCCL_HAVE_NCCL: no NCCL communicator can exist; these say so. */
+
+static fcclResult_t notBuilt(const char* caller) {
+  const char* why = NULL;
+  (void)fcclNcclLoaded(&why);
+  return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: %s; install NCCL 2.x (libnccl.so.2 and nccl.h)",
+                    caller, why);
+}
+
+FCCL_API fcclResult_t fcclGroupStart(void) {
+  fcclClearError();
+  return notBuilt("fcclGroupStart");
+}
+
+FCCL_API fcclResult_t fcclGroupEnd(void) {
+  fcclClearError();
+  return notBuilt("fcclGroupEnd");
+}
+
+fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
+  (void)comm;
+  (void)required;
+  return notBuilt("the NCCL path");
+}
+
+fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
+  (void)comm;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  (void)comm;
+  (void)stream;
+  return notBuilt(call->coll->name);
+}
+
+fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) {
+  (void)comm;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle) {
+  (void)comm;
+  (void)buf;
+  (void)size;
+  (void)handle;
+  return notBuilt("fcclCommRegister");
+}
+
+fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle) {
+  (void)comm;
+  (void)handle;
+  return notBuilt("fcclCommDeregister");
+}
+
+unsigned long fcclNcclRegistrations(struct fcclComm* comm) {
+  (void)comm;
+  return 0;
+}
+
+#endif

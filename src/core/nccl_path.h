@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The NCCL communicator a fccl communicator creates and owns (src/core/nccl_path.c): made at init through fccl's
+ * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), blocking (NCCL's calls return once
+ * launched; an ncclInProgress, from NCCL_COMM_BLOCKING=0, is waited for within the communicator's timeout and abort
+ * flag), and aborted or destroyed with the communicator.
+ * It carries every call on the NCCL path, and send, receive and all-to-all on every path. docs/paths.md.
+ */
+#ifndef FCCL_NCCL_PATH_H_
+#define FCCL_NCCL_PATH_H_
+
+#include "fccl.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+struct fcclComm;
+struct fcclCall;
+
+/* What NCCL does for a call (struct fcclCollective.ncclForm). */
+typedef enum {
+  FCCL_NCCL_NONE = 0, /* the collective has no NCCL form */
+  FCCL_NCCL_ALLREDUCE,
+  FCCL_NCCL_ALLGATHER,
+  FCCL_NCCL_REDUCESCATTER,
+  FCCL_NCCL_BROADCAST,
+  FCCL_NCCL_BARRIER, /* a one-element all-reduce on the communicator's own device word */
+  FCCL_NCCL_SEND,
+  FCCL_NCCL_RECV,
+  FCCL_NCCL_ALLTOALL /* a group of one send and one receive per peer */
+} fcclNcclForm_t;
+
+/*
+ * Creates comm->nccl over comm->bootstrap (collective; the comm's device current). required 0: a failure that every
+ * rank saw leaves comm->nccl NULL, says why in comm->ncclMissing and returns fcclSuccess; required 1: it fails the
+ * init. fccl's bootstrap steps are bounded by comm->timeoutMs and the abort flag; ncclCommInitRankConfig, which
+ * starts once every rank has met in the bootstrap, by NCCL.
+ */
+fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required);
+
+/* Releases comm->nccl (NULL is fine): its registrations, then ncclCommFinalize and ncclCommDestroy (which wait for
+ * this rank's NCCL work, as NCCL's destroy does), or ncclCommAbort (which waits for no peer) when the communicator
+ * was aborted, failed, or NCCL reports an asynchronous error. */
+fcclResult_t fcclNcclCommFree(struct fcclComm* comm);
+
+/* Enqueues call (checked already) through NCCL on stream, the comm's device current. */
+fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
+
+/* NCCL's asynchronous error as fccl's (ncclInProgress reads as fcclSuccess); a failure is recorded on the
+ * communicator (fcclCommFail) the first time it is seen. fcclSuccess without an NCCL communicator. */
+fcclResult_t fcclNcclAsyncError(struct fcclComm* comm);
+
+/* fcclCommRegister / fcclCommDeregister on the NCCL path: ncclCommRegister / ncclCommDeregister. */
+fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle);
+fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle);
+
+/* How many registrations the NCCL communicator holds (fcclCommGetMemStats). */
+unsigned long fcclNcclRegistrations(struct fcclComm* comm);
+
+#endif /* FCCL_NCCL_PATH_H_ */

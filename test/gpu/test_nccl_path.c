@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The NCCL path and fccl's NCCL-carried calls, on forked ranks that share one GPU (or use several when there are).
+ * NCCL refuses two ranks on one GPU of one host, so every rank claims its own NCCL host (NCCL_HOSTID) and NCCL runs
+ * them over its socket transport on loopback; FCCL_HOSTID decides whether fccl sees one host or several.
+ *
+ *   nccl N        FCCL_PATH=nccl, one fccl host: every call (the four collectives on random data of several types and
+ *                 ops, barrier, send/recv in a group, all-to-all, registration, graph capture) against a float64 host
+ *                 reference; argument checks of the new calls.
+ *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
+ *   hier          4 ranks as 2 simulated hosts x 2: NCCL (no hierarchical path yet, and the reason says so).
+ *   p2pdisable    FCCL_P2P_DISABLE=1: NCCL; same calls.
+ *   fcclp2p N     one host identity for fccl, distinct NCCL_HOSTIDs, FCCL_NCCL_COMM=init: the fccl path, with
+ *                 send/recv/all-to-all through the NCCL communicator; same calls.
+ *   p2pmissing    the fccl path without an NCCL communicator (FCCL_NCCL_COMM's default, off): fcclSend and
+ *                 fcclAllToAll fail with fcclInvalidUsage saying why, the collectives work.
+ *   abort         NCCL path: rank 0's all-reduce that rank 1 never joins is stopped by fcclCommAbort, promptly.
+ *   dead          NCCL path, one fccl host: rank 1 exits; rank 0's fcclCommGetAsyncError reports it (fccl's
+ *                 monitor), and fcclCommAbort returns.
+ *   deadhosts     the same with every rank its own host: NCCL's own error detection reports it.
+ * Results of NCCL's reductions are checked within the dtype's tolerance with NCCL's own rules (float max/min ignore
+ * NaN, 16-bit floats accumulate in their own precision); moves (all-gather, broadcast, send/recv, all-to-all)
+ * bit for bit.
+ */
+#include "param.h"
+#include "test.h"
+#include "test_allreduce_common.h"
+#include "test_allreduce_ref.h"
+#include "test_shm.h"
+
+#include <cuda_runtime.h>
+#include <fccl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct testArgs {
+  const char* mode;
+  struct collShared* shared;
+  uint64_t seed;
+  int gpus;
+};
+
+/* ---- identities ---- */
+
+enum { FCCL_HOST_ONE = 0, FCCL_HOST_PER_RANK = 1, FCCL_HOST_PER_PAIR = 2 };
+
+/* Before any fccl call of the rank: its NCCL host (always its own), its fccl host, and the test's knobs. */
+static void setIdentity(int rank, int fcclHosts, const char* path) {
+  char value[96];
+  snprintf(value, sizeof(value), "fccl-test-%d-rank%d", (int)getppid(), rank);
+  setenv("NCCL_HOSTID", value, 1);
+  if (fcclHosts == FCCL_HOST_PER_RANK) setenv("FCCL_HOSTID", value, 1);
+  if (fcclHosts == FCCL_HOST_PER_PAIR) {
+    snprintf(value, sizeof(value), "fccl-test-%d-host%d", (int)getppid(), rank / 2);
+    setenv("FCCL_HOSTID", value, 1);
+  }
+  if (path) setenv("FCCL_PATH", path, 1);
+  setenv("NCCL_NVLS_ENABLE", "0", 1); /* never multicast objects */
+  setenv("NCCL_NET", "Socket", 0);    /* one machine posing as several hosts: loopback sockets */
+  fcclParamResetForTest();
+}
+
+/* ---- NCCL's results against the reference ---- */
+
+static double toDouble(fcclDataType_t type, uint64_t bits) {
+  if (type == fcclFloat16) return refHalfToFloat((uint16_t)bits);
+  if (type == fcclBfloat16) return refBf16ToFloat((uint16_t)bits);
+  if (type == fcclFloat32) {
+    float f;
+    uint32_t b = (uint32_t)bits;
+    memcpy(&f, &b, sizeof(f));
+    return f;
+  }
+  double d;
+  memcpy(&d, &bits, sizeof(d));
+  return d;
+}
+
+/* Whether got is what NCCL may legitimately give: fccl's result (refCheckElement) or, for floats, NCCL's rules:
+ * max/min skip NaN, and sums/products are rounded to the element's own precision at each of up to nranks steps. */
+static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n) {
+  if (refCheckElement(type, op, got, in, n)) return 1;
+  if (!refTypeIsFloat(type)) return 0;
+  const double eps = type == fcclFloat16 ? 0x1p-11 : type == fcclBfloat16 ? 0x1p-8 : type == fcclFloat32 ? 0x1p-24
+                                                                                                         : 0x1p-53;
+  const double maxFinite = type == fcclFloat16 ? 65504.0 : type == fcclFloat64 ? 1.79e308 : 3.38e38;
+  const double minNormal = type == fcclFloat16 ? 0x1p-14 : type == fcclFloat64 ? 0x1p-1022 : 0x1p-126;
+  const double g = toDouble(type, got);
+  int anyNan = 0;
+  double best = NAN, absSum = 0, product = 1;
+  for (int r = 0; r < n; r++) {
+    const double x = toDouble(type, in[r]);
+    if (isnan(x)) {
+      anyNan = 1;
+      continue;
+    }
+    if (isnan(best) || (op == fcclMax ? x > best : x < best)) best = x;
+    absSum += fabs(x);
+    product *= x;
+  }
+  if (op == fcclMax || op == fcclMin) return g == best || (anyNan && isnan(g));
+  if (anyNan) return isnan(g);
+  if (op == fcclProd) {
+    if (isinf(g) || isinf(product)) return isinf(g) && fabs(product) > maxFinite / 2;
+    return fabs(g - product) <= 4.0 * n * eps * fabs(product) + n * minNormal;
+  }
+  double tol = 0;
+  const double ref = refReduceDouble(type, op, in, n, &tol);
+  if (isnan(ref)) return isnan(g);
+  if (isinf(g)) return absSum > maxFinite / 2;
+  const double scale = op == fcclAvg ? absSum / n : absSum;
+  return fabs(g - ref) <= 4.0 * n * eps * scale + n * minNormal;
+}
+
+/* Reduced output: element i of this rank's output is the reduction of every rank's input element first + i. */
+static size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks,
+                           uint64_t first, const void* got, size_t count, char* msg, size_t size) {
+  size_t bad = 0;
+  uint64_t in[REF_MAX_RANKS];
+  msg[0] = '\0';
+  for (size_t i = 0; i < count; i++) {
+    for (int r = 0; r < nranks; r++) in[r] = refInputBits(type, seed, call, r, first + i, NULL);
+    const uint64_t value = refLoadBits(type, got, i);
+    if (ncclAcceptable(type, op, value, in, nranks)) continue;
+    if (bad++ == 0) {
+      char a[64], b[64];
+      snprintf(msg, size, "element %zu = %s, reference %s", i, refFormat(type, value, a, sizeof(a)),
+               refFormat(type, refReduceBits(type, op, in, nranks), b, sizeof(b)));
+    }
+  }
+  return bad;
+}
+
+/* Moved output: element i equals element first + i of `from`'s input, bit for bit. */
+static size_t checkMoved(fcclDataType_t type, uint64_t seed, uint64_t call, int from, uint64_t first, const void* got,
+                         size_t count, char* msg, size_t size) {
+  size_t bad = 0;
+  msg[0] = '\0';
+  for (size_t i = 0; i < count; i++) {
+    const uint64_t want = refInputBits(type, seed, call, from, first + i, NULL);
+    const uint64_t value = refLoadBits(type, got, i);
+    if (value == want) continue;
+    if (bad++ == 0) {
+      char a[64], b[64];
+      snprintf(msg, size, "element %zu = %s, expected %s (rank %d's element %llu)", i,
+               refFormat(type, value, a, sizeof(a)), refFormat(type, want, b, sizeof(b)), from,
+               (unsigned long long)(first + i));
+    }
+  }
+  return bad;
+}
+
+/* ---- one rank's calls ---- */
+
+struct rankState {
+  fcclComm_t comm;
+  int rank, nranks;
+  uint64_t seed;
+  uint64_t call; /* numbers the inputs: every rank counts the same calls */
+  cudaStream_t stream;
+  void* send;    /* device, capacity bytes each */
+  void* recv;
+  void* host;    /* pinned */
+  size_t capacity;
+};
+
+#define CHECK_FCCL(what, call)                                                                                    \
+  do {                                                                                                            \
+    fcclResult_t r_ = (call);                                                                                     \
+    if (r_ != fcclSuccess) {                                                                                      \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s: %s", s->rank, (what), #call, fcclGetErrorString(r_),     \
+               fcclGetLastError(NULL));                                                                           \
+      return 1;                                                                                                   \
+    }                                                                                                             \
+  } while (0)
+
+#define CHECK_CUDA(what, call)                                                                                    \
+  do {                                                                                                            \
+    cudaError_t e_ = (call);                                                                                      \
+    if (e_ != cudaSuccess) {                                                                                      \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", s->rank, (what), #call, cudaGetErrorString(e_));        \
+      return 1;                                                                                                   \
+    }                                                                                                             \
+  } while (0)
+
+static size_t typeBytes(fcclDataType_t type) {
+  switch (type) {
+    case fcclInt8: case fcclUint8: return 1;
+    case fcclFloat16: case fcclBfloat16: return 2;
+    case fcclInt32: case fcclUint32: case fcclFloat32: return 4;
+    default: return 8;
+  }
+}
+
+/* This rank's input of the current call (elements [first, first + count)) into dst on the device, on the call's
+ * stream, so that the call is ordered after it (the host buffer is not touched again before download syncs). */
+static int upload(struct rankState* s, fcclDataType_t type, void* dst, uint64_t first, size_t count) {
+  refFillInput(type, s->seed, s->call, s->rank, first, s->host, count);
+  CHECK_CUDA("upload", cudaMemcpyAsync(dst, s->host, count * typeBytes(type), cudaMemcpyHostToDevice, s->stream));
+  return 0;
+}
+
+/* Poisons a device buffer, on the call's stream, so that elements a call does not write show. */
+static int poison(struct rankState* s, void* dst, size_t bytes) {
+  CHECK_CUDA("poison", cudaMemsetAsync(dst, 0xa5, bytes, s->stream));
+  return 0;
+}
+
+static int download(struct rankState* s, const void* src, size_t bytes) {
+  CHECK_CUDA("sync", cudaStreamSynchronize(s->stream));
+  CHECK_CUDA("download", cudaMemcpy(s->host, src, bytes, cudaMemcpyDeviceToHost));
+  return 0;
+}
+
+static int report(struct rankState* s, const char* what, fcclDataType_t type, fcclRedOp_t op, size_t count,
+                  size_t bad, const char* msg) {
+  EXPECT_MSG(bad == 0, "rank %d: call %llu: %s %s %s x %zu: %zu wrong: %s", s->rank, (unsigned long long)s->call,
+             what, refTypeName(type), refOpName(op), count, bad, msg);
+  return bad != 0;
+}
+
+static int runAllReduce(struct rankState* s, fcclDataType_t type, fcclRedOp_t op, size_t count, int inPlace) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  void* out = inPlace ? s->send : s->recv;
+  if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
+  CHECK_FCCL("all-reduce", fcclAllReduce(s->send, out, count, type, op, s->comm, s->stream));
+  if (download(s, out, bytes)) return 1;
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, s->host, count, msg, sizeof(msg));
+  s->call++;
+  return report(s, inPlace ? "all-reduce in place" : "all-reduce", type, op, count, bad, msg);
+}
+
+static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_t op, size_t count) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count * (size_t)s->nranks)) return 1;
+  CHECK_FCCL("reduce-scatter", fcclReduceScatter(s->send, s->recv, count, type, op, s->comm, s->stream));
+  if (download(s, s->recv, bytes)) return 1;
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, (uint64_t)s->rank * count, s->host, count,
+                                  msg, sizeof(msg));
+  s->call++;
+  return report(s, "reduce-scatter", type, op, count, bad, msg);
+}
+
+static int runAllGather(struct rankState* s, fcclDataType_t type, size_t count) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  if (poison(s, s->recv, bytes * (size_t)s->nranks) || upload(s, type, s->send, 0, count)) return 1;
+  CHECK_FCCL("all-gather", fcclAllGather(s->send, s->recv, count, type, s->comm, s->stream));
+  if (download(s, s->recv, bytes * (size_t)s->nranks)) return 1;
+  size_t bad = 0;
+  for (int r = 0; r < s->nranks; r++)
+    bad += checkMoved(type, s->seed, s->call, r, 0, (char*)s->host + (size_t)r * bytes, count, msg, sizeof(msg));
+  s->call++;
+  return report(s, "all-gather", type, fcclSum, count, bad, msg);
+}
+
+static int runBroadcast(struct rankState* s, fcclDataType_t type, size_t count, int root) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
+  CHECK_FCCL("broadcast", fcclBroadcast(s->send, s->recv, count, type, root, s->comm, s->stream));
+  if (download(s, s->recv, bytes)) return 1;
+  const size_t bad = checkMoved(type, s->seed, s->call, root, 0, s->host, count, msg, sizeof(msg));
+  s->call++;
+  return report(s, "broadcast", type, fcclSum, count, bad, msg);
+}
+
+/* A ring exchange in a group: send to rank + 1, receive from rank - 1 (nested groups, as a pipeline stage's). */
+static int runSendRecv(struct rankState* s, fcclDataType_t type, size_t count) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  const int next = (s->rank + 1) % s->nranks, prev = (s->rank + s->nranks - 1) % s->nranks;
+  if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
+  CHECK_FCCL("group", fcclGroupStart());
+  CHECK_FCCL("group", fcclGroupStart());
+  CHECK_FCCL("send", fcclSend(s->send, count, type, next, s->comm, s->stream));
+  CHECK_FCCL("group", fcclGroupEnd());
+  CHECK_FCCL("recv", fcclRecv(s->recv, count, type, prev, s->comm, s->stream));
+  CHECK_FCCL("group", fcclGroupEnd());
+  if (download(s, s->recv, bytes)) return 1;
+  const size_t bad = checkMoved(type, s->seed, s->call, prev, 0, s->host, count, msg, sizeof(msg));
+  s->call++;
+  return report(s, "send/recv", type, fcclSum, count, bad, msg);
+}
+
+static int runAllToAll(struct rankState* s, fcclDataType_t type, size_t count) {
+  char msg[256];
+  const size_t bytes = count * typeBytes(type);
+  const size_t total = bytes * (size_t)s->nranks;
+  if (poison(s, s->recv, total) || upload(s, type, s->send, 0, count * (size_t)s->nranks)) return 1;
+  CHECK_FCCL("all-to-all", fcclAllToAll(s->send, s->recv, count, type, s->comm, s->stream));
+  if (download(s, s->recv, total)) return 1;
+  size_t bad = 0;
+  for (int p = 0; p < s->nranks; p++) /* block p came from rank p's block for us */
+    bad += checkMoved(type, s->seed, s->call, p, (uint64_t)s->rank * count, (char*)s->host + (size_t)p * bytes,
+                      count, msg, sizeof(msg));
+  s->call++;
+  return report(s, "all-to-all", type, fcclSum, count, bad, msg);
+}
+
+/* Every rank enters the barrier; rank 0 enters late: nobody's stream passes it before rank 0's host entered. */
+static int runBarrier(struct rankState* s, struct collShared* shared) {
+  if (s->rank == 0) {
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 200 * 1000000};
+    nanosleep(&pause, NULL);
+    __atomic_store_n(&shared->stamps[0][0], collNowNs(), __ATOMIC_RELEASE);
+  }
+  CHECK_FCCL("barrier", fcclBarrier(s->comm, s->stream));
+  CHECK_CUDA("barrier", cudaStreamSynchronize(s->stream));
+  const int64_t passed = collNowNs();
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  const int64_t entered = __atomic_load_n(&shared->stamps[0][0], __ATOMIC_ACQUIRE);
+  EXPECT_MSG(entered != 0 && passed >= entered, "rank %d: passed the barrier at %lld, rank 0 entered at %lld",
+             s->rank, (long long)passed, (long long)entered);
+  return 0;
+}
+
+/* Registration: a registered buffer works in a call, is counted, and a handle is released once only. */
+static int runRegistered(struct rankState* s) {
+  fcclRegHandle_t a = NULL, b = NULL;
+  fcclMemStats_t before = {.size = sizeof(fcclMemStats_t)}, during = {.size = sizeof(fcclMemStats_t)};
+  CHECK_FCCL("stats", fcclCommGetMemStats(s->comm, &before));
+  CHECK_FCCL("register", fcclCommRegister(s->comm, s->send, s->capacity, &a));
+  CHECK_FCCL("register", fcclCommRegister(s->comm, s->recv, s->capacity, &b));
+  CHECK_FCCL("stats", fcclCommGetMemStats(s->comm, &during));
+  EXPECT_EQ_INT(during.commRegistrations, before.commRegistrations + 2);
+  int failed = runAllReduce(s, fcclFloat32, fcclSum, 4099, 0);
+  CHECK_FCCL("deregister", fcclCommDeregister(s->comm, a));
+  CHECK_FCCL("deregister", fcclCommDeregister(s->comm, b));
+  /* Every rank makes the same bad call: refused on each (fcclRemoteError where the fccl path's exchange tells a
+   * rank of its peers' refusal first). */
+  fcclResult_t bad = fcclCommRegister(s->comm, s->send, 0, &a);
+  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register of 0 bytes returned %d",
+             s->rank, bad);
+  bad = fcclCommRegister(s->comm, s->send, 64, NULL);
+  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register without a handle returned %d",
+             s->rank, bad);
+  return failed;
+}
+
+/* Graph capture: an all-reduce, a barrier and a ring exchange captured once, replayed with new inputs. */
+static int runGraph(struct rankState* s) {
+  const size_t count = 3001;
+  const size_t bytes = count * sizeof(float);
+  const int next = (s->rank + 1) % s->nranks, prev = (s->rank + s->nranks - 1) % s->nranks;
+  char* recvExchange = (char*)s->recv + ((bytes + 255) / 256 * 256);
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CHECK_CUDA("capture", cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeGlobal));
+  fcclResult_t r1 = fcclAllReduce(s->send, s->recv, count, fcclFloat32, fcclSum, s->comm, s->stream);
+  fcclResult_t r2 = fcclBarrier(s->comm, s->stream);
+  fcclResult_t r3 = fcclGroupStart();
+  fcclResult_t r4 = fcclSend(s->send, count, fcclFloat32, next, s->comm, s->stream);
+  fcclResult_t r5 = fcclRecv(recvExchange, count, fcclFloat32, prev, s->comm, s->stream);
+  fcclResult_t r6 = fcclGroupEnd();
+  CHECK_CUDA("capture", cudaStreamEndCapture(s->stream, &graph));
+  EXPECT_MSG(r1 == fcclSuccess && r2 == fcclSuccess && r3 == fcclSuccess && r4 == fcclSuccess && r5 == fcclSuccess &&
+                 r6 == fcclSuccess,
+             "rank %d: captured calls returned %d %d %d %d %d %d: %s", s->rank, r1, r2, r3, r4, r5, r6,
+             fcclGetLastError(NULL));
+  CHECK_CUDA("instantiate", cudaGraphInstantiate(&exec, graph, 0));
+  int failed = 0;
+  for (int replay = 0; replay < 3 && !failed; replay++) {
+    char msg[256];
+    if (poison(s, s->recv, 2 * bytes + 256) || upload(s, fcclFloat32, s->send, 0, count)) return 1;
+    CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
+    if (download(s, s->recv, bytes)) return 1;
+    size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, 0, s->host, count, msg, sizeof(msg));
+    failed |= report(s, "graph all-reduce", fcclFloat32, fcclSum, count, bad, msg);
+    if (download(s, recvExchange, bytes)) return 1;
+    bad = checkMoved(fcclFloat32, s->seed, s->call, prev, 0, s->host, count, msg, sizeof(msg));
+    failed |= report(s, "graph send/recv", fcclFloat32, fcclSum, count, bad, msg);
+    s->call++;
+  }
+  CHECK_CUDA("graph", cudaGraphExecDestroy(exec));
+  CHECK_CUDA("graph", cudaGraphDestroy(graph));
+  return failed;
+}
+
+/* The new calls' argument checks (local: nothing reaches NCCL, so the ranks stay in step). */
+static void runInvalid(struct rankState* s) {
+  EXPECT_EQ_INT(fcclSend(s->send, 4, fcclFloat32, s->nranks, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "peer");
+  EXPECT_EQ_INT(fcclRecv(s->recv, 4, fcclFloat32, -1, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclSend(NULL, 4, fcclFloat32, 0, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "sendbuf is NULL");
+  EXPECT_EQ_INT(fcclRecv(NULL, 4, fcclFloat32, 0, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "recvbuf is NULL");
+  EXPECT_EQ_INT(fcclSend(s->send, 4, (fcclDataType_t)42, 0, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclAllToAll(s->send, (char*)s->send + 4, 4, fcclFloat32, s->comm, s->stream), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "overlap");
+  EXPECT_EQ_INT(fcclSend(s->send, 4, fcclFloat32, 0, NULL, s->stream), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclGroupEnd(), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 4, fcclFloat32, (fcclRedOp_t)9, s->comm, s->stream),
+                fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclSend(s->send, 0, fcclFloat32, 0, s->comm, s->stream), fcclSuccess); /* count 0: nothing */
+  fcclPath_t path;
+  EXPECT_EQ_INT(fcclCommGetPath(s->comm, NULL, NULL), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclCommGetPath(NULL, &path, NULL), fcclInvalidArgument);
+}
+
+static int stateInit(struct rankState* s, fcclComm_t comm, int rank, int nranks, uint64_t seed) {
+  memset(s, 0, sizeof(*s));
+  s->comm = comm;
+  s->rank = rank;
+  s->nranks = nranks;
+  s->seed = seed;
+  s->capacity = (size_t)65537 * 8 * REF_MAX_RANKS + 4096;
+  CHECK_CUDA("init", cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  CHECK_CUDA("init", cudaMalloc(&s->send, s->capacity));
+  CHECK_CUDA("init", cudaMalloc(&s->recv, s->capacity));
+  CHECK_CUDA("init", cudaMallocHost(&s->host, s->capacity));
+  return 0;
+}
+
+static void stateFini(struct rankState* s) {
+  if (s->stream) cudaStreamDestroy(s->stream);
+  cudaFree(s->send);
+  cudaFree(s->recv);
+  cudaFreeHost(s->host);
+}
+
+/* Every call on random data. Every rank makes the same calls in the same order. */
+static int runEverything(struct rankState* s, struct collShared* shared) {
+  static const fcclDataType_t types[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclFloat64, fcclInt32,
+                                         fcclUint8,   fcclInt64};
+  static const fcclRedOp_t ops[] = {fcclSum, fcclProd, fcclMax, fcclMin, fcclAvg};
+  static const size_t counts[] = {1, 7, 1023, 65537};
+  int failed = 0;
+  runInvalid(s);
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+      for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        failed += runAllReduce(s, types[t], ops[o], counts[c], (int)(c % 2));
+        if (c < 3) failed += runReduceScatter(s, types[t], ops[o], counts[c]);
+      }
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+      failed += runAllGather(s, types[t], counts[c]);
+      failed += runBroadcast(s, types[t], counts[c], (int)(c % (size_t)s->nranks));
+      failed += runSendRecv(s, types[t], counts[c]);
+      failed += runAllToAll(s, types[t], counts[c]);
+    }
+  failed += runBarrier(s, shared);
+  failed += runGraph(s);
+  failed += runRegistered(s); /* last: it ends with refused registrations */
+  return failed;
+}
+
+static int expectPath(struct rankState* s, fcclPath_t want, const char* reasonPart) {
+  fcclPath_t path = fcclNumPaths;
+  const char* reason = NULL;
+  CHECK_FCCL("path", fcclCommGetPath(s->comm, &path, &reason));
+  EXPECT_MSG(path == want, "rank %d: path %s (%s), expected %s", s->rank, fcclGetPathName(path),
+             reason ? reason : "", fcclGetPathName(want));
+  if (reasonPart) EXPECT_STR_CONTAINS(reason, reasonPart);
+  return path != want;
+}
+
+/* ---- modes ---- */
+
+struct modeSpec {
+  const char* name;
+  int fcclHosts;
+  const char* path;      /* FCCL_PATH, or NULL */
+  fcclPath_t expected;
+  const char* reasonPart;
+};
+
+static const struct modeSpec kEverything[] = {
+    {"nccl", FCCL_HOST_ONE, "nccl", fcclPathNccl, "FCCL_PATH=nccl"},
+    {"hosts", FCCL_HOST_PER_RANK, NULL, fcclPathNccl, "hosts"},
+    {"hier", FCCL_HOST_PER_PAIR, NULL, fcclPathNccl, "no hierarchical path"},
+    {"p2pdisable", FCCL_HOST_ONE, NULL, fcclPathNccl, "FCCL_P2P_DISABLE=1"},
+    {"fcclp2p", FCCL_HOST_ONE, NULL, fcclPathFccl, "on one host"},
+};
+
+static int rankEverything(int rank, int nranks, const struct modeSpec* m, struct testArgs* args) {
+  setIdentity(rank, m->fcclHosts, m->path);
+  if (strcmp(m->name, "p2pdisable") == 0) setenv("FCCL_P2P_DISABLE", "1", 1);
+  if (strcmp(m->name, "fcclp2p") == 0) setenv("FCCL_NCCL_COMM", "init", 1);
+  fcclParamResetForTest();
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  int failed = stateInit(s, comm, rank, nranks, args->seed);
+  if (!failed) failed = expectPath(s, m->expected, m->reasonPart);
+  if (!failed) failed = runEverything(s, args->shared);
+  stateFini(s);
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  (void)failed;
+  return testSummary(m->name);
+}
+
+/* The fccl path without an NCCL communicator: the NCCL-only calls say why; the collectives work. */
+static int rankP2pMissing(int rank, int nranks, struct testArgs* args) {
+  unsetenv("FCCL_NCCL_COMM"); /* the default: off */
+  fcclParamResetForTest();
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  if (stateInit(s, comm, rank, nranks, args->seed) == 0 && expectPath(s, fcclPathFccl, NULL) == 0) {
+    EXPECT_EQ_INT(fcclSend(s->send, 16, fcclFloat32, (rank + 1) % nranks, comm, s->stream), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "set FCCL_NCCL_COMM=init");
+    EXPECT_EQ_INT(fcclAllToAll(s->send, s->recv, 16, fcclFloat32, comm, s->stream), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no NCCL communicator");
+    runAllReduce(s, fcclFloat32, fcclSum, 1000, 0);
+  }
+  stateFini(s);
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  return testSummary("p2pmissing");
+}
+
+/* fcclCommAbort stops an all-reduce that a peer never joins, and returns promptly. */
+static int rankAbort(int rank, int nranks, struct testArgs* args) {
+  setIdentity(rank, FCCL_HOST_ONE, "nccl");
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  /* Together first: NCCL connects to its peers at a communicator's first call, which needs both. */
+  if (stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 1 << 18, 0) == 0 &&
+      rank == 0) {
+    EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 18, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
+    struct timespec pause = {.tv_sec = 1, .tv_nsec = 0};
+    nanosleep(&pause, NULL);
+    EXPECT_EQ_INT(cudaStreamQuery(s->stream), cudaErrorNotReady); /* waits for rank 1, which never comes */
+    const int64_t start = collNowNs();
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    const double seconds = (double)(collNowNs() - start) / 1e9;
+    EXPECT_MSG(seconds < 30.0, "fcclCommAbort took %.1f s", seconds);
+    cudaError_t synced = cudaStreamSynchronize(s->stream); /* NCCL's abort ended the kernel */
+    (void)synced;
+    (void)cudaGetLastError();
+    testShmPost(&args->shared->flags[1], 1);
+  } else if (rank != 0) {
+    EXPECT_EQ_INT(testShmWait(args->shared->shm, &args->shared->flags[1], 1, 120000, "rank 0's abort"), TEST_SHM_OK);
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+  }
+  stateFini(s);
+  return testSummary("abort");
+}
+
+/* A rank that dies: its peer's fcclCommGetAsyncError reports it (bounded), and fcclCommAbort returns. */
+static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts) {
+  setIdentity(rank, fcclHosts, "nccl");
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  /* Together first (NCCL connects at the first call); then rank 1 dies without a word: no destroy, no abort. */
+  int ready = stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 4096, 0) == 0;
+  if (rank == 1) _exit(ready ? 0 : 1);
+  if (ready) {
+    EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 16, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
+    fcclResult_t async = fcclSuccess;
+    const int64_t start = collNowNs();
+    while (async == fcclSuccess && collNowNs() - start < (int64_t)120 * 1000000000) {
+      EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = 10 * 1000000};
+      nanosleep(&pause, NULL);
+    }
+    EXPECT_MSG(async != fcclSuccess, "rank 0: no error reported 120 s after rank 1 died");
+    printf("rank 0: after %.1f s: %s: %s\n", (double)(collNowNs() - start) / 1e9, fcclGetErrorString(async),
+           fcclGetLastError(comm));
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    (void)cudaStreamSynchronize(s->stream);
+    (void)cudaGetLastError();
+  }
+  stateFini(s);
+  return testSummary(fcclHosts ? "deadhosts" : "dead");
+}
+
+static int rankMain(int rank, int nranks, void* arg) {
+  struct testArgs* args = arg;
+  for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
+    if (strcmp(args->mode, kEverything[i].name) == 0) return rankEverything(rank, nranks, &kEverything[i], args);
+  if (strcmp(args->mode, "p2pmissing") == 0) return rankP2pMissing(rank, nranks, args);
+  if (strcmp(args->mode, "abort") == 0) return rankAbort(rank, nranks, args);
+  if (strcmp(args->mode, "dead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_ONE);
+  if (strcmp(args->mode, "deadhosts") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK);
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  struct testArgs args = {argc > 1 ? argv[1] : "nccl", NULL, 0, 0};
+  int nranks = argc > 2 ? atoi(argv[2]) : 2;
+  if (strcmp(args.mode, "hier") == 0) nranks = 4;
+  int known = strcmp(args.mode, "p2pmissing") == 0 || strcmp(args.mode, "abort") == 0 ||
+              strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0;
+  for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
+    known |= strcmp(args.mode, kEverything[i].name) == 0;
+  if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
+    fprintf(stderr, "usage: %s nccl|hosts|hier|p2pdisable|fcclp2p|p2pmissing|abort|dead|deadhosts [nranks 2..8]\n",
+            argv[0]);
+    return 2;
+  }
+  args.gpus = testGpuCount();
+  if (args.gpus < 1) {
+    printf("SKIP: no GPU\n");
+    return TEST_SKIP;
+  }
+  args.seed = testSeed();
+  args.shared = collSharedNew(nranks);
+  printf("nccl_path %s: %d ranks on %d GPU(s)\n", args.mode, nranks, args.gpus);
+  int codes[REF_MAX_RANKS];
+  const int failed = testShmForkRanks(args.shared->shm, rankMain, &args, 540, codes);
+  for (int r = 0; r < nranks; r++)
+    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
+  EXPECT_EQ_INT(failed, 0);
+  collSharedFree(args.shared);
+  return testSummary("nccl_path");
+}
