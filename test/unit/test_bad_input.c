@@ -384,7 +384,7 @@ static const struct badCase cases[] = {
     {"fcclAllReduce", "a torn-down handle", allReduceDead, ARG, "invalid communicator handle"},
     {"fcclAllReduce", "a destroyed group member", allReduceDeferred, ARG, "invalid communicator handle"},
     {"fcclAllReduce", "datatype -1", allReduceTypeNegative, ARG, "unknown datatype -1"},
-    {"fcclAllReduce", "datatype fcclNumTypes", allReduceTypeUnknown, ARG, "unknown datatype 10"},
+    {"fcclAllReduce", "datatype fcclNumTypes", allReduceTypeUnknown, ARG, "unknown datatype 11"},
     {"fcclAllReduce", "op -1", allReduceOpNegative, ARG, "unknown reduction op -1"},
     {"fcclAllReduce", "op fcclNumOps", allReduceOpUnknown, ARG, "unknown reduction op 5"},
     {"fcclAllReduce", "NULL sendbuf", allReduceNullSend, ARG, "sendbuf is NULL with count 4"},
