@@ -23,6 +23,7 @@ import ctypes
 import functools
 import hashlib
 import importlib
+import math
 import multiprocessing
 import os
 import pickle
@@ -395,6 +396,74 @@ def gpu_count():
     return int(result.stdout)
 
 
+class AddRmsNormCheckTest(unittest.TestCase):
+    """Everything all_reduce_add_rms_norm checks before calling C: the argument parser only."""
+
+    def check(self, input, output, residual=None, weight=None, eps=1e-6, scale=None, scale_mode=None, hidden=None):
+        return fccl._add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode, None)
+
+    def test_rows_from_the_last_dimension(self):
+        args = self.check(FakeCudaArray((3, 128), "<f2"), FakeCudaArray((3, 128), "<f2"),
+                          residual=FakeCudaArray((3, 128), "<f2"), weight=FakeCudaArray((128,), "<f2"))
+        inp, res, w, out, tokens, hidden, eps, mode, scale, stream = args
+        self.assertEqual((tokens, hidden, mode, scale, stream), (3, 128, fccl.ScaleMode.none, None, 0))
+        self.assertEqual((inp.dtype, res.count, w.count, out.count), (fccl.DataType.float16, 384, 128, 384))
+        self.assertAlmostEqual(eps, 1e-6)
+
+    def test_explicit_buffers_need_hidden(self):
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 256, "bfloat16"), (0x2000, 256, "bfloat16"))
+        args = self.check((0x1000, 256, "bfloat16"), (0x2000, 256, "bfloat16"), hidden=64)
+        self.assertEqual((args[4], args[5]), (4, 64))
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 250, "bfloat16"), (0x2000, 250, "bfloat16"), hidden=64)  # not whole rows
+
+    def test_types(self):
+        for bad in ("<f8", "<i4"):
+            with self.assertRaises(TypeError):
+                self.check(FakeCudaArray((2, 8), bad), FakeCudaArray((2, 8), bad))
+        with self.assertRaises(ValueError):  # residual of another type
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f4"),
+                       residual=FakeCudaArray((2, 8), "<f2"))
+        with self.assertRaises(ValueError):  # output of another type, not FP8
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f2"))
+        with self.assertRaises(ValueError):  # a weight of a different length
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f4"), weight=FakeCudaArray((9,), "<f4"))
+
+    def test_fp8_scales(self):
+        inp = (0x1000, 4 * 64, "bfloat16")
+        out = (0x2000, 4 * 64, "float8e4m3")
+        args = self.check(inp, out, hidden=64, scale=(0x3000, 4, "float32"), scale_mode="dynamic")
+        self.assertEqual((args[3].dtype, args[7], args[8].count), (fccl.DataType.float8e4m3,
+                                                                   fccl.ScaleMode.dynamic, 4))
+        args = self.check(inp, out, hidden=64, scale=(0x3000, 1, "float32"), scale_mode=fccl.ScaleMode.static)
+        self.assertEqual(args[7], fccl.ScaleMode.static)
+        for scale, mode in (((0x3000, 1, "float32"), "dynamic"),  # one scale per token needed
+                            ((0x3000, 4, "float32"), "static"),  # one scale
+                            ((0x3000, 4, "float16"), "dynamic"),  # float32 scales
+                            (None, "dynamic"), (None, None), ((0x3000, 1, "float32"), "none")):
+            with self.assertRaises(ValueError, msg=f"{scale} {mode}"):
+                self.check(inp, out, hidden=64, scale=scale, scale_mode=mode)
+        with self.assertRaises(ValueError):  # a scale without FP8
+            self.check(inp, (0x2000, 256, "bfloat16"), hidden=64, scale=(0x3000, 1, "float32"), scale_mode="static")
+        with self.assertRaises(ValueError):
+            self.check(inp, out, hidden=64, scale=(0x3000, 4, "float32"), scale_mode="absmax")
+
+    def test_eps_and_output(self):
+        a = FakeCudaArray((2, 8), "<f4")
+        for eps in (-1.0, float("nan"), float("inf")):
+            with self.assertRaises(ValueError):
+                self.check(a, FakeCudaArray((2, 8), "<f4"), eps=eps)
+        with self.assertRaises(ValueError):
+            self.check(a, None)
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 8), "<f4", readonly=True))
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 9), "<f4"))
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 8), "<f4"), residual=FakeCudaArray((2, 8), "<f4", readonly=True))
+
+
 class BufferCheckTest(unittest.TestCase):
     """Everything all_reduce checks before calling C: these run the argument parser only."""
 
@@ -695,11 +764,27 @@ class FakeTorchTest(unittest.TestCase):
         for name, dtype in (("float16", fccl.DataType.float16), ("bfloat16", fccl.DataType.bfloat16),
                             ("float32", fccl.DataType.float32), ("float64", fccl.DataType.float64),
                             ("int8", fccl.DataType.int8), ("uint8", fccl.DataType.uint8),
-                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64)):
+                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64),
+                            ("float8_e4m3fn", fccl.DataType.float8e4m3)):  # FP8: the fused norm's output only
             self.assertEqual(fccl._as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
-        for name in ("torch.complex64", "torch.bool", "torch.float8_e4m3fn"):
+        for name in ("torch.complex64", "torch.bool", "torch.float8_e5m2"):
             with self.assertRaises(TypeError):
                 fccl._as_buffer(self.Tensor(dtype=name), "send")
+
+    def test_add_rms_norm_takes_rows_and_the_current_stream(self):
+        def tensor(dtype, shape, pointer):
+            t = self.Tensor(dtype=dtype, numel=math.prod(shape), pointer=pointer)
+            t.shape = shape
+            return t
+        inp = tensor("torch.bfloat16", (4, 64), 0x10000)
+        out = tensor("torch.float8_e4m3fn", (4, 64), 0x20000)
+        scales = tensor("torch.float32", (4,), 0x30000)
+        args = fccl._add_rms_norm_arguments(inp, tensor("torch.bfloat16", (4, 64), 0x40000),
+                                            tensor("torch.bfloat16", (64,), 0x50000), out, None, 1e-5, scales,
+                                            "dynamic", None)
+        self.assertEqual((args[4], args[5], args[7], args[9]), (4, 64, fccl.ScaleMode.dynamic, 0xBEEF))
+        with self.assertRaises(ValueError):  # an FP8 output needs a scale mode
+            fccl._add_rms_norm_arguments(inp, None, None, out, None, 1e-5, None, None, None)
 
     def test_collectives_take_the_tensors_current_stream(self):
         _, _, stream = fccl._all_gather_arguments(self.Tensor(numel=3), self.Tensor(numel=6, pointer=0x9000), 2, None)
