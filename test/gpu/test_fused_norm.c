@@ -16,6 +16,7 @@
  *   test_fused_norm invalid     argument errors return fcclInvalidArgument with a message and launch nothing
  */
 #include "device.h"
+#include "device_state.h"
 #include "test_allreduce_common.h"
 
 #include <math.h>
@@ -330,7 +331,17 @@ static int checkCase(struct fusedContext* x, const struct fusedCase* c, uint64_t
   return problems;
 }
 
-/* One case: upload, the fused call and fcclAllReduce of the same input, download, check. */
+/* Whether a row of the case fits one staging chunk under the environment's FCCL_STAGING_BYTES (fccl.h: a row
+ * that does not is an argument error, whether the input is registered or not). */
+static int rowFits(const struct fusedCase* c, int nranks) {
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  const uint64_t pitch = (c->hidden * fcclTypeSize(c->type) + 15) / 16 * 16;
+  return pitch <= layout.chunkBytes;
+}
+
+/* One case: upload, the fused call and fcclAllReduce of the same input, download, check. A row too large for the
+ * staging chunk must be refused with fcclInvalidArgument instead (and is not checked further). */
 static int runCase(struct fusedContext* x, const struct fusedCase* c, uint64_t call,
                    void (*poke)(const struct fusedCase*, int rank, void* hostIn)) {
   struct fusedContext* ctx = x;
@@ -339,6 +350,13 @@ static int runCase(struct fusedContext* x, const struct fusedCase* c, uint64_t c
   if (collVerbose() && x->rank == 0) printf("%s\n", what);
   if (upload(x, c, call, poke)) return 1;
   const void* in = inputOf(x, c);
+  if (!rowFits(c, x->nranks)) {
+    const fcclResult_t r = fusedCall(x, c, in, x->residual, x->output, x->scale, c->tokens, x->stream);
+    EXPECT_MSG(r == fcclInvalidArgument, "rank %d: %s: a row over the staging chunk returned %s", x->rank, what,
+               fcclGetErrorString(r));
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "staging chunk");
+    return r == fcclInvalidArgument ? 0 : 1;
+  }
   COLL_CHECK_FCCL(what, fusedCall(x, c, in, x->residual, x->output, x->scale, c->tokens, x->stream));
   COLL_CHECK_FCCL(what, fcclAllReduce(in, x->reduced, c->tokens * c->hidden, c->type, fcclSum, x->comm, x->stream));
   if (download(x, c)) return 1;
@@ -401,7 +419,7 @@ static int modeBatch(struct fusedContext* x) {
       struct fusedCase c = {kTypes[ti], fp8 ? fcclFloat8e4m3 : kTypes[ti], fp8 ? fcclScaleDynamic : fcclScaleNone,
                             big, hidden, 1, 1, 0, 1e-6f, 1.0f};
       const size_t size = fcclTypeSize(c.type), row = hidden * size, outBytes = outRow(&c);
-      if (big * row + 64 > x->capacity) continue;
+      if (big * row + 64 > x->capacity || !rowFits(&c, x->nranks)) continue;
       /* The whole batch, staged: the reference bits (also checked against the host reference). */
       if (runCase(x, &c, call, NULL)) return (int)call + 1;
       char* refOut = malloc(big * outBytes);
