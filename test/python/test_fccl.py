@@ -1079,6 +1079,49 @@ def collective_scenarios(torch, comm, rank, nranks, report, progress):
     report("collectives_graph", problems, digests)
 
 
+def add_rms_norm_scenario(torch, comm, rank, nranks):
+    """all_reduce_add_rms_norm in bf16 (odd hidden, 7 tokens): r' bit for bit all_reduce's sum plus the residual in
+    fp32 rounded once, the output within bf16's rounding of float64 arithmetic on r', and the FP8 dynamic form within
+    one E4M3 step, its scales max|y| / 448 (docs/fused.md)."""
+    problems, digests = [], []
+    tokens, hidden, eps = 7, 1031, 1e-6
+    inputs = rank_inputs(torch, torch.bfloat16, tokens * hidden, nranks, seed=400)
+    residual0 = rank_inputs(torch, torch.bfloat16, tokens * hidden, 1, seed=401)[0].view(tokens, hidden)
+    weight = (rank_inputs(torch, torch.float64, hidden, 1, seed=402)[0].abs() + 0.5).to(torch.bfloat16)
+    x = inputs[rank].cuda().view(tokens, hidden)
+    reduced = x.clone()
+    comm.all_reduce(reduced)
+    residual = residual0.cuda()
+    out = torch.full_like(x, float("nan"))
+    if comm.all_reduce_add_rms_norm(x, out, residual=residual, weight=weight.cuda(), eps=eps) is not out:
+        problems.append("all_reduce_add_rms_norm did not return output")
+    residual8 = residual0.cuda()
+    out8 = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device="cuda")
+    scales = torch.full((tokens,), float("nan"), dtype=torch.float32, device="cuda")
+    comm.all_reduce_add_rms_norm(x, out8, residual=residual8, weight=weight.cuda(), eps=eps, scale=scales,
+                                 scale_mode="dynamic")
+    torch.cuda.synchronize()
+    want = (residual0.float() + reduced.cpu().float()).to(torch.bfloat16)
+    if not torch.equal(residual.cpu(), want) or not torch.equal(residual8.cpu(), want):
+        problems.append("r' is not all_reduce's sum plus the residual rounded once")
+    r = want.double()
+    y = r * torch.rsqrt((r * r).mean(dim=1, keepdim=True) + eps) * weight.double()
+    error = (out.cpu().double() - y).abs()
+    if not bool((error <= y.abs() * (2.0 ** -8 + 1e-4) + 1e-30).all()):
+        problems.append(f"output off by up to {float(error.max())}")
+    want_scales = y.abs().amax(dim=1) / 448.0
+    if not bool(((scales.cpu().double() - want_scales).abs() <= want_scales * 1e-4).all()):
+        problems.append(f"scales {scales.cpu().tolist()}, want {want_scales.tolist()}")
+    q = y / scales.cpu().double()[:, None]
+    got = out8.cpu().float().double()
+    # One E4M3 step at q: 2^(floor(log2 |q|) - 3), subnormals 2^-9, saturated at 448.
+    step = torch.exp2(torch.floor(torch.log2(q.abs().clamp(min=2.0 ** -6))) - 3)
+    if not bool(((got - q.clamp(-448, 448)).abs() <= 1.5 * step).all()):
+        problems.append("FP8 output more than one step from y / scale")
+    digests += [digest(torch, out), digest(torch, residual), digest(torch, out8), digest(torch, scales)]
+    return problems, digests
+
+
 def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
@@ -1145,6 +1188,10 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         side.synchronize()
         problems += check_sum(torch, x / nranks, inputs, "float32")
         report(scenario, problems)
+
+        scenario = "add_rms_norm"
+        problems, digests = add_rms_norm_scenario(torch, comm, rank, nranks)
+        report(scenario, problems, digests)
 
         progress = ["all_gather"]  # the scenario running, for the report of an exception
         try:
@@ -1241,8 +1288,8 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
 
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
-             "eager_float32_out_of_place", "streams", "all_gather", "reduce_scatter", "broadcast", "collectives_graph",
-             "graph", "register", "destroy", "process_group", "from_nccl"]
+             "eager_float32_out_of_place", "streams", "add_rms_norm", "all_gather", "reduce_scatter", "broadcast",
+             "collectives_graph", "graph", "register", "destroy", "process_group", "from_nccl"]
 
 
 @unittest.skipUnless(torch_cuda_devices() >= GPU_RANKS, f"needs torch with {GPU_RANKS} CUDA devices")
@@ -1303,6 +1350,9 @@ class TwoRankGpuTest(unittest.TestCase):
 
     def test_streams(self):
         self.check_scenario("streams")
+
+    def test_add_rms_norm(self):
+        self.check_scenario("add_rms_norm")
 
     def test_all_gather(self):
         self.check_scenario("all_gather")
