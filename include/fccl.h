@@ -431,11 +431,11 @@ typedef enum {
  * elements as IEEE arithmetic gives them (docs/fused.md has the rules and the formulas).
  * An input inside a range registered with fcclCommRegister (on every rank, at the same offset) is read in place by
  * the peers; otherwise it goes through the communicator's staging buffers in rounds of whole tokens.
- * @param input      tokens x hidden elements of datatype, device memory of the communicator's device; it may not
- *                   overlap residual or output.
+ * @param input      tokens x hidden elements of datatype, device memory of the communicator's device. No buffer
+ *                   the call writes (residual, output, dynamic scales) may overlap another argument's buffer.
  * @param residual   tokens x hidden elements of datatype, read and overwritten with r'; NULL: no residual.
  * @param weight     hidden elements of datatype; NULL: a weight of 1.
- * @param output     tokens x hidden elements of outtype; it may not overlap residual.
+ * @param output     tokens x hidden elements of outtype.
  * @param tokens     rows (0 does nothing).
  * @param hidden     elements of a row, >= 1; a row of datatype must fit 65536 bytes and one staging chunk.
  * @param eps        added to the mean square, finite and >= 0.
@@ -448,12 +448,12 @@ typedef enum {
  * @param stream     cudaStream_t of the communicator's device (NULL: the default stream).
  * @return fcclSuccess; fcclInvalidArgument (invalid comm; NULL input or output with tokens > 0; hidden 0 or a row
  *         too large; datatype, outtype or scaleMode outside the above or inconsistent; scale NULL where needed or
- *         given where not; eps negative, infinite or NaN; a pointer not aligned to its elements; input overlapping
- *         residual or output, output overlapping residual; tokens x hidden overflowing a size or more rounds than
- *         a call can count; a buffer or stream of another device or a host buffer); fcclInvalidUsage (the
- *         communicator's init did not finish); fcclUnhandledCudaError (the launch failed); an error an earlier
- *         kernel recorded (fcclTimeout), in which case nothing is launched. On an argument error nothing is
- *         launched and fcclGetLastError says which argument.
+ *         given where not; eps negative, infinite or NaN; a pointer not aligned to its elements; a buffer the call
+ *         writes overlapping another; tokens x hidden overflowing a size or more rounds than a call can count; a
+ *         row that does not fit a staging chunk; a buffer or stream of another device or a host buffer);
+ *         fcclInvalidUsage (the communicator's init did not finish); fcclUnhandledCudaError (the launch failed);
+ *         an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched. On an argument
+ *         error nothing is launched and fcclGetLastError says which argument.
  * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
  * fcclCommAbort). Collective: yes, the same tokens, hidden, eps, types and scale mode on every rank, in the same
  * order as the communicator's other collectives. Graph capture: yes; replays are correct any number of times

@@ -101,18 +101,25 @@ static fcclResult_t checkArguments(const struct fusedCall* c, uint64_t* rowBytes
   const uint64_t bytes = c->tokens * *rowBytes;
   const uint64_t outBytes = c->tokens * *outRowBytes;
   const uint64_t scaleBytes = c->scaleMode == fcclScaleDynamic ? c->tokens * sizeof(float) : sizeof(float);
-  /* Peers read the input while this rank writes its residual and output: they must be apart. */
-  if (overlaps(c->input, bytes, c->residual, bytes) || overlaps(c->input, bytes, c->output, outBytes))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: input %p overlaps %s", kCaller, c->input,
-                      overlaps(c->input, bytes, c->residual, bytes) ? "residual" : "output");
-  if (overlaps(c->output, outBytes, c->residual, bytes))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: output %p overlaps residual %p", kCaller, c->output,
-                      c->residual);
-  if (c->scaleMode == fcclScaleDynamic &&
-      (overlaps(c->scale, scaleBytes, c->input, bytes) || overlaps(c->scale, scaleBytes, c->residual, bytes) ||
-       overlaps(c->scale, scaleBytes, c->output, outBytes)))
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: the dynamic scales at %p overlap a data buffer",
-                      kCaller, (void*)c->scale);
+  /* A buffer the call writes (residual, output, dynamic scales) must not overlap any other: peers read the input
+   * and every block reads the weight and a static scale while blocks write their rows. */
+  const struct {
+    const void* p;
+    uint64_t bytes;
+    const char* name;
+    int written;
+  } buffers[] = {{c->input, bytes, "input", 0},
+                 {c->residual, bytes, "residual", 1},
+                 {c->output, outBytes, "output", 1},
+                 {c->weight, *rowBytes, "weight", 0},
+                 {c->scale, scaleBytes, "scale", c->scaleMode == fcclScaleDynamic}};
+  const int n = (int)(sizeof(buffers) / sizeof(buffers[0]));
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if ((buffers[i].written || buffers[j].written) &&
+          overlaps(buffers[i].p, buffers[i].bytes, buffers[j].p, buffers[j].bytes))
+        return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p overlaps %s %p", kCaller, buffers[i].name,
+                          buffers[i].p, buffers[j].name, buffers[j].p);
   return fcclSuccess;
 }
 

@@ -626,9 +626,9 @@ static int modeInvalid(struct fusedContext* x) {
                                            (float*)((char*)sc + 2), comm, s));
   INVALID("overlaps residual", fcclAllReduceAddRMSNorm(in, in + 512, w, out, tokens, hidden, e, bf, bf, none, NULL,
                                                        comm, s));
-  INVALID("overlaps output", fcclAllReduceAddRMSNorm(in, res, w, in, tokens, hidden, e, bf, bf, none, NULL, comm, s));
-  INVALID("overlaps residual", fcclAllReduceAddRMSNorm(in, res, w, res + 256, tokens, hidden, e, bf, bf, none, NULL,
-                                                       comm, s));
+  INVALID("input", fcclAllReduceAddRMSNorm(in, res, w, in, tokens, hidden, e, bf, bf, none, NULL, comm, s));
+  INVALID("overlaps output", fcclAllReduceAddRMSNorm(in, res, w, res + 256, tokens, hidden, e, bf, bf, none, NULL,
+                                                     comm, s));
   INVALID("overlap", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic,
                                              (float*)out, comm, s));
   INVALID("overflow", fcclAllReduceAddRMSNorm(in, res, w, out, SIZE_MAX / 4, hidden, e, bf, bf, none, NULL, comm, s));

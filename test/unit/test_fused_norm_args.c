@@ -75,8 +75,16 @@ int main(void) {
   /* Overlaps: bf16 4 x 4096 is 32 KiB. */
   EXPECT_INVALID("overlaps residual", IN, (char*)IN + 0x4000, W, OUT, 4, 4096, 1e-6f, bf, bf, none, NULL, c);
   EXPECT_INVALID("overlaps output", IN, RES, W, (char*)IN + 0x7ffe, 4, 4096, 1e-6f, bf, bf, none, NULL, c);
-  EXPECT_INVALID("overlaps residual", IN, RES, W, (char*)RES + 0x10, 4, 4096, 1e-6f, bf, bf, none, NULL, c);
-  EXPECT_INVALID("overlap", IN, RES, W, OUT, 4, 4096, 1e-6f, bf, f8, fcclScaleDynamic, (float*)OUT, c);
+  EXPECT_INVALID("residual 0x200000 overlaps output", IN, RES, W, (char*)RES + 0x10, 4, 4096, 1e-6f, bf, bf, none,
+                 NULL, c);
+  EXPECT_INVALID("output 0x400000 overlaps scale", IN, RES, W, OUT, 4, 4096, 1e-6f, bf, f8, fcclScaleDynamic,
+                 (float*)OUT, c);
+  EXPECT_INVALID("residual 0x200000 overlaps weight", IN, RES, (const char*)RES + 0x100, OUT, 4, 4096, 1e-6f, bf, bf,
+                 none, NULL, c);
+  EXPECT_INVALID("output 0x400000 overlaps scale", IN, RES, W, OUT, 4, 4096, 1e-6f, bf, f8, fcclScaleStatic,
+                 (float*)((char*)OUT + 64), c);
+  /* Read-only buffers may share memory: weight inside the input, a static scale inside the weight. */
+  EXPECT_PASSES(IN, RES, IN, OUT, 4, 4096, 1e-6f, bf, f8, fcclScaleStatic, (float*)W);
   /* Adjacent buffers do not overlap. */
   EXPECT_PASSES(IN, (char*)IN + 0x8000, W, (char*)IN + 0x10000, 4, 4096, 1e-6f, bf, bf, none, NULL);
   /* Sizes. */
