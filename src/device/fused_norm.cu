@@ -226,13 +226,9 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNorm(fcclDevComm c
     return;
   }
 
-  const uint64_t rounds = divUp(a.tokens, a.roundRows);
-  /* Our rows of round k into our inbox region of every peer, then pad A step k + 1. A round reuses the parity of
-   * round k - 2 once every peer consumed that one. */
-  auto push = [&](uint64_t k) -> bool {
-    if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
-                            FCCL_PHASE_CONSUMED, epoch))
-      return false;
+  /* Our rows of round k into our inbox region of every peer; all of round k's rows reduced and normalised from our
+   * input and every writer's inbox region. */
+  auto fill = [&](uint64_t k) {
     const StagedRound r(k, a.tokens, a.roundRows, epoch);
     uint64_t outbound[FCCL_DEVICE_MAX_RANKS] = {};
     peerRegionsOutbound<NR>(c, c.layout.inboxOffset, r.parity, outbound);
@@ -247,17 +243,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNorm(fcclDevComm c
             st_data16(ptr<void>(outbound[p] + i * pitch + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
       }
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    return true;
   };
-
-  bool ok = rounds == 0 || push(0);
-  for (uint64_t k = 0; ok && k < rounds; k++) {
-    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, kernel, FCCL_PHASE_INBOX,
-                  epoch))
-      break;
-    if (k + 1 < rounds && !push(k + 1)) break;
+  auto consume = [&](uint64_t k) {
     const StagedRound r(k, a.tokens, a.roundRows, epoch);
     uint64_t inbound[FCCL_DEVICE_MAX_RANKS] = {};
     peerRegionsInbound<NR>(c, c.layout.inboxOffset, r.parity, inbound);
@@ -268,12 +255,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNorm(fcclDevComm c
         if (w < n) bases[w] = w == me ? a.input + (r.start + i) * rowBytes : inbound[w] + i * pitch;
       normRow<TT, FP8, NR>(a, bases, n, r.start + i, staticScale, shared);
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    if (k + 1 == rounds)
-      (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)rounds), true, kernel,
-                      FCCL_PHASE_CONSUMED, epoch);
-  }
+  };
+  stagedRounds(c, divUp(a.tokens, a.roundRows), epoch, kernel, fill, consume);
   epochEnd(c, epoch);
 }
 
