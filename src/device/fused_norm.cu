@@ -126,55 +126,47 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
   const float total = blockSum(squares, shared);
   const float inv = __frsqrt_rn(__fadd_rn(__fdiv_rn(total, (float)a.hidden), a.eps));
 
-  /* y = r' * inv * weight, element e of unit j. */
-  auto normalised = [&](int j, uint64_t u, float (&y)[E]) {
-    Unit w;
-    if (a.weight) IO::load(a.weight, u, rowBytes, w);
+  /* f(u, y) for each of the thread's units u, y = r' * inv * weight of its elements. */
+  auto forEachNormalised = [&](auto&& f) {
 #pragma unroll
-    for (int e = 0; e < E; e++) {
-      y[e] = __fmul_rn(TT::toAcc(v[j].e[e]), inv);
-      if (a.weight) y[e] = __fmul_rn(y[e], TT::toAcc(w.e[e]));
+    for (int j = 0; j < kUnits; j++) {
+      const uint64_t u = threadIdx.x + (uint64_t)j * kThreads;
+      if (u >= units) break;
+      Unit w;
+      if (a.weight) IO::load(a.weight, u, rowBytes, w);
+      float y[E];
+#pragma unroll
+      for (int e = 0; e < E; e++) {
+        y[e] = __fmul_rn(TT::toAcc(v[j].e[e]), inv);
+        if (a.weight) y[e] = __fmul_rn(y[e], TT::toAcc(w.e[e]));
+      }
+      f(u, y);
     }
   };
 
   if constexpr (!FP8) {
     const uint64_t out = a.output + row * rowBytes;
-#pragma unroll
-    for (int j = 0; j < kUnits; j++) {
-      const uint64_t u = threadIdx.x + (uint64_t)j * kThreads;
-      if (u >= units) break;
-      float y[E];
-      normalised(j, u, y);
+    forEachNormalised([&](uint64_t u, const float (&y)[E]) {
       Unit o;
 #pragma unroll
       for (int e = 0; e < E; e++) o.e[e] = TT::fromAcc(y[e]);
       IO::store(out, u, rowBytes, o);
-    }
+    });
   } else {
     float scale = staticScale;
     if (a.scaleMode == fcclScaleDynamic) {
       float amax = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kUnits; j++) {
-        const uint64_t u = threadIdx.x + (uint64_t)j * kThreads;
-        if (u >= units) break;
-        float y[E];
-        normalised(j, u, y);
-        /* Elements past the row are zero: they cannot raise the maximum. */
+      /* Elements past the row are zero: they cannot raise the maximum. */
+      forEachNormalised([&](uint64_t, const float (&y)[E]) {
 #pragma unroll
         for (int e = 0; e < E; e++) amax = maxNaN(fabsf(y[e]), amax);
-      }
+      });
       amax = blockMax(amax, shared);
       scale = __fdiv_rn(amax, kFp8Max);
       if (threadIdx.x == 0) ptr<float>(a.scale)[row] = scale;
     }
     const uint64_t out = a.output + row * a.hidden;
-#pragma unroll
-    for (int j = 0; j < kUnits; j++) {
-      const uint64_t u = threadIdx.x + (uint64_t)j * kThreads;
-      if (u >= units) break;
-      float y[E];
-      normalised(j, u, y);
+    forEachNormalised([&](uint64_t u, const float (&y)[E]) {
       uint64_t packed = 0;
 #pragma unroll
       for (int e = 0; e < E; e++) {
@@ -183,7 +175,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
         packed |= (uint64_t)toFp8(q) << (8 * e);
       }
       storeFp8<E>(out, u * E, a.hidden, packed);
-    }
+    });
   }
 }
 
