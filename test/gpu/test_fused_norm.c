@@ -441,6 +441,7 @@ static int modeBatch(struct fusedContext* x) {
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(x->residual, x->hResidual, big * row, cudaMemcpyHostToDevice,
                                                  x->stream));
         COLL_CHECK_CUDA("batch", cudaMemsetAsync(x->output, COLL_POISON, big * outBytes, x->stream));
+        COLL_CHECK_CUDA("batch", cudaMemsetAsync(x->scale, COLL_POISON, big * sizeof(float), x->stream));
         const size_t f = slices[s].first, n = slices[s].tokens;
         COLL_CHECK_FCCL("batch", fusedCall(x, &c, in + f * row, (char*)x->residual + f * row,
                                            (char*)x->output + f * outBytes, (float*)x->scale + f, n, x->stream));
