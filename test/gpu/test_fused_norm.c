@@ -313,6 +313,13 @@ static int checkCase(struct fusedContext* x, const struct fusedCase* c, uint64_t
     }
   }
   free(y);
+  /* Without a residual argument the residual buffer is not the call's: it must hold what was uploaded. */
+  if (!c->residual &&
+      memcmp(x->hResidualOut, x->hResidual, c->tokens * c->hidden * fcclTypeSize(t)) != 0) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: the residual buffer changed without a residual argument", x->rank,
+             what);
+    problems++;
+  }
   /* Nothing written past the output. */
   const unsigned char* tail = (const unsigned char*)x->hOutput + c->tokens * outRow(c);
   for (int i = 0; i < 64; i++)
