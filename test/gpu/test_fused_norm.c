@@ -14,6 +14,9 @@
  *   test_fused_norm graph <n>   captured calls replayed (1000; FCCLTEST_QUICK=1: 50), each checked against eager bits
  *   test_fused_norm nan <n>     NaN and Inf inputs: the rows they hit, as docs/fused.md says; the others unchanged
  *   test_fused_norm invalid     argument errors return fcclInvalidArgument with a message and launch nothing
+ *   test_fused_norm timeout 2   rank 1 never calls: rank 0's kernel (staged, registered) gives up after FCCL_TIMEOUT
+ *                               (300 ms here) and the communicator reports which kernel waited for which rank
+ *   test_fused_norm abort 2     the same kernels waiting for rank 1 stop at once on fcclCommAbort
  */
 #include "device.h"
 #include "device_state.h"
@@ -664,8 +667,88 @@ static int modeInvalid(struct fusedContext* x) {
   return 1;
 }
 
+/* Rank 0 calls the fused norm alone on a communicator of its own (number which), its input staged or registered:
+ * with abortIt it aborts the waiting kernel, else the kernel gives up after FCCL_TIMEOUT and the communicator says
+ * so. Rank 1 waits for rank 0 to finish, then aborts its communicator too. */
+static void faultScenario(const struct modeArgs* args, int rank, int nranks, int which, int registered, int abortIt) {
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, which);
+  if (!comm) {
+    testFail(__FILE__, __LINE__, "rank %d: no communicator", rank);
+    return;
+  }
+  struct collBuffer in;
+  if (!collBufferCreate(comm, &in, 1u << 20, registered)) { /* registration is collective: both ranks */
+    testFail(__FILE__, __LINE__, "rank %d: buffer", rank);
+    return;
+  }
+  const char* form = registered ? "registered" : "staged";
+  if (rank == 0) {
+    void *residual = NULL, *output = NULL;
+    cudaStream_t stream;
+    EXPECT_EQ_INT(cudaMalloc(&residual, 1u << 20), cudaSuccess);
+    EXPECT_EQ_INT(cudaMalloc(&output, 1u << 20), cudaSuccess);
+    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    EXPECT_EQ_INT(cudaMemset(in.base, 0x3c, (1u << 20) + 2 * COLL_GUARD), cudaSuccess); /* bf16 1.0-ish */
+    const int64_t start = collNowNs();
+    EXPECT_EQ_INT(fcclAllReduceAddRMSNorm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f, fcclBfloat16,
+                                          fcclBfloat16, fcclScaleNone, NULL, comm, stream),
+                  fcclSuccess);
+    if (abortIt) {
+      usleep(200000);
+      EXPECT_EQ_INT(cudaStreamQuery(stream), cudaErrorNotReady); /* still waiting for rank 1 */
+      const int64_t aborted = collNowNs();
+      EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+      EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
+      const double seconds = (double)(collNowNs() - aborted) / 1e9;
+      EXPECT_MSG(seconds < 5, "fcclCommAbort took %.2f s to stop the %s fused norm", seconds, form);
+      printf("%s: aborted in %.3f s\n", form, seconds);
+    } else {
+      EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess); /* the kernel ends: it gave up */
+      const double seconds = (double)(collNowNs() - start) / 1e9;
+      EXPECT_MSG(seconds < 20, "the %s fused norm took %.1f s to give up (FCCL_TIMEOUT=300 ms)", form, seconds);
+      fcclResult_t async = fcclSuccess;
+      EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
+      EXPECT_EQ_INT(async, fcclTimeout);
+      const char* text = fcclGetLastError(comm);
+      EXPECT_STR_CONTAINS(text, "fused_norm kernel");
+      EXPECT_STR_CONTAINS(text, "rank 1 did not arrive");
+      printf("%s: gave up after %.2f s: %s\n", form, seconds, text);
+      /* Later calls return the error and launch nothing. */
+      EXPECT_EQ_INT(fcclAllReduceAddRMSNorm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f,
+                                            fcclBfloat16, fcclBfloat16, fcclScaleNone, NULL, comm, stream),
+                    fcclTimeout);
+      EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    }
+    EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
+    EXPECT_EQ_INT(cudaFree(residual), cudaSuccess);
+    EXPECT_EQ_INT(cudaFree(output), cudaSuccess);
+    testShmPost(&args->shared->flags[which], 1);
+  } else {
+    const int result = testShmWait(args->shared->shm, &args->shared->flags[which], 1, 120000, "rank 0's scenario");
+    EXPECT_MSG(result == TEST_SHM_OK, "rank 0 never finished scenario %d (%s)", which, testShmResultName(result));
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+  }
+  /* The communicator is gone: its registrations were released by the abort, the memory is ours to free. */
+  if (registered)
+    EXPECT_EQ_INT(fcclMemFree(in.base), fcclSuccess);
+  else
+    EXPECT_EQ_INT(cudaFree(in.base), cudaSuccess);
+}
+
+static int faultMain(int rank, int nranks, const struct modeArgs* args) {
+  const int abortIt = strcmp(args->mode, "abort") == 0;
+  faultScenario(args, rank, nranks, 1, 0, abortIt);
+  faultScenario(args, rank, nranks, 2, 1, abortIt);
+  if (rank == 0) args->shared->flags[0] = 1;
+  char name[64];
+  snprintf(name, sizeof(name), "fused_norm %s rank %d", args->mode, rank);
+  return testSummary(name);
+}
+
 static int rankMain(int rank, int nranks, void* arg) {
   const struct modeArgs* args = arg;
+  if (strcmp(args->mode, "timeout") == 0 || strcmp(args->mode, "abort") == 0) return faultMain(rank, nranks, args);
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct fusedContext x;
@@ -694,15 +777,23 @@ static int rankMain(int rank, int nranks, void* arg) {
 }
 
 int main(int argc, char** argv) {
-  const char* modes[] = {"ranks", "fp8", "batch", "graph", "nan", "invalid"};
+  const char* modes[] = {"ranks", "fp8", "batch", "graph", "nan", "invalid", "timeout", "abort"};
   const char* mode = argc > 1 ? argv[1] : "ranks";
   int known = 0;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= strcmp(mode, modes[i]) == 0;
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
   if (!known || nranks < 1 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s ranks|fp8|batch|graph|nan|invalid [nranks 1..%d]\n", argv[0], REF_MAX_RANKS);
+    fprintf(stderr, "usage: %s ranks|fp8|batch|graph|nan|invalid|timeout|abort [nranks 1..%d]\n", argv[0],
+            REF_MAX_RANKS);
     return 2;
   }
+  const int fault = strcmp(mode, "timeout") == 0 || strcmp(mode, "abort") == 0;
+  if (fault && nranks != 2) {
+    fprintf(stderr, "%s: the %s mode runs on 2 ranks\n", argv[0], mode);
+    return 2;
+  }
+  /* Read once, at the communicator's first call, in every forked rank. */
+  if (strcmp(mode, "timeout") == 0) setenv("FCCL_TIMEOUT", "300", 1);
   struct modeArgs args = {collSharedNew(nranks), testSeed(), testGpuCount(), mode};
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
