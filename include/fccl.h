@@ -294,7 +294,8 @@ FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
  * Collectives
  * ------------------------------------------------------------------------------------------------------------- */
 
-/** Data types; values match NCCL's. */
+/** Data types; values match NCCL's. fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no
+ *  infinities, largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
 typedef enum {
   fcclInt8 = 0,
   fcclUint8 = 1,
@@ -306,7 +307,8 @@ typedef enum {
   fcclFloat32 = 7,
   fcclFloat64 = 8,
   fcclBfloat16 = 9,
-  fcclNumTypes = 10
+  fcclFloat8e4m3 = 10,
+  fcclNumTypes = 11
 } fcclDataType_t;
 
 /** Reduction operations; values match NCCL's. fcclAvg is the sum divided by the number of ranks (integers:
@@ -408,6 +410,60 @@ FCCL_API fcclResult_t fcclReduceScatter(const void* sendbuf, void* recvbuf, size
  */
 FCCL_API fcclResult_t fcclBroadcast(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     int root, fcclComm_t comm, void* stream);
+
+/** How fcclAllReduceAddRMSNorm scales an FP8 output (docs/fused.md#fp8). */
+typedef enum {
+  fcclScaleNone = 0,     /**< output in the input's type: no scale (scale must be NULL) */
+  fcclScaleStatic = 1,   /**< FP8 output: out = sat(y / scale[0]), scale a device float the call reads */
+  fcclScaleDynamic = 2,  /**< FP8 output: per token, scale[t] = max|y_t| / 448 is written, out = sat(y / scale[t]) */
+  fcclNumScaleModes = 3
+} fcclScaleMode_t;
+
+/**
+ * The all-reduce + residual add + RMSNorm of a transformer layer's end, in one call: for every token t (a row of
+ * hidden elements) and element i,
+ *   s       = the sum over ranks of input, exactly as fcclAllReduce(..., fcclSum, ...) rounds it to datatype
+ *   r'      = round(float(residual) + float(s)) to datatype (s when residual is NULL); written back into residual
+ *   y       = float(r') * rsqrt(sum_i float(r'_i)^2 / hidden + eps) * float(weight_i), in fp32
+ *   output  = round(y) to datatype, or for fcclFloat8e4m3 the saturating conversion of y / scale (scaleMode).
+ * The result is bitwise identical on every rank, and a token's bits do not depend on tokens (batch invariant) or
+ * on how the call moves the data. NaN and infinity in any input propagate into that token's r' and output
+ * elements as IEEE arithmetic gives them (docs/fused.md has the rules and the formulas).
+ * An input inside a range registered with fcclCommRegister (on every rank, at the same offset) is read in place by
+ * the peers; otherwise it goes through the communicator's staging buffers in rounds of whole tokens.
+ * @param input      tokens x hidden elements of datatype, device memory of the communicator's device. No buffer
+ *                   the call writes (residual, output, dynamic scales) may overlap another argument's buffer.
+ * @param residual   tokens x hidden elements of datatype, read and overwritten with r'; NULL: no residual.
+ * @param weight     hidden elements of datatype; NULL: a weight of 1.
+ * @param output     tokens x hidden elements of outtype.
+ * @param tokens     rows (0 does nothing).
+ * @param hidden     elements of a row, >= 1; a row of datatype must fit 65536 bytes and one staging chunk.
+ * @param eps        added to the mean square, finite and >= 0.
+ * @param datatype   fcclFloat16, fcclBfloat16 or fcclFloat32.
+ * @param outtype    datatype, or fcclFloat8e4m3.
+ * @param scaleMode  fcclScaleNone when outtype is datatype; fcclScaleStatic or fcclScaleDynamic for FP8.
+ * @param scale      fcclScaleStatic: one float of device memory, read by the kernel; fcclScaleDynamic: tokens
+ *                   floats of device memory, written; fcclScaleNone: NULL. 4-byte aligned.
+ * @param comm       communicator.
+ * @param stream     cudaStream_t of the communicator's device (NULL: the default stream).
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm; NULL input or output with tokens > 0; hidden 0 or a row
+ *         too large; datatype, outtype or scaleMode outside the above or inconsistent; scale NULL where needed or
+ *         given where not; eps negative, infinite or NaN; a pointer not aligned to its elements; a buffer the call
+ *         writes overlapping another; tokens x hidden overflowing a size or more rounds than a call can count; a
+ *         row that does not fit a staging chunk; a buffer or stream of another device or a host buffer);
+ *         fcclInvalidUsage (the communicator's init did not finish, or it is on the NCCL path: fcclCommGetPath;
+ *         there the all-reduce and the norm are separate calls); fcclUnhandledCudaError (the launch failed);
+ *         an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched. On an argument
+ *         error nothing is launched and fcclGetLastError says which argument.
+ * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
+ * fcclCommAbort). Collective: yes, the same tokens, hidden, eps, types and scale mode on every rank, in the same
+ * order as the communicator's other collectives. Graph capture: yes; replays are correct any number of times
+ * (captured plain buffers are staged, not registered for the graph).
+ */
+FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual, const void* weight, void* output,
+                                              size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
+                                              fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
+                                              fcclComm_t comm, void* stream);
 
 /* end of collectives */
 

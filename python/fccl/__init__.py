@@ -58,7 +58,7 @@ from typing import Callable, List, Optional
 __version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
 
 __all__ = [
-    "Result", "DataType", "RedOp", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
+    "Result", "DataType", "RedOp", "ScaleMode", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
     "Registration", "mem_stats", "load", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
 ]
 
@@ -92,6 +92,14 @@ class DataType(enum.IntEnum):
     float32 = 7
     float64 = 8
     bfloat16 = 9
+    float8e4m3 = 10  # an output type of all_reduce_add_rms_norm only
+
+
+class ScaleMode(enum.IntEnum):
+    """fcclScaleMode_t: how all_reduce_add_rms_norm scales an FP8 output (docs/fused.md#fp8)."""
+    none = 0
+    static = 1
+    dynamic = 2
 
 
 class RedOp(enum.IntEnum):
@@ -106,6 +114,7 @@ class RedOp(enum.IntEnum):
 _ITEM_SIZE = {
     DataType.int8: 1, DataType.uint8: 1, DataType.int32: 4, DataType.uint32: 4, DataType.int64: 8,
     DataType.uint64: 8, DataType.float16: 2, DataType.float32: 4, DataType.float64: 8, DataType.bfloat16: 2,
+    DataType.float8e4m3: 1,
 }
 
 # __cuda_array_interface__ type strings. bfloat16 has none (CuPy and numba lack it): pass a torch tensor or a tuple.
@@ -119,7 +128,7 @@ _TYPESTR_TO_DTYPE = {
 _TORCH_DTYPE_TO_DTYPE = {
     "torch.float16": DataType.float16, "torch.bfloat16": DataType.bfloat16, "torch.float32": DataType.float32,
     "torch.float64": DataType.float64, "torch.int8": DataType.int8, "torch.uint8": DataType.uint8,
-    "torch.int32": DataType.int32, "torch.int64": DataType.int64,
+    "torch.int32": DataType.int32, "torch.int64": DataType.int64, "torch.float8_e4m3fn": DataType.float8e4m3,
 }
 
 
@@ -207,6 +216,9 @@ _PROTOTYPES = {
                                       _comm_t, ctypes.c_void_p]),
     "fcclBroadcast": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                   _comm_t, ctypes.c_void_p]),
+    "fcclAllReduceAddRMSNorm": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                            ctypes.c_size_t, ctypes.c_size_t, ctypes.c_float, ctypes.c_int,
+                                            ctypes.c_int, ctypes.c_int, ctypes.c_void_p, _comm_t, ctypes.c_void_p]),
     "fcclBarrier": (_result_t, [_comm_t, ctypes.c_void_p]),
     "fcclCommRegister": (_result_t, [_comm_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
     "fcclCommDeregister": (_result_t, [_comm_t, ctypes.c_void_p]),
@@ -767,6 +779,82 @@ def _broadcast_arguments(send, recv, root, rank, nranks, stream):
     return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
 
 
+_NORM_TYPES = (DataType.float16, DataType.bfloat16, DataType.float32)
+
+
+def _add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode, stream):
+    """Everything fcclAllReduceAddRMSNorm needs, checked in Python first: (input, residual or None, weight or None,
+    output, tokens, hidden, eps, scale mode, scale or None, stream handle). hidden None: the last dimension of a
+    torch tensor or __cuda_array_interface__ input."""
+    input_buffer = _as_buffer(input, "input")
+    if input_buffer.dtype not in _NORM_TYPES:
+        raise TypeError(f"input is {input_buffer.dtype.name}; the fused norm takes float16, bfloat16 or float32")
+    if hidden is None:
+        shape = tuple(input.shape) if _is_torch_tensor(input) else tuple(
+            getattr(input, "__cuda_array_interface__", {}).get("shape", ()))
+        if not shape:
+            raise ValueError("hidden is required when input has no shape (an explicit (pointer, count, dtype))")
+        hidden = shape[-1]
+    if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+        raise ValueError(f"hidden must be a positive int, got {hidden!r}")
+    if input_buffer.count % hidden != 0:
+        raise ValueError(f"input has {input_buffer.count} elements, not a whole number of rows of {hidden}")
+    tokens = input_buffer.count // hidden
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
+
+    def same_type(obj, name, count):
+        if obj is None:
+            return None
+        buffer = _as_buffer(obj, name)
+        if buffer.dtype != input_buffer.dtype:
+            raise ValueError(f"{name} is {buffer.dtype.name} but input is {input_buffer.dtype.name}")
+        if buffer.count != count:
+            raise ValueError(f"{name} has {buffer.count} elements, {count} expected")
+        return buffer
+
+    residual_buffer = same_type(residual, "residual", input_buffer.count)
+    weight_buffer = same_type(weight, "weight", hidden)
+    if residual_buffer is not None and residual_buffer.readonly:
+        raise ValueError("residual is read-only, but r' is written into it")
+    if output is None:
+        raise ValueError("output is required")
+    output_buffer = _as_buffer(output, "output")
+    if output_buffer.readonly:
+        raise ValueError("output is read-only (its __cuda_array_interface__ says so)")
+    if output_buffer.count != input_buffer.count:
+        raise ValueError(f"output has {output_buffer.count} elements, input {input_buffer.count}")
+    fp8 = output_buffer.dtype == DataType.float8e4m3
+    if not fp8 and output_buffer.dtype != input_buffer.dtype:
+        raise ValueError(f"output is {output_buffer.dtype.name}: input's type ({input_buffer.dtype.name}) or "
+                         f"float8e4m3")
+    mode = _enum_member(ScaleMode, scale_mode if scale_mode is not None else "none", "scale mode")
+    if mode is None:
+        raise TypeError(f"scale_mode must be a name or fccl.ScaleMode, not {type(scale_mode).__name__}")
+    if fp8 != (mode != ScaleMode.none):
+        raise ValueError(f"scale_mode {mode.name} with a {output_buffer.dtype.name} output: an FP8 output takes "
+                         f"'static' or 'dynamic', any other 'none'")
+    scale_buffer = None
+    if mode == ScaleMode.none:
+        if scale is not None:
+            raise ValueError("scale is given without an FP8 output")
+    else:
+        if scale is None:
+            raise ValueError(f"scale is required with scale_mode {mode.name}")
+        scale_buffer = _as_buffer(scale, "scale")
+        if scale_buffer.dtype != DataType.float32:
+            raise ValueError(f"scale is {scale_buffer.dtype.name}, float32 expected")
+        want = 1 if mode == ScaleMode.static else tokens
+        if scale_buffer.count != want:
+            raise ValueError(f"scale has {scale_buffer.count} elements, {want} expected ({mode.name})")
+        if mode == ScaleMode.dynamic and scale_buffer.readonly:
+            raise ValueError("scale is read-only but the dynamic scales are written into it")
+    stream_handle = _stream_of(stream, input_buffer, output_buffer)
+    return (input_buffer, residual_buffer, weight_buffer, output_buffer, tokens, hidden, eps, mode, scale_buffer,
+            stream_handle)
+
+
 # ---- external bootstrap -----------------------------------------------------------------------------------------
 
 def _compiling() -> bool:
@@ -1061,6 +1149,29 @@ class Communicator:
                                       int(recv_buffer.dtype), int(root), handle, stream_handle or None)
         _check(result, "fcclBroadcast", handle)
         return send if recv is None else recv
+
+    def all_reduce_add_rms_norm(self, input, output, residual=None, weight=None, eps=1e-6, scale=None,
+                                scale_mode=None, hidden=None, stream=None):
+        """fcclAllReduceAddRMSNorm (docs/fused.md): r' = residual + the all-reduce sum of input (written into
+        residual), output = r' * rsqrt(mean(r'^2) + eps) * weight, row by row, enqueued on stream; returns output.
+        input: tokens x hidden elements of float16, bfloat16 or float32 (hidden: its last dimension unless given);
+        residual and weight (hidden elements) of the same type, or None; output: input's type, or float8e4m3
+        (torch.float8_e4m3fn) with scale_mode "static" (scale: one float32 the kernel reads) or "dynamic" (scale:
+        tokens float32, written as max|y| / 448 per token). stream: as all_reduce's."""
+        (input_buffer, residual_buffer, weight_buffer, output_buffer, tokens, hidden, eps, mode, scale_buffer,
+         stream_handle) = _add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode,
+                                                  stream)
+        handle = self._live_handle()
+
+        def pointer(buffer):
+            return buffer.pointer or None if buffer is not None else None
+
+        result = _lib().fcclAllReduceAddRMSNorm(pointer(input_buffer), pointer(residual_buffer),
+                                                pointer(weight_buffer), pointer(output_buffer), tokens, hidden, eps,
+                                                int(input_buffer.dtype), int(output_buffer.dtype), int(mode),
+                                                pointer(scale_buffer), handle, stream_handle or None)
+        _check(result, "fcclAllReduceAddRMSNorm", handle)
+        return output
 
     def barrier(self, stream=None):
         """fcclBarrier on stream. None: torch's current stream of the communicator's device when torch has

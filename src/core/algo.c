@@ -60,6 +60,7 @@ const char* fcclAlgoName(int algo) {
     case FCCL_KERNEL_BROADCAST_DIRECT: return "broadcast_direct";
     case FCCL_KERNEL_BROADCAST_STAGED: return "broadcast_staged";
     case FCCL_KERNEL_BARRIER: return "barrier";
+    case FCCL_KERNEL_FUSED_NORM: return "fused_norm";
     default: return "unknown";
   }
 }

@@ -22,28 +22,23 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
 
-static const char* typeName(fcclDataType_t type) {
-  static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                      "uint64", "float16", "float32", "float64", "bfloat16"};
+const char* fcclTypeName(fcclDataType_t type) {
+  static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",     "uint64",
+                                      "float16", "float32", "float64", "bfloat16", "float8e4m3"};
   return (int)type >= 0 && type < fcclNumTypes ? names[type] : "unknown";
 }
 
-/* The current device made the communicator's for the call, and put back afterwards. */
-struct callDevice {
-  int saved;
-};
-
-static fcclResult_t enterDevice(struct fcclComm* comm, struct callDevice* cd) {
+fcclResult_t fcclEnqueueEnterDevice(struct fcclComm* comm, struct fcclCallDevice* cd) {
   CUDACHECK(cudaGetDevice(&cd->saved));
   if (cd->saved != comm->cudaDev) CUDACHECK(cudaSetDevice(comm->cudaDev));
   return fcclSuccess;
 }
 
-static void leaveDevice(struct fcclComm* comm, const struct callDevice* cd) {
+void fcclEnqueueLeaveDevice(struct fcclComm* comm, const struct fcclCallDevice* cd) {
   if (cd->saved >= 0 && cd->saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(cd->saved));
 }
 
-static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {
+fcclResult_t fcclEnqueueCheckStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing) {
   /* While a stream is captured (global mode) most queries, cudaStreamGetDevice included, are refused and would
    * invalidate the capture; cudaStreamIsCapturing is the one made for it. A captured stream of another device is
    * then refused by the launch itself (no node is added). */
@@ -65,7 +60,7 @@ static fcclResult_t checkStream(struct fcclComm* comm, void* stream, const char*
   return fcclSuccess;
 }
 
-static fcclResult_t checkBuffer(struct fcclComm* comm, const void* buf, const char* name, const char* caller) {
+fcclResult_t fcclEnqueueCheckBuffer(struct fcclComm* comm, const void* buf, const char* name, const char* caller) {
   /* One driver query for what the check needs: about half the host time of cudaPointerGetAttributes, paid on every
    * call (fccl-call-cost). Memory the driver does not know reads as type 0 rather than failing. */
   CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
@@ -94,7 +89,7 @@ static fcclResult_t checkBuffer(struct fcclComm* comm, const void* buf, const ch
 /* A live communicator whose init finished and whose engine has not failed: device state and kernels that have not
  * failed when fccl's kernels carry the call (viaNccl 0), an NCCL communicator without an asynchronous error when
  * NCCL does. */
-static fcclResult_t checkReady(struct fcclComm* comm, const char* caller, int viaNccl) {
+fcclResult_t fcclEnqueueCheckReady(struct fcclComm* comm, const char* caller, int viaNccl) {
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (state == fcclInProgress)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
@@ -127,6 +122,10 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   if (!coll->moves) return fcclSuccess;
   if ((int)call->datatype < 0 || call->datatype >= fcclNumTypes)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown datatype %d", caller, (int)call->datatype);
+  /* FP8 is an output type of the fused norm only: no collective kernel is built for it. */
+  if (call->datatype == fcclFloat8e4m3)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: datatype float8e4m3 is not supported by collectives",
+                      caller);
   if (coll->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
   if ((coll->rooted || coll->peered) && (call->root < 0 || call->root >= comm->nranks))
@@ -146,7 +145,7 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   const uint64_t perRecv = coll->recvPerRank ? (uint64_t)comm->nranks : 1;
   if (call->count > SIZE_MAX / size / (perSend > perRecv ? perSend : perRecv))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: count %zu of %s overflows a size", caller,
-                      call->count, typeName(call->datatype));
+                      call->count, fcclTypeName(call->datatype));
   *sendBytes = call->count * perSend * size;
   *recvBytes = call->count * perRecv * size;
   if (coll->disjoint && call->count > 0) {
@@ -160,7 +159,7 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
     const int send = (uintptr_t)call->sendbuf % size != 0;
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %p is not aligned to its %s elements (%zu bytes)",
                       caller, send ? "sendbuf" : "recvbuf", send ? call->sendbuf : (const void*)call->recvbuf,
-                      typeName(call->datatype), (size_t)size);
+                      fcclTypeName(call->datatype), (size_t)size);
   }
   if (call->algo != -1 && (call->algo < coll->firstKernel || call->algo >= coll->firstKernel + coll->kernels))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, call->algo);
@@ -221,8 +220,8 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   const struct fcclCollective* coll = call->coll;
   const struct fcclDeviceState* s = comm->device;
   cudaStream_t stream = (cudaStream_t)call->stream;
-  FCCLCHECK(checkBuffer(comm, call->sendbuf, "sendbuf", coll->name));
-  if (call->recvbuf != call->sendbuf) FCCLCHECK(checkBuffer(comm, call->recvbuf, "recvbuf", coll->name));
+  FCCLCHECK(fcclEnqueueCheckBuffer(comm, call->sendbuf, "sendbuf", coll->name));
+  if (call->recvbuf != call->sendbuf) FCCLCHECK(fcclEnqueueCheckBuffer(comm, call->recvbuf, "recvbuf", coll->name));
 
   const uint64_t bytes = (uint64_t)call->count * fcclTypeSize(call->datatype);
   /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
@@ -255,7 +254,7 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   args->roundUnits = plan.choice.roundUnits;
   args->scatter = plan.choice.scatter;
   FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %s op %d %s: %s, %d x %d, stream %p", coll->name, call->count,
-             typeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
+             fcclTypeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
              fcclAlgoName(plan.choice.algo), plan.choice.blocks, plan.choice.threads, call->stream);
   return coll->launch(comm, call, &plan, stream);
 }
@@ -293,19 +292,19 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
   const int viaNccl = coll->ncclOnly || comm->path == fcclPathNccl;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
-  if (res == fcclSuccess) res = checkReady(comm, coll->name, viaNccl);
-  struct callDevice cd = {-1};
-  if (res == fcclSuccess) res = enterDevice(comm, &cd);
+  if (res == fcclSuccess) res = fcclEnqueueCheckReady(comm, coll->name, viaNccl);
+  struct fcclCallDevice cd = {-1};
+  if (res == fcclSuccess) res = fcclEnqueueEnterDevice(comm, &cd);
   if (res == fcclSuccess) {
     int capturing = 0;
-    res = checkStream(comm, call->stream, coll->name, &capturing);
+    res = fcclEnqueueCheckStream(comm, call->stream, coll->name, &capturing);
     /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
     if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
     if (res == fcclSuccess && viaNccl) {
       if (coll->moves && call->count > 0) {
-        res = checkBuffer(comm, call->sendbuf, "sendbuf", coll->name);
+        res = fcclEnqueueCheckBuffer(comm, call->sendbuf, "sendbuf", coll->name);
         if (res == fcclSuccess && call->recvbuf != call->sendbuf)
-          res = checkBuffer(comm, call->recvbuf, "recvbuf", coll->name);
+          res = fcclEnqueueCheckBuffer(comm, call->recvbuf, "recvbuf", coll->name);
       }
       if (res == fcclSuccess && (!coll->moves || call->count > 0))
         res = fcclNcclLaunch(comm, call, (cudaStream_t)call->stream);
@@ -317,7 +316,7 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
         res = enqueueData(comm, call, sendBytes, recvBytes, capturing);
       }
     }
-    leaveDevice(comm, &cd);
+    fcclEnqueueLeaveDevice(comm, &cd);
   }
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;

@@ -92,6 +92,29 @@ int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclA
 fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                                cudaStream_t stream);
 
+/*
+ * The checks of fcclEnqueue, for a call that takes its own path to the stream (fused_norm.c). Each returns the
+ * public calls' codes with the message recorded (FCCL_ERROR).
+ */
+/* "bfloat16"; "unknown" outside fcclDataType_t. */
+const char* fcclTypeName(fcclDataType_t type);
+/* A live communicator whose init finished and whose engine has not failed: device state and kernels that have not
+ * failed when fccl's kernels carry the call (viaNccl 0), an NCCL communicator without an asynchronous error when
+ * NCCL does. */
+fcclResult_t fcclEnqueueCheckReady(struct fcclComm* comm, const char* caller, int viaNccl);
+/* The current device made the communicator's for the call (fcclEnqueueEnterDevice) and put back afterwards
+ * (fcclEnqueueLeaveDevice, also after a failed enter: saved stays -1 then). */
+struct fcclCallDevice {
+  int saved;
+};
+fcclResult_t fcclEnqueueEnterDevice(struct fcclComm* comm, struct fcclCallDevice* cd);
+void fcclEnqueueLeaveDevice(struct fcclComm* comm, const struct fcclCallDevice* cd);
+/* stream is a stream of the communicator's device (not checked while it is being captured); *capturing says
+ * whether it is. */
+fcclResult_t fcclEnqueueCheckStream(struct fcclComm* comm, void* stream, const char* caller, int* capturing);
+/* buf is device (or managed) memory of the communicator's device; name is the argument's, for the message. */
+fcclResult_t fcclEnqueueCheckBuffer(struct fcclComm* comm, const void* buf, const char* name, const char* caller);
+
 /* The collectives (src/core/<name>.c). */
 extern const struct fcclCollective fcclCollAllReduce;
 extern const struct fcclCollective fcclCollAllGather;

@@ -121,12 +121,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
   const bool copyOwn = a.sendbuf != ownRecv;
   const int kernel = FCCL_KERNEL_ALLGATHER_STAGED;
 
-  /* Round k of our block into our inbox region of every peer (and our own output), then pad A step k + 1. A round
-   * reuses the parity of round k - 2 once every peer consumed that one. */
-  auto push = [&](uint64_t k) -> bool {
-    if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
-                            FCCL_PHASE_CONSUMED, epoch))
-      return false;
+  /* Round k of our block into our inbox region of every peer (and our own output); round k of every peer's block
+   * out of our inbox into our output. */
+  auto fill = [&](uint64_t k) {
     const StagedRound r(k, units, roundCap, epoch);
     uint64_t outbound[FCCL_DEVICE_MAX_RANKS] = {};
 #pragma unroll
@@ -140,17 +137,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
         if (p < n && p != me) st_data16(ptr<void>(outbound[p] + j * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
       if (copyOwn) IO::store(ownRecv, r.start + j, a.bytes, v);
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    return true;
   };
-
-  bool ok = rounds == 0 || push(0);
-  for (uint64_t k = 0; ok && k < rounds; k++) {
-    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, kernel, FCCL_PHASE_INBOX,
-                  epoch))
-      break;
-    if (k + 1 < rounds && !push(k + 1)) break;
+  auto consume = [&](uint64_t k) {
     const StagedRound r(k, units, roundCap, epoch);
     for (int w = 0; w < n; w++) {
       if (w == me) continue;
@@ -162,12 +150,8 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
         IO::store(out, r.start + j, a.bytes, v);
       }
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    if (k + 1 == rounds)
-      (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)rounds), true, kernel,
-                      FCCL_PHASE_CONSUMED, epoch);
-  }
+  };
+  stagedRounds(c, rounds, epoch, kernel, fill, consume);
   epochEnd(c, epoch);
 }
 

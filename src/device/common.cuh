@@ -181,6 +181,43 @@ struct StagedRound {
       : start(k * cap), len(units - k * cap < cap ? units - k * cap : cap), parity((epoch + k) & 1) {}
 };
 
+/*
+ * The staged forms' rounds (the all-gather's, the reduce-scatter's and the fused norm's): fill(k) stores round k
+ * into the inbox regions of parity (epoch + k) & 1 that this rank writes, after every peer posted that it consumed
+ * round k - 2 of that parity (pad B step k - 1); pad A step k + 1 (release) announces it. Once every peer's round k
+ * arrived (acquire), round k + 1 is pushed, so that it crosses while consume(k) reads round k; pad B step k + 1
+ * (release) then says round k was consumed. The call ends once every peer consumed our last round, so that the next
+ * call's rounds find every inbox free, whatever that call is. All threads of the block call it; a failed wait
+ * (recorded) ends the rounds.
+ */
+template <class Fill, class Consume>
+__device__ __forceinline__ void stagedRounds(const fcclDevComm& c, uint64_t rounds, uint64_t epoch, int kernel,
+                                             Fill&& fill, Consume&& consume) {
+  auto push = [&](uint64_t k) -> bool {
+    if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
+                            FCCL_PHASE_CONSUMED, epoch))
+      return false;
+    fill(k);
+    __syncthreads();
+    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
+    return true;
+  };
+
+  bool ok = rounds == 0 || push(0);
+  for (uint64_t k = 0; ok && k < rounds; k++) {
+    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, kernel, FCCL_PHASE_INBOX,
+                  epoch))
+      break;
+    if (k + 1 < rounds && !push(k + 1)) break;
+    consume(k);
+    __syncthreads();
+    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
+    if (k + 1 == rounds)
+      (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)rounds), true, kernel,
+                      FCCL_PHASE_CONSUMED, epoch);
+  }
+}
+
 /* ---- units: 16 bytes (vector paths) and 8 bytes (LL), any alignment, any tail ------------------------------- */
 
 /* The 8-byte words of one unit, as the element-by-element paths pass them (by value: in registers). */

@@ -99,6 +99,26 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
   return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective");
 }
 
+extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype,
+                                                  const fcclDevComm* comm, const fcclFusedArgs* args, int blocks,
+                                                  int pdl, cudaStream_t stream) {
+  if (comm == nullptr || args == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without comm or args");
+  const bool fp8 = outtype == fcclFloat8e4m3;
+  const void* function =
+      fp8 || outtype == datatype ? fccl::fusedNormKernel(datatype, fp8, fccl::fcclRankBound(comm->nranks)) : nullptr;
+  if (function == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no fused norm kernel for type %d, output type %d",
+                      (int)datatype, (int)outtype);
+  if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm grid %d outside [1, %d]", blocks,
+                      FCCL_DEVICE_MAX_BLOCKS);
+  fcclDevComm c = *comm;
+  fcclFusedArgs a = *args;
+  void* params[] = {&c, &a};
+  return fccl::launch(function, dim3(blocks), dim3(FCCL_FUSED_THREADS), params, pdl, stream, "fused norm");
+}
+
 extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {
   cudaFuncAttributes attributes;
   cudaError_t err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&fccl::barrierKernel));

@@ -21,11 +21,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fc
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int kernel = FCCL_KERNEL_REDUCESCATTER_STAGED;
 
-  /* Round k of block p into our inbox region of rank p, for every peer p, then pad A step k + 1. */
-  auto push = [&](uint64_t k) -> bool {
-    if (k >= 2 && waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k - 1), true, kernel,
-                            FCCL_PHASE_CONSUMED, epoch))
-      return false;
+  /* Round k of block p into our inbox region of rank p, for every peer p; round k of our block reduced from our
+   * input and every writer's inbox region. */
+  auto fill = [&](uint64_t k) {
     const StagedRound r(k, units, roundCap, epoch);
     for (int p = 0; p < n; p++) {
       if (p == me) continue;
@@ -37,35 +35,20 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fc
         st_data16(inbox + j * FCCL_UNIT_BYTES, v.words[0], v.words[1]);
       }
     }
-    __syncthreads();
-    postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    return true;
   };
-
-  bool ok = rounds == 0 || push(0);
-  for (uint64_t k = 0; ok && k < rounds; k++) {
-    if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true, kernel, FCCL_PHASE_INBOX,
-                  epoch))
-      break;
-    if (k + 1 < rounds && !push(k + 1)) break;
+  auto consume = [&](uint64_t k) {
     const StagedRound r(k, units, roundCap, epoch);
-    {
-      /* Rank w's units of our block: our input (w == me) or inbox [parity][w], shifted so that the block's unit
-       * index addresses both (constant indices keep the array in registers). */
-      uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
-      peerRegionsInbound<NR>(c, c.layout.inboxOffset, r.parity, bases);
+    /* Rank w's units of our block: our input (w == me) or inbox [parity][w], shifted so that the block's unit
+     * index addresses both (constant indices keep the array in registers). */
+    uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
+    peerRegionsInbound<NR>(c, c.layout.inboxOffset, r.parity, bases);
 #pragma unroll
-      for (int w = 0; w < NR; w++)
-        bases[w] = w == me ? a.sendbuf + (uint64_t)me * a.bytes : bases[w] - r.start * FCCL_UNIT_BYTES;
-      reducePulled<TT, OpTraits<OP>, NR>(bases, n, r.start, r.start + r.len, first, stride, a.bytes,
-                                         [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
-    }
-    __syncthreads();
-    postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
-    if (k + 1 == rounds)
-      (void)waitPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)rounds), true, kernel,
-                      FCCL_PHASE_CONSUMED, epoch);
-  }
+    for (int w = 0; w < NR; w++)
+      bases[w] = w == me ? a.sendbuf + (uint64_t)me * a.bytes : bases[w] - r.start * FCCL_UNIT_BYTES;
+    reducePulled<TT, OpTraits<OP>, NR>(bases, n, r.start, r.start + r.len, first, stride, a.bytes,
+                                       [&](uint64_t u, const Unit& out) { IO::store(a.recvbuf, u, a.bytes, out); });
+  };
+  stagedRounds(c, rounds, epoch, kernel, fill, consume);
   epochEnd(c, epoch);
 }
 

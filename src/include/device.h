@@ -44,7 +44,8 @@ extern "C" {
 static inline size_t fcclTypeSize(fcclDataType_t type) {
   switch (type) {
     case fcclInt8:
-    case fcclUint8: return 1;
+    case fcclUint8:
+    case fcclFloat8e4m3: return 1;
     case fcclFloat16:
     case fcclBfloat16: return 2;
     case fcclInt32:
@@ -66,6 +67,14 @@ static inline size_t fcclTypeSize(fcclDataType_t type) {
  */
 fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op, const fcclDevComm* comm,
                               const fcclDevArgs* args, int blocks, int threads, int pdl, cudaStream_t stream);
+
+/*
+ * Launches the fused all-reduce + add + RMSNorm for datatype (fp16, bf16, fp32) and outtype (datatype or
+ * fcclFloat8e4m3) with blocks x FCCL_FUSED_THREADS on stream. fcclInvalidArgument for a type pair without a
+ * kernel or a grid outside [1, FCCL_DEVICE_MAX_BLOCKS]; fcclUnhandledCudaError when the launch fails.
+ */
+fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype, const fcclDevComm* comm,
+                                       const fcclFusedArgs* args, int blocks, int pdl, cudaStream_t stream);
 
 /* Whether the current device can load this build's kernels (the barrier's, as a probe): fcclInvalidUsage saying
  * so when the build has no code for it. */

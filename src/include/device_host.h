@@ -209,7 +209,8 @@ typedef enum {
   FCCL_KERNEL_BROADCAST_DIRECT = 13,
   FCCL_KERNEL_BROADCAST_STAGED = 14,
   FCCL_KERNEL_COUNT = 15,
-  FCCL_KERNEL_BARRIER = 16      /* the barrier: no data, one warp */
+  FCCL_KERNEL_BARRIER = 16,     /* the barrier: no data, one warp */
+  FCCL_KERNEL_FUSED_NORM = 17   /* all-reduce + residual add + RMSNorm (fused_norm.cu); the id in error reports */
 } fcclDevKernel_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
@@ -253,5 +254,36 @@ typedef struct {
   int32_t reserved;
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 56, "fcclDevArgs layout");
+
+/*
+ * fcclAllReduceAddRMSNorm: one block of FCCL_FUSED_THREADS threads per token row at a time, whatever the grid, so
+ * that a row's sum of squares has one reduction order (docs/fused.md#batch-invariance). A row of datatype is at
+ * most FCCL_FUSED_MAX_ROW_BYTES: each thread keeps its units of the row in registers between the sum of squares
+ * and the output.
+ */
+#define FCCL_FUSED_THREADS 512
+#define FCCL_FUSED_MAX_ROW_BYTES 65536u
+#define FCCL_FUSED_UNITS_PER_THREAD (FCCL_FUSED_MAX_ROW_BYTES / FCCL_UNIT_BYTES / FCCL_FUSED_THREADS)
+FCCL_STATIC_ASSERT(FCCL_FUSED_THREADS <= FCCL_DEVICE_THREADS && FCCL_FUSED_THREADS % 32 == 0 &&
+                       FCCL_FUSED_MAX_ROW_BYTES % (FCCL_UNIT_BYTES * FCCL_FUSED_THREADS) == 0,
+                   "the fused norm's row must split into whole units per thread");
+
+/* Arguments of one fcclAllReduceAddRMSNorm call, passed by value. */
+typedef struct {
+  uint64_t input;                           /* tokens x hidden of datatype */
+  uint64_t residual;                        /* the same, read and written; 0: none */
+  uint64_t weight;                          /* hidden of datatype; 0: ones */
+  uint64_t output;                          /* tokens x hidden of outtype */
+  uint64_t scale;                           /* float*: static (read) or dynamic (written per token); 0: none */
+  uint64_t peerInput[FCCL_DEVICE_MAX_RANKS]; /* registered: every rank's input, mapped here */
+  uint64_t tokens;
+  uint64_t hidden;
+  uint64_t roundRows;                       /* staged: rows per round (each at a 16-byte aligned pitch) */
+  float eps;
+  int32_t scaleMode;                        /* fcclScaleMode_t */
+  int32_t registered;                       /* 1: read the peers' inputs in place; 0: staged in rounds */
+  int32_t reserved;
+} fcclFusedArgs;
+FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 80, "fcclFusedArgs layout");
 
 #endif /* FCCL_DEVICE_HOST_H_ */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 const char* refTypeName(fcclDataType_t type) {
-  static const char* const names[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                                      "uint64", "float16", "float32", "float64", "bfloat16"};
+  static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",     "uint64",
+                                      "float16", "float32", "float64", "bfloat16", "float8e4m3"};
   return (int)type >= 0 && type < fcclNumTypes ? names[type] : "?";
 }
 

@@ -26,6 +26,7 @@ import ctypes
 import functools
 import hashlib
 import importlib
+import math
 import multiprocessing
 import os
 import pickle
@@ -398,6 +399,74 @@ def gpu_count():
     return int(result.stdout)
 
 
+class AddRmsNormCheckTest(unittest.TestCase):
+    """Everything all_reduce_add_rms_norm checks before calling C: the argument parser only."""
+
+    def check(self, input, output, residual=None, weight=None, eps=1e-6, scale=None, scale_mode=None, hidden=None):
+        return fccl._add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode, None)
+
+    def test_rows_from_the_last_dimension(self):
+        args = self.check(FakeCudaArray((3, 128), "<f2"), FakeCudaArray((3, 128), "<f2"),
+                          residual=FakeCudaArray((3, 128), "<f2"), weight=FakeCudaArray((128,), "<f2"))
+        inp, res, w, out, tokens, hidden, eps, mode, scale, stream = args
+        self.assertEqual((tokens, hidden, mode, scale, stream), (3, 128, fccl.ScaleMode.none, None, 0))
+        self.assertEqual((inp.dtype, res.count, w.count, out.count), (fccl.DataType.float16, 384, 128, 384))
+        self.assertAlmostEqual(eps, 1e-6)
+
+    def test_explicit_buffers_need_hidden(self):
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 256, "bfloat16"), (0x2000, 256, "bfloat16"))
+        args = self.check((0x1000, 256, "bfloat16"), (0x2000, 256, "bfloat16"), hidden=64)
+        self.assertEqual((args[4], args[5]), (4, 64))
+        with self.assertRaises(ValueError):
+            self.check((0x1000, 250, "bfloat16"), (0x2000, 250, "bfloat16"), hidden=64)  # not whole rows
+
+    def test_types(self):
+        for bad in ("<f8", "<i4"):
+            with self.assertRaises(TypeError):
+                self.check(FakeCudaArray((2, 8), bad), FakeCudaArray((2, 8), bad))
+        with self.assertRaises(ValueError):  # residual of another type
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f4"),
+                       residual=FakeCudaArray((2, 8), "<f2"))
+        with self.assertRaises(ValueError):  # output of another type, not FP8
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f2"))
+        with self.assertRaises(ValueError):  # a weight of a different length
+            self.check(FakeCudaArray((2, 8), "<f4"), FakeCudaArray((2, 8), "<f4"), weight=FakeCudaArray((9,), "<f4"))
+
+    def test_fp8_scales(self):
+        inp = (0x1000, 4 * 64, "bfloat16")
+        out = (0x2000, 4 * 64, "float8e4m3")
+        args = self.check(inp, out, hidden=64, scale=(0x3000, 4, "float32"), scale_mode="dynamic")
+        self.assertEqual((args[3].dtype, args[7], args[8].count), (fccl.DataType.float8e4m3,
+                                                                   fccl.ScaleMode.dynamic, 4))
+        args = self.check(inp, out, hidden=64, scale=(0x3000, 1, "float32"), scale_mode=fccl.ScaleMode.static)
+        self.assertEqual(args[7], fccl.ScaleMode.static)
+        for scale, mode in (((0x3000, 1, "float32"), "dynamic"),  # one scale per token needed
+                            ((0x3000, 4, "float32"), "static"),  # one scale
+                            ((0x3000, 4, "float16"), "dynamic"),  # float32 scales
+                            (None, "dynamic"), (None, None), ((0x3000, 1, "float32"), "none")):
+            with self.assertRaises(ValueError, msg=f"{scale} {mode}"):
+                self.check(inp, out, hidden=64, scale=scale, scale_mode=mode)
+        with self.assertRaises(ValueError):  # a scale without FP8
+            self.check(inp, (0x2000, 256, "bfloat16"), hidden=64, scale=(0x3000, 1, "float32"), scale_mode="static")
+        with self.assertRaises(ValueError):
+            self.check(inp, out, hidden=64, scale=(0x3000, 4, "float32"), scale_mode="absmax")
+
+    def test_eps_and_output(self):
+        a = FakeCudaArray((2, 8), "<f4")
+        for eps in (-1.0, float("nan"), float("inf")):
+            with self.assertRaises(ValueError):
+                self.check(a, FakeCudaArray((2, 8), "<f4"), eps=eps)
+        with self.assertRaises(ValueError):
+            self.check(a, None)
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 8), "<f4", readonly=True))
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 9), "<f4"))
+        with self.assertRaises(ValueError):
+            self.check(a, FakeCudaArray((2, 8), "<f4"), residual=FakeCudaArray((2, 8), "<f4", readonly=True))
+
+
 class BufferCheckTest(unittest.TestCase):
     """Everything all_reduce checks before calling C: these run the argument parser only."""
 
@@ -698,11 +767,27 @@ class FakeTorchTest(unittest.TestCase):
         for name, dtype in (("float16", fccl.DataType.float16), ("bfloat16", fccl.DataType.bfloat16),
                             ("float32", fccl.DataType.float32), ("float64", fccl.DataType.float64),
                             ("int8", fccl.DataType.int8), ("uint8", fccl.DataType.uint8),
-                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64)):
+                            ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64),
+                            ("float8_e4m3fn", fccl.DataType.float8e4m3)):  # FP8: the fused norm's output only
             self.assertEqual(fccl._as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
-        for name in ("torch.complex64", "torch.bool", "torch.float8_e4m3fn"):
+        for name in ("torch.complex64", "torch.bool", "torch.float8_e5m2"):
             with self.assertRaises(TypeError):
                 fccl._as_buffer(self.Tensor(dtype=name), "send")
+
+    def test_add_rms_norm_takes_rows_and_the_current_stream(self):
+        def tensor(dtype, shape, pointer):
+            t = self.Tensor(dtype=dtype, numel=math.prod(shape), pointer=pointer)
+            t.shape = shape
+            return t
+        inp = tensor("torch.bfloat16", (4, 64), 0x10000)
+        out = tensor("torch.float8_e4m3fn", (4, 64), 0x20000)
+        scales = tensor("torch.float32", (4,), 0x30000)
+        args = fccl._add_rms_norm_arguments(inp, tensor("torch.bfloat16", (4, 64), 0x40000),
+                                            tensor("torch.bfloat16", (64,), 0x50000), out, None, 1e-5, scales,
+                                            "dynamic", None)
+        self.assertEqual((args[4], args[5], args[7], args[9]), (4, 64, fccl.ScaleMode.dynamic, 0xBEEF))
+        with self.assertRaises(ValueError):  # an FP8 output needs a scale mode
+            fccl._add_rms_norm_arguments(inp, None, None, out, None, 1e-5, None, None, None)
 
     def test_collectives_take_the_tensors_current_stream(self):
         _, _, stream = fccl._all_gather_arguments(self.Tensor(numel=3), self.Tensor(numel=6, pointer=0x9000), 2, None)
@@ -1082,6 +1167,49 @@ def compile_scenarios(torch, comm, rank, nranks, report, progress):
         report(name, problems, digests)
 
 
+def add_rms_norm_scenario(torch, comm, rank, nranks):
+    """all_reduce_add_rms_norm in bf16 (odd hidden, 7 tokens): r' bit for bit all_reduce's sum plus the residual in
+    fp32 rounded once, the output within bf16's rounding of float64 arithmetic on r', and the FP8 dynamic form within
+    one E4M3 step, its scales max|y| / 448 (docs/fused.md)."""
+    problems, digests = [], []
+    tokens, hidden, eps = 7, 1031, 1e-6
+    inputs = rank_inputs(torch, torch.bfloat16, tokens * hidden, nranks, seed=400)
+    residual0 = rank_inputs(torch, torch.bfloat16, tokens * hidden, 1, seed=401)[0].view(tokens, hidden)
+    weight = (rank_inputs(torch, torch.float64, hidden, 1, seed=402)[0].abs() + 0.5).to(torch.bfloat16)
+    x = inputs[rank].cuda().view(tokens, hidden)
+    reduced = x.clone()
+    comm.all_reduce(reduced)
+    residual = residual0.cuda()
+    out = torch.full_like(x, float("nan"))
+    if comm.all_reduce_add_rms_norm(x, out, residual=residual, weight=weight.cuda(), eps=eps) is not out:
+        problems.append("all_reduce_add_rms_norm did not return output")
+    residual8 = residual0.cuda()
+    out8 = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device="cuda")
+    scales = torch.full((tokens,), float("nan"), dtype=torch.float32, device="cuda")
+    comm.all_reduce_add_rms_norm(x, out8, residual=residual8, weight=weight.cuda(), eps=eps, scale=scales,
+                                 scale_mode="dynamic")
+    torch.cuda.synchronize()
+    want = (residual0.float() + reduced.cpu().float()).to(torch.bfloat16)
+    if not torch.equal(residual.cpu(), want) or not torch.equal(residual8.cpu(), want):
+        problems.append("r' is not all_reduce's sum plus the residual rounded once")
+    r = want.double()
+    y = r * torch.rsqrt((r * r).mean(dim=1, keepdim=True) + eps) * weight.double()
+    error = (out.cpu().double() - y).abs()
+    if not bool((error <= y.abs() * (2.0 ** -8 + 1e-4) + 1e-30).all()):
+        problems.append(f"output off by up to {float(error.max())}")
+    want_scales = y.abs().amax(dim=1) / 448.0
+    if not bool(((scales.cpu().double() - want_scales).abs() <= want_scales * 1e-4).all()):
+        problems.append(f"scales {scales.cpu().tolist()}, want {want_scales.tolist()}")
+    q = y / scales.cpu().double()[:, None]
+    got = out8.cpu().float().double()
+    # One E4M3 step at q: 2^(floor(log2 |q|) - 3), subnormals 2^-9, saturated at 448.
+    step = torch.exp2(torch.floor(torch.log2(q.abs().clamp(min=2.0 ** -6))) - 3)
+    if not bool(((got - q.clamp(-448, 448)).abs() <= 1.5 * step).all()):
+        problems.append("FP8 output more than one step from y / scale")
+    digests += [digest(torch, out), digest(torch, residual), digest(torch, out8), digest(torch, scales)]
+    return problems, digests
+
+
 def gpu_worker(rank, nranks, uid_queues, results, store_path):
     """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
     the first exception (the peers then fail on the communicator's timeout, which is short here)."""
@@ -1152,6 +1280,10 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         side.synchronize()
         problems += check_sum(torch, x / nranks, inputs, "float32")
         report(scenario, problems)
+
+        scenario = "add_rms_norm"
+        problems, digests = add_rms_norm_scenario(torch, comm, rank, nranks)
+        report(scenario, problems, digests)
 
         progress = ["all_gather"]  # the scenario running, for the report of an exception
         try:
@@ -1254,8 +1386,9 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
 
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
-             "eager_float32_out_of_place", "streams", "all_gather", "reduce_scatter", "broadcast", "collectives_graph",
-             "graph", "register", "compile_ops", "compile_methods", "destroy", "process_group", "from_nccl"]
+             "eager_float32_out_of_place", "streams", "add_rms_norm", "all_gather", "reduce_scatter", "broadcast",
+             "collectives_graph", "graph", "register", "compile_ops", "compile_methods", "destroy", "process_group",
+             "from_nccl"]
 
 
 @unittest.skipUnless(torch_cuda_devices() >= 1, "needs torch with a CUDA device")
@@ -1316,6 +1449,9 @@ class TwoRankGpuTest(unittest.TestCase):
 
     def test_streams(self):
         self.check_scenario("streams")
+
+    def test_add_rms_norm(self):
+        self.check_scenario("add_rms_norm")
 
     def test_all_gather(self):
         self.check_scenario("all_gather")

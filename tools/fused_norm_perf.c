@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fused_norm_perf: fcclAllReduceAddRMSNorm against fcclAllReduce followed by a separate add + RMSNorm kernel
+ * (fused_norm_ref.cu), bf16, in CUDA-graph mode: for each hidden size and token count, -n calls of each are captured
+ * into one graph, the graph is replayed -i times after -w warm-up replays, and the time per call (cudaEvent over
+ * the replays, divided by calls) is printed for both with the speedup. Both paths run on the same data; the fused
+ * output is compared with the baseline's bit for bit (their arithmetic is the same, docs/fused.md), and the
+ * "same" column says whether they agree. One forked process per rank, GPU rank % GPUs (ranks share GPUs when there
+ * are fewer GPUs than -g).
+ *
+ *   fused_norm_perf                       every GPU, hidden 4096 and 8192, tokens 1, 2, 4, ... 8192
+ *   fused_norm_perf -g 8 -H 4096 -t 1:512 -R 1     8 ranks, registered input
+ */
+#include "fccl.h"
+#include "fused_norm_ref.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 8
+#define MAX_HIDDEN 8
+
+struct options {
+  int nranks;
+  size_t hidden[MAX_HIDDEN];
+  int hiddens;
+  size_t minTokens, maxTokens;
+  int calls, warmup, iters, registered;
+};
+
+/* Shared with the forked ranks: the unique id (rank 0 creates it) and a flag that it is there. */
+struct shared {
+  volatile int idReady;
+  fcclUniqueId id;
+};
+
+#define CHECK_CUDA(call)                                                                                         \
+  do {                                                                                                           \
+    cudaError_t e_ = (call);                                                                                     \
+    if (e_ != cudaSuccess) {                                                                                     \
+      fprintf(stderr, "rank %d: %s:%d: %s: %s\n", rank, __FILE__, __LINE__, #call, cudaGetErrorString(e_));      \
+      return 1;                                                                                                  \
+    }                                                                                                            \
+  } while (0)
+#define CHECK_FCCL(call)                                                                                         \
+  do {                                                                                                           \
+    fcclResult_t r_ = (call);                                                                                    \
+    if (r_ != fcclSuccess) {                                                                                     \
+      fprintf(stderr, "rank %d: %s:%d: %s: %s: %s\n", rank, __FILE__, __LINE__, #call, fcclGetErrorString(r_),   \
+              fcclGetLastError(NULL));                                                                           \
+      return 1;                                                                                                  \
+    }                                                                                                            \
+  } while (0)
+
+static uint16_t bf16Of(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof(b));
+  return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* Per-rank buffers for the largest case. */
+struct buffers {
+  void *input, *residual, *pristine, *weight, *output, *reduced, *refOutput;
+  fcclRegHandle_t handle;
+};
+
+/* Times `calls` captured calls of one path, replayed; returns microseconds per call (negative on failure). */
+static double timeGraph(int rank, fcclComm_t comm, cudaStream_t stream, const struct options* o, struct buffers* b,
+                        size_t tokens, size_t hidden, int fused) {
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  double us = -1.0;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1.0;
+  fcclResult_t res = fcclSuccess;
+  int ref = 0;
+  for (int k = 0; k < o->calls && res == fcclSuccess && ref == 0; k++) {
+    if (fused) {
+      res = fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
+                                    fcclBfloat16, fcclScaleNone, NULL, comm, stream);
+    } else {
+      res = fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream);
+      if (res == fcclSuccess)
+        ref = fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f, stream);
+    }
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (res != fcclSuccess || ref != 0 || end != cudaSuccess) {
+    fprintf(stderr, "rank %d: capture failed: %s %s\n", rank, fcclGetErrorString(res), fcclGetLastError(NULL));
+    if (graph) cudaGraphDestroy(graph);
+    return -1.0;
+  }
+  cudaEvent_t start, stop;
+  if (cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaEventCreate(&start) == cudaSuccess &&
+      cudaEventCreate(&stop) == cudaSuccess) {
+    int ok = 1;
+    for (int w = 0; w < o->warmup && ok; w++) ok = cudaGraphLaunch(exec, stream) == cudaSuccess;
+    ok = ok && fcclBarrier(comm, stream) == fcclSuccess && cudaStreamSynchronize(stream) == cudaSuccess;
+    ok = ok && cudaEventRecord(start, stream) == cudaSuccess;
+    for (int i = 0; i < o->iters && ok; i++) ok = cudaGraphLaunch(exec, stream) == cudaSuccess;
+    ok = ok && cudaEventRecord(stop, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess;
+    float ms = 0;
+    if (ok && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess)
+      us = (double)ms * 1000.0 / ((double)o->iters * o->calls);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
+/* One eager call of each path on the same residual, then whether the outputs agree bit for bit (1), not (0), or
+ * the calls failed (-1). */
+static int sameBits(int rank, fcclComm_t comm, cudaStream_t stream, struct buffers* b, size_t tokens, size_t hidden,
+                    void* hostA, void* hostB) {
+  const size_t bytes = tokens * hidden * 2;
+  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+  CHECK_FCCL(fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
+                                     fcclBfloat16, fcclScaleNone, NULL, comm, stream));
+  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+  CHECK_FCCL(fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream));
+  if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f, stream) != 0)
+    return -1;
+  CHECK_CUDA(cudaMemcpyAsync(hostA, b->output, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaMemcpyAsync(hostB, b->refOutput, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  return memcmp(hostA, hostB, bytes) == 0;
+}
+
+static int rankMain(int rank, int gpus, const struct options* o, struct shared* sh) {
+  CHECK_CUDA(cudaSetDevice(rank % gpus));
+  if (rank == 0) {
+    CHECK_FCCL(fcclGetUniqueId((fcclUniqueId*)&sh->id));
+    __atomic_store_n(&sh->idReady, 1, __ATOMIC_RELEASE);
+  } else {
+    const time_t until = time(NULL) + 60;
+    while (!__atomic_load_n(&sh->idReady, __ATOMIC_ACQUIRE)) {
+      if (time(NULL) > until) {
+        fprintf(stderr, "rank %d: no unique id from rank 0 in 60 s\n", rank);
+        return 1;
+      }
+      usleep(1000);
+    }
+  }
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = o->nranks > gpus;
+  fcclComm_t comm = NULL;
+  CHECK_FCCL(fcclCommInitRankConfig(&comm, o->nranks, *(fcclUniqueId*)&sh->id, rank, &config));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  size_t maxHidden = 0;
+  for (int h = 0; h < o->hiddens; h++) maxHidden = o->hidden[h] > maxHidden ? o->hidden[h] : maxHidden;
+  const size_t maxBytes = o->maxTokens * maxHidden * 2;
+  struct buffers b;
+  memset(&b, 0, sizeof(b));
+  if (o->registered) {
+    CHECK_FCCL(fcclMemAlloc(&b.input, maxBytes));
+    CHECK_FCCL(fcclCommRegister(comm, b.input, maxBytes, &b.handle));
+  } else {
+    CHECK_CUDA(cudaMalloc(&b.input, maxBytes));
+  }
+  void** plain[] = {&b.residual, &b.pristine, &b.output, &b.reduced, &b.refOutput};
+  for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) CHECK_CUDA(cudaMalloc(plain[i], maxBytes));
+  CHECK_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
+  uint16_t* host = NULL;
+  void* hostB = NULL;
+  CHECK_CUDA(cudaMallocHost((void**)&host, maxBytes));
+  CHECK_CUDA(cudaMallocHost(&hostB, maxBytes));
+  /* Data: small values of both signs, different per rank and tensor. */
+  uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+  const void* targets[] = {b.input, b.pristine};
+  for (int t = 0; t < 2; t++) {
+    for (size_t i = 0; i < maxBytes / 2; i++) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      host[i] = bf16Of(((float)(state >> 40) / 16777216.0f - 0.5f) * (t ? 2.0f : 0.5f));
+    }
+    CHECK_CUDA(cudaMemcpy((void*)targets[t], host, maxBytes, cudaMemcpyHostToDevice));
+  }
+  for (size_t i = 0; i < maxHidden; i++) host[i] = bf16Of(0.75f + (float)(i % 7) * 0.0625f);
+  CHECK_CUDA(cudaMemcpy(b.weight, host, maxHidden * 2, cudaMemcpyHostToDevice));
+
+  if (rank == 0) {
+    printf("# fused_norm_perf: %d ranks, %d GPUs, bf16, %s input, CUDA graphs of %d calls, %d replays (%d warm-up)\n",
+           o->nranks, gpus, o->registered ? "registered" : "plain", o->calls, o->iters, o->warmup);
+    printf("# baseline: fcclAllReduce + a separate add + RMSNorm kernel; same: fused output == baseline bit for bit\n");
+    printf("%8s %8s %12s %12s %12s %8s %5s\n", "hidden", "tokens", "bytes", "fused(us)", "baseline(us)", "speedup",
+           "same");
+  }
+  int status = 0;
+  for (int h = 0; h < o->hiddens && status == 0; h++) {
+    for (size_t tokens = o->minTokens; tokens <= o->maxTokens && status == 0; tokens *= 2) {
+      const size_t hidden = o->hidden[h];
+      const int same = sameBits(rank, comm, stream, &b, tokens, hidden, host, hostB);
+      CHECK_CUDA(cudaMemcpyAsync(b.residual, b.pristine, tokens * hidden * 2, cudaMemcpyDeviceToDevice, stream));
+      const double fused = timeGraph(rank, comm, stream, o, &b, tokens, hidden, 1);
+      const double base = timeGraph(rank, comm, stream, o, &b, tokens, hidden, 0);
+      if (same < 0 || fused < 0 || base < 0) {
+        status = 1;
+        break;
+      }
+      if (rank == 0)
+        printf("%8zu %8zu %12zu %12.2f %12.2f %8.2f %5s\n", hidden, tokens, tokens * hidden * 2, fused, base,
+               base / fused, same ? "yes" : "NO");
+      fflush(stdout);
+    }
+  }
+  fcclResult_t async = fcclSuccess;
+  if (fcclCommGetAsyncError(comm, &async) != fcclSuccess || async != fcclSuccess) status = 1;
+  if (o->registered) {
+    CHECK_FCCL(fcclCommDeregister(comm, b.handle));
+    CHECK_FCCL(fcclMemFree(b.input));
+  } else {
+    cudaFree(b.input);
+  }
+  for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) cudaFree(*plain[i]);
+  cudaFree(b.weight);
+  cudaFreeHost(host);
+  cudaFreeHost(hostB);
+  cudaStreamDestroy(stream);
+  if (fcclCommDestroy(comm) != fcclSuccess) status = 1;
+  return status;
+}
+
+static void usage(const char* program) {
+  fprintf(stderr,
+          "usage: %s [-g ranks] [-H hidden[,hidden...]] [-t min:max tokens, doubling] [-n calls per graph]\n"
+          "          [-w warm-up replays] [-i timed replays] [-R 0|1 registered input]\n"
+          "defaults: every GPU, -H 4096,8192 -t 1:8192 -n 20 -w 5 -i 20 -R 0\n",
+          program);
+}
+
+/* How many CUDA devices there are, asked in a child: the parent forks the ranks and must not initialise CUDA. */
+static int gpuCount(void) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    if (write(fds[1], &n, sizeof(n)) != (ssize_t)sizeof(n)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  int n = 0;
+  if (pid < 0 || read(fds[0], &n, sizeof(n)) != (ssize_t)sizeof(n)) n = 0;
+  close(fds[0]);
+  if (pid > 0) waitpid(pid, NULL, 0);
+  return n;
+}
+
+int main(int argc, char** argv) {
+  struct options o = {0, {4096, 8192}, 2, 1, 8192, 20, 5, 20, 0};
+  int opt;
+  while ((opt = getopt(argc, argv, "g:H:t:n:w:i:R:h")) != -1) {
+    switch (opt) {
+      case 'g': o.nranks = atoi(optarg); break;
+      case 'H': {
+        o.hiddens = 0;
+        for (char* s = strtok(optarg, ","); s && o.hiddens < MAX_HIDDEN; s = strtok(NULL, ","))
+          o.hidden[o.hiddens++] = strtoull(s, NULL, 10);
+        break;
+      }
+      case 't':
+        if (sscanf(optarg, "%zu:%zu", &o.minTokens, &o.maxTokens) != 2) o.minTokens = 0;
+        break;
+      case 'n': o.calls = atoi(optarg); break;
+      case 'w': o.warmup = atoi(optarg); break;
+      case 'i': o.iters = atoi(optarg); break;
+      case 'R': o.registered = atoi(optarg); break;
+      default: usage(argv[0]); return opt == 'h' ? 0 : 2;
+    }
+  }
+  int bad = o.hiddens < 1 || o.minTokens < 1 || o.maxTokens < o.minTokens || o.calls < 1 || o.iters < 1 ||
+            o.warmup < 0 || o.nranks < 0 || o.nranks > MAX_RANKS;
+  for (int h = 0; h < o.hiddens; h++) bad |= o.hidden[h] < 1 || o.hidden[h] > 32768;
+  if (bad) {
+    usage(argv[0]);
+    return 2;
+  }
+  const int gpus = gpuCount();
+  if (gpus < 1) {
+    fprintf(stderr, "fused_norm_perf: no GPU\n");
+    return 1;
+  }
+  if (o.nranks == 0) o.nranks = gpus < MAX_RANKS ? gpus : MAX_RANKS;
+  struct shared* sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) {
+    fprintf(stderr, "fused_norm_perf: mmap: %s\n", strerror(errno));
+    return 1;
+  }
+  memset(sh, 0, sizeof(*sh));
+  pid_t pids[MAX_RANKS];
+  for (int r = 0; r < o.nranks; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(rankMain(r, gpus, &o, sh));
+    if (pids[r] < 0) {
+      fprintf(stderr, "fused_norm_perf: fork: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+  int failed = 0;
+  for (int r = 0; r < o.nranks; r++) {
+    int status = 0;
+    if (waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+  }
+  munmap(sh, sizeof(*sh));
+  if (failed) fprintf(stderr, "fused_norm_perf: %d ranks failed\n", failed);
+  return failed ? 1 : 0;
+}
