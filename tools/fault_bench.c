@@ -144,14 +144,17 @@ static float inputValue(int rank, int i, unsigned salt) {
 /* An all-reduce over ranks 0..nranks-1 of this process's communicator, checked against a float64 reference. */
 static int checkedAllReduce(struct rank* r, fcclComm_t comm, int myRank, int nranks, unsigned salt) {
   for (int i = 0; i < COUNT; i++) r->host[i] = inputValue(myRank, i, salt);
-  if (cudaMemcpy(r->send, r->host, sizeof(r->host), cudaMemcpyHostToDevice) != cudaSuccess)
-    return fail(r, "cudaMemcpy of the input failed");
+  /* On the call's stream, which is non-blocking: cudaMemcpy from pageable memory may return before its DMA ends,
+   * and nothing would order that DMA before the all-reduce. */
+  if (cudaMemcpyAsync(r->send, r->host, sizeof(r->host), cudaMemcpyHostToDevice, r->stream) != cudaSuccess ||
+      cudaStreamSynchronize(r->stream) != cudaSuccess)
+    return fail(r, "the input's upload failed");
   fcclResult_t res = fcclAllReduce(r->send, r->recv, COUNT, fcclFloat32, fcclSum, comm, r->stream);
   if (res != fcclSuccess) return fail(r, "fcclAllReduce: %s: %s", fcclGetErrorString(res), fcclGetLastError(comm));
-  if (cudaStreamSynchronize(r->stream) != cudaSuccess) return fail(r, "cudaStreamSynchronize failed");
   float out[COUNT];
-  if (cudaMemcpy(out, r->recv, sizeof(out), cudaMemcpyDeviceToHost) != cudaSuccess)
-    return fail(r, "cudaMemcpy of the result failed");
+  if (cudaMemcpyAsync(out, r->recv, sizeof(out), cudaMemcpyDeviceToHost, r->stream) != cudaSuccess ||
+      cudaStreamSynchronize(r->stream) != cudaSuccess)
+    return fail(r, "the all-reduce or the result's download failed");
   for (int i = 0; i < COUNT; i++) {
     double sum = 0, bound = 0;
     for (int k = 0; k < nranks; k++) {

@@ -294,6 +294,9 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
   startNs = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
   CUDACHECK(cudaSetDevice(comm->cudaDev));
   fcclLogSetContext(comm->rank, comm->cudaDev);
+  /* The driver's entry points: every path's calls check their buffers through them (enqueue.c), not only the
+   * transport of the fccl path, which loaded them before the NCCL path existed. */
+  FCCLCHECK(fcclCudaDriverLoad());
   struct fcclInitJob* job = comm->initJob;
   if (job->kind == INIT_TCP)
     FCCLCHECK(fcclBootstrapTcpInit(&job->id, comm->rank, comm->nranks, comm->timeoutMs, comm->abortFlag,
