@@ -58,8 +58,8 @@ from typing import Callable, List, Optional
 __version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
 
 __all__ = [
-    "Result", "DataType", "RedOp", "ScaleMode", "FcclError", "version", "error_string", "UniqueId", "Config", "Communicator",
-    "Registration", "mem_stats", "load", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
+    "Result", "DataType", "RedOp", "ScaleMode", "Path", "FcclError", "version", "error_string", "UniqueId", "Config",
+    "Communicator", "Registration", "mem_stats", "load", "group", "UNIQUE_ID_BYTES", "CONFIG_MAGIC",
 ]
 
 UNIQUE_ID_BYTES = 128
@@ -100,6 +100,12 @@ class ScaleMode(enum.IntEnum):
     none = 0
     static = 1
     dynamic = 2
+
+
+class Path(enum.IntEnum):
+    """fcclPath_t: the engine that carries a communicator's collectives (docs/paths.md)."""
+    fccl = 0
+    nccl = 1
 
 
 class RedOp(enum.IntEnum):
@@ -223,6 +229,14 @@ _PROTOTYPES = {
     "fcclCommRegister": (_result_t, [_comm_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]),
     "fcclCommDeregister": (_result_t, [_comm_t, ctypes.c_void_p]),
     "fcclCommGetMemStats": (_result_t, [_comm_t, ctypes.POINTER(_MemStatsStruct)]),
+    "fcclCommGetPath": (_result_t, [_comm_t, _c_int_p, ctypes.POINTER(ctypes.c_char_p)]),
+    "fcclGetPathName": (ctypes.c_char_p, [ctypes.c_int]),
+    "fcclSend": (_result_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _comm_t, ctypes.c_void_p]),
+    "fcclRecv": (_result_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _comm_t, ctypes.c_void_p]),
+    "fcclAllToAll": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, _comm_t,
+                                 ctypes.c_void_p]),
+    "fcclGroupStart": (_result_t, []),
+    "fcclGroupEnd": (_result_t, []),
 }
 
 _library = None
@@ -779,6 +793,48 @@ def _broadcast_arguments(send, recv, root, rank, nranks, stream):
     return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
 
 
+def _peer_arguments(buf, peer, nranks, stream, what):
+    """Everything fcclSend or fcclRecv needs, checked in Python first: (buffer, stream handle)."""
+    _check_nranks(nranks)
+    if not isinstance(peer, int) or isinstance(peer, bool):
+        raise TypeError(f"peer must be an int, not {type(peer).__name__}")
+    if not 0 <= peer < nranks:
+        raise ValueError(f"peer {peer} is not a rank of this communicator (0..{nranks - 1})")
+    buffer = _as_buffer(buf, what)
+    if what == "recv" and buffer.readonly:
+        raise ValueError("recv is read-only (its __cuda_array_interface__ says so)")
+    return buffer, _stream_of(stream, buffer)
+
+
+def _all_to_all_arguments(send, recv, nranks, stream):
+    """Everything fcclAllToAll needs: (send, recv, count per peer, stream handle). send and recv each hold nranks
+    blocks of the same size and must be separate buffers."""
+    _check_nranks(nranks)
+    if recv is None or recv is send:
+        raise ValueError("all_to_all needs separate send and recv buffers")
+    send_buffer, recv_buffer = _pair(send, recv)
+    if send_buffer.count != recv_buffer.count:
+        raise ValueError(f"send has {send_buffer.count} elements but recv has {recv_buffer.count}")
+    if send_buffer.count % nranks != 0:
+        raise ValueError(f"{send_buffer.count} elements do not split into {nranks} equal blocks")
+    return send_buffer, recv_buffer, send_buffer.count // nranks, _stream_of(stream, send_buffer, recv_buffer)
+
+
+class group:
+    """fcclGroupStart on entering, fcclGroupEnd on leaving (also when the block raises): the NCCL calls inside
+    (send, recv, all_to_all, and every call of a communicator on the NCCL path) are issued together. Groups nest."""
+
+    def __enter__(self):
+        _check(_lib().fcclGroupStart(), "fcclGroupStart")
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        result = _lib().fcclGroupEnd()
+        if kind is None:  # an exception from the block is the one to see; the group is ended all the same
+            _check(result, "fcclGroupEnd")
+        return False
+
+
 _NORM_TYPES = (DataType.float16, DataType.bfloat16, DataType.float32)
 
 
@@ -1172,6 +1228,48 @@ class Communicator:
                                                 pointer(scale_buffer), handle, stream_handle or None)
         _check(result, "fcclAllReduceAddRMSNorm", handle)
         return output
+
+    @property
+    def path(self) -> Path:
+        """fcclCommGetPath: the engine that carries this communicator (Path.fccl or Path.nccl)."""
+        return self._path_and_reason()[0]
+
+    @property
+    def path_reason(self) -> str:
+        """fcclCommGetPath's reason: why the path was chosen."""
+        return self._path_and_reason()[1]
+
+    def _path_and_reason(self):
+        handle = self._live_handle()
+        value, reason = ctypes.c_int(), ctypes.c_char_p()
+        _check(_lib().fcclCommGetPath(handle, ctypes.byref(value), ctypes.byref(reason)), "fcclCommGetPath", handle)
+        return Path(value.value), (reason.value or b"").decode(errors="replace")
+
+    def send(self, send, peer: int, stream=None):
+        """fcclSend of send's elements to rank peer, which posts the matching recv; through NCCL on every path (on
+        the fccl path the communicator needs FCCL_NCCL_COMM=init, docs/paths.md). stream: as all_reduce's."""
+        buffer, stream_handle = _peer_arguments(send, peer, self._nranks_cached(), stream, "send")
+        handle = self._live_handle()
+        _check(_lib().fcclSend(buffer.pointer or None, buffer.count, int(buffer.dtype), int(peer), handle,
+                               stream_handle or None), "fcclSend", handle)
+
+    def recv(self, recv, peer: int, stream=None):
+        """fcclRecv of recv's elements from rank peer; returns recv. As send otherwise."""
+        buffer, stream_handle = _peer_arguments(recv, peer, self._nranks_cached(), stream, "recv")
+        handle = self._live_handle()
+        _check(_lib().fcclRecv(buffer.pointer or None, buffer.count, int(buffer.dtype), int(peer), handle,
+                               stream_handle or None), "fcclRecv", handle)
+        return recv
+
+    def all_to_all(self, send, recv, stream=None):
+        """fcclAllToAll: block p of this rank's send (send has nranks equal blocks) lands in rank p's recv at block
+        rank; returns recv. send and recv are separate buffers of the same size. As send otherwise."""
+        send_buffer, recv_buffer, count, stream_handle = _all_to_all_arguments(send, recv, self._nranks_cached(),
+                                                                              stream)
+        handle = self._live_handle()
+        _check(_lib().fcclAllToAll(send_buffer.pointer or None, recv_buffer.pointer or None, count,
+                                   int(send_buffer.dtype), handle, stream_handle or None), "fcclAllToAll", handle)
+        return recv
 
     def barrier(self, stream=None):
         """fcclBarrier on stream. None: torch's current stream of the communicator's device when torch has

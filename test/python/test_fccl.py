@@ -111,7 +111,9 @@ class LibraryTest(unittest.TestCase):
     def test_enums_match_the_header(self):
         for python_enum, c_enum, prefix in ((fccl.Result, "fcclResult_t", "fccl"),
                                             (fccl.DataType, "fcclDataType_t", "fccl"),
-                                            (fccl.RedOp, "fcclRedOp_t", "fccl")):
+                                            (fccl.RedOp, "fcclRedOp_t", "fccl"),
+                                            (fccl.Path, "fcclPath_t", "fcclPath"),
+                                            (fccl.ScaleMode, "fcclScaleMode_t", "fcclScale")):
             c_values = {name[len(prefix):].lower(): value for name, value in header_enum(c_enum).items()
                         if not name.startswith("fcclNum")}
             python_values = {member.name.lower(): member.value for member in python_enum}
@@ -691,6 +693,58 @@ class CollectiveArgumentTest(unittest.TestCase):
         for root in (0.0, "0", True, None):
             with self.assertRaises(TypeError):
                 fccl._broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+
+    def test_send_and_recv_peers_and_buffers(self):
+        buffer, stream = fccl._peer_arguments(FakeCudaArray((6,)), 1, 2, None, "send")
+        self.assertEqual((buffer.count, stream), (6, 0))
+        buffer, _ = fccl._peer_arguments((0x1000, 5, "bfloat16"), 0, 4, 7, "recv")
+        self.assertEqual((buffer.pointer, buffer.dtype), (0x1000, fccl.DataType.bfloat16))
+        for peer in (2, -1):
+            with self.assertRaises(ValueError):
+                fccl._peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
+        for peer in (1.0, "1", True, None):
+            with self.assertRaises(TypeError):
+                fccl._peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
+        with self.assertRaises(ValueError):  # a receive writes its buffer
+            fccl._peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "recv")
+        fccl._peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "send")  # a send only reads it
+
+    def test_all_to_all_blocks_and_buffers(self):
+        send, recv, count, _ = fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000),
+                                                          4, None)
+        self.assertEqual((send.count, recv.count, count), (12, 12, 3))
+        same = FakeCudaArray((12,))
+        for send, recv in ((same, same), (same, None)):  # in place is not an all-to-all
+            with self.assertRaises(ValueError):
+                fccl._all_to_all_arguments(send, recv, 4, None)
+        with self.assertRaises(ValueError):  # 12 elements do not split into 5 blocks
+            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000), 5, None)
+        with self.assertRaises(ValueError):
+            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((8,), pointer=0x1000), 4, None)
+        with self.assertRaises(ValueError):
+            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), "<f2", pointer=0x1000), 4, None)
+
+    def test_path_names_are_the_librarys(self):
+        for path in fccl.Path:
+            self.assertEqual(fccl._lib().fcclGetPathName(int(path)).decode(), path.name)
+        self.assertEqual(fccl._lib().fcclGetPathName(len(fccl.Path)).decode(), "unknown")
+
+    def test_group_nests_and_ends_when_the_block_raises(self):
+        try:
+            with fccl.group():
+                with fccl.group():
+                    pass
+        except fccl.FcclError as error:  # a machine without NCCL: the group calls say what to install
+            self.assertIn("NCCL", str(error))
+            return
+        with self.assertRaises(KeyError):  # the block's exception, not the group's
+            with fccl.group():
+                raise KeyError("inside")
+        with fccl.group():  # the one above was ended: a new group starts from the top
+            pass
+        with self.assertRaises(fccl.FcclError) as caught:  # and no group is left open on this thread
+            fccl._check(fccl._lib().fcclGroupEnd(), "fcclGroupEnd")
+        self.assertIn("no group was started", str(caught.exception))
 
     def test_nranks_is_checked(self):
         for nranks in (0, -1, 1.5, True):
