@@ -258,6 +258,31 @@ FCCL_API fcclResult_t fcclCommDestroy(fcclComm_t comm);
  */
 FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
 
+#define FCCL_SHRINK_DEFAULT 0 /**< fcclCommShrink leaves the parent communicator as it is. */
+#define FCCL_SHRINK_ABORT 1   /**< fcclCommShrink first fails the parent, so its running kernels stop at once. */
+
+/**
+ * The ranks of comm that are not in excludeRanks make a new communicator of their own (ncclCommShrink's shape), in
+ * the order of their ranks in comm and without a new unique id from the application: after a peer died, the
+ * survivors call it on the failed communicator with the dead ranks excluded. The lowest surviving rank makes the
+ * new communicator's unique id and hands it to the others over a Unix socket of this host, each side checking the
+ * other's process; then every survivor makes the new communicator. comm stays to be destroyed or aborted.
+ * @param excludeRanks  excludeCount ranks of comm (may be NULL when excludeCount is 0); not this rank.
+ * @param newcomm       receives the new communicator (rank: this rank's index among the survivors).
+ * @param config        the new communicator's options; NULL: comm's timeout, name and allowSharedDevice.
+ * @param flags         FCCL_SHRINK_DEFAULT or FCCL_SHRINK_ABORT.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL newcomm, an excluded rank out of range, twice or
+ *         this rank, excludeCount out of 0..nranks-1, unknown flags); fcclInvalidUsage (comm's init has not
+ *         finished, comm is on the NCCL path, a survivor is not a process of this host and pid namespace, a
+ *         communicator made before a fork()); fcclTimeout (a survivor did not call it within comm's timeout,
+ *         named); what fcclCommInitRankConfig returns for the new communicator.
+ * Thread safety: as fcclCommInitRank (ranks of one process call it from threads of their own). Blocks: until every
+ * survivor has called it, at most comm's timeout per step. Collective: yes, every survivor with the same
+ * excludeRanks (in any order). Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, int excludeCount, fcclComm_t* newcomm,
+                                     const fcclConfig_t* config, int flags);
+
 /**
  * fcclSuccess, fcclInProgress (non-blocking init not finished), or the error the init thread or a kernel recorded
  * (fcclGetLastError(comm) has the words).

@@ -8,7 +8,9 @@
  * fcclCommGetAsyncError, fcclGetLastError(comm) and its next call; destroy its communicator without waiting for the
  * victim; make a new communicator of the survivors (a fresh unique id) and get a correct all-reduce from it; and end
  * with no more fds, threads or peer mappings than it had before its first communicator.
- *   fccl-faultbench [-s scenario] [-n trials] [-r ranks] [-t FCCL_TIMEOUT ms for stop] [-J file] [-h]
+ *   fccl-faultbench [-s scenario] [-n trials] [-r ranks] [-t FCCL_TIMEOUT ms for stop] [-S] [-J file] [-h]
+ * -S: before destroying the failed communicator the survivors also make one of their own from it with
+ * fcclCommShrink (the victim excluded) and check an all-reduce on it.
  * Scenarios: kernel (the survivors wait in an all-reduce kernel), graph (in a replay of a CUDA graph that captured
  * it), idle (between calls), destroy (inside fcclCommDestroy), init (the victim dies while the communicator is made),
  * stop (SIGSTOP during an all-reduce: the kernel's FCCL_TIMEOUT). Prints, per scenario, the time from the kill to
@@ -106,6 +108,7 @@ struct rank {
   struct board* board;
   enum scenario scenario;
   int rank, nranks, victim;
+  int shrink; /* recover with fcclCommShrink of the failed communicator instead of a fresh unique id */
   float* send;
   float* recv;
   float host[COUNT];
@@ -196,9 +199,24 @@ static int checkFailure(struct rank* r, fcclComm_t comm, fcclResult_t seen, fccl
   return 0;
 }
 
-/* The survivors (ranks 0..nranks-2) make a communicator of their own and check an all-reduce on it. */
-static int recover(struct rank* r) {
+/* The survivors (ranks 0..nranks-2) make a communicator of their own and check an all-reduce on it: from a fresh
+ * unique id, or (-S) by fcclCommShrink of the failed communicator, parent, when it exists. */
+static int recover(struct rank* r, fcclComm_t parent) {
   const int survivors = r->nranks - 1;
+  if (r->shrink && parent) {
+    fcclComm_t comm = NULL;
+    fcclResult_t res = fcclCommShrink(parent, &r->victim, 1, &comm, NULL, FCCL_SHRINK_DEFAULT);
+    if (res != fcclSuccess) return fail(r, "fcclCommShrink: %s", fcclGetLastError(parent));
+    int rank = -1, count = -1;
+    int bad = fcclCommUserRank(comm, &rank) != fcclSuccess || fcclCommCount(comm, &count) != fcclSuccess ||
+              rank != r->rank || count != survivors;
+    if (bad) bad = fail(r, "the shrunk communicator is rank %d of %d, want %d of %d", rank, count, r->rank, survivors);
+    if (!bad) bad = checkedAllReduce(r, comm, r->rank, survivors, 9u);
+    res = fcclCommDestroy(comm);
+    if (res != fcclSuccess && !bad)
+      return fail(r, "the shrunk communicator's fcclCommDestroy: %s", fcclGetLastError(NULL));
+    return bad;
+  }
   if (r->rank == 0) {
     fcclResult_t res = fcclGetUniqueId(&r->board->recoveryId);
     if (res != fcclSuccess) return fail(r, "fcclGetUniqueId for the survivors: %s", fcclGetLastError(NULL));
@@ -333,6 +351,10 @@ static int rankMain(struct rank* r) {
   int failed = 0;
   if (comm) failed = survive(r, &comm, graphExec);
   else post(&b->ready[r->rank]);
+  if (r->shrink && comm && !failed) { /* from the failed communicator, before it is destroyed */
+    setStage(b, r->rank, "recovery by shrink");
+    failed = recover(r, comm);
+  }
   if (comm) {
     const int64_t start = nowNs();
     (void)fcclCommDestroy(comm); /* after a failure: local, not waiting for the victim */
@@ -342,7 +364,7 @@ static int rankMain(struct rank* r) {
   if (graphExec) (void)cudaGraphExecDestroy(graphExec); /* after the communicator: its destroy must not wait for it */
   if (graph) (void)cudaGraphDestroy(graph);
   setStage(b, r->rank, "recovery");
-  if (!failed) failed = recover(r);
+  if (!failed) failed = recover(r, NULL);
   setStage(b, r->rank, "leak check");
   fcclMemStats_t stats = {.size = sizeof(stats)};
   if (!failed && (fcclCommGetMemStats(NULL, &stats) != fcclSuccess || stats.openMappings != 0))
@@ -361,11 +383,14 @@ static int rankMain(struct rank* r) {
 
 /* ---- this process ---- */
 
+static int shrinkRecovery; /* -S */
+
 static pid_t forkRank(struct board* b, enum scenario scenario, int rank, int nranks) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   static struct rank r; /* large: not on the stack */
-  r = (struct rank){.board = b, .scenario = scenario, .rank = rank, .nranks = nranks, .victim = nranks - 1};
+  r = (struct rank){.board = b, .scenario = scenario, .rank = rank, .nranks = nranks, .victim = nranks - 1,
+                    .shrink = shrinkRecovery};
   int failed = rankMain(&r);
   post(&b->finished[rank]);
   _exit(failed ? 1 : 0);
@@ -477,11 +502,12 @@ static int compareDoubles(const void* a, const void* b) {
 
 static void usage(FILE* out) {
   fprintf(out,
-          "usage: fccl-faultbench [-s scenario] [-n trials] [-r ranks] [-t ms] [-J file] [-h]\n"
+          "usage: fccl-faultbench [-s scenario] [-n trials] [-r ranks] [-t ms] [-S] [-J file] [-h]\n"
           "  -s, --scenario S   kernel (default), graph, idle, destroy, init, stop, or all\n"
           "  -n, --trials N     trials per scenario (default 50, at most %d)\n"
           "  -r, --ranks R      ranks per trial, the last one the victim (default 2, 2..%d)\n"
           "  -t, --timeout MS   FCCL_TIMEOUT of the stop scenario (default 2000)\n"
+          "  -S, --shrink       the survivors also recover by fcclCommShrink of the failed communicator\n"
           "  -J, --json FILE    the figures as JSON\n"
           "  -h, --help         this text\n",
           MAX_TRIALS, MAX_RANKS);
@@ -492,11 +518,12 @@ int main(int argc, char** argv) {
       {"scenario", required_argument, NULL, 's'}, {"trials", required_argument, NULL, 'n'},
       {"ranks", required_argument, NULL, 'r'},    {"timeout", required_argument, NULL, 't'},
       {"json", required_argument, NULL, 'J'},     {"help", no_argument, NULL, 'h'},
+      {"shrink", no_argument, NULL, 'S'},
       {NULL, 0, NULL, 0}};
   int first = SCENARIO_KERNEL, last = SCENARIO_KERNEL, trials = 50, nranks = 2, stopTimeoutMs = 2000;
   const char* jsonPath = NULL;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":s:n:r:t:J:h", longOptions, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":s:n:r:t:J:Sh", longOptions, NULL)) != -1;) {
     char* end = NULL;
     switch (c) {
     case 's':
@@ -526,6 +553,9 @@ int main(int argc, char** argv) {
       else stopTimeoutMs = (int)value;
       break;
     }
+    case 'S':
+      shrinkRecovery = 1;
+      break;
     case 'J':
       jsonPath = optarg;
       break;

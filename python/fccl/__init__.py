@@ -236,6 +236,8 @@ _PROTOTYPES = {
     "fcclAllToAll": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, _comm_t,
                                  ctypes.c_void_p]),
     "fcclGroupStart": (_result_t, []),
+    "fcclCommShrink": (_result_t, [_comm_t, _c_int_p, ctypes.c_int, ctypes.POINTER(_comm_t),
+                                   ctypes.POINTER(_ConfigStruct), ctypes.c_int]),
     "fcclGroupEnd": (_result_t, []),
 }
 
@@ -820,6 +822,20 @@ def _all_to_all_arguments(send, recv, nranks, stream):
     return send_buffer, recv_buffer, send_buffer.count // nranks, _stream_of(stream, send_buffer, recv_buffer)
 
 
+def _exclude_list(exclude):
+    """exclude as a list of ints (a single rank, or an iterable of them)."""
+    if isinstance(exclude, int) and not isinstance(exclude, bool):
+        return [exclude]
+    try:
+        ranks = list(exclude)
+    except TypeError:
+        raise TypeError(f"exclude must be a rank or ranks, not {type(exclude).__name__}") from None
+    for rank in ranks:
+        if not isinstance(rank, int) or isinstance(rank, bool):
+            raise TypeError(f"exclude holds {rank!r}, not a rank (an int)")
+    return ranks
+
+
 class group:
     """fcclGroupStart on entering, fcclGroupEnd on leaving (also when the block raises): the NCCL calls inside
     (send, recv, all_to_all, and every call of a communicator on the NCCL path) are issued together. Groups nest."""
@@ -1244,6 +1260,21 @@ class Communicator:
         value, reason = ctypes.c_int(), ctypes.c_char_p()
         _check(_lib().fcclCommGetPath(handle, ctypes.byref(value), ctypes.byref(reason)), "fcclCommGetPath", handle)
         return Path(value.value), (reason.value or b"").decode(errors="replace")
+
+    def shrink(self, exclude, config: Optional[Config] = None, abort: bool = False) -> "Communicator":
+        """fcclCommShrink: the ranks not in exclude (ranks of this communicator, not this one) make a new communicator
+        of their own, without a new unique id; after a peer died, call it on the failed communicator with the dead
+        ranks. Collective over the survivors. abort: FCCL_SHRINK_ABORT (this communicator fails first, so its kernels
+        stop). This communicator stays to be destroyed or aborted. config None: this one's timeout, name and
+        allow_shared_device."""
+        ranks = [int(r) for r in _exclude_list(exclude)]
+        handle = self._live_handle()
+        array = (ctypes.c_int * max(1, len(ranks)))(*ranks)
+        new = ctypes.c_void_p()
+        result = _lib().fcclCommShrink(handle, array if ranks else None, len(ranks), ctypes.byref(new),
+                                       _config_pointer(config), 1 if abort else 0)
+        _check(result, "fcclCommShrink", handle)
+        return Communicator(new.value)
 
     def send(self, send, peer: int, stream=None):
         """fcclSend of send's elements to rank peer, which posts the matching recv; through NCCL on every path (on

@@ -8,11 +8,14 @@
 #include "check.h"
 #include "debug.h"
 #include "param.h"
+#include "socket.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +81,11 @@ fcclResult_t fcclPeerInfoFillHost(struct fcclPeerInfo* info, int rank, int nrank
 
   struct stat ns;
   if (stat("/proc/self/ns/pid", &ns) == 0) info->pidNs = (uint64_t)ns.st_ino;
+  ssize_t got;
+  do {
+    got = getrandom(&info->salt, sizeof(info->salt), 0);
+  } while (got == -1 && errno == EINTR);
+  if (got != (ssize_t)sizeof(info->salt)) info->salt = (uint32_t)fcclTimeMs() ^ (uint32_t)info->pid << 16;
   return fcclSuccess;
 }
 

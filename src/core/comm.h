@@ -53,6 +53,7 @@ struct fcclComm {
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/local_group.h), or NULL */
 
   unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
+  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name (core/shrink.c) */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */

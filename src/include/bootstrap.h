@@ -151,6 +151,21 @@ fcclResult_t fcclBootstrapExternalInit(const fcclBootstrapCallbacks_t* callbacks
 fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* abortFlag,
                                    struct fcclBootstrap** bootstrap);
 
+/* ---- a unique id handed among processes of one host (local_share.c) ----------------------------------------- */
+
+/*
+ * Hands *id from the first of n processes of this host to the other n - 1, over an abstract Unix socket named
+ * "fccl-share-<name>": pids[i] and ranks[i] are member i's process and rank (ranks for messages only; several members
+ * may share a process), me is this member's index, member 0 holds *id on entry, the others receive it. Each side
+ * checks the other's process by SO_PEERCRED (a process that is not a member is refused and never sees the id), so
+ * the name needs no secret; every member must be in this pid namespace. Bounded by timeoutMs; no abort flag (it
+ * serves communicators that already failed).
+ * @return fcclSuccess; fcclTimeout naming the members that did not come; fcclSystemError (a socket failed, the name
+ *         is taken); fcclRemoteError (the server is not member 0's process); fcclInvalidArgument (bad n or me).
+ */
+fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, const int32_t* ranks, int n, int me,
+                                     fcclUniqueId* id, int timeoutMs);
+
 /* ---- peer information (peer_info.c) -------------------------------------------------------------------------- */
 
 #define FCCL_PEER_BUSID_BYTES 32
@@ -167,7 +182,7 @@ struct fcclPeerInfo {
   int32_t cudaDriverVersion;
   int32_t fcclVersion;      /* FCCL_VERSION_CODE of the library */
   int32_t computeCapability; /* major * 10 + minor; 0 when unknown */
-  int32_t reserved;
+  uint32_t salt;            /* random, drawn at init: the ranks' salts together tell this communicator from another */
   uint8_t gpuUuid[16];      /* all zero when unknown */
   char busId[FCCL_PEER_BUSID_BYTES]; /* "0000:1b:00.0", NUL-terminated */
   char hostname[FCCL_PEER_HOST_BYTES]; /* NUL-terminated, for messages */

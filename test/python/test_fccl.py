@@ -724,6 +724,14 @@ class CollectiveArgumentTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), "<f2", pointer=0x1000), 4, None)
 
+    def test_shrink_takes_a_rank_or_ranks(self):
+        self.assertEqual(fccl._exclude_list(3), [3])
+        self.assertEqual(fccl._exclude_list((1, 2)), [1, 2])
+        self.assertEqual(fccl._exclude_list([]), [])
+        for bad in (1.0, "1", [True], [1, None], None):
+            with self.assertRaises(TypeError):
+                fccl._exclude_list(bad)
+
     def test_path_names_are_the_librarys(self):
         for path in fccl.Path:
             self.assertEqual(fccl._lib().fcclGetPathName(int(path)).decode(), path.name)

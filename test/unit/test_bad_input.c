@@ -290,6 +290,16 @@ CASE(sendNullComm) { return fcclSend(fx.device, 4, fcclFloat32, 0, NULL, NULL); 
 CASE(sendPeerOutside) { return fcclSend(fx.device, 4, fcclFloat32, 2, fx.live, NULL); }
 CASE(sendPeerNegative) { return fcclSend(fx.device, 4, fcclFloat32, -1, fx.live, NULL); }
 CASE(sendNullBuffer) { return fcclSend(NULL, 4, fcclFloat32, 0, fx.live, NULL); }
+static const int kExcludeZero[] = {0}, kExcludeTwo[] = {2}, kExcludeSelf[] = {1};
+CASE(shrinkInvalid) { return fcclCommShrink(NULL, kExcludeZero, 1, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkNullNew) { return fcclCommShrink(fx.live, kExcludeZero, 1, NULL, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkFlags) { return fcclCommShrink(fx.live, kExcludeZero, 1, &fx.out, NULL, 7); }
+CASE(shrinkCount) { return fcclCommShrink(fx.live, kExcludeZero, 2, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkNullList) { return fcclCommShrink(fx.live, NULL, 1, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkRankOutside) { return fcclCommShrink(fx.live, kExcludeTwo, 1, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkSelf) { return fcclCommShrink(fx.live, kExcludeSelf, 1, &fx.out, NULL, FCCL_SHRINK_ABORT); }
+CASE(shrinkPending) { return fcclCommShrink(fx.pending, kExcludeZero, 1, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
+CASE(shrinkNoPeers) { return fcclCommShrink(fx.live, kExcludeZero, 1, &fx.out, NULL, FCCL_SHRINK_DEFAULT); }
 CASE(sendTypeUnknown) { return fcclSend(fx.device, 4, (fcclDataType_t)fcclNumTypes, 0, fx.live, NULL); }
 CASE(sendNoNccl) { return fcclSend(fx.device, 4, fcclFloat32, 0, fx.live, NULL); }
 CASE(sendPending) { return fcclSend(fx.device, 4, fcclFloat32, 0, fx.pending, NULL); }
@@ -427,6 +437,15 @@ static const struct badCase cases[] = {
     {"fcclCommDeregister", "non-blocking init still running", deregisterPending, USAGE, "has not finished"},
     {"fcclCommDeregister", "init failed (fcclTimeout)", deregisterFailed, fcclTimeout, "failed earlier"},
     {"fcclSend", "NULL comm", sendNullComm, ARG, "invalid communicator handle"},
+    {"fcclCommShrink", "NULL comm", shrinkInvalid, ARG, "invalid communicator handle"},
+    {"fcclCommShrink", "NULL newcomm", shrinkNullNew, ARG, "newcomm is NULL"},
+    {"fcclCommShrink", "flags 7", shrinkFlags, ARG, "unknown flags 7"},
+    {"fcclCommShrink", "excludeCount nranks", shrinkCount, ARG, "excludeCount 2 outside 0..1"},
+    {"fcclCommShrink", "NULL excludeRanks", shrinkNullList, ARG, "excludeRanks is NULL with excludeCount 1"},
+    {"fcclCommShrink", "excluded rank nranks", shrinkRankOutside, ARG, "excluded rank 2 outside 0..1"},
+    {"fcclCommShrink", "this rank excluded", shrinkSelf, ARG, "rank 1 excludes itself"},
+    {"fcclCommShrink", "non-blocking init still running", shrinkPending, USAGE, "has not finished"},
+    {"fcclCommShrink", "no peers' information", shrinkNoPeers, USAGE, "has not finished"},
     {"fcclSend", "peer nranks", sendPeerOutside, ARG, "peer 2 outside 0..1"},
     {"fcclSend", "peer -1", sendPeerNegative, ARG, "peer -1 outside 0..1"},
     {"fcclSend", "NULL sendbuf", sendNullBuffer, ARG, "sendbuf is NULL with count 4"},

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A unique id handed from one process of a host to others over an abstract Unix socket (fcclCommShrink's
+ * rendezvous: the survivors of a communicator have no exchange left that spans them, as the dead rank's ring links
+ * are gone). Who is at the other end is the kernel's word (SO_PEERCRED), checked against the members' pids, so the
+ * socket's name, which any local process can read in /proc/net/unix, needs no secret.
+ */
+#include "bootstrap.h"
+
+#include "check.h"
+#include "debug.h"
+#include "socket.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
+
+#define SHARE_HELLO_MAGIC 0x6663636c73686172ull /* "fcclshar" */
+#define SHARE_POLL_MS 10
+
+struct shareHello {
+  uint64_t magic;
+  int32_t member; /* the client's index among the members */
+  int32_t pad;
+};
+
+static socklen_t shareAddress(const char* name, struct sockaddr_un* addr) {
+  memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  /* Abstract: sun_path[0] == 0, no file to clean up after a crash. */
+  int len = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "fccl-share-%s", name);
+  if (len < 0 || (size_t)len >= sizeof(addr->sun_path) - 1) len = (int)sizeof(addr->sun_path) - 2;
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+}
+
+static int peerPid(int fd) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  return (int)cred.pid;
+}
+
+/* Reads or writes exactly size bytes before deadline (a blocking socket with a receive/send timeout). */
+static int transfer(int fd, void* buf, size_t size, int writing, int64_t deadline) {
+  size_t done = 0;
+  while (done < size) {
+    const int64_t left = deadline - fcclTimeMs();
+    if (left <= 0) return 0;
+    struct pollfd p = {.fd = fd, .events = writing ? POLLOUT : POLLIN, .revents = 0};
+    int ready = poll(&p, 1, (int)(left < SHARE_POLL_MS ? left : SHARE_POLL_MS));
+    if (ready < 0 && errno != EINTR) return 0;
+    if (ready <= 0) continue;
+    ssize_t rc = writing ? send(fd, (const char*)buf + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                         : recv(fd, (char*)buf + done, size - done, MSG_DONTWAIT);
+    if (rc == 0) return 0;
+    if (rc < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return 0;
+    }
+    done += (size_t)rc;
+  }
+  return 1;
+}
+
+/* Member 0: serves *id to every other member once, refusing whoever is not one. */
+static fcclResult_t serve(const char* name, const int32_t* pids, const int32_t* ranks, int n, const fcclUniqueId* id,
+                          int timeoutMs) {
+  struct sockaddr_un addr;
+  const socklen_t addrLen = shareAddress(name, &addr);
+  int listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listenFd < 0)
+    return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: socket: %s", name, strerror(errno));
+  if (bind(listenFd, (struct sockaddr*)&addr, addrLen) != 0 || listen(listenFd, n + 8) != 0) {
+    const int err = errno;
+    close(listenFd);
+    return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: cannot listen: %s", name,
+                      strerror(err));
+  }
+  char* served = calloc((size_t)n, 1);
+  if (!served) {
+    close(listenFd);
+    return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "out of host memory");
+  }
+  served[0] = 1;
+  int left = n - 1;
+  const int64_t deadline = fcclTimeMs() + timeoutMs;
+  while (left > 0 && fcclTimeMs() < deadline) {
+    struct pollfd p = {.fd = listenFd, .events = POLLIN, .revents = 0};
+    if (poll(&p, 1, SHARE_POLL_MS) <= 0) continue;
+    int fd = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    struct shareHello hello;
+    const int pid = peerPid(fd);
+    /* A short bound per client: a stranger that connects and says nothing must not hold up the members. */
+    const int64_t helloDeadline = fcclTimeMs() + 1000 < deadline ? fcclTimeMs() + 1000 : deadline;
+    if (!transfer(fd, &hello, sizeof(hello), 0, helloDeadline) || hello.magic != SHARE_HELLO_MAGIC ||
+        hello.member <= 0 || hello.member >= n || served[hello.member] || pids[hello.member] != pid) {
+      FCCL_WARN(FCCL_LOG_SUBSYS, "unique id share %s: refused a connection from pid %d (not a waiting member)", name,
+                pid);
+      close(fd);
+      continue;
+    }
+    if (transfer(fd, (void*)id, sizeof(*id), 1, deadline)) {
+      served[hello.member] = 1;
+      left--;
+    }
+    close(fd);
+  }
+  close(listenFd);
+  fcclResult_t res = fcclSuccess;
+  if (left > 0) {
+    char missing[256] = "";
+    size_t used = 0;
+    for (int m = 1; m < n && used + 16 < sizeof(missing); m++)
+      if (!served[m])
+        used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d", used ? ", " : "", ranks[m]);
+    res = FCCL_ERROR(fcclTimeout, FCCL_LOG_SUBSYS, "unique id share %s: rank%s %s did not come within %d ms", name,
+                     left == 1 ? "" : "s", missing, timeoutMs);
+  }
+  free(served);
+  return res;
+}
+
+/* Another member: connects (the server may not listen yet), checks it is member 0's process, receives *id. */
+static fcclResult_t fetch(const char* name, const int32_t* pids, const int32_t* ranks, int me, fcclUniqueId* id,
+                          int timeoutMs) {
+  struct sockaddr_un addr;
+  const socklen_t addrLen = shareAddress(name, &addr);
+  const int64_t deadline = fcclTimeMs() + timeoutMs;
+  while (fcclTimeMs() < deadline) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: socket: %s", name, strerror(errno));
+    if (connect(fd, (struct sockaddr*)&addr, addrLen) != 0) { /* not listening yet */
+      close(fd);
+      usleep(SHARE_POLL_MS * 1000);
+      continue;
+    }
+    const int pid = peerPid(fd);
+    if (pid != pids[0]) {
+      close(fd);
+      return FCCL_ERROR(fcclRemoteError, FCCL_LOG_SUBSYS,
+                        "unique id share %s: the socket is held by pid %d, not by rank %d's process (pid %d)", name,
+                        pid, ranks[0], pids[0]);
+    }
+    const struct shareHello hello = {SHARE_HELLO_MAGIC, me, 0};
+    const int ok =
+        transfer(fd, (void*)&hello, sizeof(hello), 1, deadline) && transfer(fd, id, sizeof(*id), 0, deadline);
+    close(fd);
+    if (ok) return fcclSuccess;
+    /* Refused or cut: another member's turn may have raced ours; try again until the deadline. */
+    usleep(SHARE_POLL_MS * 1000);
+  }
+  return FCCL_ERROR(fcclTimeout, FCCL_LOG_SUBSYS, "unique id share %s: no id from rank %d (pid %d) within %d ms",
+                    name, ranks[0], pids[0], timeoutMs);
+}
+
+fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, const int32_t* ranks, int n, int me,
+                                     fcclUniqueId* id, int timeoutMs) {
+  if (!name || !pids || !ranks || !id || n < 1 || me < 0 || me >= n || timeoutMs <= 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_LOG_SUBSYS, "unique id share: bad arguments (n %d, me %d)", n, me);
+  if (n == 1) return fcclSuccess;
+  return me == 0 ? serve(name, pids, ranks, n, id, timeoutMs) : fetch(name, pids, ranks, me, id, timeoutMs);
+}
