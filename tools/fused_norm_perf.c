@@ -13,9 +13,11 @@
  */
 #include "fccl.h"
 #include "fused_norm_ref.h"
+#include "options.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,12 +232,18 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
   return status;
 }
 
-static void usage(const char* program) {
-  fprintf(stderr,
-          "usage: %s [-g ranks] [-H hidden[,hidden...]] [-t min:max tokens, doubling] [-n calls per graph]\n"
-          "          [-w warm-up replays] [-i timed replays] [-R 0|1 registered input]\n"
-          "defaults: every GPU, -H 4096,8192 -t 1:8192 -n 20 -w 5 -i 20 -R 0\n",
-          program);
+static void usage(FILE* out) {
+  fprintf(out,
+          "usage: fused_norm_perf [-g ranks] [-H hidden[,hidden...]] [-t min:max tokens, doubling]\n"
+          "          [-n calls per graph] [-w warm-up replays] [-i timed replays] [-R 0|1 registered input] [-h]\n"
+          "  -g, --ngpus N      ranks, one process each (default: every GPU; more than the GPUs share them)\n"
+          "  -H, --hidden LIST  hidden sizes, comma separated (default 4096,8192)\n"
+          "  -t, --tokens A:B   tokens from A to B, doubling (default 1:8192)\n"
+          "  -n, --calls N      calls per CUDA graph (default 20)\n"
+          "  -w, --warmup N     warm-up replays (default 5)\n"
+          "  -i, --iters N      timed replays (default 20)\n"
+          "  -R, --registered B 1: the input in registered memory (default 0)\n"
+          "  -h, --help         this text\n");
 }
 
 /* How many CUDA devices there are, asked in a child: the parent forks the ranks and must not initialise CUDA. */
@@ -259,8 +267,15 @@ static int gpuCount(void) {
 
 int main(int argc, char** argv) {
   struct options o = {0, {4096, 8192}, 2, 1, 8192, 20, 5, 20, 0};
+  static const struct option longOptions[] = {
+      {"ngpus", required_argument, NULL, 'g'}, {"hidden", required_argument, NULL, 'H'},
+      {"tokens", required_argument, NULL, 't'}, {"calls", required_argument, NULL, 'n'},
+      {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
+      {"registered", required_argument, NULL, 'R'}, {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   int opt;
-  while ((opt = getopt(argc, argv, "g:H:t:n:w:i:R:h")) != -1) {
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:h", longOptions, NULL)) != -1) {
     switch (opt) {
       case 'g': o.nranks = atoi(optarg); break;
       case 'H': {
@@ -276,14 +291,22 @@ int main(int argc, char** argv) {
       case 'w': o.warmup = atoi(optarg); break;
       case 'i': o.iters = atoi(optarg); break;
       case 'R': o.registered = atoi(optarg); break;
-      default: usage(argv[0]); return opt == 'h' ? 0 : 2;
+      case 'h': usage(stdout); return 0;
+      default: {
+        char problem[128];
+        toolOptionProblem(opt, argv, problem, sizeof(problem));
+        fprintf(stderr, "fused_norm_perf: %s\n", problem);
+        usage(stderr);
+        return 2;
+      }
     }
   }
   int bad = o.hiddens < 1 || o.minTokens < 1 || o.maxTokens < o.minTokens || o.calls < 1 || o.iters < 1 ||
             o.warmup < 0 || o.nranks < 0 || o.nranks > MAX_RANKS;
   for (int h = 0; h < o.hiddens; h++) bad |= o.hidden[h] < 1 || o.hidden[h] > 32768;
-  if (bad) {
-    usage(argv[0]);
+  if (bad || optind < argc) {
+    fprintf(stderr, "fused_norm_perf: %s\n", optind < argc ? "unexpected argument" : "a value is out of range");
+    usage(stderr);
     return 2;
   }
   const int gpus = gpuCount();
