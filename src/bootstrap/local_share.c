@@ -47,7 +47,7 @@ static int peerPid(int fd) {
   return (int)cred.pid;
 }
 
-/* Reads or writes exactly size bytes before deadline (a blocking socket with a receive/send timeout). */
+/* Reads or writes exactly size bytes before deadline: poll, then a non-blocking transfer of what is ready. */
 static int transfer(int fd, void* buf, size_t size, int writing, int64_t deadline) {
   size_t done = 0;
   while (done < size) {
@@ -135,10 +135,11 @@ static fcclResult_t fetch(const char* name, const int32_t* pids, const int32_t* 
   const socklen_t addrLen = shareAddress(name, &addr);
   const int64_t deadline = fcclTimeMs() + timeoutMs;
   while (fcclTimeMs() < deadline) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a connect to a full backlog (strangers may fill it) fails with EAGAIN instead of waiting. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
       return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: socket: %s", name, strerror(errno));
-    if (connect(fd, (struct sockaddr*)&addr, addrLen) != 0) { /* not listening yet */
+    if (connect(fd, (struct sockaddr*)&addr, addrLen) != 0) { /* not listening yet, or its backlog is full */
       close(fd);
       usleep(SHARE_POLL_MS * 1000);
       continue;

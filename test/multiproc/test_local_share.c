@@ -26,6 +26,7 @@ struct shared {
   fcclUniqueId sent;
   fcclUniqueId got[4];
   int results[4];
+  int strangerConnected;
   int strangerGotBytes;
 };
 
@@ -74,6 +75,7 @@ static void strangerClaims(struct shared* s) {
       uint64_t magic;
       int32_t member, pad;
     } hello = {0x6663636c73686172ull, 2, 0};
+    s->strangerConnected = 1;
     (void)send(fd, &hello, sizeof(hello), MSG_NOSIGNAL);
     char buf[256];
     struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
@@ -144,6 +146,9 @@ static void testAbsentMemberIsNamed(void) {
   EXPECT_EQ_INT(s->results[1], fcclSuccess);
   EXPECT_EQ_INT(s->results[2], fcclSuccess);
   EXPECT_EQ_INT(s->results[3], fcclSuccess); /* never called: untouched */
+  /* Member 0 served for the whole timeout: the stranger reached it, claimed member 2's place, and got nothing. */
+  EXPECT_EQ_INT(s->strangerConnected, 1);
+  EXPECT_EQ_INT(s->strangerGotBytes, 0);
   EXPECT_MSG(nowMs() - start < SHARE_TIMEOUT_MS + 10000, "took %lld ms", (long long)(nowMs() - start));
   testShmDestroy(s->shm);
   printf("a member that never came timed member 0 out: ok\n");
