@@ -80,8 +80,54 @@ static double toDouble(fcclDataType_t type, uint64_t bits) {
   return d;
 }
 
+/* x rounded to the element's own precision, as NCCL stores each partial result. */
+static double roundToType(fcclDataType_t type, double x) {
+  if (type == fcclFloat16) return refHalfToFloat(refFloatToHalf((float)x));
+  if (type == fcclBfloat16) return refBf16ToFloat(refFloatToBf16((float)x));
+  if (type == fcclFloat32) return (float)x;
+  return x;
+}
+
+/* Whether g is one of the products NCCL's reduction orders give, each partial product rounded to the element's
+ * precision (an intermediate that overflows or goes subnormal stays so, whatever the final value): every
+ * sequential order of the n <= 4 inputs and, for 4, the three pairings. Within 2 ulps of one of them, or the same
+ * infinity. */
+static int productOfSomeOrder(fcclDataType_t type, double g, const double* x, int n, double eps, double tiny) {
+  int order[4] = {0, 1, 2, 3};
+  for (;;) {
+    double v = x[order[0]];
+    for (int k = 1; k < n; k++) v = roundToType(type, v * x[order[k]]);
+    if (isinf(v) ? g == v : fabs(g - v) <= 2.0 * eps * fabs(v) + tiny) return 1;
+    /* next permutation of order[0..n) */
+    int i = n - 2;
+    while (i >= 0 && order[i] > order[i + 1]) i--;
+    if (i < 0) break;
+    int j = n - 1;
+    while (order[j] < order[i]) j--;
+    int t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+    for (int a = i + 1, b = n - 1; a < b; a++, b--) {
+      t = order[a];
+      order[a] = order[b];
+      order[b] = t;
+    }
+  }
+  if (n == 4) {
+    static const int pairs[3][4] = {{0, 1, 2, 3}, {0, 2, 1, 3}, {0, 3, 1, 2}};
+    for (int p = 0; p < 3; p++) {
+      const double v = roundToType(type, roundToType(type, x[pairs[p][0]] * x[pairs[p][1]]) *
+                                             roundToType(type, x[pairs[p][2]] * x[pairs[p][3]]));
+      if (isinf(v) ? g == v : fabs(g - v) <= 2.0 * eps * fabs(v) + tiny) return 1;
+    }
+  }
+  return 0;
+}
+
 /* Whether got is what NCCL may legitimately give: fccl's result (refCheckElement) or, for floats, NCCL's rules:
- * max/min skip NaN, and sums/products are rounded to the element's own precision at each of up to nranks steps. */
+ * max/min skip NaN, and sums/products are rounded to the element's own precision at each of up to nranks steps
+ * (products of up to 4 ranks: emulated in every order, since a partial product may overflow or lose bits to the
+ * subnormal range that the exact product does not). */
 static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n) {
   if (refCheckElement(type, op, got, in, n)) return 1;
   if (!refTypeIsFloat(type)) return 0;
@@ -104,6 +150,11 @@ static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, con
   }
   if (op == fcclMax || op == fcclMin) return g == best || (anyNan && isnan(g));
   if (anyNan) return isnan(g);
+  if (op == fcclProd && n <= 4) {
+    double x[4];
+    for (int r = 0; r < n; r++) x[r] = toDouble(type, in[r]);
+    return productOfSomeOrder(type, g, x, n, eps, 2.0 * eps * minNormal);
+  }
   if (op == fcclProd) {
     if (isinf(g) || isinf(product)) return isinf(g) && fabs(product) > maxFinite / 2;
     return fabs(g - product) <= 4.0 * n * eps * fabs(product) + n * minNormal;
