@@ -299,8 +299,23 @@ static void tcpDestroy(struct fcclBootstrap* b) {
   free(b);
 }
 
-static const struct fcclBootstrapOps tcpOps = {
-    .name = "tcp", .allGather = tcpAllGather, .barrier = tcpBarrier, .destroy = tcpDestroy};
+/* The address of our end of the ring: the one we reach the root and the other ranks from. */
+static int tcpLocalAddress(const struct fcclBootstrap* b, void* addr) {
+  const struct tcpState* t = b->impl;
+  const int fd = t == NULL ? -1 : t->fdNext >= 0 ? t->fdNext : t->fdPrev;
+  if (fd < 0) return -1;
+  union fcclSocketAddress* local = addr;
+  socklen_t length = sizeof(*local);
+  if (getsockname(fd, &local->sa, &length) != 0) return -1;
+  local->sin.sin_port = 0; /* same offset as sin6_port */
+  return 0;
+}
+
+static const struct fcclBootstrapOps tcpOps = {.name = "tcp",
+                                               .allGather = tcpAllGather,
+                                               .barrier = tcpBarrier,
+                                               .destroy = tcpDestroy,
+                                               .localAddress = tcpLocalAddress};
 
 /* Receives one frame from the root: the welcome (payload malloc'ed) or an error, whose text is reported. */
 static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline, volatile int* abortFlag, int rank,

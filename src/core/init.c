@@ -105,8 +105,9 @@ static fcclResult_t checkRanks(const char* caller, int nranks, int rank) {
 /* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
 static fcclResult_t commFree(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
-  /* First: once this returns the peer monitor never touches the communicator again. */
-  fcclMonitorForget(comm);
+  /* First: once this returns the peer monitor never touches the communicator again. A destroy says goodbye on
+   * the peer links, so that peers elsewhere let this rank go; an abort or a failure does not: they see it end. */
+  fcclMonitorForget(comm, !__atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE));
   /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
    * when *comm->abortFlag is set. The first error is kept in res. */
 
@@ -200,22 +201,58 @@ static fcclResult_t exchangePeerInfo(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
-/* Every peer process on this host (same kernel, same pid namespace, another process) is watched for its exit. */
+/*
+ * Every peer process is watched for its end: through a pidfd where it runs in this kernel and pid namespace, else
+ * through a peer link (another host, another pid namespace, a kernel without pidfd_open, which every rank of this
+ * host shares). The rule is symmetric and every rank knows whether any pair needs a link, so either every rank
+ * makes the links (a collective exchange) or none does. FCCL_PEER_KEEPALIVE_MS=0: no links.
+ */
 static fcclResult_t watchPeers(struct fcclComm* comm) {
   const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
-  struct fcclMonitorPeer* peers = calloc((size_t)comm->nranks, sizeof(*peers));
-  if (!peers) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
-  int n = 0;
-  for (int r = 0; r < comm->nranks; r++) {
-    const struct fcclPeerInfo* info = &comm->peerInfo[r];
-    if (r == comm->rank || info->hostHash != mine->hostHash || info->pidNs != mine->pidNs || info->pid == mine->pid)
-      continue;
-    peers[n].rank = r;
-    peers[n].pid = info->pid;
-    snprintf(peers[n].host, sizeof(peers[n].host), "%s", info->hostname);
-    n++;
+  const int n = comm->nranks;
+  const int64_t keepaliveMs = fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
+  const int pidfds = fcclMonitorCanWatchProcesses();
+  struct fcclMonitorPeer* peers = calloc((size_t)n, sizeof(*peers));
+  uint8_t* linked = calloc((size_t)n, 1);
+  int* links = calloc((size_t)n, sizeof(*links));
+  fcclResult_t res = fcclSuccess;
+  if (!peers || !linked || !links) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
+    goto out;
   }
-  fcclResult_t res = n > 0 ? fcclMonitorWatch(comm, peers, n) : fcclSuccess;
+  int needLinks = n > 1 && !pidfds;
+  for (int r = 0; r < n; r++) {
+    const struct fcclPeerInfo* info = &comm->peerInfo[r];
+    linked[r] = r != comm->rank && (info->hostHash != mine->hostHash || info->pidNs != mine->pidNs || !pidfds);
+    needLinks |= info->hostHash != comm->peerInfo[0].hostHash || info->pidNs != comm->peerInfo[0].pidNs;
+  }
+  needLinks = needLinks && keepaliveMs > 0;
+  if (needLinks) {
+    FCCLCHECKGOTO(fcclBootstrapPeerLinks(comm->bootstrap, linked, keepaliveMs > INT32_MAX ? INT32_MAX : (int)keepaliveMs,
+                                         links),
+                  res, out);
+  } else {
+    for (int r = 0; r < n; r++) links[r] = -1;
+  }
+  int count = 0;
+  for (int r = 0; r < n; r++) {
+    const struct fcclPeerInfo* info = &comm->peerInfo[r];
+    if (r == comm->rank) continue;
+    if (links[r] < 0 && (linked[r] || info->pid == mine->pid)) continue; /* no link, or this very process */
+    peers[count].rank = r;
+    peers[count].pid = info->pid;
+    peers[count].link = links[r];
+    links[r] = -1; /* the monitor's now */
+    snprintf(peers[count].host, sizeof(peers[count].host), "%s", info->hostname);
+    count++;
+  }
+  res = count > 0 ? fcclMonitorWatch(comm, peers, count) : fcclSuccess;
+out:
+  if (links)
+    for (int r = 0; r < n; r++)
+      if (links[r] >= 0) fcclBootstrapPeerLinkClose(&links[r]);
+  free(links);
+  free(linked);
   free(peers);
   return res;
 }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The monitor thread: poll() over the pidfds of every watched peer and an eventfd that wakes it when the set
- * changes. A pidfd that becomes readable means its process exited; every watched communicator with that peer is
- * failed (fcclCommFail) and the peer is not watched any more. One lock guards the set; the monitor calls
+ * The monitor thread: poll() over the pidfds and peer links of every watched peer and an eventfd that wakes it when
+ * the set changes. A pidfd that becomes readable means its process exited, a link that ends without a goodbye that
+ * the peer is gone; the watched communicator with that peer is failed (fcclCommFail) and the peer is not watched
+ * any more. One lock guards the set; the monitor calls
  * fcclCommFail with it held, so a communicator that fcclMonitorForget has returned for is never touched.
  */
 #include "monitor.h"
 
+#include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
@@ -30,6 +32,7 @@
 struct watchedPeer {
   struct fcclMonitorPeer peer;
   int pidfd; /* -1 once its process exited (or never opened) */
+  int link;  /* its peer link instead of a pidfd; -1 once it ended or said goodbye (or there is none) */
 };
 
 struct watch {
@@ -53,8 +56,12 @@ static void resetInChild(void) {
   pthread_mutex_init(&monitorLock, NULL);
   for (struct watch* w = watches; w;) {
     struct watch* next = w->next;
-    for (int i = 0; i < w->n; i++)
+    /* The links too (the socket table's own fork handler has already put unconnected sockets in their place, so
+     * the parent's connections are its alone): the child watches nothing. */
+    for (int i = 0; i < w->n; i++) {
       if (w->peers[i].pidfd >= 0) close(w->peers[i].pidfd);
+      if (w->peers[i].link >= 0) close(w->peers[i].link);
+    }
     free(w->peers);
     free(w);
     w = next;
@@ -90,6 +97,32 @@ static void peerExited(struct watch* w, int i) {
   fcclCommFail(w->comm, fcclRemoteError, text, 1);
 }
 
+/* The link of the peer of watch w at index i has news (with monitorLock held): a goodbye lets the peer go, an end
+ * fails the communicator. */
+static void peerLinkEvent(struct watch* w, int i) {
+  struct watchedPeer* p = &w->peers[i];
+  int err = 0;
+  const fcclLinkState_t state = fcclBootstrapPeerLinkRead(p->link, &err);
+  if (state == FCCL_LINK_QUIET) return;
+  fcclBootstrapPeerLinkClose(&p->link);
+  if (state == FCCL_LINK_GOODBYE_SEEN) {
+    FCCL_INFO(FCCL_SUBSYS_INIT, "communicator %s: rank %d destroyed its communicator", w->comm->name, p->peer.rank);
+    return;
+  }
+  char text[256];
+  if (err == 0)
+    snprintf(text, sizeof(text), "rank %d (pid %d, host %s) is gone: its peer link ended without a goodbye (its "
+             "process ended or aborted)", p->peer.rank, p->peer.pid, p->peer.host);
+  else if (err == ETIMEDOUT)
+    snprintf(text, sizeof(text), "rank %d (pid %d, host %s) stopped answering: its peer link's keepalive failed",
+             p->peer.rank, p->peer.pid, p->peer.host);
+  else
+    snprintf(text, sizeof(text), "rank %d (pid %d, host %s) is gone: its peer link failed: %s", p->peer.rank,
+             p->peer.pid, p->peer.host, strerror(err));
+  FCCL_WARN(FCCL_SUBSYS_INIT, "communicator %s: %s; failing the communicator", w->comm->name, text);
+  fcclCommFail(w->comm, fcclRemoteError, text, 1);
+}
+
 static void* monitorMain(void* arg) {
   (void)arg;
   struct pollfd* fds = NULL;
@@ -101,7 +134,7 @@ static void* monitorMain(void* arg) {
     const unsigned version = setVersion;
     size_t count = 1;
     for (struct watch* w = watches; w; w = w->next)
-      for (int i = 0; i < w->n; i++) count += w->peers[i].pidfd >= 0;
+      for (int i = 0; i < w->n; i++) count += w->peers[i].pidfd >= 0 || w->peers[i].link >= 0;
     if (count > capacity) {
       struct pollfd* f = realloc(fds, count * sizeof(*fds));
       if (f) fds = f;
@@ -120,8 +153,9 @@ static void* monitorMain(void* arg) {
     if (capacity > 0) fds[used++] = (struct pollfd){.fd = wakeFd, .events = POLLIN};
     for (struct watch* w = watches; w && used < capacity; w = w->next)
       for (int i = 0; i < w->n && used < capacity; i++) {
-        if (w->peers[i].pidfd < 0) continue;
-        fds[used] = (struct pollfd){.fd = w->peers[i].pidfd, .events = POLLIN};
+        const int fd = w->peers[i].pidfd >= 0 ? w->peers[i].pidfd : w->peers[i].link;
+        if (fd < 0) continue;
+        fds[used] = (struct pollfd){.fd = fd, .events = POLLIN};
         owners[used] = w;
         indices[used] = i;
         used++;
@@ -137,10 +171,15 @@ static void* monitorMain(void* arg) {
       (void)got;
     }
     /* A watch removed while poll ran may be freed, even if its wake came too late for this poll: owners[] is
-     * stale. A pidfd stays readable, so an exit seen now is seen again by the next poll. */
+     * stale. A pidfd stays readable, and a link keeps its news, so what is seen now is seen again by the next poll. */
     if (setVersion != version || (fds[0].revents & POLLIN)) continue;
-    for (size_t k = 1; k < used; k++)
-      if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) peerExited(owners[k], indices[k]);
+    for (size_t k = 1; k < used; k++) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (owners[k]->peers[indices[k]].pidfd >= 0)
+        peerExited(owners[k], indices[k]);
+      else
+        peerLinkEvent(owners[k], indices[k]);
+    }
   }
   pthread_mutex_unlock(&monitorLock);
   free(fds);
@@ -163,6 +202,12 @@ fcclResult_t fcclMonitorWatch(struct fcclComm* comm, const struct fcclMonitorPee
   int gone = -1; /* a peer already gone: failed once the watch is in place */
   for (int i = 0; i < n; i++) {
     watched[w->n].peer = peers[i];
+    watched[w->n].link = peers[i].link;
+    watched[w->n].pidfd = -1;
+    if (peers[i].link >= 0) {
+      w->n++;
+      continue;
+    }
     int fd = (int)syscall(SYS_pidfd_open, (pid_t)peers[i].pid, 0);
     if (fd < 0) {
       if (errno == ESRCH && gone < 0) {
@@ -202,15 +247,17 @@ fcclResult_t fcclMonitorWatch(struct fcclComm* comm, const struct fcclMonitorPee
 unlock:
   pthread_mutex_unlock(&monitorLock);
   if (res != fcclSuccess) {
-    for (int i = 0; i < w->n; i++)
+    for (int i = 0; i < w->n; i++) {
       if (watched[i].pidfd >= 0) close(watched[i].pidfd);
+      if (watched[i].link >= 0) fcclBootstrapPeerLinkClose(&watched[i].link);
+    }
     free(watched);
     free(w);
   }
   return res;
 }
 
-void fcclMonitorForget(struct fcclComm* comm) {
+void fcclMonitorForget(struct fcclComm* comm, int goodbye) {
   pthread_mutex_lock(&monitorLock);
   struct watch** link = &watches;
   while (*link && (*link)->comm != comm) link = &(*link)->next;
@@ -225,8 +272,13 @@ void fcclMonitorForget(struct fcclComm* comm) {
   if (w && running) wake();
   pthread_mutex_unlock(&monitorLock);
   if (!w) return;
-  for (int i = 0; i < w->n; i++)
+  for (int i = 0; i < w->n; i++) {
     if (w->peers[i].pidfd >= 0) close(w->peers[i].pidfd);
+    if (w->peers[i].link >= 0) {
+      if (goodbye) fcclBootstrapPeerLinkGoodbye(w->peers[i].link);
+      fcclBootstrapPeerLinkClose(&w->peers[i].link);
+    }
+  }
   free(w->peers);
   free(w);
   if (!stop) return;
@@ -246,6 +298,13 @@ void fcclMonitorForget(struct fcclComm* comm) {
     wakeFd = -1;
   }
   pthread_mutex_unlock(&monitorLock);
+}
+
+int fcclMonitorCanWatchProcesses(void) {
+  const int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+  if (fd < 0) return errno != ENOSYS && errno != EPERM;
+  close(fd);
+  return 1;
 }
 
 void fcclMonitorStats(int* comms, int* threads) {

@@ -33,6 +33,9 @@ struct fcclBootstrapOps {
   fcclResult_t (*barrier)(struct fcclBootstrap* bootstrap);
   /* Frees the method's state; local only (never talks to peers), safe after any failure or abort. */
   void (*destroy)(struct fcclBootstrap* bootstrap);
+  /* The address this rank reaches its peers from (union fcclSocketAddress*, port 0); 0 when it has one. NULL for
+   * methods without sockets of their own. */
+  int (*localAddress)(const struct fcclBootstrap* bootstrap, void* addr);
 };
 
 struct fcclBootstrap {
@@ -64,6 +67,33 @@ fcclResult_t fcclBootstrapBarrier(struct fcclBootstrap* bootstrap);
  * cannot bound, which fcclCommAbort must not join. Any thread; bootstrap may be NULL.
  */
 int fcclBootstrapInCallback(const struct fcclBootstrap* bootstrap);
+
+/*
+ * Peer links (liveness.c): one TCP connection between this rank and each rank r with watched[r] != 0, for peers
+ * whose process this one cannot watch (another host, another pid namespace, no pidfd_open). After its hello a
+ * link carries one byte at most, FCCL_LINK_GOODBYE, sent by a rank that destroys its communicator; the link's end
+ * without it (the process ended or aborted: its kernel closes the socket) or a failed keepalive (the host stopped
+ * answering within keepaliveMs) is how the other side learns the peer is gone. Collective: every rank calls it, with
+ * a symmetric watched[] (r watches s exactly when s watches r); a rank that watches nobody takes part in the
+ * exchange only. The lower rank of a pair connects, the higher accepts, checking a secret drawn per rank and handed
+ * round by the bootstrap's all-gather, so a local stranger cannot pose as a rank. links[r] receives each link
+ * (non-blocking, close-on-exec; -1 where not watched); the caller owns them. Bounded by the bootstrap's timeout.
+ * Same codes as fcclBootstrapAllGather; fcclSystemError when no socket can be made.
+ */
+#define FCCL_LINK_GOODBYE 0x47
+fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* bootstrap, const uint8_t* watched, int keepaliveMs,
+                                    int* links);
+
+/* What a peer link says now (non-blocking): nothing yet, the goodbye, or its end (errno-style cause in *err: 0 for a
+ * plain end of stream, ETIMEDOUT for a failed keepalive, ECONNRESET, ...). */
+typedef enum { FCCL_LINK_QUIET = 0, FCCL_LINK_GOODBYE_SEEN, FCCL_LINK_ENDED } fcclLinkState_t;
+fcclLinkState_t fcclBootstrapPeerLinkRead(int link, int* err);
+
+/* Sends the goodbye on link without blocking (best effort: a full or broken link is left to end by itself). */
+void fcclBootstrapPeerLinkGoodbye(int link);
+
+/* Closes a link (through the socket table that keeps sockets out of fork() children) and sets it to -1. */
+void fcclBootstrapPeerLinkClose(int* link);
 
 /* Frees the bootstrap (NULL is fine). Local: no message is sent; peers see the connections close. */
 void fcclBootstrapDestroy(struct fcclBootstrap* bootstrap);

@@ -46,6 +46,10 @@ FCCL_PARAM(BROADCAST_ALGO, FCCL_PARAM_STRING, "",
            "Broadcast algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
+FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",
+           "Peers whose process this one cannot watch (another host, another pid namespace) are watched through a TCP "
+           "link each: its end is seen at once, and a host that stops answering its keepalive within about this many "
+           "milliseconds fails the communicator. 0: no links (their deaths are seen by FCCL_TIMEOUT).")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
            "1: launch the collective kernels with programmatic dependent launch (compute capability 9.0 and up), so "
            "a kernel's launch overlaps the end of the kernel before it on the stream; 0: plain launches.")

@@ -77,8 +77,8 @@ static void testKill(void) {
   fakeCommInit(&both, "both");
   fakeCommInit(&onlyA, "onlyA");
   fakeCommInit(&onlyB, "onlyB");
-  struct fcclMonitorPeer pa = {.rank = 1, .pid = (int)a, .host = "here"};
-  struct fcclMonitorPeer pb = {.rank = 2, .pid = (int)b, .host = "here"};
+  struct fcclMonitorPeer pa = {.rank = 1, .pid = (int)a, .host = "here", .link = -1};
+  struct fcclMonitorPeer pb = {.rank = 2, .pid = (int)b, .host = "here", .link = -1};
   struct fcclMonitorPeer two[2] = {pa, pb};
   EXPECT_EQ_INT(fcclMonitorWatch(&both.comm, two, 2), fcclSuccess);
   EXPECT_EQ_INT(fcclMonitorWatch(&onlyA.comm, &pa, 1), fcclSuccess);
@@ -132,16 +132,16 @@ static void testKill(void) {
   /* A peer already gone (reaped) fails the communicator at once. */
   struct fakeComm late;
   fakeCommInit(&late, "late");
-  struct fcclMonitorPeer gone = {.rank = 3, .pid = (int)a, .host = "here"};
+  struct fcclMonitorPeer gone = {.rank = 3, .pid = (int)a, .host = "here", .link = -1};
   EXPECT_EQ_INT(fcclMonitorWatch(&late.comm, &gone, 1), fcclSuccess);
   EXPECT_EQ_INT(late.comm.asyncError, fcclRemoteError);
   EXPECT_STR_CONTAINS(fcclGetLastError(&late.comm), "rank 3");
 
-  fcclMonitorForget(&late.comm);
-  fcclMonitorForget(&both.comm);
-  fcclMonitorForget(&onlyA.comm);
-  fcclMonitorForget(&onlyB.comm);
-  fcclMonitorForget(&onlyB.comm); /* a second forget is a no-op */
+  fcclMonitorForget(&late.comm, 0);
+  fcclMonitorForget(&both.comm, 0);
+  fcclMonitorForget(&onlyA.comm, 0);
+  fcclMonitorForget(&onlyB.comm, 0);
+  fcclMonitorForget(&onlyB.comm, 0); /* a second forget is a no-op */
   fcclMonitorStats(&comms, &threads);
   EXPECT_EQ_INT(comms, 0);
   EXPECT_EQ_INT(threads, 0);
@@ -160,14 +160,14 @@ static void testCycles(void) {
   pid_t a = sleeper();
   for (int cycle = 0; cycle < 50; cycle++) {
     struct fakeComm f[4];
-    struct fcclMonitorPeer pa = {.rank = 1, .pid = (int)a, .host = "here"};
+    struct fcclMonitorPeer pa = {.rank = 1, .pid = (int)a, .host = "here", .link = -1};
     for (int i = 0; i < 4; i++) {
       fakeCommInit(&f[i], "cycle");
       EXPECT_EQ_INT(fcclMonitorWatch(&f[i].comm, &pa, 1), fcclSuccess);
     }
     for (int i = 0; i < 4; i++) {
       EXPECT_EQ_INT(f[i].comm.asyncError, fcclSuccess);
-      fcclMonitorForget(&f[i].comm);
+      fcclMonitorForget(&f[i].comm, 0);
     }
   }
   int comms = -1, threads = -1;
