@@ -496,7 +496,8 @@ static void testMoveGrids(void) {
                 break;
             }
             /* A form that can run is the one forced; the choice is a pure function of the query. */
-            if (forced == FCCL_MOVE_STAGED || ((forced == FCCL_MOVE_DIRECT || forced == FCCL_MOVE_COPY) && registered) ||
+            const int registeredForm = forced == FCCL_MOVE_DIRECT || forced == FCCL_MOVE_COPY;
+            if (forced == FCCL_MOVE_STAGED || (registeredForm && registered) ||
                 (forced == FCCL_MOVE_LL && bytes <= q.llBytes))
               EXPECT_EQ_INT(form, forced);
             fcclAlgoChoice again;
