@@ -42,7 +42,7 @@ static fcclResult_t allGatherByCopy(struct fcclComm* comm, const struct fcclPlan
                               stream));
   }
   if (!args->inPlace)
-    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf + offset, mine, args->bytes, cudaMemcpyDeviceToDevice,
+    CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf + offset, mine, args->bytes, cudaMemcpyDefault,
                               stream));
   return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1, FCCL_DEVICE_BARRIER_THREADS,
                           s->pdl, stream);

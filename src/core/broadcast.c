@@ -38,7 +38,7 @@ static fcclResult_t broadcastByCopy(struct fcclComm* comm, const struct fcclPlan
       CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->peerRecv[(rank + k) % nranks], message, args->bytes,
                                 cudaMemcpyDefault, stream));
     if (!args->inPlace)
-      CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf, message, args->bytes, cudaMemcpyDeviceToDevice,
+      CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf, message, args->bytes, cudaMemcpyDefault,
                                 stream));
   }
   return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1, FCCL_DEVICE_BARRIER_THREADS,
