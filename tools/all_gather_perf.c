@@ -8,6 +8,7 @@
  *
  *   all_gather_perf -b 8 -e 512M -f 2 -d bfloat16 --compare nccl     every local GPU, one forked process each
  *   all_gather_perf -b 1M -e 256M -f 4 -R 1 -G 20                      registered buffers, CUDA graphs
+ *   FCCL_ALLGATHER_ALGO=copy all_gather_perf -b 16M -e 1G -f 2 -R 1 -G 20  the copy engines (registered buffers)
  */
 #include "bench/collective.h"
 

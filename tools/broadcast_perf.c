@@ -7,6 +7,7 @@
  *
  *   broadcast_perf -b 8 -e 1G -f 2 -d bfloat16 --compare nccl
  *   broadcast_perf -b 1M -e 1G -f 4 -r 1 -G 20
+ *   FCCL_BROADCAST_ALGO=copy broadcast_perf -b 16M -e 1G -f 2 -R 1 -G 20   the copy engines (registered buffers)
  */
 #include "bench/collective.h"
 

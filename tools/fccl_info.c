@@ -228,9 +228,10 @@ static const struct {
 static int printMoveTable(int which, int nranks, int smCount) {
   const char* variable = fcclParamInfo(moveCollectives[which].param)->name;
   const char* requestText = fcclParamString(moveCollectives[which].param);
-  const int request = fcclMoveParseRequest(requestText);
+  const int request = fcclMoveParseRequest(requestText, moveCollectives[which].firstKernel);
   if (request < 0) {
-    fprintf(stderr, "fccl-info: %s=%s is not one of auto, ll, direct, staged\n", variable, requestText);
+    fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText,
+            fcclMoveRequestNames(moveCollectives[which].firstKernel));
     return 2;
   }
   fcclSlotLayout layout;
@@ -238,7 +239,8 @@ static int printMoveTable(int which, int nranks, int smCount) {
   printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n",
          moveCollectives[which].name, nranks, smCount, variable, requestText[0] ? requestText : "auto",
          (unsigned long long)layout.llBytes, (unsigned long long)layout.chunkBytes);
-  printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message)\n");
+  printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message); FCCL_COPY_MOVE_MIN=%llu "
+         "(0: the copy form only when forced)\n", (unsigned long long)fcclDeviceCopyMoveMin());
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char cells[2][64];
@@ -249,6 +251,7 @@ static int printMoveTable(int which, int nranks, int smCount) {
       }
       fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, &layout, fcclDeviceLL128Auto(),
                                               fcclDeviceCopyScatterMin());
+      query.copyMoveMin = fcclDeviceCopyMoveMin();
       query.forced = fcclMoveResolveRequest(request, moveCollectives[which].firstKernel);
       fcclAlgoChoice choice;
       if (fcclMoveSelect(&query, moveCollectives[which].firstKernel, &choice) != fcclSuccess)

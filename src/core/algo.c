@@ -53,12 +53,14 @@ const char* fcclAlgoName(int algo) {
     case FCCL_KERNEL_ALLGATHER_LL: return "allgather_ll";
     case FCCL_KERNEL_ALLGATHER_DIRECT: return "allgather_direct";
     case FCCL_KERNEL_ALLGATHER_STAGED: return "allgather_staged";
+    case FCCL_KERNEL_ALLGATHER_COPY: return "allgather_copy";
     case FCCL_KERNEL_REDUCESCATTER_LL: return "reducescatter_ll";
     case FCCL_KERNEL_REDUCESCATTER_DIRECT: return "reducescatter_direct";
     case FCCL_KERNEL_REDUCESCATTER_STAGED: return "reducescatter_staged";
     case FCCL_KERNEL_BROADCAST_LL: return "broadcast_ll";
     case FCCL_KERNEL_BROADCAST_DIRECT: return "broadcast_direct";
     case FCCL_KERNEL_BROADCAST_STAGED: return "broadcast_staged";
+    case FCCL_KERNEL_BROADCAST_COPY: return "broadcast_copy";
     case FCCL_KERNEL_BARRIER: return "barrier";
     case FCCL_KERNEL_FUSED_NORM: return "fused_norm";
     default: return "unknown";
@@ -254,18 +256,27 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
 
 /* ---- all-gather, reduce-scatter, broadcast ----------------------------------------------------------------------
  * One table for the three: a block of up to the all-reduce's LL limit for the rank count (and the LL area) goes by
- * LL packets; beyond, registered buffers are moved directly, plain ones through staging in rounds of one chunk. */
+ * LL packets; beyond, registered buffers are moved directly (all-gather and broadcast: by the copy engines from
+ * fcclAlgoQuery.copyMoveMin, FCCL_COPY_MOVE_MIN, which is 0 until two GPUs have measured where the copies pay),
+ * plain ones through staging in rounds of one chunk. */
 
-int fcclMoveParseRequest(const char* name) {
+int fcclMoveForms(int firstKernel) { return firstKernel == FCCL_KERNEL_REDUCESCATTER_LL ? 3 : 4; }
+
+int fcclMoveParseRequest(const char* name, int firstKernel) {
   if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_MOVE_REQUEST_AUTO;
   if (strcmp(name, "ll") == 0) return FCCL_MOVE_LL;
   if (strcmp(name, "direct") == 0) return FCCL_MOVE_DIRECT;
   if (strcmp(name, "staged") == 0) return FCCL_MOVE_STAGED;
+  if (strcmp(name, "copy") == 0 && fcclMoveForms(firstKernel) > FCCL_MOVE_COPY) return FCCL_MOVE_COPY;
   return -1;
 }
 
+const char* fcclMoveRequestNames(int firstKernel) {
+  return fcclMoveForms(firstKernel) > FCCL_MOVE_COPY ? "auto, ll, direct, staged, copy" : "auto, ll, direct, staged";
+}
+
 int fcclMoveResolveRequest(int request, int firstKernel) {
-  return request >= FCCL_MOVE_LL && request <= FCCL_MOVE_STAGED ? firstKernel + request : -1;
+  return request >= FCCL_MOVE_LL && request < fcclMoveForms(firstKernel) ? firstKernel + request : -1;
 }
 
 /* Rounds of the staged form, and whether each still fits a signal's steps (+2: the broadcast's ready step). */
@@ -278,6 +289,10 @@ static int moveApplicable(int form, const fcclAlgoQuery* q, const char** why) {
       if (q->bytes > q->llBytes) reason = "the block is larger than the LL area";
       break;
     case FCCL_MOVE_DIRECT:
+      if (!q->registered) reason = "the buffers are not registered";
+      break;
+    case FCCL_MOVE_COPY:
+      /* The copies write into the peers' outputs: those must be mapped here. */
       if (!q->registered) reason = "the buffers are not registered";
       break;
     case FCCL_MOVE_STAGED:
@@ -299,7 +314,7 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
   if (q->forced >= 0) {
     const int wanted = q->forced - firstKernel;
     const char* why = NULL;
-    if (wanted < FCCL_MOVE_LL || wanted > FCCL_MOVE_STAGED)
+    if (wanted < FCCL_MOVE_LL || wanted >= fcclMoveForms(firstKernel))
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "algorithm %d is not one of this collective's",
                         q->forced);
     if (moveApplicable(wanted, q, &why))
@@ -314,6 +329,9 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
   if (form < 0) {
     if (q->bytes <= algoTable[tableRow(q)].llMax && moveApplicable(FCCL_MOVE_LL, q, NULL))
       form = FCCL_MOVE_LL;
+    else if (q->registered && fcclMoveForms(firstKernel) > FCCL_MOVE_COPY && q->copyMoveMin > 0 &&
+             q->bytes >= q->copyMoveMin)
+      form = FCCL_MOVE_COPY;
     else
       form = q->registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
   }
@@ -334,6 +352,10 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
       break;
     }
     case FCCL_MOVE_DIRECT: c->blocks = dataBlocks(q, units); break;
+    case FCCL_MOVE_COPY: /* the grid of its two barrier kernels; the copies take no grid */
+      c->blocks = 1;
+      c->threads = FCCL_DEVICE_BARRIER_THREADS;
+      break;
     default:
       c->roundUnits = stagedRoundUnits(q);
       c->blocks = dataBlocks(q, units < c->roundUnits ? units : c->roundUnits);
@@ -345,5 +367,5 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
 int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel) {
   fcclAlgoChoice choice;
   if (fcclMoveSelect(query, firstKernel, &choice) != fcclSuccess) return 0;
-  return (int)choice.algo == firstKernel + FCCL_MOVE_DIRECT;
+  return (int)choice.algo == firstKernel + FCCL_MOVE_DIRECT || (int)choice.algo == firstKernel + FCCL_MOVE_COPY;
 }

@@ -6,12 +6,49 @@
 #include "algo.h"
 #include "check.h"
 #include "comm.h"
+#include "device.h"
 #include "device_state.h"
 #include "enqueue.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
 
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
   return fcclMoveResolveRequest(state->broadcastRequest, FCCL_KERNEL_BROADCAST_LL);
+}
+
+/*
+ * The copy form (registered outputs): a barrier (every rank reached the call, so its output may be written), then
+ * on the root one cudaMemcpyAsync of its message into each peer's output (peers in the order root + 1, ...) and,
+ * out of place, into its own; then a closing barrier, which no rank passes before the root's copies completed.
+ * The root pushes, so only the outputs need be registered (its sendbuf plays no part, as in the direct form).
+ */
+static fcclResult_t broadcastByCopy(struct fcclComm* comm, const struct fcclPlan* plan, cudaStream_t stream) {
+  const fcclDevArgs* args = &plan->args;
+  const struct fcclDeviceState* s = comm->device;
+  const int nranks = comm->nranks, rank = comm->rank;
+  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1,
+                             FCCL_DEVICE_BARRIER_THREADS, s->pdl, stream));
+  if (rank == args->root) {
+    const char* message = (const char*)(uintptr_t)args->sendbuf;
+    for (int k = 1; k < nranks; k++)
+      CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->peerRecv[(rank + k) % nranks], message, args->bytes,
+                                cudaMemcpyDefault, stream));
+    if (!args->inPlace)
+      CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf, message, args->bytes, cudaMemcpyDefault,
+                                stream));
+  }
+  return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1, FCCL_DEVICE_BARRIER_THREADS,
+                          s->pdl, stream);
+}
+
+static fcclResult_t launch(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
+                           cudaStream_t stream) {
+  if (plan->choice.algo == FCCL_KERNEL_BROADCAST_COPY) return broadcastByCopy(comm, plan, stream);
+  return fcclEnqueueKernel(comm, call, plan, stream);
 }
 
 const struct fcclCollective fcclCollBroadcast = {
@@ -21,11 +58,11 @@ const struct fcclCollective fcclCollBroadcast = {
     .rooted = 1,
     .firstKernel = FCCL_KERNEL_BROADCAST_LL,
     .peerBuffers = FCCL_PEERS_RECV,
-    .kernels = 3,
+    .kernels = 4,
     .request = request,
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
-    .launch = fcclEnqueueKernel,
+    .launch = launch,
 };
 
 fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,

@@ -66,6 +66,11 @@ uint64_t fcclDeviceCopyScatterMin(void) {
   return value > 0 ? (uint64_t)value : 0;
 }
 
+uint64_t fcclDeviceCopyMoveMin(void) {
+  const int64_t value = fcclParamInt(FCCL_PARAM_COPY_MOVE_MIN);
+  return value > 0 ? (uint64_t)value : 0;
+}
+
 size_t fcclDeviceSlotBytes(int nranks) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
@@ -99,6 +104,7 @@ struct deviceHello {
   int32_t graphRegister;
   uint64_t copyScatterMin;
   int32_t requests[4]; /* FCCL_ALGO, FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO, parsed */
+  uint64_t copyMoveMin;
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -159,16 +165,17 @@ static void parseRequests(struct fcclDeviceState* s) {
   }
   const struct {
     fcclParamId_t param;
+    int firstKernel;
     int* request;
-  } moves[] = {{FCCL_PARAM_ALLGATHER_ALGO, &s->allGatherRequest},
-               {FCCL_PARAM_REDUCESCATTER_ALGO, &s->reduceScatterRequest},
-               {FCCL_PARAM_BROADCAST_ALGO, &s->broadcastRequest}};
+  } moves[] = {{FCCL_PARAM_ALLGATHER_ALGO, FCCL_KERNEL_ALLGATHER_LL, &s->allGatherRequest},
+               {FCCL_PARAM_REDUCESCATTER_ALGO, FCCL_KERNEL_REDUCESCATTER_LL, &s->reduceScatterRequest},
+               {FCCL_PARAM_BROADCAST_ALGO, FCCL_KERNEL_BROADCAST_LL, &s->broadcastRequest}};
   for (size_t m = 0; m < sizeof(moves) / sizeof(moves[0]); m++) {
     const char* name = fcclParamString(moves[m].param);
-    *moves[m].request = fcclMoveParseRequest(name);
+    *moves[m].request = fcclMoveParseRequest(name, moves[m].firstKernel);
     if (*moves[m].request < 0) {
-      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of auto, ll, direct, staged; choosing by size",
-                fcclParamInfo(moves[m].param)->name, name);
+      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of %s; choosing by size", fcclParamInfo(moves[m].param)->name,
+                name, fcclMoveRequestNames(moves[m].firstKernel));
       *moves[m].request = FCCL_MOVE_REQUEST_AUTO;
     }
   }
@@ -228,6 +235,7 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->pdl = ccMajor >= 9 && fcclParamInt(FCCL_PARAM_PDL) != 0;
   s->ll128Auto = fcclDeviceLL128Auto();
   s->copyScatterMin = fcclDeviceCopyScatterMin();
+  s->copyMoveMin = fcclDeviceCopyMoveMin();
   s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
   parseRequests(s);
 
@@ -271,6 +279,7 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->ll128Auto = s->ll128Auto;
   mine->graphRegister = s->graphRegister;
   mine->copyScatterMin = s->copyScatterMin;
+  mine->copyMoveMin = s->copyMoveMin;
   const int32_t requests[4] = {s->algoRequest, s->allGatherRequest, s->reduceScatterRequest, s->broadcastRequest};
   memcpy(mine->requests, requests, sizeof(requests));
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
@@ -302,6 +311,11 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "rank %d has FCCL_COPY_SCATTER_MIN=%llu, rank %d %llu: set the same value on every rank (the "
                        "ranks of a call must choose the same algorithm)", r, (unsigned long long)h->copyScatterMin,
                        comm->rank, (unsigned long long)mine->copyScatterMin);
+    else if (h->copyMoveMin != mine->copyMoveMin)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d has FCCL_COPY_MOVE_MIN=%llu, rank %d %llu: set the same value on every rank (the "
+                       "ranks of a call must choose the same algorithm)", r, (unsigned long long)h->copyMoveMin,
+                       comm->rank, (unsigned long long)mine->copyMoveMin);
     else if (memcmp(h->requests, mine->requests, sizeof(mine->requests)) != 0)
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                        "rank %d and rank %d were given different algorithms (FCCL_ALGO, FCCL_ALLGATHER_ALGO, "

@@ -244,6 +244,7 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, args->inPlace, s->smCount, &s->dev.layout,
                                           s->ll128Auto, s->copyScatterMin);
+  query.copyMoveMin = s->copyMoveMin;
   query.forced = coll->request(s, 1);
   FCCLCHECK(findPeerBuffers(comm, call, sendBytes, recvBytes, capturing, &query, args, &plan.registered));
 

@@ -28,6 +28,9 @@ typedef struct {
    * FCCL_COPY_SCATTER_MIN): they move more than SM stores with both directions busy, after a barrier and a copy
    * that cost a fixed time per call (docs/perf/notes/copy-engines.md). */
   uint64_t copyScatterMin;
+  /* All-gather and broadcast on registered buffers: by the copy engines from this block size (0: never, only when
+   * forced; FCCL_COPY_MOVE_MIN). fcclAlgoQueryMake leaves it 0. */
+  uint64_t copyMoveMin;
   int forced;          /* -1: choose; else the fcclDevKernel_t to use */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
@@ -93,22 +96,32 @@ int fcclAlgoResolveRequest(int request, int registered);
 int fcclAlgoIsCopy(int nranks, int forced);
 
 /*
- * All-gather, reduce-scatter and broadcast: three forms each, whose kernels are firstKernel + form
- * (FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL). query->bytes is one block's
+ * All-gather, reduce-scatter and broadcast: forms whose kernels are firstKernel + form (FCCL_KERNEL_ALLGATHER_LL,
+ * FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL). All three have LL, direct and staged; all-gather and
+ * broadcast also copy (the copy engines between two barriers, registered buffers). query->bytes is one block's
  * (a rank's contribution, a rank's result, the broadcast message); query->forced is -1 or one of the collective's
  * kernels. The table and the grid: algo.c; fcclInvalidArgument as for fcclAlgoSelect.
  */
-enum { FCCL_MOVE_LL = 0, FCCL_MOVE_DIRECT = 1, FCCL_MOVE_STAGED = 2, FCCL_MOVE_REQUEST_AUTO = 100 };
+enum { FCCL_MOVE_LL = 0, FCCL_MOVE_DIRECT = 1, FCCL_MOVE_STAGED = 2, FCCL_MOVE_COPY = 3, FCCL_MOVE_REQUEST_AUTO = 100 };
 fcclResult_t fcclMoveSelect(const fcclAlgoQuery* query, int firstKernel, fcclAlgoChoice* choice);
 
-/* FCCL_ALLGATHER_ALGO and its kin: "" or "auto" -> FCCL_MOVE_REQUEST_AUTO, "ll", "direct", "staged" -> the form;
- * -1 for anything else. */
-int fcclMoveParseRequest(const char* name);
+/* How many forms the collective whose first kernel is firstKernel has: 4 (ll, direct, staged, copy) for the
+ * all-gather and the broadcast, 3 for the reduce-scatter (a copy cannot reduce); its kernels are
+ * [firstKernel, firstKernel + forms). */
+int fcclMoveForms(int firstKernel);
+
+/* FCCL_ALLGATHER_ALGO and its kin: "" or "auto" -> FCCL_MOVE_REQUEST_AUTO, "ll", "direct", "staged", "copy" -> the
+ * form; -1 for anything else, and for a form the collective whose first kernel is firstKernel does not have. */
+int fcclMoveParseRequest(const char* name, int firstKernel);
+
+/* "auto, ll, direct, staged, copy": the values fcclMoveParseRequest accepts for the collective, for messages. */
+const char* fcclMoveRequestNames(int firstKernel);
 
 /* The forced kernel for a parsed request (-1 for auto). */
 int fcclMoveResolveRequest(int request, int firstKernel);
 
-/* Whether registered buffers would run the direct form for query (registered set): the graph-registration test. */
+/* Whether registered buffers would run another form than plain ones for query (registered set): direct or copy.
+ * The graph-registration test. */
 int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel);
 
 #endif /* FCCL_ALGO_H_ */

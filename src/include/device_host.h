@@ -198,19 +198,23 @@ typedef enum {
   FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
   FCCL_ALGO_LL128 = 5,          /* one-shot push of 128-byte lines (120 data bytes, the epoch in the last 8) */
   FCCL_ALGO_COUNT = 6,          /* the all-reduce's algorithms are [0, FCCL_ALGO_COUNT) */
-  /* all-gather, reduce-scatter and broadcast: LL packets (small), direct on registered buffers, staged in rounds */
+  /* all-gather, reduce-scatter and broadcast: LL packets (small), direct on registered buffers, staged in rounds;
+   * all-gather and broadcast also by the copy engines between two barrier kernels (no kernel of their own: the
+   * host enqueues the barriers and the copies, src/core/allgather.c and broadcast.c) */
   FCCL_KERNEL_ALLGATHER_LL = 6,
   FCCL_KERNEL_ALLGATHER_DIRECT = 7,
   FCCL_KERNEL_ALLGATHER_STAGED = 8,
-  FCCL_KERNEL_REDUCESCATTER_LL = 9,
-  FCCL_KERNEL_REDUCESCATTER_DIRECT = 10,
-  FCCL_KERNEL_REDUCESCATTER_STAGED = 11,
-  FCCL_KERNEL_BROADCAST_LL = 12,
-  FCCL_KERNEL_BROADCAST_DIRECT = 13,
-  FCCL_KERNEL_BROADCAST_STAGED = 14,
-  FCCL_KERNEL_COUNT = 15,
-  FCCL_KERNEL_BARRIER = 16,     /* the barrier: no data, one warp */
-  FCCL_KERNEL_FUSED_NORM = 17   /* all-reduce + residual add + RMSNorm (fused_norm.cu); the id in error reports */
+  FCCL_KERNEL_ALLGATHER_COPY = 9,
+  FCCL_KERNEL_REDUCESCATTER_LL = 10,
+  FCCL_KERNEL_REDUCESCATTER_DIRECT = 11,
+  FCCL_KERNEL_REDUCESCATTER_STAGED = 12,
+  FCCL_KERNEL_BROADCAST_LL = 13,
+  FCCL_KERNEL_BROADCAST_DIRECT = 14,
+  FCCL_KERNEL_BROADCAST_STAGED = 15,
+  FCCL_KERNEL_BROADCAST_COPY = 16,
+  FCCL_KERNEL_COUNT = 17,
+  FCCL_KERNEL_BARRIER = 18,     /* the barrier: no data, one warp */
+  FCCL_KERNEL_FUSED_NORM = 19   /* all-reduce + residual add + RMSNorm (fused_norm.cu); the id in error reports */
 } fcclDevKernel_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */

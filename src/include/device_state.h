@@ -30,6 +30,7 @@ struct fcclDeviceState {
   int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
   uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
+  uint64_t copyMoveMin;      /* FCCL_COPY_MOVE_MIN: all-gather and broadcast by the copy engines from this block */
   int reported;              /* the kernels' error was described once (atomic) */
   uint64_t firstEpoch;       /* the epoch of the communicator's first call (error reports count calls from it) */
 };
@@ -46,6 +47,9 @@ uint64_t fcclDeviceStagingBytes(void);
 
 /* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
 uint64_t fcclDeviceCopyScatterMin(void);
+
+/* FCCL_COPY_MOVE_MIN as the move table uses it (fcclAlgoQuery.copyMoveMin): 0 (never) when not positive. */
+uint64_t fcclDeviceCopyMoveMin(void);
 
 /*
  * Whether a GPU of compute capability cc (major * 10 + minor) can run kernels built with SASS for sassArchs

@@ -38,12 +38,17 @@ FCCL_PARAM(ALGO, FCCL_PARAM_STRING, "",
            "(oneshot_push, oneshot_pull, twoshot_staged, twoshot_reg), or ll128; one that cannot run a call falls back "
            "to auto.")
 FCCL_PARAM(ALLGATHER_ALGO, FCCL_PARAM_STRING, "",
-           "All-gather algorithm: empty or auto (by size), ll, direct (registered buffers) or staged; one that cannot "
-           "run a call falls back to auto. Equal on every rank.")
+           "All-gather algorithm: empty or auto (by size), ll, direct (registered buffers), staged, or copy (the copy "
+           "engines, registered buffers); one that cannot run a call falls back to auto. Equal on every rank.")
 FCCL_PARAM(REDUCESCATTER_ALGO, FCCL_PARAM_STRING, "",
-           "Reduce-scatter algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
+           "Reduce-scatter algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO (no copy form).")
 FCCL_PARAM(BROADCAST_ALGO, FCCL_PARAM_STRING, "",
-           "Broadcast algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
+           "Broadcast algorithm: empty or auto, ll, direct, staged or copy, as FCCL_ALLGATHER_ALGO.")
+FCCL_PARAM(COPY_MOVE_MIN, FCCL_PARAM_INT, "0",
+           "Block bytes from which an all-gather or broadcast on registered buffers (or buffers captured in a graph) "
+           "moves its data with the copy engines (cudaMemcpyAsync between two barriers) instead of the direct "
+           "kernel; 0: never by the automatic choice (FCCL_ALLGATHER_ALGO=copy, FCCL_BROADCAST_ALGO=copy force it). "
+           "Equal on every rank.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",

@@ -8,6 +8,8 @@
  *   timeout      rank 1 never joins: rank 0's barrier, LL, LL128 and two-shot kernels give up after FCCL_TIMEOUT
  *                (set to 300 ms here), record fcclTimeout, fcclCommGetAsyncError reports it, later calls return it
  *   abort        rank 1 never joins: fcclCommAbort on rank 0 stops its waiting barrier, LL and LL128 kernels at once
+ * Both also run the all-gather's copy form (registered buffers, every rank registers them): rank 0's opening
+ * barrier kernel gives up (timeout) or stops (abort), and the copies and the closing barrier behind it end too.
  */
 #include "algo.h"
 #include "enqueue.h"
@@ -189,11 +191,68 @@ static void timeoutScenario(int rank, int nranks, const struct barrierArgs* args
   EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
 }
 
+/* The all-gather's copy form with rank 1 absent: rank 0 enqueues a barrier kernel, the copies into the peers'
+ * registered outputs and a closing barrier; the first barrier gives up after FCCL_TIMEOUT (abortIt 0) or stops on
+ * fcclCommAbort (abortIt 1), the copies still run (they write mapped memory, which cannot hang), the closing
+ * barrier leaves at once on the recorded error or the abort flag. */
+static void copyScenario(int rank, int nranks, const struct barrierArgs* args, int which, int abortIt) {
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, which);
+  if (!comm) {
+    testFail(__FILE__, __LINE__, "rank %d: no communicator", rank);
+    return;
+  }
+  const size_t count = 100000;
+  struct collBuffer buffer;
+  if (!collBufferCreate(comm, &buffer, (size_t)nranks * count * sizeof(float), 1)) {
+    testFail(__FILE__, __LINE__, "rank %d: no registered buffer", rank);
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    return;
+  }
+  const char* what = abortIt ? "abort" : "timeout";
+  if (rank == 0) {
+    cudaStream_t stream;
+    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    float* out = (float*)(buffer.base + COLL_GUARD); /* in place: rank 0's block starts the output */
+    int64_t start = collNowNs();
+    EXPECT_EQ_INT(fcclAllGatherAlgo(out, out, count, fcclFloat32, comm, stream, FCCL_KERNEL_ALLGATHER_COPY),
+                  fcclSuccess);
+    if (abortIt) {
+      usleep(200000);
+      EXPECT_EQ_INT(cudaStreamQuery(stream), cudaErrorNotReady); /* still waiting for rank 1 */
+      start = collNowNs();
+      EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    }
+    EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
+    const double seconds = (double)(collNowNs() - start) / 1e9;
+    EXPECT_MSG(seconds < (abortIt ? 5 : 20), "the all-gather's copy form took %.2f s to end (%s)", seconds, what);
+    if (!abortIt) {
+      fcclResult_t async = fcclSuccess;
+      EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
+      EXPECT_EQ_INT(async, fcclTimeout);
+      const char* text = fcclGetLastError(comm);
+      EXPECT_STR_CONTAINS(text, fcclAlgoName(FCCL_KERNEL_BARRIER));
+      EXPECT_STR_CONTAINS(text, "rank 1 did not arrive");
+      EXPECT_EQ_INT(fcclAllGather(out, out, count, fcclFloat32, comm, stream), fcclTimeout);
+      EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
+    }
+    printf("scenario %d (allgather_copy, %s): ended after %.3f s\n", which, what, seconds);
+    EXPECT_EQ_INT(cudaStreamDestroy(stream), cudaSuccess);
+    testShmPost(&args->shared->flags[which], 1);
+    if (!abortIt) EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+  } else {
+    waitFlag(args->shared, which);
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+  }
+  /* The aborted communicator released its registration; the memory is the test's. */
+  EXPECT_EQ_INT(fcclMemFree(buffer.base), fcclSuccess);
+}
+
 static int modeTimeout(int rank, int nranks, const struct barrierArgs* args) {
   timeoutScenario(rank, nranks, args, 1, FCCL_KERNEL_BARRIER);
   timeoutScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
   timeoutScenario(rank, nranks, args, 3, FCCL_ALGO_TWOSHOT_STAGED);
   timeoutScenario(rank, nranks, args, 4, FCCL_ALGO_LL128);
+  copyScenario(rank, nranks, args, 5, 0);
   return 0;
 }
 
@@ -233,6 +292,7 @@ static int modeAbort(int rank, int nranks, const struct barrierArgs* args) {
   abortScenario(rank, nranks, args, 1, FCCL_KERNEL_BARRIER);
   abortScenario(rank, nranks, args, 2, FCCL_ALGO_LL);
   abortScenario(rank, nranks, args, 3, FCCL_ALGO_LL128);
+  copyScenario(rank, nranks, args, 4, 1);
   return 0;
 }
 

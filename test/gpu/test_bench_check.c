@@ -4,14 +4,21 @@
  * --inject-corruption (one element of rank 0's fccl result flipped before the check) every fccl row shows #wrong > 0,
  * "Out of bounds values" says FAILED and the exit status is non-zero, eagerly and in graph mode; NCCL's columns,
  * when compared, stay clean. Skips without a GPU; with one GPU it runs one rank.
+ * registered: any of the benchmarks with -R 1 (registered buffers), eagerly and in graph mode, checked clean, and
+ * the COLL trace of every rank (FCCL_DEBUG_FILE) shows the kernel named KERNEL: the algorithm variable the test's
+ * environment sets reached the calls on the registered buffers.
  *
  *   test_bench_check <all_reduce_perf> [basic|types]
+ *   test_bench_check <benchmark> registered KERNEL
  */
 #include "fccl_build_config.h"
 #include "test.h"
 
 #include <cuda_runtime.h>
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define MAX_OUTPUT (1 << 20)
 #define MAX_FIELDS 24
@@ -92,9 +99,64 @@ static void expectCaught(const char* what, const runResult_t* r, int rows) {
   EXPECT_MSG(r->outOfBoundsFailed, "%s: \"Out of bounds values\" does not say FAILED", what);
 }
 
+/* Whether a file in dir holds ": KERNEL, " (the trace's "...: allgather_copy, 1 x 32, ..."); removes the files and
+ * dir. */
+static int traceShows(const char* dir, const char* kernel) {
+  char needle[128];
+  snprintf(needle, sizeof(needle), ": %s, ", kernel);
+  int found = 0;
+  DIR* d = opendir(dir);
+  if (!d) return 0;
+  char* text = (char*)calloc(MAX_OUTPUT + 1, 1);
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.') continue;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    FILE* f = fopen(path, "r");
+    if (f && text) {
+      const size_t n = fread(text, 1, MAX_OUTPUT, f);
+      text[n] = '\0';
+      found |= strstr(text, needle) != NULL;
+    }
+    if (f) fclose(f);
+    unlink(path);
+  }
+  closedir(d);
+  free(text);
+  rmdir(dir);
+  return found;
+}
+
+/* The registered mode: the benchmark on registered buffers under the environment's algorithm variable. */
+static int modeRegistered(const char* binary, const char* ranks, const char* kernel) {
+  /* 8 B .. 16 MiB by 8: 8 sizes, out of place and in place. */
+  const char* sweep = "-b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d float -R 1 --progress 0";
+  static const char* const modes[][2] = {{"registered", ""}, {"registered, graph mode", "-G 2"}};
+  for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+    char dir[] = "/tmp/fccl_bench_check_XXXXXX";
+    if (!mkdtemp(dir)) {
+      testFail(__FILE__, __LINE__, "mkdtemp failed");
+      break;
+    }
+    char pattern[256];
+    snprintf(pattern, sizeof(pattern), "%s/log.%%p", dir);
+    setenv("FCCL_DEBUG", "TRACE", 1);
+    setenv("FCCL_DEBUG_SUBSYS", "COLL", 1);
+    setenv("FCCL_DEBUG_FILE", pattern, 1);
+    char flags[512];
+    snprintf(flags, sizeof(flags), "%s %s %s", ranks, sweep, modes[m][1]);
+    runResult_t r;
+    run(binary, flags, &r);
+    expectClean(modes[m][0], &r, 8);
+    free(r.text);
+    EXPECT_MSG(traceShows(dir, kernel), "%s: no call ran %s (the trace of every rank searched)", modes[m][0], kernel);
+  }
+  return testSummary("bench_check registered");
+}
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s <all_reduce_perf> [basic|types]\n", argv[0]);
+  if (argc < 2 || (argc > 2 && strcmp(argv[2], "registered") == 0 && argc < 4)) {
+    fprintf(stderr, "usage: %s <all_reduce_perf> [basic|types] | <benchmark> registered KERNEL\n", argv[0]);
     return 1;
   }
   testRequireGpus(1);
@@ -105,6 +167,7 @@ int main(int argc, char** argv) {
   const char* ranks = gpus >= 2 ? "-np 2" : "-np 1";
   char flags[512];
   runResult_t r;
+  if (strcmp(mode, "registered") == 0) return modeRegistered(binary, ranks, argv[3]);
   if (strcmp(mode, "types") == 0) {
     /* Every type (10) and op (5), two sizes each (odd element counts for some types), checked. */
     snprintf(flags, sizeof(flags), "%s -b 1001 -e 64064 -f 64 -n 3 -w 1 -c 1 -d all -o all --progress 0", ranks);

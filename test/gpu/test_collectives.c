@@ -6,18 +6,22 @@
  * reference with the all-reduce's tolerance rules (test_allreduce_ref.c), and outputs that are the same on every
  * rank are compared bitwise across ranks (hashes).
  *
- *   sweep [n]     every type x op (reduce-scatter) x form (auto, and ll, direct, staged forced where they can run:
- *                 direct on registered buffers, LL for blocks within the LL area) x in place and out of place x
+ *   sweep [n]     every type x op (reduce-scatter) x form (auto, and ll, direct, staged, copy forced where they can
+ *                 run: direct, and copy for all-gather and broadcast, on registered buffers, LL for blocks within
+ *                 the LL area) x in place and out of place x
  *                 plain and registered buffers, counts 0, 1, odd, powers of two and not, element-aligned offsets
  *                 0..15 bytes, every root of the broadcast, NULL sendbufs on the ranks that are not the root
  *   ranks n       a narrower sweep for n ranks (1, 3, 4, 8), the broadcast's root turning with the cases
- *   large [n]     blocks up to 64 Mi elements in all (the staged forms in many rounds); with a small
+ *   large [n]     blocks up to 64 Mi elements in all (the staged forms in many rounds, the copy engines on
+ *                 registered buffers in and out of place); with a small
  *                 FCCL_STAGING_BYTES the sizes shrink to a few hundred staging chunks, so that rounds and parity
  *                 reuse are exercised at moderate sizes
  *   compose [n]   a reduce-scatter then an all-gather give bit for bit what fcclAllReduce gives on the same input
  *   graph [n]     AG, RS, BC and an all-reduce captured in one CUDA graph and replayed 1,000 times (quick: 50),
  *                 fresh inputs uploaded before every replay, checked every 10th; eager calls between replays; the
- *                 captured plain buffers above the LL sizes are registered for the graph by the library
+ *                 captured plain buffers above the LL sizes are registered for the graph by the library; the copy
+ *                 forms on registered buffers (with FCCL_COPY_MOVE_MIN=1 also the auto nodes above the LL sizes,
+ *                 on the buffers registered for the graph)
  *   mixed [n]     10,000 collectives of every kind (and barriers) back to back on one stream without a host
  *                 synchronisation (quick: 1,000), one in 20 checked at the end
  *   wrap [n]      epochs across the 32-bit wrap of the LL flags with the three collectives' LL forms
@@ -27,6 +31,8 @@
  *                 COLL trace), fall back to the table where the form cannot run, and lose to a forced form
  *   envinvalid    values that are no form: a warning naming the variable, and the calls choose by size
  *   envmismatch   FCCL_BROADCAST_ALGO set on one rank only: the init fails on every rank (fcclInvalidUsage)
+ *   envcopy       FCCL_ALLGATHER_ALGO=copy, FCCL_BROADCAST_ALGO=copy run the copy engines on registered buffers at
+ *                 any size and the table's form on plain ones; FCCL_REDUCESCATTER_ALGO=copy is refused (warned)
  *   rootplain     a broadcast whose root sends from a plain buffer into receive buffers registered on every rank:
  *                 only the receive buffers count (fccl.h), so every rank runs the direct form, and right
  *   inplacemix    an all-gather in place on one rank (inside its registered output) and out of place from a plain
@@ -52,8 +58,8 @@ struct testArgs {
 
 static const fcclDataType_t kAllTypes[] = {fcclFloat32, fcclFloat16, fcclBfloat16, fcclFloat64, fcclInt8,
                                            fcclUint8,   fcclInt32,   fcclUint32,   fcclInt64,   fcclUint64};
-static const int kForms[] = {MOVE_AUTO, FCCL_MOVE_LL, FCCL_MOVE_DIRECT, FCCL_MOVE_STAGED};
-#define FORMS 4
+static const int kForms[] = {MOVE_AUTO, FCCL_MOVE_LL, FCCL_MOVE_DIRECT, FCCL_MOVE_STAGED, FCCL_MOVE_COPY};
+#define FORMS 5
 
 static size_t alignUp(size_t value, size_t align) { return (value + align - 1) / align * align; }
 
@@ -82,7 +88,7 @@ static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, uint6
           for (int inPlace = 0; inPlace < 2; inPlace++) {
             for (int n = 0; n < spec->ncounts; n++, k++) {
               const size_t count = spec->counts[n];
-              if (!moveFormApplicable(kForms[f], ctx->nranks, count * size, registered)) continue;
+              if (!moveFormApplicable(kind, kForms[f], ctx->nranks, count * size, registered)) continue;
               const int roots = kind == MOVE_BROADCAST && spec->everyRoot ? ctx->nranks : 1;
               for (int r = 0; r < roots; r++) {
                 struct moveCase c;
@@ -193,6 +199,13 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       {1, {MOVE_BROADCAST, fcclFloat16, fcclSum, FCCL_MOVE_DIRECT, 0, big - 1, 1 % nranks, 2, 6, 1}},
       {1, {MOVE_BROADCAST, fcclInt64, fcclSum, FCCL_MOVE_STAGED, 1, big / 2 + 3, nranks / 2, 8, 0, 0}},
       {1, {MOVE_ALLGATHER, fcclFloat32, fcclSum, FCCL_MOVE_LL, 1, ll / 4, 0, 0, 0, 0}},
+      /* registered: the copy engines, in and out of place, odd sizes and offsets, the broadcast from two roots */
+      {1, {MOVE_ALLGATHER, fcclFloat32, fcclSum, FCCL_MOVE_COPY, 0, per, 0, 4, 8, 0}},
+      {1, {MOVE_ALLGATHER, fcclInt8, fcclSum, FCCL_MOVE_COPY, 1, per - 3, 0, 5, 0, 0}},
+      {1, {MOVE_ALLGATHER, fcclFloat16, fcclSum, FCCL_MOVE_COPY, 0, per / 2 + 1, 0, 2, 6, 0}},
+      {1, {MOVE_BROADCAST, fcclBfloat16, fcclSum, FCCL_MOVE_COPY, 0, big - 5, last, 2, 6, 1}},
+      {1, {MOVE_BROADCAST, fcclUint8, fcclSum, FCCL_MOVE_COPY, 1, big - 13, 1 % nranks, 3, 0, 0}},
+      {1, {MOVE_BROADCAST, fcclFloat64, fcclSum, FCCL_MOVE_COPY, 0, big / 8 + 1, 0, 8, 0, 0}},
   };
   const size_t ncases = sizeof(cases) / sizeof(cases[0]);
   size_t capacity = 0;
@@ -218,7 +231,7 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
       if (cases[i].registered != registered) continue;
       const struct moveCase* c = &cases[i].c;
       const size_t blockBytes = c->count * fcclTypeSize(c->type);
-      if (!moveFormApplicable(c->form, nranks, blockBytes, registered)) continue; /* LL of 1 rank's larger area */
+      if (!moveFormApplicable(c->kind, c->form, nranks, blockBytes, registered)) continue; /* LL of 1 rank's area */
       const int form = c->form == MOVE_AUTO ? moveAutoForm(c->kind, nranks, blockBytes, registered) : c->form;
       const int64_t start = collNowNs();
       moveRunCase(&ctx, c, call++);
@@ -349,8 +362,8 @@ static int modeCompose(int rank, int nranks, const struct testArgs* args) {
           const size_t block = k.count * fcclTypeSize(k.type);
           k.rsForm = kForms[(t + n + v) % FORMS];
           k.agForm = kForms[(t + 2 * n + 3 * v + 1) % FORMS];
-          if (!moveFormApplicable(k.rsForm, nranks, block, registered)) k.rsForm = MOVE_AUTO;
-          if (!moveFormApplicable(k.agForm, nranks, block, registered)) k.agForm = MOVE_AUTO;
+          if (!moveFormApplicable(MOVE_REDUCESCATTER, k.rsForm, nranks, block, registered)) k.rsForm = MOVE_AUTO;
+          if (!moveFormApplicable(MOVE_ALLGATHER, k.agForm, nranks, block, registered)) k.agForm = MOVE_AUTO;
           /* Every third case against the two-shot all-reduce, itself a reduce-scatter and an all-gather. */
           k.arAlgo = (t + n + v) % 3 == 0 ? (registered ? FCCL_ALGO_TWOSHOT_REG : FCCL_ALGO_TWOSHOT_STAGED) : -1;
           if (!collAlgoApplicable(k.arAlgo, nranks, (size_t)nranks * block, registered, 0)) k.arAlgo = -1;
@@ -394,6 +407,11 @@ static const struct graphNode kGraphNodes[] = {
     {0, 0, {MOVE_BROADCAST, fcclBfloat16, fcclSum, FCCL_MOVE_LL, 0, 777, 1, 2, 2, 0}},
     {0, 0, {MOVE_BROADCAST, fcclFloat32, fcclSum, MOVE_AUTO, 1, 150000, 0, 0, 0, 0}},     /* graph-registered */
     {0, 1, {MOVE_REDUCESCATTER, fcclFloat32, fcclSum, MOVE_AUTO, 0, 5000, 0, 0, 12, 0}}, /* all-reduce */
+    /* the copy engines: memcpy nodes between barrier kernels, in and out of place */
+    {1, 0, {MOVE_ALLGATHER, fcclBfloat16, fcclSum, FCCL_MOVE_COPY, 0, 100001, 0, 2, 6, 0}},
+    {1, 0, {MOVE_ALLGATHER, fcclInt8, fcclSum, FCCL_MOVE_COPY, 1, 777, 0, 3, 0, 0}},
+    {1, 0, {MOVE_BROADCAST, fcclFloat64, fcclSum, FCCL_MOVE_COPY, 0, 30001, ROOT_LAST, 8, 0, 1}},
+    {1, 0, {MOVE_BROADCAST, fcclFloat16, fcclSum, FCCL_MOVE_COPY, 1, 4097, 1, 2, 0, 0}},
 };
 #define GRAPH_NODES ((int)(sizeof(kGraphNodes) / sizeof(kGraphNodes[0])))
 #define GRAPH_SETS 3 /* input sets in turn: each replay's inputs differ from the previous replay's */
@@ -661,7 +679,7 @@ static void mixedPlan(uint64_t i, int nranks, int sampleEvery, struct mixedCall*
   m->c.nullSend = (int)((h >> 36) & 1);
   m->poolFirst = (size_t)((h >> 40) % 61);
   if (m->what == MIXED_ALLREDUCE ||
-      !moveFormApplicable(m->c.form, nranks, m->c.count * fcclTypeSize(m->c.type), m->registered))
+      !moveFormApplicable(m->c.kind, m->c.form, nranks, m->c.count * fcclTypeSize(m->c.type), m->registered))
     m->c.form = MOVE_AUTO;
   m->sample = m->what != MIXED_BARRIER && i % (uint64_t)sampleEvery == (uint64_t)sampleEvery - 1;
 }
@@ -849,7 +867,7 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(epoch, wrap2 + 3);
   for (int kind = 0; kind < MOVE_KINDS; kind++)
     for (int f = 1; f < FORMS; f++)
-      if (moveFormApplicable(kForms[f], nranks, 3000 * sizeof(float), 0))
+      if (moveFormApplicable(kind, kForms[f], nranks, 3000 * sizeof(float), 0))
         wrapCall(&ctx, kind, kForms[f], 3000 + (size_t)f, kind + f, &call);
   EXPECT_EQ_INT(fcclBarrier(comm, ctx.stream), fcclSuccess);
   wrapCall(&ctx, MOVE_BROADCAST, MOVE_AUTO, 5, last, &call);
@@ -927,6 +945,10 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
                 "not registered", "RS direct on plain buffers");
   expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_KERNEL_BROADCAST_DIRECT),
                 "not registered", "BC direct on plain buffers");
+  expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_ALLGATHER_COPY), "not registered",
+                "AG copy on plain buffers");
+  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, nranks - 1, comm, s, FCCL_KERNEL_BROADCAST_COPY),
+                "not registered", "BC copy on plain buffers");
   expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_BROADCAST_LL), "unknown algorithm",
                 "AG with a broadcast kernel");
   expectInvalid(fcclReduceScatterAlgo(in, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_ALGO_TWOSHOT_STAGED),
@@ -1059,6 +1081,52 @@ static int modeEnvForce(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
+/* FCCL_ALLGATHER_ALGO=copy and FCCL_BROADCAST_ALGO=copy: the copy engines on registered buffers at any size, the
+ * table's choice on plain ones; FCCL_REDUCESCATTER_ALGO=copy is no form of the reduce-scatter (warned, by size). */
+static int modeEnvCopy(int rank, int nranks, const struct testArgs* args) {
+  setenv("FCCL_ALLGATHER_ALGO", "copy", 1);
+  setenv("FCCL_REDUCESCATTER_ALGO", "copy", 1);
+  setenv("FCCL_BROADCAST_ALGO", "copy", 1);
+  setenv("FCCL_DEBUG", "TRACE", 1);
+  setenv("FCCL_DEBUG_SUBSYS", "COLL", 1);
+  EXPECT_EQ_INT(fcclSetLogCallback(keepLog, NULL), fcclSuccess);
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  EXPECT_STR_CONTAINS(logText, "FCCL_REDUCESCATTER_ALGO=copy is not one of auto, ll, direct, staged;");
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  const size_t beyondLL = layout.llBytes / sizeof(float) + 5;
+  uint64_t call = 0;
+  for (int registered = 0; registered < 2; registered++) {
+    struct collContext ctx;
+    if (!collContextInit(&ctx, args->shared, comm, rank, nranks, args->seed,
+                         (size_t)nranks * beyondLL * sizeof(float) + 64, registered))
+      return 1;
+    clearLog();
+    const struct moveCase ag = {MOVE_ALLGATHER, fcclFloat32, fcclSum, MOVE_AUTO, 0, 1000, 0, 4, 8, 0};
+    moveRunCase(&ctx, &ag, call++);
+    expectKernel(registered ? "allgather_copy" : "allgather_ll", "FCCL_ALLGATHER_ALGO=copy, 1000 floats");
+    const struct moveCase agBig = {MOVE_ALLGATHER, fcclFloat32, fcclSum, MOVE_AUTO, 1, beyondLL, 0, 0, 0, 0};
+    moveRunCase(&ctx, &agBig, call++);
+    expectKernel(registered ? "allgather_copy" : "allgather_staged", "FCCL_ALLGATHER_ALGO=copy, beyond LL");
+    const struct moveCase bc = {MOVE_BROADCAST, fcclBfloat16, fcclSum, MOVE_AUTO, 0, 1001, nranks - 1, 2, 6, 1};
+    moveRunCase(&ctx, &bc, call++);
+    expectKernel(registered ? "broadcast_copy" : "broadcast_ll", "FCCL_BROADCAST_ALGO=copy");
+    const struct moveCase rs = {MOVE_REDUCESCATTER, fcclFloat32, fcclSum, MOVE_AUTO, 0, beyondLL, 0, 0, 0, 0};
+    moveRunCase(&ctx, &rs, call++);
+    expectKernel(registered ? "reducescatter_direct" : "reducescatter_staged", "FCCL_REDUCESCATTER_ALGO=copy");
+    /* A form forced by the caller wins over the variable. */
+    const struct moveCase agLL = {MOVE_ALLGATHER, fcclFloat32, fcclSum, FCCL_MOVE_LL, 0, 1000, 0, 0, 0, 0};
+    moveRunCase(&ctx, &agLL, call++);
+    expectKernel("allgather_ll", "forced LL under FCCL_ALLGATHER_ALGO=copy");
+    collContextFini(&ctx);
+  }
+  args->shared->flags[0] = (int)call;
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  EXPECT_EQ_INT(fcclSetLogCallback(NULL, NULL), fcclSuccess);
+  return 0;
+}
+
 static int modeEnvInvalid(int rank, int nranks, const struct testArgs* args) {
   setenv("FCCL_ALLGATHER_ALGO", "fastest", 1);
   setenv("FCCL_REDUCESCATTER_ALGO", "twoshot", 1);
@@ -1182,7 +1250,7 @@ static const struct {
   int forkTimeout; /* seconds for the whole run, under meson's timeout */
 } kModes[] = {{"sweep", 560},  {"ranks", 860},   {"large", 560},      {"compose", 560},     {"graph", 560},
               {"mixed", 560},  {"wrap", 100},    {"invalid", 100},    {"envforce", 100},    {"envinvalid", 100},
-              {"envmismatch", 100}, {"rootplain", 100}, {"inplacemix", 100}};
+              {"envmismatch", 100}, {"rootplain", 100}, {"inplacemix", 100}, {"envcopy", 100}};
 
 static int rankMain(int rank, int nranks, void* arg) {
   const struct testArgs* args = arg;
@@ -1198,6 +1266,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   else if (strcmp(args->mode, "envforce") == 0) code = modeEnvForce(rank, nranks, args);
   else if (strcmp(args->mode, "envinvalid") == 0) code = modeEnvInvalid(rank, nranks, args);
   else if (strcmp(args->mode, "envmismatch") == 0) code = modeEnvMismatch(rank, nranks, args);
+  else if (strcmp(args->mode, "envcopy") == 0) code = modeEnvCopy(rank, nranks, args);
   else if (strcmp(args->mode, "rootplain") == 0) code = modeUnshared(rank, nranks, args, MOVE_BROADCAST);
   else if (strcmp(args->mode, "inplacemix") == 0) code = modeUnshared(rank, nranks, args, MOVE_ALLGATHER);
   char name[64];
@@ -1214,7 +1283,7 @@ int main(int argc, char** argv) {
   const int minRanks = strcmp(args.mode, "inplacemix") == 0 || strcmp(args.mode, "envmismatch") == 0 ? 2 : 1;
   if (forkTimeout == 0 || nranks < minRanks || nranks > REF_MAX_RANKS) {
     fprintf(stderr, "usage: %s sweep|ranks|large|compose|graph|mixed|wrap|invalid|envforce|envinvalid|envmismatch|"
-            "rootplain|inplacemix [nranks 1..8]\n", argv[0]);
+            "envcopy|rootplain|inplacemix [nranks 1..8]\n", argv[0]);
     return 2;
   }
   args.gpus = testGpuCount();

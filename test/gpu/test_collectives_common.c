@@ -20,6 +20,7 @@ const char* moveFormName(int form) {
     case FCCL_MOVE_LL: return "ll";
     case FCCL_MOVE_DIRECT: return "direct";
     case FCCL_MOVE_STAGED: return "staged";
+    case FCCL_MOVE_COPY: return "copy";
     default: return "?";
   }
 }
@@ -46,12 +47,16 @@ static fcclSlotLayout envLayout(int nranks) {
   return layout;
 }
 
-int moveFormApplicable(int form, int nranks, size_t blockBytes, int registered) {
-  if (form == MOVE_AUTO || blockBytes == 0) return 1;
+int moveFormApplicable(int kind, int form, int nranks, size_t blockBytes, int registered) {
+  if (form == MOVE_AUTO) return 1;
+  /* The reduce-scatter has no copy form: no kernel of its own to force, at any count. */
+  if (form == FCCL_MOVE_COPY && kind == MOVE_REDUCESCATTER) return 0;
+  if (blockBytes == 0) return 1;
   const fcclSlotLayout layout = envLayout(nranks);
   switch (form) {
     case FCCL_MOVE_LL: return blockBytes <= layout.llBytes;
-    case FCCL_MOVE_DIRECT: return registered;
+    case FCCL_MOVE_DIRECT:
+    case FCCL_MOVE_COPY: return registered;
     case FCCL_MOVE_STAGED: {
       const uint64_t roundUnits = layout.chunkBytes / FCCL_UNIT_BYTES;
       const uint64_t units = (blockBytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
@@ -66,6 +71,7 @@ int moveAutoForm(int kind, int nranks, size_t blockBytes, int registered) {
   const fcclSlotLayout layout = envLayout(nranks);
   fcclAlgoQuery q = fcclAlgoQueryMake(blockBytes, nranks, registered, 0, 132, &layout, fcclDeviceLL128Auto(),
                                       fcclDeviceCopyScatterMin());
+  q.copyMoveMin = fcclDeviceCopyMoveMin();
   fcclAlgoChoice choice;
   if (fcclMoveSelect(&q, moveFirstKernel(kind), &choice) != fcclSuccess) return MOVE_AUTO;
   return (int)choice.algo - moveFirstKernel(kind);

@@ -25,10 +25,11 @@
 #include <stdint.h>
 
 enum { MOVE_ALLGATHER = 0, MOVE_REDUCESCATTER = 1, MOVE_BROADCAST = 2, MOVE_KINDS = 3 };
-/* A case's form: the automatic choice, or one forced (FCCL_MOVE_LL, FCCL_MOVE_DIRECT, FCCL_MOVE_STAGED of algo.h). */
+/* A case's form: the automatic choice, or one forced (FCCL_MOVE_LL, FCCL_MOVE_DIRECT, FCCL_MOVE_STAGED, and
+ * FCCL_MOVE_COPY for all-gather and broadcast, of algo.h). */
 #define MOVE_AUTO (-1)
 
-/* "all-gather", "reduce-scatter", "broadcast"; "auto", "ll", "direct", "staged". */
+/* "all-gather", "reduce-scatter", "broadcast"; "auto", "ll", "direct", "staged", "copy". */
 const char* moveName(int kind);
 const char* moveFormName(int form);
 /* The collective's first kernel (FCCL_KERNEL_ALLGATHER_LL, ...): a forced form runs kernel first + form. */
@@ -38,10 +39,12 @@ int moveFirstKernel(int kind);
 size_t moveSendElems(int kind, size_t count, int nranks);
 size_t moveRecvElems(int kind, size_t count, int nranks);
 
-/* Whether form can run a block of blockBytes (count x element size) on nranks ranks, with the environment's
- * FCCL_STAGING_BYTES; MOVE_AUTO and blockBytes 0 always can. */
-int moveFormApplicable(int form, int nranks, size_t blockBytes, int registered);
-/* The form the automatic choice runs (fcclMoveSelect; MOVE_AUTO for a count of 0 or a copy on one rank). */
+/* Whether form can run a block of blockBytes (count x element size) of collective kind on nranks ranks, with the
+ * environment's FCCL_STAGING_BYTES; MOVE_AUTO always can, and blockBytes 0 can with any form the collective has
+ * (copy: the all-gather's and the broadcast's, on registered buffers). */
+int moveFormApplicable(int kind, int form, int nranks, size_t blockBytes, int registered);
+/* The form the automatic choice runs (fcclMoveSelect under the environment's FCCL_COPY_MOVE_MIN; MOVE_AUTO for a
+ * count of 0 or a copy on one rank). */
 int moveAutoForm(int kind, int nranks, size_t blockBytes, int registered);
 
 /* One call, as a test makes it. */

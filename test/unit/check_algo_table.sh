@@ -109,6 +109,22 @@ move broadcast 8 16384 "broadcast_ll broadcast_ll"
 move broadcast 8 32768 "broadcast_staged broadcast_direct"
 move broadcast 1 1024 "copy copy"
 move allgather 2 1024 "allgather_staged allgather_staged" FCCL_ALLGATHER_ALGO=staged
+# The copy engines: never by the automatic choice by default; forced on registered buffers (plain ones fall back to
+# the table); from FCCL_COPY_MOVE_MIN on registered buffers beyond LL; never for the reduce-scatter.
+move allgather 2 1073741824 "allgather_staged allgather_direct"
+move broadcast 2 1073741824 "broadcast_staged broadcast_direct"
+move allgather 2 1024 "allgather_ll allgather_copy" FCCL_ALLGATHER_ALGO=copy
+move broadcast 8 1048576 "broadcast_staged broadcast_copy" FCCL_BROADCAST_ALGO=copy
+move broadcast 4 1048576 "broadcast_staged broadcast_copy" FCCL_COPY_MOVE_MIN=1048576
+move broadcast 4 524288 "broadcast_staged broadcast_direct" FCCL_COPY_MOVE_MIN=1048576
+move allgather 2 262144 "allgather_ll allgather_ll" FCCL_COPY_MOVE_MIN=1
+move allgather 2 524288 "allgather_staged allgather_copy" FCCL_COPY_MOVE_MIN=1
+move reducescatter 2 1048576 "reducescatter_staged reducescatter_direct" FCCL_COPY_MOVE_MIN=1
+FCCL_REDUCESCATTER_ALGO=copy "$info" --algo 2 --collective reducescatter > /dev/null 2>&1
+if [ $? != 2 ]; then
+  echo "FAIL: FCCL_REDUCESCATTER_ALGO=copy was accepted (the reduce-scatter has no copy form)"
+  failures=$((failures + 1))
+fi
 for bad in "--algo 2 --collective alltoall" "--collective allgather"; do
   # shellcheck disable=SC2086
   "$info" $bad > /dev/null 2>&1

@@ -388,7 +388,8 @@ static void testArchRunnable(void) {
 
 /* ---- all-gather, reduce-scatter, broadcast: fcclMoveSelect --------------------------------------------------- */
 
-/* The three collectives' first kernels (their forms are firstKernel + FCCL_MOVE_LL / _DIRECT / _STAGED). */
+/* The three collectives' first kernels (their forms are firstKernel + FCCL_MOVE_LL / _DIRECT / _STAGED, and _COPY
+ * for the all-gather and the broadcast). */
 static const int kMoveFirst[] = {FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL};
 #define MOVE_COLLECTIVES 3
 
@@ -452,7 +453,7 @@ static void testMoveGrids(void) {
     for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++) {
       for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
         for (int registered = 0; registered < 2; registered++) {
-          for (int forced = -1; forced <= FCCL_MOVE_STAGED; forced++) {
+          for (int forced = -1; forced < fcclMoveForms(first); forced++) {
             fcclAlgoQuery q = query(bytes, nranks, registered);
             q.forced = forced < 0 ? -1 : first + forced;
             q.strict = 0;
@@ -460,7 +461,7 @@ static void testMoveGrids(void) {
             memset(&c, 0xff, sizeof(c));
             EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
             const int form = (int)c.algo - first;
-            EXPECT(form >= FCCL_MOVE_LL && form <= FCCL_MOVE_STAGED);
+            EXPECT(form >= FCCL_MOVE_LL && form < fcclMoveForms(first));
             EXPECT(c.blocks >= 1 && c.blocks <= FCCL_DEVICE_MAX_BLOCKS && c.blocks <= q.smCount);
             EXPECT(c.threads >= 32 && c.threads <= FCCL_DEVICE_THREADS && c.threads % 32 == 0);
             EXPECT(c.threads >= nranks);
@@ -481,6 +482,13 @@ static void testMoveGrids(void) {
                 EXPECT((uint64_t)(c.blocks - 1) * FCCL_DEVICE_THREADS < units);
                 EXPECT_EQ_INT(c.roundUnits, 0);
                 break;
+              case FCCL_MOVE_COPY: /* only when forced here (copyMoveMin 0); the two barriers' grid */
+                EXPECT(registered);
+                EXPECT_EQ_INT(forced, FCCL_MOVE_COPY);
+                EXPECT_EQ_INT(c.blocks, 1);
+                EXPECT_EQ_INT(c.threads, FCCL_DEVICE_BARRIER_THREADS);
+                EXPECT_EQ_INT(c.roundUnits, 0);
+                break;
               default:
                 EXPECT_EQ_INT(c.roundUnits, q.chunkBytes / FCCL_UNIT_BYTES);
                 EXPECT((uint64_t)(c.blocks - 1) * FCCL_DEVICE_THREADS < (units < c.roundUnits ? units : c.roundUnits));
@@ -488,7 +496,8 @@ static void testMoveGrids(void) {
                 break;
             }
             /* A form that can run is the one forced; the choice is a pure function of the query. */
-            if (forced == FCCL_MOVE_STAGED || (forced == FCCL_MOVE_DIRECT && registered) ||
+            const int registeredForm = forced == FCCL_MOVE_DIRECT || forced == FCCL_MOVE_COPY;
+            if (forced == FCCL_MOVE_STAGED || (registeredForm && registered) ||
                 (forced == FCCL_MOVE_LL && bytes <= q.llBytes))
               EXPECT_EQ_INT(form, forced);
             fcclAlgoChoice again;
@@ -569,10 +578,10 @@ static void testMoveForced(void) {
     q.forced = first + FCCL_MOVE_DIRECT;
     EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
     EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
-    /* Direct and staged at LL sizes, LL and staged on registered buffers: forced, they run. */
+    /* Direct, staged and copy at LL sizes, LL and staged on registered buffers: forced, they run. */
     q = query(1000, 2, 1);
     q.strict = 1;
-    for (int form = FCCL_MOVE_LL; form <= FCCL_MOVE_STAGED; form++) {
+    for (int form = FCCL_MOVE_LL; form < fcclMoveForms(first); form++) {
       q.forced = first + form;
       EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
       EXPECT_EQ_INT(c.algo, first + form);
@@ -599,9 +608,10 @@ static void testMoveForced(void) {
     EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
     EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
     /* Kernels that are not this collective's: refused, strict or not. */
-    const int foreign[] = {FCCL_ALGO_LL, FCCL_ALGO_TWOSHOT_REG, first - 1, first + 3, FCCL_KERNEL_BARRIER, 99};
+    const int forms = fcclMoveForms(first);
+    const int foreign[] = {FCCL_ALGO_LL, FCCL_ALGO_TWOSHOT_REG, first - 1, first + forms, FCCL_KERNEL_BARRIER, 99};
     for (size_t f = 0; f < sizeof(foreign) / sizeof(foreign[0]); f++) {
-      if (foreign[f] >= first && foreign[f] < first + 3) continue;
+      if (foreign[f] >= first && foreign[f] < first + forms) continue;
       q = query(1000, 2, 1);
       q.forced = foreign[f];
       for (int strict = 0; strict < 2; strict++) {
@@ -655,26 +665,124 @@ static void testMoveRegisteredPays(void) {
   }
 }
 
+/* The copy form of the all-gather and the broadcast: the automatic choice takes it on registered buffers from
+ * copyMoveMin (FCCL_COPY_MOVE_MIN; 0, the default, never), beyond the LL sizes; forced, it runs any size on
+ * registered buffers and is refused (strict) or replaced by the table (FCCL_*_ALGO) on plain ones; the
+ * reduce-scatter has none. */
+static void testMoveCopy(void) {
+  const int copying[] = {FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_BROADCAST_LL};
+  for (size_t m = 0; m < sizeof(copying) / sizeof(copying[0]); m++) {
+    const int first = copying[m];
+    fcclAlgoChoice c;
+    for (int n = 1; n <= FCCL_DEVICE_MAX_RANKS; n++) {
+      fcclAlgoQuery q = query(1ull << 30, n, 1); /* copyMoveMin 0: never by the table */
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+      q.copyMoveMin = 1u << 20;
+      q.bytes = (1u << 20) - 1;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+      q.bytes = 1u << 20;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_MSG((int)c.algo == first + FCCL_MOVE_COPY, "kernel %d, %d ranks: 1 MiB from 1 MiB", first, n);
+      EXPECT_EQ_INT(c.blocks, 1);
+      EXPECT_EQ_INT(c.threads, FCCL_DEVICE_BARRIER_THREADS);
+      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+      q.bytes = 1ull << 32;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_COPY);
+      q.registered = 0; /* plain: staged, whatever the threshold */
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+      /* The LL sizes stay LL, even with the smallest threshold. */
+      q = query(1000, n, 1);
+      q.copyMoveMin = 1;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+    }
+    /* Forced: any size on registered buffers, in place or not. */
+    fcclAlgoQuery q = query(1, 2, 1);
+    q.forced = first + FCCL_MOVE_COPY;
+    q.strict = 1;
+    for (int inPlace = 0; inPlace < 2; inPlace++) {
+      q.inPlace = inPlace;
+      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_COPY);
+    }
+    /* Plain buffers: refused with the reason when strict, the table's choice otherwise. */
+    q = query(4 << 20, 2, 0);
+    q.forced = first + FCCL_MOVE_COPY;
+    q.strict = 1;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not registered");
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(first + FCCL_MOVE_COPY));
+    q.strict = 0;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    q.bytes = 1000;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    /* FCCL_*_ALGO=copy at an LL size: registered buffers run another form, so a captured call registers them. */
+    q = query(1000, 2, 1);
+    q.forced = first + FCCL_MOVE_COPY;
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+  }
+  /* The reduce-scatter: no copy form, whatever the threshold; its fourth kernel is the broadcast's. */
+  fcclAlgoQuery q = query(1ull << 30, 2, 1);
+  q.copyMoveMin = 1;
+  fcclAlgoChoice c;
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(c.algo, FCCL_KERNEL_REDUCESCATTER_DIRECT);
+  q.forced = FCCL_KERNEL_REDUCESCATTER_LL + FCCL_MOVE_COPY;
+  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not one of this collective's");
+}
+
 static void testMoveNames(void) {
-  EXPECT_EQ_INT(fcclMoveParseRequest(NULL), FCCL_MOVE_REQUEST_AUTO);
-  EXPECT_EQ_INT(fcclMoveParseRequest(""), FCCL_MOVE_REQUEST_AUTO);
-  EXPECT_EQ_INT(fcclMoveParseRequest("auto"), FCCL_MOVE_REQUEST_AUTO);
-  EXPECT_EQ_INT(fcclMoveParseRequest("ll"), FCCL_MOVE_LL);
-  EXPECT_EQ_INT(fcclMoveParseRequest("direct"), FCCL_MOVE_DIRECT);
-  EXPECT_EQ_INT(fcclMoveParseRequest("staged"), FCCL_MOVE_STAGED);
-  /* Exact names only: the all-reduce's names, the kernels' log names, case and spaces are not forms. */
-  const char* const refused[] = {"LL", "Direct", "staged ", " ll", "ll128", "oneshot", "twoshot", "oneshot_push",
-                                 "allgather_ll", "broadcast_direct", "reg", "none", "0", "1"};
-  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-    EXPECT_MSG(fcclMoveParseRequest(refused[i]) == -1, "\"%s\" parsed as a form", refused[i]);
+  for (int m = 0; m < MOVE_COLLECTIVES; m++) {
+    const int first = kMoveFirst[m];
+    EXPECT_EQ_INT(fcclMoveParseRequest(NULL, first), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("", first), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("auto", first), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("ll", first), FCCL_MOVE_LL);
+    EXPECT_EQ_INT(fcclMoveParseRequest("direct", first), FCCL_MOVE_DIRECT);
+    EXPECT_EQ_INT(fcclMoveParseRequest("staged", first), FCCL_MOVE_STAGED);
+    /* Exact names only: the all-reduce's names, the kernels' log names, case and spaces are not forms. */
+    const char* const refused[] = {"LL", "Direct", "staged ", " ll", "ll128", "oneshot", "twoshot", "oneshot_push",
+                                   "allgather_ll", "broadcast_direct", "allgather_copy", "Copy", "copy ", "reg",
+                                   "none", "0", "1"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+      EXPECT_MSG(fcclMoveParseRequest(refused[i], first) == -1, "\"%s\" parsed as a form", refused[i]);
+  }
+  /* copy: the all-gather's and the broadcast's, not the reduce-scatter's (a copy cannot reduce). */
+  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL), 4);
+  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL), 3);
+  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_BROADCAST_LL), 4);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_ALLGATHER_LL), FCCL_MOVE_COPY);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_BROADCAST_LL), FCCL_MOVE_COPY);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_REDUCESCATTER_LL), -1);
+  EXPECT_STR_CONTAINS(fcclMoveRequestNames(FCCL_KERNEL_ALLGATHER_LL), "staged, copy");
+  EXPECT(strstr(fcclMoveRequestNames(FCCL_KERNEL_REDUCESCATTER_LL), "copy") == NULL);
+  /* The collectives' kernel ranges (checked by fcclEnqueue) are their forms. */
+  EXPECT_EQ_INT(fcclCollAllGather.firstKernel, FCCL_KERNEL_ALLGATHER_LL);
+  EXPECT_EQ_INT(fcclCollAllGather.kernels, fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL));
+  EXPECT_EQ_INT(fcclCollReduceScatter.firstKernel, FCCL_KERNEL_REDUCESCATTER_LL);
+  EXPECT_EQ_INT(fcclCollReduceScatter.kernels, fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL));
+  EXPECT_EQ_INT(fcclCollBroadcast.firstKernel, FCCL_KERNEL_BROADCAST_LL);
+  EXPECT_EQ_INT(fcclCollBroadcast.kernels, fcclMoveForms(FCCL_KERNEL_BROADCAST_LL));
+  EXPECT_EQ_INT(FCCL_KERNEL_ALLGATHER_LL + fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL), FCCL_KERNEL_REDUCESCATTER_LL);
+  EXPECT_EQ_INT(FCCL_KERNEL_REDUCESCATTER_LL + fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL), FCCL_KERNEL_BROADCAST_LL);
+  EXPECT_EQ_INT(FCCL_KERNEL_BROADCAST_LL + fcclMoveForms(FCCL_KERNEL_BROADCAST_LL), FCCL_KERNEL_COUNT);
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
     const int first = kMoveFirst[m];
     EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_REQUEST_AUTO, first), -1);
     EXPECT_EQ_INT(fcclMoveResolveRequest(-1, first), -1);
-    EXPECT_EQ_INT(fcclMoveResolveRequest(3, first), -1);
-    for (int form = FCCL_MOVE_LL; form <= FCCL_MOVE_STAGED; form++)
+    EXPECT_EQ_INT(fcclMoveResolveRequest(fcclMoveForms(first), first), -1);
+    for (int form = FCCL_MOVE_LL; form < fcclMoveForms(first); form++)
       EXPECT_EQ_INT(fcclMoveResolveRequest(form, first), first + form);
   }
+  EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_COPY, FCCL_KERNEL_REDUCESCATTER_LL), -1);
   /* The kernels' names in the logs and the FCCL_*_ALGO values they come from. */
   const struct {
     int kernel;
@@ -682,18 +790,20 @@ static void testMoveNames(void) {
   } names[] = {{FCCL_KERNEL_ALLGATHER_LL, "allgather_ll"},
                {FCCL_KERNEL_ALLGATHER_DIRECT, "allgather_direct"},
                {FCCL_KERNEL_ALLGATHER_STAGED, "allgather_staged"},
+               {FCCL_KERNEL_ALLGATHER_COPY, "allgather_copy"},
                {FCCL_KERNEL_REDUCESCATTER_LL, "reducescatter_ll"},
                {FCCL_KERNEL_REDUCESCATTER_DIRECT, "reducescatter_direct"},
                {FCCL_KERNEL_REDUCESCATTER_STAGED, "reducescatter_staged"},
                {FCCL_KERNEL_BROADCAST_LL, "broadcast_ll"},
                {FCCL_KERNEL_BROADCAST_DIRECT, "broadcast_direct"},
-               {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"}};
+               {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"},
+               {FCCL_KERNEL_BROADCAST_COPY, "broadcast_copy"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     EXPECT_MSG(strcmp(fcclAlgoName(names[i].kernel), names[i].name) == 0, "kernel %d is named %s", names[i].kernel,
                fcclAlgoName(names[i].kernel));
     EXPECT_EQ_INT(fcclAlgoParseRequest(names[i].name), -1); /* not an all-reduce algorithm */
   }
-  EXPECT_EQ_INT(FCCL_KERNEL_COUNT, FCCL_KERNEL_BROADCAST_STAGED + 1);
+  EXPECT_EQ_INT(FCCL_KERNEL_COUNT, FCCL_KERNEL_BROADCAST_COPY + 1);
   EXPECT(FCCL_KERNEL_COUNT <= FCCL_KERNEL_BARRIER);
 }
 
@@ -822,6 +932,7 @@ int main(void) {
   testMoveGrids();
   testMoveForced();
   testMoveRegisteredPays();
+  testMoveCopy();
   testMoveNames();
   testMoveArguments();
   return testSummary("algo");
