@@ -273,7 +273,7 @@ FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
  * @param flags         FCCL_SHRINK_DEFAULT or FCCL_SHRINK_ABORT.
  * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL newcomm, an excluded rank out of range, twice or
  *         this rank, excludeCount out of 0..nranks-1, unknown flags); fcclInvalidUsage (comm's init has not
- *         finished, comm is on the NCCL path, a survivor is not a process of this host and pid namespace, a
+ *         finished, comm is not on the fccl path, a survivor is not a process of this host and pid namespace, a
  *         communicator made before a fork()); fcclTimeout (a survivor did not call it within comm's timeout,
  *         named); what fcclCommInitRankConfig returns for the new communicator.
  * Thread safety: as fcclCommInitRank (ranks of one process call it from threads of their own). Blocks: until every
@@ -359,9 +359,9 @@ typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4,
  * @param stream    cudaStream_t of the communicator's device (NULL: the default stream).
  * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL buffer with count > 0, unknown type or op, a
  *         pointer not aligned to its elements, a buffer or stream of another device or a host buffer, a count too
- *         large for the staging rounds); fcclInvalidUsage (the communicator's init did not finish);
- *         fcclUnhandledCudaError (the launch failed); an error an earlier kernel recorded (fcclTimeout), in which
- *         case nothing is launched.
+ *         large for the staging rounds); fcclInvalidUsage (the communicator's init did not finish; on the
+ *         hierarchical path, a call inside fcclGroupStart/fcclGroupEnd); fcclUnhandledCudaError (the launch
+ *         failed); an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched.
  * Thread safety: not concurrently with other calls on the same communicator; the calls of one communicator must
  * be ordered (one stream, or streams the application orders). Blocks: no (enqueued on stream); the kernel waits
  * for the peers' kernels, at most FCCL_TIMEOUT, and stops at once on fcclCommAbort. Collective: yes, the same
@@ -476,8 +476,8 @@ typedef enum {
  *         given where not; eps negative, infinite or NaN; a pointer not aligned to its elements; a buffer the call
  *         writes overlapping another; tokens x hidden overflowing a size or more rounds than a call can count; a
  *         row that does not fit a staging chunk; a buffer or stream of another device or a host buffer);
- *         fcclInvalidUsage (the communicator's init did not finish, or it is on the NCCL path: fcclCommGetPath;
- *         there the all-reduce and the norm are separate calls); fcclUnhandledCudaError (the launch failed);
+ *         fcclInvalidUsage (the communicator's init did not finish, or it is on the NCCL or hierarchical path:
+ *         fcclCommGetPath; there the all-reduce and the norm are separate calls); fcclUnhandledCudaError (the launch failed);
  *         an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched. On an argument
  *         error nothing is launched and fcclGetLastError says which argument.
  * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
@@ -590,12 +590,18 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
  * On the NCCL path every call above keeps its arguments, checks and result codes, and NCCL does the work: results
  * are NCCL's (every rank the same bits; within the type's tolerance of the fccl path's), fcclCommRegister is
  * ncclCommRegister (local to the rank: no exchange, so a bad buffer fails on its own rank only), and a call that a
- * peer never joins waits until fcclCommAbort (NCCL's kernels do not read FCCL_TIMEOUT).
+ * peer never joins waits until fcclCommAbort (NCCL's kernels do not read FCCL_TIMEOUT). On the hierarchical path
+ * the all-reduce runs on fccl's kernels inside each host and on NCCL across hosts (results within the type's
+ * tolerance of the fccl path's; refused inside a group), every other call as on the NCCL path, and fcclCommRegister
+ * registers with the host's fccl communicator (every rank of the host calls it).
  */
 typedef enum {
   fcclPathFccl = 0, /**< fccl's kernels: one host, 1 to 8 ranks, peer access verified, a GPU the build has code for. */
   fcclPathNccl = 1, /**< NCCL, through a communicator fccl creates and owns: every other layout, or FCCL_PATH=nccl. */
-  fcclNumPaths = 2
+  fcclPathHier = 2, /**< hierarchical: several hosts with the same number (2 to 8) of peer-accessible GPUs each; the
+                     * all-reduce is fccl's reduce-scatter inside each host, NCCL's all-reduce across hosts and
+                     * fccl's all-gather inside each host; every other call is NCCL's. */
+  fcclNumPaths = 3
 } fcclPath_t;
 
 /**
@@ -609,7 +615,7 @@ typedef enum {
  */
 FCCL_API fcclResult_t fcclCommGetPath(const fcclComm_t comm, fcclPath_t* path, const char** reason);
 
-/** "fccl", "nccl", or "unknown" for a value outside fcclPath_t. Never NULL. Any thread. */
+/** "fccl", "nccl", "hier", or "unknown" for a value outside fcclPath_t. Never NULL. Any thread. */
 FCCL_API const char* fcclGetPathName(fcclPath_t path);
 
 /**
@@ -648,7 +654,9 @@ FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t co
 /**
  * Starts a group on the calling thread: NCCL calls of fccl (fcclSend, fcclRecv, fcclAllToAll, and every call of a
  * communicator on the NCCL path) are issued together at the matching fcclGroupEnd (ncclGroupStart/ncclGroupEnd).
- * Calls that run fccl's own kernels are not deferred: they are enqueued at once. Groups nest.
+ * Calls that run fccl's own kernels are not deferred: they are enqueued at once. On the hierarchical path
+ * fcclAllReduce returns fcclInvalidUsage inside a group (its NCCL step would be deferred past its last fccl step);
+ * its other calls are grouped as on the NCCL path. Groups nest.
  * @return fcclSuccess; fcclInvalidUsage when NCCL cannot be loaded (the message says what to install).
  * Thread safety: per thread (a group belongs to the thread that started it). Blocks: no. Collective: no.
  * Graph capture: yes.

@@ -106,6 +106,7 @@ class Path(enum.IntEnum):
     """fcclPath_t: the engine that carries a communicator's collectives (docs/paths.md)."""
     fccl = 0
     nccl = 1
+    hier = 2
 
 
 class RedOp(enum.IntEnum):
@@ -1247,7 +1248,7 @@ class Communicator:
 
     @property
     def path(self) -> Path:
-        """fcclCommGetPath: the engine that carries this communicator (Path.fccl or Path.nccl)."""
+        """fcclCommGetPath: the engine that carries this communicator (Path.fccl, Path.nccl or Path.hier)."""
         return self._path_and_reason()[0]
 
     @property

@@ -513,6 +513,19 @@ fcclResult_t fcclBootstrapStartRoot(const void* listenAddr, uint64_t secret, int
   return rootStart((const union fcclSocketAddress*)listenAddr, secret, timeoutMs, id);
 }
 
+/* A root at listenAt with a secret drawn at random. */
+static fcclResult_t rootStartRandom(const union fcclSocketAddress* listenAt, int timeoutMs, fcclUniqueId* id) {
+  uint64_t secret = 0;
+  ssize_t got;
+  do {
+    got = getrandom(&secret, sizeof(secret), 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != (ssize_t)sizeof(secret))
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getrandom for the unique id's secret failed: %s",
+                      got < 0 ? strerror(errno) : "short read");
+  return rootStart(listenAt, secret, timeoutMs, id);
+}
+
 fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs) {
   union fcclSocketAddress listenAt;
   const char* commId = fcclParamString(FCCL_PARAM_COMM_ID);
@@ -525,13 +538,11 @@ fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs) {
   } else {
     fcclSocketLoopback(&listenAt, 0);
   }
-  uint64_t secret = 0;
-  ssize_t got;
-  do {
-    got = getrandom(&secret, sizeof(secret), 0);
-  } while (got < 0 && errno == EINTR);
-  if (got != (ssize_t)sizeof(secret))
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getrandom for the unique id's secret failed: %s",
-                      got < 0 ? strerror(errno) : "short read");
-  return rootStart(&listenAt, secret, timeoutMs, id);
+  return rootStartRandom(&listenAt, timeoutMs, id);
+}
+
+fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs) {
+  union fcclSocketAddress listenAt;
+  fcclSocketLoopback(&listenAt, 0);
+  return rootStartRandom(&listenAt, timeoutMs, id);
 }

@@ -9,6 +9,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "enqueue.h"
+#include "hier.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -72,6 +73,7 @@ const struct fcclCollective fcclCollAllReduce = {
     .select = selectAlgo,
     .registeredPays = registeredPays,
     .launch = launchAllReduce,
+    .hierLaunch = fcclHierAllReduce,
 };
 
 fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,

@@ -21,6 +21,7 @@ struct fcclPeerInfo;      /* src/include/bootstrap.h: what each rank told the ot
 struct fcclTransport;     /* src/include/transport.h: peer mappings of this communicator (transport layer) */
 struct fcclDeviceState;   /* src/include/device_host.h / collectives: device-side state (device layer) */
 struct fcclNcclComm;      /* core/nccl_path.h: the NCCL communicator fccl created and owns */
+struct fcclHier;          /* core/hier.h: the hierarchical path's host communicator and rail */
 
 struct fcclComm {
   uint64_t magic;
@@ -33,6 +34,8 @@ struct fcclComm {
 
   /* Set by fcclCommAbort from any thread; every bounded wait polls it (host) and kernels read it (mapped). */
   volatile int* abortFlag;
+  struct fcclComm* hierParent; /* the hierarchical communicator this is the host communicator of, or NULL; then
+                                * abortFlag is the parent's (so that aborting it stops this one's kernels) */
   fcclResult_t asyncError; /* read/written with __atomic builtins */
 
   struct fcclBootstrap* bootstrap;
@@ -44,7 +47,9 @@ struct fcclComm {
   fcclPath_t path;                   /* which engine carries the collectives, decided at init */
   char pathReason[256];              /* why (fcclCommGetPath) */
   char ncclMissing[256];             /* why there is no NCCL communicator, when nccl is NULL */
-  struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM) */
+  struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM);
+                                      * hier path for every call but the all-reduce (and its remainder) */
+  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/hier.c) */
 
   /* ---- communicators (core/init.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
@@ -92,5 +97,20 @@ void fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
 /* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm.c,
  * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
+
+/*
+ * The host communicator of the hierarchical communicator parent (core/init.c, for core/hier.c): rank of nranks,
+ * the ranks of parent's host, met through id; on the fccl path whatever FCCL_PATH says, with parent's device,
+ * timeout, name and allowSharedDevice, and parent's abort flag. Blocking; the init's error on failure (nothing is
+ * left then).
+ */
+fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
+                                  struct fcclComm** out);
+
+/* Destroys a host communicator (collective over its ranks unless the abort flag is set); its error, if any. */
+fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm);
+
+/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/init.c). */
+fcclResult_t fcclCommAsyncState(struct fcclComm* comm);
 
 #endif /* FCCL_COMM_H_ */

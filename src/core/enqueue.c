@@ -289,8 +289,11 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
   if (coll->oneBuffer == FCCL_ONE_SEND) rooted.recvbuf = (void*)(uintptr_t)rooted.sendbuf;
   if (coll->oneBuffer == FCCL_ONE_RECV) rooted.sendbuf = rooted.recvbuf;
   const struct fcclCall* call = &rooted;
-  /* NCCL carries the calls fccl has no kernels for, and every call of a communicator on the NCCL path. */
-  const int viaNccl = coll->ncclOnly || comm->path == fcclPathNccl;
+  /* NCCL carries the calls fccl has no kernels for, every call of a communicator on the NCCL path, and on the
+   * hierarchical path every call without a hierarchical form; one with such a form also needs the NCCL
+   * communicator (its remainder runs there). */
+  const int hier = comm->path == fcclPathHier && !coll->ncclOnly && coll->hierLaunch != NULL;
+  const int viaNccl = coll->ncclOnly || comm->path != fcclPathFccl;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
   if (res == fcclSuccess) res = fcclEnqueueCheckReady(comm, coll->name, viaNccl);
@@ -308,7 +311,8 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
           res = fcclEnqueueCheckBuffer(comm, call->recvbuf, "recvbuf", coll->name);
       }
       if (res == fcclSuccess && (!coll->moves || call->count > 0))
-        res = fcclNcclLaunch(comm, call, (cudaStream_t)call->stream);
+        res = hier ? coll->hierLaunch(comm, call, (cudaStream_t)call->stream)
+                   : fcclNcclLaunch(comm, call, (cudaStream_t)call->stream);
     } else if (res == fcclSuccess) {
       if (!coll->moves) {
         /* No data: one rank has nobody to wait for. */

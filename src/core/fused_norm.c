@@ -189,11 +189,12 @@ FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual,
                                  datatype, outtype, scaleMode, scale, stream};
   uint64_t rowBytes = 0, outRowBytes = 0;
   res = checkArguments(&call, &rowBytes, &outRowBytes);
-  /* NCCL has no fused epilogue, and fccl's kernel needs fccl's peer mappings: the call is fccl-path only. */
-  if (res == fcclSuccess && comm->path == fcclPathNccl)
+  /* NCCL has no fused epilogue, and fccl's kernel needs fccl's peer mappings of every rank: the call is fccl-path
+   * only. */
+  if (res == fcclSuccess && comm->path != fcclPathFccl)
     res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
-                     "%s: not available on the NCCL path (%s); call fcclAllReduce and the norm separately",
-                     kCaller, comm->pathReason);
+                     "%s: not available on the %s path (%s); call fcclAllReduce and the norm separately",
+                     kCaller, fcclGetPathName(comm->path), comm->pathReason);
   if (res == fcclSuccess) res = fcclEnqueueCheckReady(comm, kCaller, 0);
   struct fcclCallDevice cd = {-1};
   if (res == fcclSuccess) res = fcclEnqueueEnterDevice(comm, &cd);

@@ -17,6 +17,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "fccl_build_config.h"
+#include "hier.h"
 #include "local_group.h"
 #include "monitor.h"
 #include "nccl_path.h"
@@ -115,6 +116,10 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   fcclResult_t ncclRes = fcclNcclCommFree(comm);
   if (res == fcclSuccess) res = ncclRes;
 
+  /* hierarchical: the rail (NCCL, aborted like the above), then the host communicator (fccl's kernels) */
+  fcclResult_t hierRes = fcclHierFree(comm);
+  if (res == fcclSuccess) res = hierRes;
+
   /* collectives: wait for this device's work (our kernels end on their own or on the abort flag), free the state */
   fcclResult_t deviceRes = fcclDeviceFini(comm);
   if (res == fcclSuccess) res = deviceRes;
@@ -129,7 +134,7 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   comm->bootstrap = NULL;
   free(comm->peerInfo);
   free(comm->initJob);
-  free((void*)comm->abortFlag);
+  if (!comm->hierParent) free((void*)comm->abortFlag); /* a host communicator's is its parent's */
   pthread_mutex_destroy(&comm->errorLock);
   comm->magic = 0; /* a stale handle is refused rather than used */
   free(comm);
@@ -291,14 +296,18 @@ static fcclResult_t choosePath(struct fcclComm* comm, struct fcclPathDecision* d
   if (!records) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");
   struct fcclPathRecord* mine = &records[comm->rank];
   /* A value that does not parse is this rank's error, told to the others in the record rather than by leaving them
-   * waiting in the all-gather. */
-  fcclResult_t parsed = fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request);
-  mine->request = parsed == fcclSuccess ? (int32_t)in.request : -1;
-  fcclResult_t parsedComm = fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm);
-  mine->ncclComm = parsedComm == fcclSuccess ? (int32_t)in.ncclComm : -1;
-  if (parsed == fcclSuccess) parsed = parsedComm;
-  in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
-  mine->p2pDisable = in.p2pDisable;
+   * waiting in the all-gather. A host communicator of the hierarchical path reads no setting: its parent did. */
+  fcclResult_t parsed = fcclSuccess;
+  in.hostPart = comm->hierParent != NULL;
+  if (!in.hostPart) {
+    parsed = fcclPathParseRequest(fcclParamString(FCCL_PARAM_PATH), &in.request);
+    mine->request = parsed == fcclSuccess ? (int32_t)in.request : -1;
+    fcclResult_t parsedComm = fcclPathParseNcclComm(fcclParamString(FCCL_PARAM_NCCL_COMM), &in.ncclComm);
+    mine->ncclComm = parsedComm == fcclSuccess ? (int32_t)in.ncclComm : -1;
+    if (parsed == fcclSuccess) parsed = parsedComm;
+    in.p2pDisable = fcclParamInt(FCCL_PARAM_P2P_DISABLE) != 0;
+    mine->p2pDisable = in.p2pDisable;
+  }
   fcclResult_t res = localPeerAccess(comm, &mine->peerAccess);
   mine->ncclLoaded = fcclNcclLoaded(&in.ncclWhy);
   /* NCCL reads NCCL_HOSTID itself (not a parameter of fccl's): the host NCCL will see this process on. */
@@ -341,7 +350,9 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
   else if (job->kind == INIT_ENV)
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(exchangePeerInfo(comm));
-  FCCLCHECK(watchPeers(comm));
+  /* A host communicator's peers are its parent's, which the parent's monitor watches already (and a death it sees
+   * sets the abort flag the two share). */
+  if (!comm->hierParent) FCCLCHECK(watchPeers(comm));
   struct fcclPathDecision decision;
   FCCLCHECK(choosePath(comm, &decision));
 
@@ -367,8 +378,12 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
     FCCLCHECK(fcclDeviceInit(comm));
   }
 
-  /* NCCL: the NCCL path's engine, and send/recv/all-to-all on the fccl path (FCCL_NCCL_COMM) */
+  /* NCCL: the NCCL path's engine, send/recv/all-to-all on the fccl path (FCCL_NCCL_COMM), every call but the
+   * all-reduce on the hierarchical path */
   if (decision.ncclComm) FCCLCHECK(fcclNcclCommCreate(comm, decision.ncclRequired));
+
+  /* hierarchical: the host communicator on fccl's kernels and the NCCL rail across hosts (comm->hier) */
+  if (comm->path == fcclPathHier) FCCLCHECK(fcclHierCreate(comm));
 
   /* Nobody leaves init before everyone has set up: a rank that failed above makes this barrier fail everywhere. */
   FCCLCHECK(fcclBootstrapBarrier(comm->bootstrap));
@@ -445,6 +460,33 @@ static fcclResult_t commPrepare(const fcclConfig_t* config, const char* caller, 
   return commNew(settings, rank, nranks, dev, job, out);
 }
 
+/* ---- the hierarchical path's host communicators (comm.h) ---- */
+
+fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
+                                  struct fcclComm** out) {
+  struct commSettings settings = {.blocking = 1, .timeoutMs = parent->timeoutMs,
+                                  .allowSharedDevice = parent->allowSharedDevice};
+  snprintf(settings.name, sizeof(settings.name), "%s", parent->name);
+  struct fcclInitJob* job = calloc(1, sizeof(*job));
+  if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory for a host communicator");
+  job->kind = INIT_TCP;
+  job->id = *id;
+  struct fcclComm* comm;
+  FCCLCHECK(commNew(&settings, rank, nranks, parent->cudaDev, job, &comm));
+  free((void*)comm->abortFlag);
+  comm->abortFlag = parent->abortFlag;
+  comm->hierParent = parent;
+  fcclResult_t res = commInitTask(comm);
+  fcclLogSetContext(parent->rank, parent->cudaDev);
+  if (res != fcclSuccess) {
+    commFreeAfterFailure(comm);
+    return res;
+  }
+  __atomic_store_n(&comm->asyncError, fcclSuccess, __ATOMIC_RELEASE);
+  *out = comm;
+  return fcclSuccess;
+}
+
 /* ---- public API ---- */
 
 FCCL_API fcclResult_t fcclGetUniqueId(fcclUniqueId* uniqueId) {
@@ -491,6 +533,13 @@ static fcclResult_t destroyNow(struct fcclComm* comm) {
   if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != fcclSuccess)
     __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE); /* a failed comm only frees what it has */
   return commFree(comm);
+}
+
+fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm) {
+  const int parentRank = comm->hierParent->rank, dev = comm->cudaDev;
+  fcclResult_t res = destroyNow(comm);
+  fcclLogSetContext(parentRank, dev);
+  return res;
 }
 
 /* fcclCommInitAll's members are torn down together on threads of their own (local_group.h). */
@@ -731,17 +780,23 @@ FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm) {
   return fcclSuccess;
 }
 
-FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* asyncError) {
-  fcclClearError();
-  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommGetAsyncError: invalid communicator handle %p", (void*)comm);
-  FCCL_REQUIRE(asyncError != NULL, "fcclCommGetAsyncError: asyncError is NULL");
-  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommGetAsyncError"));
+fcclResult_t fcclCommAsyncState(struct fcclComm* comm) {
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* collectives: an error a kernel recorded (spin timeout), described once */
   if (state == fcclSuccess) state = fcclDeviceAsyncError(comm);
   /* NCCL's asynchronous error (a peer lost, a failed kernel), as fccl's */
   if (state == fcclSuccess) state = fcclNcclAsyncError(comm);
-  *asyncError = state;
+  /* hierarchical: the host communicator's state and the rail's NCCL error */
+  if (state == fcclSuccess) state = fcclHierAsyncError(comm);
+  return state;
+}
+
+FCCL_API fcclResult_t fcclCommGetAsyncError(fcclComm_t comm, fcclResult_t* asyncError) {
+  fcclClearError();
+  FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommGetAsyncError: invalid communicator handle %p", (void*)comm);
+  FCCL_REQUIRE(asyncError != NULL, "fcclCommGetAsyncError: asyncError is NULL");
+  FCCLCHECK(fcclCommCheckOwner(comm, "fcclCommGetAsyncError"));
+  *asyncError = fcclCommAsyncState(comm);
   return fcclSuccess;
 }
 

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "hier.h"
 #include "nccl_path.h"
 #include "transport.h"
 
@@ -35,6 +36,13 @@ static fcclResult_t ncclRegister(fcclComm_t comm, void* buf, size_t size, fcclRe
   return fcclNcclRegister(comm, buf, size, handle);
 }
 
+/* The peer memory of the communicator's fccl kernels: its own, or on the hierarchical path its host
+ * communicator's (where the reduce-scatter and all-gather of the all-reduce run). NULL on the NCCL path. */
+static struct fcclTransport* peerMemory(fcclComm_t comm) {
+  if (comm->path == fcclPathHier) return fcclHierTransport(comm);
+  return __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE);
+}
+
 FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, fcclRegHandle_t* handle) {
   fcclClearError();
   FCCLCHECK(fcclCommEnsureReady(comm, "fcclCommRegister"));
@@ -43,9 +51,14 @@ FCCL_API fcclResult_t fcclCommRegister(fcclComm_t comm, void* buf, size_t size, 
     if (res != fcclSuccess) fcclCommRecordThreadError(comm);
     return res;
   }
-  FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
-  /* Bad buffers and a NULL handle are checked inside, so that every rank learns of them in the exchange. */
-  fcclResult_t res = fcclTransportRegister(comm->transport, buf, size, handle);
+  if (comm->path == fcclPathFccl) FCCLCHECK(commWithTransport(comm, "fcclCommRegister"));
+  struct fcclTransport* transport = peerMemory(comm);
+  if (!transport)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "fcclCommRegister: communicator %s has no host "
+                      "communicator (was its init completed?)", comm->name);
+  /* Bad buffers and a NULL handle are checked inside, so that every rank learns of them in the exchange (on the
+   * hierarchical path, every rank of the host). */
+  fcclResult_t res = fcclTransportRegister(transport, buf, size, handle);
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;
 }
@@ -58,8 +71,12 @@ FCCL_API fcclResult_t fcclCommDeregister(fcclComm_t comm, fcclRegHandle_t handle
     if (res != fcclSuccess) fcclCommRecordThreadError(comm);
     return res;
   }
-  FCCLCHECK(commWithTransport(comm, "fcclCommDeregister"));
-  fcclResult_t res = fcclTransportDeregister(comm->transport, handle);
+  if (comm->path == fcclPathFccl) FCCLCHECK(commWithTransport(comm, "fcclCommDeregister"));
+  struct fcclTransport* transport = peerMemory(comm);
+  if (!transport)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_IPC, "fcclCommDeregister: communicator %s has no host "
+                      "communicator (was its init completed?)", comm->name);
+  fcclResult_t res = fcclTransportDeregister(transport, handle);
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;
 }
@@ -84,7 +101,7 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
   FCCL_REQUIRE(comm == NULL || fcclCommIsValid(comm), "fcclCommGetMemStats: invalid communicator handle %p",
                (void*)comm);
   /* Set by a non-blocking init's thread: read once, with acquire. */
-  struct fcclTransport* transport = comm ? __atomic_load_n(&comm->transport, __ATOMIC_ACQUIRE) : NULL;
+  struct fcclTransport* transport = comm ? peerMemory(comm) : NULL;
   struct fcclTransportStats ts;
   fcclTransportGetStats(transport, &ts);
   fcclMemStats_t out;

@@ -119,15 +119,31 @@ static fcclResult_t groupRemember(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
-/* The result of an NCCL call of comm's: in a group it is held until the group ends; else ncclInProgress is
- * waited for. */
-static fcclResult_t issued(struct fcclComm* comm, ncclResult_t result, const char* caller, const char* nccl) {
+/* The result of an NCCL call on nc, an NCCL communicator of comm's: in a group it is held until the group ends (on
+ * comm->nccl: a rail's calls are never made in a group); else ncclInProgress is waited for. */
+static fcclResult_t issuedOn(struct fcclComm* comm, struct fcclNcclComm* nc, ncclResult_t result, const char* caller,
+                             const char* nccl) {
   if (result != ncclSuccess && result != ncclInProgress)
     return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "%s: %s failed: %s (%s)", caller, nccl,
-                      pfn_ncclGetErrorString(result), pfn_ncclGetLastError(comm->nccl->comm));
+                      pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
   if (groupDepth > 0) return groupRemember(comm);
-  if (result == ncclInProgress) return waitNccl(comm, comm->nccl->comm, comm->nccl, caller);
+  if (result == ncclInProgress) return waitNccl(comm, nc->comm, nc, caller);
   return fcclSuccess;
+}
+
+static fcclResult_t issued(struct fcclComm* comm, ncclResult_t result, const char* caller, const char* nccl) {
+  return issuedOn(comm, comm->nccl, result, caller, nccl);
+}
+
+int fcclNcclGroupActive(void) { return groupDepth > 0; }
+
+fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
+                                 const char* caller) {
+  return issuedOn(comm, nc,
+                  pfn_ncclAllReduce(sendbuf, recvbuf, count, (ncclDataType_t)datatype, (ncclRedOp_t)op, nc->comm,
+                                    stream),
+                  caller, "ncclAllReduce");
 }
 
 static fcclResult_t ncclUnavailable(const char* caller) {
@@ -238,8 +254,9 @@ fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, 
   }
 }
 
-fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) {
-  struct fcclNcclComm* nc = comm->nccl;
+fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) { return fcclNcclAsyncErrorOn(comm, comm->nccl); }
+
+fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc) {
   if (!nc) return fcclSuccess;
   ncclResult_t state = ncclSuccess;
   ncclResult_t queried = pfn_ncclCommGetAsyncError(nc->comm, &state);
@@ -357,8 +374,10 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
-/* This rank's part of the creation: the NCCL communicator, bounded. The result is every rank's to see. */
-static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, struct fcclNcclComm* nc) {
+/* This rank's part of the creation: rank of an NCCL communicator of nranks, bounded. The result is every rank's
+ * to see. */
+static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, int nranks, int rank,
+                                struct fcclNcclComm* nc) {
   /* Blocking: a non-blocking NCCL communicator launches every call from a thread of NCCL's (ncclInProgress, then
    * polling), which costs each call far more than fccl's budget of host time. Every rank has just met in fccl's
    * bootstrap, so NCCL's own rendezvous finds them all. NCCL_COMM_BLOCKING=0 still makes it non-blocking: the
@@ -366,7 +385,7 @@ static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, s
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
   if (comm->name[0]) config.commName = comm->name;
-  ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, comm->nranks, *id, comm->rank, &config);
+  ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, nranks, *id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
     fcclResult_t res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommInitRankConfig failed: %s (%s)",
                                   comm->rank, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
@@ -379,7 +398,16 @@ static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, s
   return fcclSuccess;
 }
 
-fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
+/*
+ * Makes an NCCL communicator of nranks in which this rank is rank, over every rank of comm's bootstrap: the ranks
+ * whose leader (a rank of comm) is the same form one NCCL communicator, the leader its NCCL rank 0 and maker of its
+ * unique id. Collective over comm. Every rank learns whether every rank of comm made its own: *out is set on every
+ * rank or on none. *failedRank: the first rank that could not (-1 when all could).
+ */
+static fcclResult_t createGroup(struct fcclComm* comm, int nranks, int rank, int leader, const char* what,
+                                struct fcclNcclComm** out, int* failedRank) {
+  *out = NULL;
+  *failedRank = -1;
   const char* why = NULL;
   if (!fcclNcclLoaded(&why)) /* the path decision saw every rank load it: this is a bug if reached */
     return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "NCCL vanished after the path decision: %s", why);
@@ -393,52 +421,44 @@ fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
     res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
     goto exit;
   }
-  if (comm->rank == 0) {
-    ncclResult_t result = pfn_ncclGetUniqueId(&ids[0].id);
-    ids[0].result = (int32_t)fromNccl(result);
+  if (comm->rank == leader) {
+    ncclResult_t result = pfn_ncclGetUniqueId(&ids[comm->rank].id);
+    ids[comm->rank].result = (int32_t)fromNccl(result);
     if (result != ncclSuccess)
-      (void)FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank 0: ncclGetUniqueId failed: %s (%s)",
+      (void)FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclGetUniqueId failed: %s (%s)", comm->rank,
                        pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
   }
-  /* fccl's bootstrap carries NCCL's id: an all-gather of which rank 0's slot is read. */
+  /* fccl's bootstrap carries NCCL's ids: an all-gather of which each rank reads its leader's slot. */
   FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, ids, sizeof(*ids)), res, exit);
-  fcclResult_t local = (fcclResult_t)ids[0].result;
-  if (local != fcclSuccess && comm->rank != 0)
-    (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank 0 could not make NCCL's unique id (%s)",
+  fcclResult_t local = (fcclResult_t)ids[leader].result;
+  if (local != fcclSuccess && comm->rank != leader)
+    (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank %d could not make NCCL's unique id (%s)", leader,
                      fcclGetErrorString(local));
-  if (local == fcclSuccess) local = createLocal(comm, &ids[0].id, nc);
+  if (local == fcclSuccess) local = createLocal(comm, &ids[leader].id, nranks, rank, nc);
   char cause[FCCL_LAST_ERROR_MAX];
   snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
   /* Every rank learns whether every rank has its NCCL communicator, so that all keep it or none does. */
   results[comm->rank] = (int32_t)local;
   FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, results, sizeof(*results)), res, exit);
-  int failed = -1;
-  for (int r = 0; r < comm->nranks && failed < 0; r++)
-    if (results[r] != fcclSuccess) failed = r;
-  if (failed >= 0) {
+  for (int r = 0; r < comm->nranks && *failedRank < 0; r++)
+    if (results[r] != fcclSuccess) *failedRank = r;
+  if (*failedRank >= 0) {
+    const int failed = *failedRank;
     if (failed == comm->rank)
       fcclRestoreThreadError(cause);
     else
-      (void)FCCL_ERROR((fcclResult_t)results[failed], FCCL_SUBSYS_INIT,
-                       "rank %d could not create its NCCL communicator (%s)", failed,
-                       fcclGetErrorString((fcclResult_t)results[failed]));
-    if (required) {
-      res = failed == comm->rank ? local : fcclRemoteError;
-      goto exit;
-    }
-    snprintf(comm->ncclMissing, sizeof(comm->ncclMissing), "NCCL's communicator could not be created: %s",
-             fcclThreadLastError());
-    FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d: going on without an NCCL communicator: %s", comm->rank, comm->ncclMissing);
-    fcclClearError();
+      (void)FCCL_ERROR((fcclResult_t)results[failed], FCCL_SUBSYS_INIT, "rank %d could not create its %s (%s)",
+                       failed, what, fcclGetErrorString((fcclResult_t)results[failed]));
+    res = failed == comm->rank ? local : fcclRemoteError;
     goto exit;
   }
   int version = 0;
   (void)pfn_ncclGetVersion(&version);
   clock_gettime(CLOCK_MONOTONIC, &end);
-  FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d of %d: NCCL %d communicator %p ready in %.1f ms", comm->rank, comm->nranks,
-            version, (void*)nc->comm,
+  FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d: %s %p (NCCL %d, rank %d of %d) ready in %.1f ms", comm->rank, what,
+            (void*)nc->comm, version, rank, nranks,
             (double)(end.tv_sec - start.tv_sec) * 1e3 + (double)(end.tv_nsec - start.tv_nsec) / 1e6);
-  __atomic_store_n(&comm->nccl, nc, __ATOMIC_RELEASE);
+  *out = nc;
   nc = NULL;
 exit:
   if (nc) {
@@ -448,6 +468,37 @@ exit:
   free(ids);
   free(results);
   return res;
+}
+
+fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required) {
+  struct fcclNcclComm* nc = NULL;
+  int failed = -1;
+  fcclResult_t res = createGroup(comm, comm->nranks, comm->rank, 0, "NCCL communicator", &nc, &failed);
+  if (res == fcclSuccess) {
+    __atomic_store_n(&comm->nccl, nc, __ATOMIC_RELEASE);
+    return fcclSuccess;
+  }
+  if (required || failed < 0) return res; /* failed < 0: the exchange itself failed, which fails the init */
+  snprintf(comm->ncclMissing, sizeof(comm->ncclMissing), "NCCL's communicator could not be created: %s",
+           fcclThreadLastError());
+  FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d: going on without an NCCL communicator: %s", comm->rank, comm->ncclMissing);
+  fcclClearError();
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int leader, struct fcclNcclComm** out) {
+  int failed = -1;
+  return createGroup(comm, nranks, rank, leader, "NCCL communicator across hosts", out, &failed);
+}
+
+void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail) {
+  if (!rail) return;
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  (void)cudaGetLastError();
+  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(comm->cudaDev));
+  releaseNccl(comm, rail);
+  if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
 }
 
 #else /* !FCCL_HAVE_NCCL: no NCCL communicator can exist; these say so. */
@@ -508,6 +559,42 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle) {
 unsigned long fcclNcclRegistrations(struct fcclComm* comm) {
   (void)comm;
   return 0;
+}
+
+int fcclNcclGroupActive(void) { return 0; }
+
+fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
+                                 const char* caller) {
+  (void)comm;
+  (void)nc;
+  (void)sendbuf;
+  (void)recvbuf;
+  (void)count;
+  (void)datatype;
+  (void)op;
+  (void)stream;
+  return notBuilt(caller);
+}
+
+fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc) {
+  (void)comm;
+  (void)nc;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int leader, struct fcclNcclComm** out) {
+  (void)comm;
+  (void)nranks;
+  (void)rank;
+  (void)leader;
+  *out = NULL;
+  return notBuilt("the hierarchical path");
+}
+
+void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail) {
+  (void)comm;
+  (void)rail;
 }
 
 #endif

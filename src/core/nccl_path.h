@@ -57,4 +57,30 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle);
 /* How many registrations the NCCL communicator holds (fcclCommGetMemStats). */
 unsigned long fcclNcclRegistrations(struct fcclComm* comm);
 
+/* ---- the hierarchical path (core/hier.c) ---- */
+
+struct fcclNcclComm;
+
+/*
+ * An NCCL communicator of some of comm's ranks: nranks of them, this rank its rank, made over every rank of comm's
+ * bootstrap (collective over comm: each rank names the leader of its group, a rank of comm that makes the group's
+ * unique id). The hierarchical path's rail: the ranks of one local rank across the hosts. Set on every rank or on
+ * none; bounded as fcclNcclCommCreate.
+ */
+fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int leader, struct fcclNcclComm** out);
+
+/* Releases a rail as fcclNcclCommFree releases comm->nccl (aborted when comm was). NULL is fine. */
+void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail);
+
+/* ncclAllReduce on nc (comm->nccl or a rail of comm's) on stream, the comm's device current. */
+fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
+                                 const char* caller);
+
+/* fcclNcclAsyncError for nc (NULL: fcclSuccess): a failure is recorded on comm the first time it is seen. */
+fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc);
+
+/* Whether the calling thread is inside fcclGroupStart/fcclGroupEnd, where NCCL defers its calls to the group's end. */
+int fcclNcclGroupActive(void);
+
 #endif /* FCCL_NCCL_PATH_H_ */

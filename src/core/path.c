@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The path decision (path.h): fccl's kernels where they can run, NCCL everywhere else, and whether the
+ * The path decision (path.h): fccl's kernels where they can run, the hierarchical path where several hosts of
+ * equal size could each run them, NCCL everywhere else, and whether the
  * communicator holds an NCCL communicator for send, receive and all-to-all. Plain data in, plain data out: no
  * CUDA, no environment (the caller reads FCCL_PATH, FCCL_P2P_DISABLE and FCCL_NCCL_COMM), so the unit tests run it
  * over recorded peer tables. docs/paths.md explains each rule.
@@ -22,6 +23,7 @@ FCCL_API const char* fcclGetPathName(fcclPath_t path) {
   switch (path) {
     case fcclPathFccl: return "fccl";
     case fcclPathNccl: return "nccl";
+    case fcclPathHier: return "hier";
     default: return "unknown";
   }
 }
@@ -30,8 +32,9 @@ fcclResult_t fcclPathParseRequest(const char* text, fcclPathRequest_t* out) {
   if (text == NULL || text[0] == '\0' || strcmp(text, "auto") == 0) *out = FCCL_PATH_REQUEST_AUTO;
   else if (strcmp(text, "fccl") == 0) *out = FCCL_PATH_REQUEST_FCCL;
   else if (strcmp(text, "nccl") == 0) *out = FCCL_PATH_REQUEST_NCCL;
+  else if (strcmp(text, "hier") == 0) *out = FCCL_PATH_REQUEST_HIER;
   else
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "FCCL_PATH=%s: give auto, fccl or nccl", text);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "FCCL_PATH=%s: give auto, fccl, nccl or hier", text);
   return fcclSuccess;
 }
 
@@ -74,6 +77,7 @@ uint64_t fcclPathNcclHost(const char* ncclHostId, uint64_t hostHash) {
 struct layout {
   int hosts;
   int minPerHost; /* ranks of the host with the fewest */
+  int maxPerHost; /* ranks of the host with the most */
   int noAccess;   /* a rank whose GPU is refused peer access to another of its host, or -1 */
   int noArch;     /* a rank whose GPU this build has no kernels for, or -1 */
   int noNccl;     /* a rank that cannot load NCCL, or -1 */
@@ -85,6 +89,7 @@ static void readLayout(const struct fcclPathInput* in, struct layout* l) {
   memset(l, 0, sizeof(*l));
   l->noAccess = l->noArch = l->noNccl = l->sharedA = l->sharedB = -1;
   l->minPerHost = in->nranks;
+  l->maxPerHost = 0;
   for (int r = 0; r < in->nranks; r++) {
     const struct fcclPeerInfo* info = &in->infos[r];
     int first = 1, perHost = 0;
@@ -96,6 +101,7 @@ static void readLayout(const struct fcclPathInput* in, struct layout* l) {
     if (first) {
       l->hosts++;
       if (perHost < l->minPerHost) l->minPerHost = perHost;
+      if (perHost > l->maxPerHost) l->maxPerHost = perHost;
     }
     if (!in->records[r].peerAccess && l->noAccess < 0) l->noAccess = r;
     if (!in->records[r].ncclLoaded && l->noNccl < 0) l->noNccl = r;
@@ -131,6 +137,30 @@ static int fcclCannot(const struct fcclPathInput* in, const struct layout* l, ch
   return 1;
 }
 
+/* Why the hierarchical path cannot carry this communicator, into why; 0 when it can. Its host communicators are
+ * fccl path communicators of one host each, so every rule of the fccl path but the one host applies to each. */
+static int hierCannot(const struct fcclPathInput* in, const struct layout* l, char* why, size_t size) {
+  if (in->p2pDisable) {
+    snprintf(why, size, "FCCL_P2P_DISABLE=1");
+  } else if (l->hosts < 2) {
+    snprintf(why, size, "the %d rank%s on one host", in->nranks, in->nranks > 1 ? "s are" : " is");
+  } else if (l->minPerHost < 2) {
+    snprintf(why, size, "a host has a single rank");
+  } else if (l->minPerHost != l->maxPerHost) {
+    snprintf(why, size, "the hosts have different numbers of ranks (%d to %d)", l->minPerHost, l->maxPerHost);
+  } else if (l->maxPerHost > FCCL_DEVICE_MAX_RANKS) {
+    snprintf(why, size, "%d ranks per host, more than fccl's kernels take (%d)", l->maxPerHost,
+             FCCL_DEVICE_MAX_RANKS);
+  } else if (l->noAccess >= 0) {
+    snprintf(why, size, "rank %d's GPU has no peer access to another GPU of its host", l->noAccess);
+  } else if (l->noArch >= 0) {
+    snprintf(why, size, "rank %d's GPU cannot run fccl's kernels: %s", l->noArch, l->archWhy);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 static fcclResult_t ncclMissing(const struct fcclPathInput* in, const struct layout* l, const char* why) {
   return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT,
                     "the communicator needs NCCL (%s) but rank %d cannot load libnccl.so.2: install NCCL 2.x (the "
@@ -152,23 +182,59 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
   readLayout(in, &l);
   struct fcclPathDecision d;
   memset(&d, 0, sizeof(d));
-  char cannot[FCCL_PATH_REASON_BYTES];
+  char cannot[FCCL_PATH_REASON_BYTES], hierNot[FCCL_PATH_REASON_BYTES];
   const int fcclNo = fcclCannot(in, &l, cannot, sizeof(cannot));
+  const int hierNo = hierCannot(in, &l, hierNot, sizeof(hierNot));
 
+  if (in->hostPart) {
+    /* The hierarchical decision saw these rules hold on every host: reached only if a rank's view changed since. */
+    if (fcclNo)
+      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                        "the hierarchical path's host communicator cannot run fccl's kernels: %s", cannot);
+    d.path = fcclPathFccl;
+    snprintf(d.reason, sizeof(d.reason), "the host communicator of a hierarchical one: %d rank%s on one host",
+             in->nranks, in->nranks > 1 ? "s" : "");
+    snprintf(d.p2pReason, sizeof(d.p2pReason), "the hierarchical communicator's NCCL communicator carries them");
+    *out = d;
+    return fcclSuccess;
+  }
   if (in->request == FCCL_PATH_REQUEST_FCCL && fcclNo)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
                       "FCCL_PATH=fccl, but fccl's kernels cannot carry this communicator: %s (unset FCCL_PATH to let "
                       "NCCL carry it)",
                       cannot);
+  if (in->request == FCCL_PATH_REQUEST_HIER && hierNo)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "FCCL_PATH=hier, but the hierarchical path needs several hosts with the same number of ranks "
+                      "(2 to %d each) and fccl's kernels inside each: %s (unset FCCL_PATH to let fccl choose)",
+                      FCCL_DEVICE_MAX_RANKS, hierNot);
+  /* Hierarchical when asked, or when fccl's kernels cannot carry the whole communicator but can carry each host. */
+  if (in->request == FCCL_PATH_REQUEST_HIER || (in->request == FCCL_PATH_REQUEST_AUTO && fcclNo && !hierNo)) {
+    d.path = fcclPathHier;
+    snprintf(d.reason, sizeof(d.reason),
+             "%sthe %d ranks are on %d hosts of %d, peer access inside each: the all-reduce on fccl's kernels inside "
+             "each host and NCCL across them, the other calls on NCCL",
+             in->request == FCCL_PATH_REQUEST_HIER ? "FCCL_PATH=hier; " : "", in->nranks, l.hosts, l.minPerHost);
+    if (l.noNccl >= 0) return ncclMissing(in, &l, d.reason);
+    if (l.sharedA >= 0) return ncclRefusesShared(&l, d.reason);
+    d.ncclComm = 1;
+    d.ncclRequired = 1;
+    *out = d;
+    return fcclSuccess;
+  }
   if (in->request == FCCL_PATH_REQUEST_NCCL || fcclNo) {
     d.path = fcclPathNccl;
     if (in->request == FCCL_PATH_REQUEST_NCCL)
       snprintf(d.reason, sizeof(d.reason), "FCCL_PATH=nccl");
     else
       snprintf(d.reason, sizeof(d.reason), "%s", cannot);
-    if (l.hosts > 1 && l.minPerHost > 1 && l.noAccess < 0 && !in->p2pDisable)
-      snprintf(d.reason + strlen(d.reason), sizeof(d.reason) - strlen(d.reason),
-               "; NCCL carries the traffic inside each host too (no hierarchical path yet)");
+    /* A host of several ranks among several hosts: NCCL carries the traffic inside it too, and the reason says why
+     * not hierarchically. */
+    const int inside = l.hosts > 1 && l.maxPerHost > 1;
+    if (inside)
+      snprintf(d.reason + strlen(d.reason), sizeof(d.reason) - strlen(d.reason), "; NCCL inside each host too%s%s",
+               hierNo ? " (not hierarchical: " : "", hierNo ? hierNot : "");
+    if (inside && hierNo) snprintf(d.reason + strlen(d.reason), sizeof(d.reason) - strlen(d.reason), ")");
     if (l.noNccl >= 0) return ncclMissing(in, &l, d.reason);
     if (l.sharedA >= 0) return ncclRefusesShared(&l, d.reason);
     d.ncclComm = 1;
@@ -200,5 +266,39 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
     d.ncclRequired = in->ncclComm == FCCL_NCCL_COMM_INIT;
   }
   *out = d;
+  return fcclSuccess;
+}
+
+/* Whether rank r is the first of its host's ranks. */
+static int firstOfHost(const struct fcclPeerInfo* infos, int r) {
+  for (int o = 0; o < r; o++)
+    if (infos[o].hostHash == infos[r].hostHash) return 0;
+  return 1;
+}
+
+fcclResult_t fcclPathHierLayout(const struct fcclPeerInfo* infos, int nranks, int rank, struct fcclHierLayout* out) {
+  if (infos == NULL || out == NULL || nranks < 1 || rank < 0 || rank >= nranks)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "hierarchical layout without its input");
+  struct fcclHierLayout h = {.hostLeader = -1, .railLeader = -1};
+  for (int r = 0; r < nranks; r++) {
+    int count = 0;
+    for (int o = 0; o < nranks; o++) count += infos[o].hostHash == infos[r].hostHash;
+    if (r == 0) h.localRanks = count;
+    if (count != h.localRanks)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                        "the hierarchical path needs hosts of equal size: rank 0's host has %d ranks, rank %d's %d",
+                        h.localRanks, r, count);
+    if (!firstOfHost(infos, r)) continue;
+    if (infos[r].hostHash == infos[rank].hostHash) {
+      h.host = h.hosts;
+      h.hostLeader = r;
+    }
+    h.hosts++;
+  }
+  for (int o = 0; o < rank; o++) h.localRank += infos[o].hostHash == infos[rank].hostHash;
+  /* Host 0's ranks in rank order: the one of this local rank leads the rail. */
+  for (int r = 0, index = 0; r < nranks && h.railLeader < 0; r++)
+    if (infos[r].hostHash == infos[0].hostHash && index++ == h.localRank) h.railLeader = r;
+  *out = h;
   return fcclSuccess;
 }

@@ -39,9 +39,9 @@ static fcclResult_t checkShrink(const struct fcclComm* comm, const int* exclude,
   }
   if (comm->peerInfo == NULL) /* its init did not get as far as the peers' information */
     return FCCL_ERROR(fcclInvalidUsage, FCCL_LOG_SUBSYS, "%s: the communicator's init has not finished", kCaller);
-  if (comm->path == fcclPathNccl)
-    return FCCL_ERROR(fcclInvalidUsage, FCCL_LOG_SUBSYS, "%s: not available on the NCCL path (%s)", kCaller,
-                      comm->pathReason);
+  if (comm->path != fcclPathFccl)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_LOG_SUBSYS, "%s: not available on the %s path (%s)", kCaller,
+                      fcclGetPathName(comm->path), comm->pathReason);
   const struct fcclPeerInfo* mine = &comm->peerInfo[comm->rank];
   for (int r = 0; r < comm->nranks; r++) {
     const struct fcclPeerInfo* info = &comm->peerInfo[r];

@@ -112,6 +112,13 @@ int fcclBootstrapTimeoutMs(int configMs);
 fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
+ * Same, listening on the loopback interface on a free port whatever FCCL_COMM_ID and FCCL_SOCKET_IFNAME say: for a
+ * communicator whose ranks are all processes of this host (the host communicators of the hierarchical path), which
+ * must not take the address FCCL_COMM_ID names for the communicator around them.
+ */
+fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs);
+
+/*
  * Same with a fixed listen address (bound as given) and secret (fcclCommInitFromEnv's rank 0). The id is written
  * to id.
  */

@@ -76,6 +76,19 @@ fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclR
 fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype, const fcclDevComm* comm,
                                        const fcclFusedArgs* args, int blocks, int pdl, cudaStream_t stream);
 
+/* The division kernel's grid: FCCL_DIVIDE_THREADS per block, at most FCCL_DIVIDE_MAX_BLOCKS blocks (a grid-stride
+ * loop covers larger counts). */
+#define FCCL_DIVIDE_THREADS 256
+#define FCCL_DIVIDE_MAX_BLOCKS 256
+
+/*
+ * Divides count elements of type at data (device memory of the current device) by divisor in place on stream, as
+ * the avg of fccl's kernels divides its sum once (src/device/reduce.cuh): the average of a sum that was made in
+ * parts (the hierarchical all-reduce). fcclInvalidArgument for a type outside the list or divisor < 1;
+ * fcclUnhandledCudaError when the launch fails.
+ */
+fcclResult_t fcclDeviceLaunchDivide(fcclDataType_t type, void* data, size_t count, int divisor, cudaStream_t stream);
+
 /* Whether the current device can load this build's kernels (the barrier's, as a probe): fcclInvalidUsage saying
  * so when the build has no code for it. */
 fcclResult_t fcclDeviceKernelsLoadable(void);

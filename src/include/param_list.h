@@ -78,7 +78,9 @@ FCCL_PARAM(STAGING_BYTES, FCCL_PARAM_INT, "33554432",
 /* ---- paths: fccl's kernels or NCCL (docs/paths.md) ---- */
 FCCL_PARAM(PATH, FCCL_PARAM_STRING, "auto",
            "Which engine carries a communicator: auto (fccl's kernels on one host of up to 8 peer-accessible GPUs, "
-           "NCCL otherwise), fccl (fail init where the kernels cannot), nccl (always NCCL). Equal on every rank.")
+           "the hierarchical path on several such hosts of equal size, NCCL otherwise), fccl (fail init where the "
+           "kernels cannot), hier (fail init where the hierarchical path cannot run), nccl (always NCCL). Equal on "
+           "every rank.")
 FCCL_PARAM(P2P_DISABLE, FCCL_PARAM_INT, "0",
            "1: never map peer memory or run fccl's kernels; NCCL carries every call (NCCL's own NCCL_P2P_DISABLE is "
            "apart). Equal on every rank.")

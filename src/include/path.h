@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which engine carries a communicator's calls (src/core/path.c): fccl's kernels inside one host of peer-accessible
- * GPUs, or NCCL for everything else, and whether the communicator also holds an NCCL communicator for the calls
+ * GPUs, the hierarchical path (fccl inside each host, NCCL across hosts) for several such hosts of equal size, or
+ * NCCL for everything else, and whether the communicator also holds an NCCL communicator for the calls
  * fccl has no kernels for (send, receive, all-to-all). A pure function of what the ranks told each other at init,
  * so that every rank decides alike and the unit tests can feed it recorded peer tables. docs/paths.md.
  */
@@ -25,7 +26,12 @@ struct fcclPathRecord {
   int32_t reserved;
 };
 
-typedef enum { FCCL_PATH_REQUEST_AUTO = 0, FCCL_PATH_REQUEST_FCCL, FCCL_PATH_REQUEST_NCCL } fcclPathRequest_t;
+typedef enum {
+  FCCL_PATH_REQUEST_AUTO = 0,
+  FCCL_PATH_REQUEST_FCCL,
+  FCCL_PATH_REQUEST_NCCL,
+  FCCL_PATH_REQUEST_HIER
+} fcclPathRequest_t;
 
 /* FCCL_NCCL_COMM: whether a communicator on the fccl path also creates an NCCL communicator at init (off by
  * default: NCCL's init is a wait fccl cannot bound, which a communicator that makes no send need not have). */
@@ -41,6 +47,8 @@ struct fcclPathInput {
   const char* ncclWhy;        /* why this rank cannot load NCCL (fcclNcclLoaded), quoted in the error; may be NULL */
   const char* sassArchs;      /* the build's FCCL_BUILD_SASS_ARCHS */
   int ptxArch;                /* the build's FCCL_BUILD_PTX_ARCH */
+  int hostPart;               /* 1: the host communicator of a hierarchical one (core/hier.c): fccl's kernels or a
+                               * failure, no NCCL communicator, request and ncclComm ignored */
 };
 
 #define FCCL_PATH_REASON_BYTES 256
@@ -64,7 +72,7 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
  * parsed on every rank: else fcclInvalidUsage naming a rank that differs, so that no rank takes another path. */
 fcclResult_t fcclPathCheckAgreement(const struct fcclPathRecord* records, int nranks);
 
-/* FCCL_PATH's text: "", "auto", "fccl" or "nccl" (fcclInvalidArgument otherwise). */
+/* FCCL_PATH's text: "", "auto", "fccl", "nccl" or "hier" (fcclInvalidArgument otherwise). */
 fcclResult_t fcclPathParseRequest(const char* text, fcclPathRequest_t* out);
 
 /* FCCL_NCCL_COMM's text: "" or "off", "init", "auto" (fcclInvalidArgument otherwise). */
@@ -72,5 +80,19 @@ fcclResult_t fcclPathParseNcclComm(const char* text, fcclNcclCommMode_t* out);
 
 /* The host NCCL sees a process on: a hash of NCCL_HOSTID's value when it is set, else hostHash. */
 uint64_t fcclPathNcclHost(const char* ncclHostId, uint64_t hostHash);
+
+/* Where a rank stands on the hierarchical path: hosts numbered by their first rank, the ranks of a host numbered in
+ * rank order (the local rank), a rail the ranks of one local rank across the hosts. */
+struct fcclHierLayout {
+  int hosts;       /* hosts of the communicator */
+  int localRanks;  /* ranks on each host (equal on every host) */
+  int host;        /* this rank's host, 0..hosts-1: its rank on its rail */
+  int localRank;   /* this rank's index among its host's ranks, 0..localRanks-1 */
+  int hostLeader;  /* the rank of local rank 0 of this rank's host */
+  int railLeader;  /* the rank of host 0 with this rank's local rank */
+};
+
+/* The layout of rank among nranks (pure). fcclInvalidArgument when the hosts do not have equal numbers of ranks. */
+fcclResult_t fcclPathHierLayout(const struct fcclPeerInfo* infos, int nranks, int rank, struct fcclHierLayout* out);
 
 #endif /* FCCL_PATH_H_ */

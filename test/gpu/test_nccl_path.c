@@ -8,7 +8,12 @@
  *                 ops, barrier, send/recv in a group, all-to-all, registration, graph capture) against a float64 host
  *                 reference; argument checks of the new calls.
  *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
- *   hier          4 ranks as 2 simulated hosts x 2: NCCL (no hierarchical path yet, and the reason says so).
+ *   hier          4 ranks as 2 simulated hosts x 2 (FCCL_HOSTID per pair): the hierarchical path, chosen automatically;
+ *                 the same calls, plus all-reduces of every type and op at counts with and without a remainder over
+ *                 the 2 local ranks, and the all-reduce refused inside a group.
+ *   hierforced    the same layout with FCCL_PATH=hier: the hierarchical path, the reason says it was asked for;
+ *                 the same calls.
+ *   hierrefused   FCCL_PATH=hier with one fccl host: init fails on every rank with fcclInvalidUsage saying why.
  *   p2pdisable    FCCL_P2P_DISABLE=1: NCCL; same calls.
  *   fcclp2p N     one host identity for fccl, distinct NCCL_HOSTIDs, FCCL_NCCL_COMM=init: the fccl path, with
  *                 send/recv/all-to-all through the NCCL communicator; same calls.
@@ -18,6 +23,10 @@
  *   dead          NCCL path, one fccl host: rank 1 exits; rank 0's fcclCommGetAsyncError reports it (fccl's
  *                 monitor), and fcclCommAbort returns.
  *   deadhosts     the same with every rank its own host: NCCL's own error detection reports it.
+ *   hierabort     hierarchical path, 4 ranks: the first host's all-reduce, which the second host never joins (its
+ *                 NCCL step across hosts waits), is stopped by fcclCommAbort on both of its ranks, promptly.
+ *   hierdead      hierarchical path, 4 ranks: rank 1 exits; every other rank's fcclCommGetAsyncError reports an error
+ *                 (rank 0 through fccl's monitor, the others through NCCL or their own peers' aborts), bounded.
  * Results of NCCL's reductions are checked within the dtype's tolerance with NCCL's own rules (float max/min ignore
  * NaN, 16-bit floats accumulate in their own precision); moves (all-gather, broadcast, send/recv, all-to-all)
  * bit for bit.
@@ -167,16 +176,42 @@ static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, con
   return fabs(g - ref) <= 4.0 * n * eps * scale + n * minNormal;
 }
 
-/* Reduced output: element i of this rank's output is the reduction of every rank's input element first + i. */
+/* The hierarchical all-reduce's float max/min reduce with two rules: inside a host fccl's (a NaN wins), across hosts
+ * NCCL's (a number wins over a NaN). got is acceptable when it is that two-level result, the hosts being hostRanks
+ * consecutive ranks each (0: not hierarchical). */
+static int hierMaxMinAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n,
+                                int hostRanks) {
+  if (hostRanks < 2 || (op != fcclMax && op != fcclMin) || !refTypeIsFloat(type)) return 0;
+  double best = NAN;
+  for (int first = 0; first < n; first += hostRanks) {
+    double part = NAN;
+    int partNan = 0;
+    for (int r = first; r < first + hostRanks && r < n; r++) {
+      const double x = toDouble(type, in[r]);
+      if (isnan(x))
+        partNan = 1;
+      else if (isnan(part) || (op == fcclMax ? x > part : x < part))
+        part = x;
+    }
+    if (partNan) continue; /* this host's partial is a NaN: NCCL takes the other hosts' */
+    if (isnan(best) || (op == fcclMax ? part > best : part < best)) best = part;
+  }
+  const double g = toDouble(type, got);
+  return isnan(best) ? isnan(g) : g == best;
+}
+
+/* Reduced output: element i of this rank's output is the reduction of every rank's input element first + i.
+ * hostRanks > 0: the output of the hierarchical all-reduce over hosts of that many ranks. */
 static size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks,
-                           uint64_t first, const void* got, size_t count, char* msg, size_t size) {
+                           int hostRanks, uint64_t first, const void* got, size_t count, char* msg, size_t size) {
   size_t bad = 0;
   uint64_t in[REF_MAX_RANKS];
   msg[0] = '\0';
   for (size_t i = 0; i < count; i++) {
     for (int r = 0; r < nranks; r++) in[r] = refInputBits(type, seed, call, r, first + i, NULL);
     const uint64_t value = refLoadBits(type, got, i);
-    if (ncclAcceptable(type, op, value, in, nranks)) continue;
+    if (ncclAcceptable(type, op, value, in, nranks) || hierMaxMinAcceptable(type, op, value, in, nranks, hostRanks))
+      continue;
     if (bad++ == 0) {
       char a[64], b[64];
       snprintf(msg, size, "element %zu = %s, reference %s", i, refFormat(type, value, a, sizeof(a)),
@@ -212,6 +247,7 @@ struct rankState {
   int rank, nranks;
   uint64_t seed;
   uint64_t call; /* numbers the inputs: every rank counts the same calls */
+  int hostRanks; /* the hierarchical path's ranks per host (its all-reduce's results), 0 on the others */
   cudaStream_t stream;
   void* send;    /* device, capacity bytes each */
   void* recv;
@@ -281,7 +317,8 @@ static int runAllReduce(struct rankState* s, fcclDataType_t type, fcclRedOp_t op
   if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
   CHECK_FCCL("all-reduce", fcclAllReduce(s->send, out, count, type, op, s->comm, s->stream));
   if (download(s, out, bytes)) return 1;
-  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, s->host, count, msg, sizeof(msg));
+  const size_t bad =
+      checkReduced(type, op, s->seed, s->call, s->nranks, s->hostRanks, 0, s->host, count, msg, sizeof(msg));
   s->call++;
   return report(s, inPlace ? "all-reduce in place" : "all-reduce", type, op, count, bad, msg);
 }
@@ -292,7 +329,7 @@ static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_
   if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count * (size_t)s->nranks)) return 1;
   CHECK_FCCL("reduce-scatter", fcclReduceScatter(s->send, s->recv, count, type, op, s->comm, s->stream));
   if (download(s, s->recv, bytes)) return 1;
-  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, (uint64_t)s->rank * count, s->host, count,
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, (uint64_t)s->rank * count, s->host, count,
                                   msg, sizeof(msg));
   s->call++;
   return report(s, "reduce-scatter", type, op, count, bad, msg);
@@ -422,7 +459,8 @@ static int runGraph(struct rankState* s) {
     if (poison(s, s->recv, 2 * bytes + 256) || upload(s, fcclFloat32, s->send, 0, count)) return 1;
     CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
     if (download(s, s->recv, bytes)) return 1;
-    size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, 0, s->host, count, msg, sizeof(msg));
+    size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, s->hostRanks, 0, s->host, count, msg,
+                              sizeof(msg));
     failed |= report(s, "graph all-reduce", fcclFloat32, fcclSum, count, bad, msg);
     if (download(s, recvExchange, bytes)) return 1;
     bad = checkMoved(fcclFloat32, s->seed, s->call, prev, 0, s->host, count, msg, sizeof(msg));
@@ -504,6 +542,28 @@ static int runEverything(struct rankState* s, struct collShared* shared) {
   return failed;
 }
 
+/* The hierarchical all-reduce's own cases: every type and op at counts that the 2 local ranks divide (no remainder
+ * for the world NCCL communicator), at 2 (one element per local rank) and odd counts around a shard boundary, in
+ * place and out of place; inside a group it is refused on every rank before anything is enqueued. */
+static int runHierExtras(struct rankState* s) {
+  static const fcclDataType_t types[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclFloat64, fcclInt8,
+                                         fcclUint8,   fcclInt32,    fcclUint32,  fcclInt64,   fcclUint64};
+  static const fcclRedOp_t ops[] = {fcclSum, fcclProd, fcclMax, fcclMin, fcclAvg};
+  static const size_t counts[] = {2, 3, 4096, 65535, 65536};
+  int failed = 0;
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+      for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        failed += runAllReduce(s, types[t], ops[o], counts[c], (int)((t + c) % 2));
+  CHECK_FCCL("group", fcclGroupStart());
+  EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 64, fcclFloat32, fcclSum, s->comm, s->stream), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "inside fcclGroupStart/fcclGroupEnd on the hierarchical path");
+  CHECK_FCCL("group", fcclGroupEnd());
+  /* The communicator goes on after the refusal. */
+  failed += runAllReduce(s, fcclFloat32, fcclSum, 1001, 0);
+  return failed;
+}
+
 static int expectPath(struct rankState* s, fcclPath_t want, const char* reasonPart) {
   fcclPath_t path = fcclNumPaths;
   const char* reason = NULL;
@@ -527,7 +587,8 @@ struct modeSpec {
 static const struct modeSpec kEverything[] = {
     {"nccl", FCCL_HOST_ONE, "nccl", fcclPathNccl, "FCCL_PATH=nccl"},
     {"hosts", FCCL_HOST_PER_RANK, NULL, fcclPathNccl, "hosts"},
-    {"hier", FCCL_HOST_PER_PAIR, NULL, fcclPathNccl, "no hierarchical path"},
+    {"hier", FCCL_HOST_PER_PAIR, NULL, fcclPathHier, "the 4 ranks are on 2 hosts of 2"},
+    {"hierforced", FCCL_HOST_PER_PAIR, "hier", fcclPathHier, "FCCL_PATH=hier"},
     {"p2pdisable", FCCL_HOST_ONE, NULL, fcclPathNccl, "FCCL_P2P_DISABLE=1"},
     {"fcclp2p", FCCL_HOST_ONE, NULL, fcclPathFccl, "on one host"},
 };
@@ -542,11 +603,30 @@ static int rankEverything(int rank, int nranks, const struct modeSpec* m, struct
   struct rankState state, *s = &state;
   int failed = stateInit(s, comm, rank, nranks, args->seed);
   if (!failed) failed = expectPath(s, m->expected, m->reasonPart);
+  if (m->expected == fcclPathHier) s->hostRanks = 2;
   if (!failed) failed = runEverything(s, args->shared);
+  if (!failed && strcmp(m->name, "hier") == 0) failed = runHierExtras(s);
   stateFini(s);
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   (void)failed;
   return testSummary(m->name);
+}
+
+/* FCCL_PATH=hier where fccl sees one host: every rank's init fails with fcclInvalidUsage naming the rule. */
+static int rankHierRefused(int rank, int nranks, struct testArgs* args) {
+  setIdentity(rank, FCCL_HOST_ONE, "hier");
+  fcclUniqueId id;
+  if (!collShareId(args->shared, rank, 0, &id)) return 1;
+  EXPECT_EQ_INT(cudaSetDevice(rank % args->gpus), cudaSuccess);
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = nranks > args->gpus;
+  config.timeoutMs = 60000;
+  fcclComm_t comm = NULL;
+  EXPECT_EQ_INT(fcclCommInitRankConfig(&comm, nranks, id, rank, &config), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_PATH=hier, but the hierarchical path needs");
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "on one host");
+  EXPECT(comm == NULL);
+  return testSummary("hierrefused");
 }
 
 /* The fccl path without an NCCL communicator: the NCCL-only calls say why; the collectives work. */
@@ -568,19 +648,23 @@ static int rankP2pMissing(int rank, int nranks, struct testArgs* args) {
   return testSummary("p2pmissing");
 }
 
-/* fcclCommAbort stops an all-reduce that a peer never joins, and returns promptly. */
-static int rankAbort(int rank, int nranks, struct testArgs* args) {
-  setIdentity(rank, FCCL_HOST_ONE, "nccl");
+/* fcclCommAbort stops an all-reduce that a peer never joins, and returns promptly. NCCL path: rank 0 calls, rank 1
+ * never does. Hierarchical path (hier): the first host's ranks call, and their reduce-scatter inside the host
+ * completes, but the second host's never do: the step across hosts waits. */
+static int rankAbort(int rank, int nranks, struct testArgs* args, int hier) {
+  setIdentity(rank, hier ? FCCL_HOST_PER_PAIR : FCCL_HOST_ONE, hier ? NULL : "nccl");
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
+  const int calls = hier ? rank < 2 : rank == 0;
+  int ready = stateInit(s, comm, rank, nranks, args->seed) == 0;
+  if (ready && hier) ready = expectPath(s, fcclPathHier, NULL) == 0;
   /* Together first: NCCL connects to its peers at a communicator's first call, which needs both. */
-  if (stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 1 << 18, 0) == 0 &&
-      rank == 0) {
+  if (ready && runAllReduce(s, fcclFloat32, fcclSum, 1 << 18, 0) == 0 && calls) {
     EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 18, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
     struct timespec pause = {.tv_sec = 1, .tv_nsec = 0};
     nanosleep(&pause, NULL);
-    EXPECT_EQ_INT(cudaStreamQuery(s->stream), cudaErrorNotReady); /* waits for rank 1, which never comes */
+    EXPECT_EQ_INT(cudaStreamQuery(s->stream), cudaErrorNotReady); /* waits for a peer that never comes */
     const int64_t start = collNowNs();
     EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
     const double seconds = (double)(collNowNs() - start) / 1e9;
@@ -588,18 +672,19 @@ static int rankAbort(int rank, int nranks, struct testArgs* args) {
     cudaError_t synced = cudaStreamSynchronize(s->stream); /* NCCL's abort ended the kernel */
     (void)synced;
     (void)cudaGetLastError();
-    testShmPost(&args->shared->flags[1], 1);
-  } else if (rank != 0) {
+    if (rank == 0) testShmPost(&args->shared->flags[1], 1);
+  } else if (!calls) {
     EXPECT_EQ_INT(testShmWait(args->shared->shm, &args->shared->flags[1], 1, 120000, "rank 0's abort"), TEST_SHM_OK);
     EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
   }
   stateFini(s);
-  return testSummary("abort");
+  return testSummary(hier ? "hierabort" : "abort");
 }
 
-/* A rank that dies: its peer's fcclCommGetAsyncError reports it (bounded), and fcclCommAbort returns. */
-static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts) {
-  setIdentity(rank, fcclHosts, "nccl");
+/* A rank that dies: its peers' fcclCommGetAsyncError reports it (bounded), and fcclCommAbort returns. path NULL:
+ * the path fccl chooses (the hierarchical one for FCCL_HOST_PER_PAIR). */
+static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts, const char* path, const char* name) {
+  setIdentity(rank, fcclHosts, path);
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
@@ -615,15 +700,15 @@ static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts) 
       struct timespec pause = {.tv_sec = 0, .tv_nsec = 10 * 1000000};
       nanosleep(&pause, NULL);
     }
-    EXPECT_MSG(async != fcclSuccess, "rank 0: no error reported 120 s after rank 1 died");
-    printf("rank 0: after %.1f s: %s: %s\n", (double)(collNowNs() - start) / 1e9, fcclGetErrorString(async),
+    EXPECT_MSG(async != fcclSuccess, "rank %d: no error reported 120 s after rank 1 died", rank);
+    printf("rank %d: after %.1f s: %s: %s\n", rank, (double)(collNowNs() - start) / 1e9, fcclGetErrorString(async),
            fcclGetLastError(comm));
     EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
     (void)cudaStreamSynchronize(s->stream);
     (void)cudaGetLastError();
   }
   stateFini(s);
-  return testSummary(fcclHosts ? "deadhosts" : "dead");
+  return testSummary(name);
 }
 
 static int rankMain(int rank, int nranks, void* arg) {
@@ -631,22 +716,31 @@ static int rankMain(int rank, int nranks, void* arg) {
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
     if (strcmp(args->mode, kEverything[i].name) == 0) return rankEverything(rank, nranks, &kEverything[i], args);
   if (strcmp(args->mode, "p2pmissing") == 0) return rankP2pMissing(rank, nranks, args);
-  if (strcmp(args->mode, "abort") == 0) return rankAbort(rank, nranks, args);
-  if (strcmp(args->mode, "dead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_ONE);
-  if (strcmp(args->mode, "deadhosts") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK);
+  if (strcmp(args->mode, "hierrefused") == 0) return rankHierRefused(rank, nranks, args);
+  if (strcmp(args->mode, "abort") == 0) return rankAbort(rank, nranks, args, 0);
+  if (strcmp(args->mode, "hierabort") == 0) return rankAbort(rank, nranks, args, 1);
+  if (strcmp(args->mode, "dead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_ONE, "nccl", "dead");
+  if (strcmp(args->mode, "deadhosts") == 0)
+    return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK, "nccl", "deadhosts");
+  if (strcmp(args->mode, "hierdead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_PAIR, NULL, "hierdead");
   return 2;
 }
 
 int main(int argc, char** argv) {
   struct testArgs args = {argc > 1 ? argv[1] : "nccl", NULL, 0, 0};
   int nranks = argc > 2 ? atoi(argv[2]) : 2;
-  if (strcmp(args.mode, "hier") == 0) nranks = 4;
+  /* The hierarchical modes: 2 simulated hosts x 2 ranks. */
+  if (strncmp(args.mode, "hier", 4) == 0) nranks = 4;
   int known = strcmp(args.mode, "p2pmissing") == 0 || strcmp(args.mode, "abort") == 0 ||
-              strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0;
+              strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0 ||
+              strcmp(args.mode, "hierrefused") == 0 || strcmp(args.mode, "hierabort") == 0 ||
+              strcmp(args.mode, "hierdead") == 0;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s nccl|hosts|hier|p2pdisable|fcclp2p|p2pmissing|abort|dead|deadhosts [nranks 2..8]\n",
+    fprintf(stderr,
+            "usage: %s nccl|hosts|hier|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|abort|hierabort|dead|"
+            "deadhosts|hierdead [nranks 2..8]\n",
             argv[0]);
     return 2;
   }

@@ -2,7 +2,8 @@
 /*
  * The bootstrap working: 2, 3, 4 and 8 forked ranks meet over loopback and all-gather random data of several
  * sizes (every byte checked) and barrier; two communicators side by side; ranks as threads of one process; the
- * launcher-variable form (torchrun and mpirun variables); the application-callback form over socketpairs.
+ * a host's own rendezvous on loopback whatever FCCL_SOCKET_IFNAME and FCCL_COMM_ID say; the launcher-variable form
+ * (torchrun and mpirun variables); the application-callback form over socketpairs.
  * No GPU needed.
  */
 #include "bootstrap.h"
@@ -189,6 +190,54 @@ static void testThreads(void) {
     EXPECT_EQ_INT(ranks[r].wrong, 0);
   }
   EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0); /* one of the ranks joined this process's root */
+  EXPECT_EQ_INT(bootCountFds(), fdsBefore);
+}
+
+/* ---- a rendezvous of one host's processes (the hierarchical path's host communicators) ---- */
+
+/* Ranks meeting through the id, as threads of this process (one of them joins the id's root). */
+static void meetThreads(const fcclUniqueId* id, int n) {
+  struct threadRank ranks[8];
+  pthread_t threads[8];
+  uint64_t seed = testSeed();
+  for (int r = 0; r < n; r++) {
+    ranks[r] = (struct threadRank){.id = *id, .rank = r, .nranks = n, .seed = seed};
+    pthread_create(&threads[r], NULL, threadMain, &ranks[r]);
+  }
+  for (int r = 0; r < n; r++) {
+    pthread_join(threads[r], NULL);
+    EXPECT_EQ_INT(ranks[r].result, fcclSuccess);
+    EXPECT_EQ_INT(ranks[r].wrong, 0);
+  }
+}
+
+static int freePort(void);
+
+/* fcclBootstrapGetLocalUniqueId listens on loopback whatever FCCL_SOCKET_IFNAME and FCCL_COMM_ID say: with an
+ * interface that does not exist, where fcclBootstrapGetUniqueId fails, its ranks meet; with FCCL_COMM_ID naming a
+ * port, it leaves that port to the communicator FCCL_COMM_ID is for. */
+static void testLocalId(void) {
+  int fdsBefore = bootCountFds();
+  fcclUniqueId id, world;
+  setenv("FCCL_SOCKET_IFNAME", "fccl-no-such-if", 1);
+  fcclParamResetForTest();
+  EXPECT(fcclBootstrapGetUniqueId(&world, TIMEOUT_MS) != fcclSuccess);
+  EXPECT_EQ_INT(fcclBootstrapGetLocalUniqueId(&id, TIMEOUT_MS), fcclSuccess);
+  meetThreads(&id, 3);
+  EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0);
+  unsetenv("FCCL_SOCKET_IFNAME");
+
+  char text[64];
+  snprintf(text, sizeof(text), "127.0.0.1:%d", freePort());
+  setenv("FCCL_COMM_ID", text, 1);
+  fcclParamResetForTest();
+  EXPECT_EQ_INT(fcclBootstrapGetLocalUniqueId(&id, TIMEOUT_MS), fcclSuccess);
+  EXPECT_EQ_INT(fcclBootstrapGetUniqueId(&world, TIMEOUT_MS), fcclSuccess); /* the port is still free */
+  meetThreads(&id, 2);
+  meetThreads(&world, 2);
+  EXPECT_EQ_INT(fcclBootstrapRootsWait(0), 0);
+  unsetenv("FCCL_COMM_ID");
+  fcclParamResetForTest();
   EXPECT_EQ_INT(bootCountFds(), fdsBefore);
 }
 
@@ -428,6 +477,7 @@ int main(void) {
   testMeet(8, 1);
   testTwoCommunicators();
   testThreads();
+  testLocalId();
   testEnv(0);
   testEnv(1);
   testExternal();

@@ -190,6 +190,8 @@ static void testDefaultsAndFlags(void) {
   EXPECT(args.path != NULL && strcmp(args.path, "fccl") == 0);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path", "auto", NULL), BENCH_PARSE_OK);
   EXPECT(args.path != NULL && strcmp(args.path, "auto") == 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path", "hier", NULL), BENCH_PARSE_OK);
+  EXPECT(args.path != NULL && strcmp(args.path, "hier") == 0);
 }
 
 /* A rejected command line (up to six arguments) and a piece of the message that must say why. */
@@ -204,8 +206,7 @@ static const badFlags_t badFlags[] = {
     {{"-b"}, "-b needs a value"},
     {{"extra"}, "unexpected argument 'extra'"},
     {{"--share-gpu=1"}, "takes no value"},
-    {{"--path", "hier"}, "no hierarchical path yet"},
-    {{"--path", "mpi"}, "'fccl', 'nccl' or 'auto', not 'mpi'"},
+    {{"--path", "mpi"}, "'fccl', 'nccl', 'hier' or 'auto', not 'mpi'"},
     /* garbage numbers and sizes */
     {{"-b", "12Q"}, "not a size"},
     {{"-b", "nan"}, "not a size"},

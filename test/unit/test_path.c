@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The path decision over recorded peer tables: one host of peer-accessible GPUs runs fccl's kernels; several hosts,
- * more than 8 ranks, refused peer access, a GPU without kernels, FCCL_P2P_DISABLE and FCCL_PATH=nccl run NCCL;
+ * The path decision over recorded peer tables: one host of peer-accessible GPUs runs fccl's kernels; several hosts
+ * of equal size with peer access inside each run the hierarchical path (and its layout of hosts, local ranks and
+ * rails); several hosts otherwise, more than 8 ranks, refused peer access, a GPU without kernels, FCCL_P2P_DISABLE and FCCL_PATH=nccl run NCCL;
  * FCCL_PATH=fccl where the kernels cannot, and NCCL needed but missing, fail with a message saying why.
  */
 #include "bootstrap.h"
@@ -14,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { MAX_RANKS = 16 };
+enum { MAX_RANKS = 24 };
 
 /* A recorded table: nranks ranks, ranks/perHost hosts, each rank on a GPU of its own (compute capability 9.0). */
 struct table {
@@ -76,17 +77,135 @@ static void testSeveralHosts(void) {
   EXPECT_EQ_INT(d.ncclComm, 1);
   EXPECT_EQ_INT(d.ncclRequired, 1);
 
-  makeTable(&t, 4, 2); /* 2 hosts x 2 ranks: what a hierarchical path would take, NCCL for now */
-  d = decide(&t, fcclSuccess);
-  EXPECT_EQ_INT(d.path, fcclPathNccl);
-  EXPECT_STR_CONTAINS(d.reason, "on 2 hosts");
-  EXPECT_STR_CONTAINS(d.reason, "no hierarchical path");
-
-  /* An uneven split, one host with a single rank: no hierarchical note. */
+  /* An uneven split, one host with a single rank: NCCL, and the reason says why not hierarchically. */
   makeTable(&t, 3, 2);
   d = decide(&t, fcclSuccess);
   EXPECT_EQ_INT(d.path, fcclPathNccl);
-  EXPECT(strstr(d.reason, "hierarchical") == NULL);
+  EXPECT_STR_CONTAINS(d.reason, "not hierarchical: a host has a single rank");
+}
+
+/* Several hosts of equal size with peer access inside each: the hierarchical path, chosen or forced; refused with
+ * the rule that fails where the layout does not allow it. */
+static void testHier(void) {
+  struct table t;
+  makeTable(&t, 4, 2); /* 2 hosts x 2 ranks */
+  struct fcclPathDecision d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathHier);
+  EXPECT_STR_CONTAINS(d.reason, "the 4 ranks are on 2 hosts of 2");
+  EXPECT_EQ_INT(d.ncclComm, 1);
+  EXPECT_EQ_INT(d.ncclRequired, 1);
+  makeTable(&t, 16, 8); /* 2 hosts x 8 */
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathHier);
+  EXPECT_STR_CONTAINS(d.reason, "on 2 hosts of 8");
+  makeTable(&t, 12, 4); /* 3 hosts x 4 */
+  t.in.request = FCCL_PATH_REQUEST_HIER;
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathHier);
+  EXPECT_STR_CONTAINS(d.reason, "FCCL_PATH=hier; the 12 ranks are on 3 hosts of 4");
+
+  /* Forced off: FCCL_PATH=nccl. */
+  makeTable(&t, 4, 2);
+  t.in.request = FCCL_PATH_REQUEST_NCCL;
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathNccl);
+  EXPECT_STR_CONTAINS(d.reason, "FCCL_PATH=nccl");
+
+  /* Layouts it cannot take: NCCL in auto, a refusal naming the rule with FCCL_PATH=hier. */
+  struct {
+    int nranks, perHost;
+    int noAccess, noArch, p2pDisable, unequal;
+    const char* why;
+  } cases[] = {
+      {4, 4, -1, -1, 0, 0, "on one host"},
+      {4, 1, -1, -1, 0, 0, "a host has a single rank"},
+      {5, 2, -1, -1, 0, 0, "a host has a single rank"},
+      {6, 3, -1, -1, 0, 1, "different numbers of ranks (2 to 4)"},
+      {18, 9, -1, -1, 0, 0, "9 ranks per host, more than fccl's kernels take (8)"},
+      {4, 2, 3, -1, 0, 0, "rank 3's GPU has no peer access"},
+      {4, 2, -1, 1, 0, 0, "rank 1's GPU cannot run fccl's kernels"},
+      {4, 2, -1, -1, 1, 0, "FCCL_P2P_DISABLE=1"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    for (int forced = 0; forced < 2; forced++) {
+      makeTable(&t, cases[i].nranks, cases[i].perHost);
+      if (cases[i].unequal) t.infos[2].hostHash = t.infos[3].hostHash; /* hosts of 2 and 4 ranks */
+      if (cases[i].noAccess >= 0) t.records[cases[i].noAccess].peerAccess = 0;
+      if (cases[i].noArch >= 0) t.infos[cases[i].noArch].computeCapability = 75;
+      t.in.p2pDisable = cases[i].p2pDisable;
+      if (forced) {
+        t.in.request = FCCL_PATH_REQUEST_HIER;
+        decide(&t, fcclInvalidUsage);
+        EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "FCCL_PATH=hier, but the hierarchical path needs");
+        EXPECT_STR_CONTAINS(fcclGetLastError(NULL), cases[i].why);
+      } else {
+        d = decide(&t, fcclSuccess);
+        EXPECT_MSG(d.path != fcclPathHier, "case %zu (%s): hierarchical", i, cases[i].why);
+        if (cases[i].perHost > 1 && cases[i].perHost < cases[i].nranks) EXPECT_STR_CONTAINS(d.reason, cases[i].why);
+      }
+    }
+  }
+
+  /* NCCL is needed across hosts: missing, the path fails as the NCCL path does; two ranks on one GPU that NCCL sees
+   * on one host are refused; distinct NCCL_HOSTIDs (tests) take them. */
+  makeTable(&t, 4, 2);
+  t.records[2].ncclLoaded = 0;
+  decide(&t, fcclSystemError);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 2 cannot load libnccl.so.2");
+  makeTable(&t, 4, 2);
+  memcpy(t.infos[1].gpuUuid, t.infos[0].gpuUuid, 16);
+  decide(&t, fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "ranks 0 and 1 use one GPU");
+  for (int r = 0; r < 4; r++) t.records[r].ncclHost = 0x9000 + (uint64_t)r;
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathHier);
+
+  /* The host communicator of a hierarchical one: fccl's kernels, no NCCL communicator, FCCL_PATH ignored. */
+  makeTable(&t, 2, 2);
+  t.in.hostPart = 1;
+  t.in.request = FCCL_PATH_REQUEST_HIER;
+  t.in.ncclComm = FCCL_NCCL_COMM_INIT;
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathFccl);
+  EXPECT_EQ_INT(d.ncclComm, 0);
+  EXPECT_STR_CONTAINS(d.reason, "host communicator of a hierarchical one");
+  t.records[1].peerAccess = 0;
+  decide(&t, fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "peer access");
+
+  fcclPathRequest_t request;
+  EXPECT_EQ_INT(fcclPathParseRequest("hier", &request), fcclSuccess);
+  EXPECT_EQ_INT(request, FCCL_PATH_REQUEST_HIER);
+  EXPECT_STR_CONTAINS(fcclGetPathName(fcclPathHier), "hier");
+}
+
+/* Hosts, local ranks and rails from recorded tables, hosts interleaved in rank order as a launcher may place them. */
+static void testHierLayout(void) {
+  struct table t;
+  makeTable(&t, 6, 3); /* 2 hosts x 3, contiguous */
+  struct fcclHierLayout h;
+  EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, 4, &h), fcclSuccess);
+  EXPECT_EQ_INT(h.hosts, 2);
+  EXPECT_EQ_INT(h.localRanks, 3);
+  EXPECT_EQ_INT(h.host, 1);
+  EXPECT_EQ_INT(h.localRank, 1);
+  EXPECT_EQ_INT(h.hostLeader, 3);
+  EXPECT_EQ_INT(h.railLeader, 1);
+  /* Ranks 0, 2, 4 on host A and 1, 3, 5 on host B. */
+  for (int r = 0; r < 6; r++) t.infos[r].hostHash = 0x2000 + (uint64_t)(r % 2);
+  for (int r = 0; r < 6; r++) {
+    EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, r, &h), fcclSuccess);
+    EXPECT_EQ_INT(h.hosts, 2);
+    EXPECT_EQ_INT(h.localRanks, 3);
+    EXPECT_EQ_INT(h.host, r % 2);
+    EXPECT_EQ_INT(h.localRank, r / 2);
+    EXPECT_EQ_INT(h.hostLeader, r % 2);
+    EXPECT_EQ_INT(h.railLeader, 2 * (r / 2));
+  }
+  t.infos[5].hostHash = 0x2000; /* 4 and 2 */
+  EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, 0, &h), fcclInvalidArgument);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "hosts of equal size");
+  EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, 6, &h), fcclInvalidArgument);
 }
 
 static void testManyRanks(void) {
@@ -297,6 +416,8 @@ static void testBadInput(void) {
 int main(void) {
   testOneHost();
   testSeveralHosts();
+  testHier();
+  testHierLayout();
   testManyRanks();
   testPeerAccessRefused();
   testArch();

@@ -375,11 +375,14 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       }
       break;
     case FLAG_PATH:
-      /* FCCL_PATH for every rank (docs/paths.md); there is no hierarchical path to ask for yet. */
-      if (strcasecmp(value, "nccl") != 0 && strcasecmp(value, "fccl") != 0 && strcasecmp(value, "auto") != 0)
-        return benchError(err, errLen, "%s: 'fccl', 'nccl' or 'auto', not '%s'%s", name, value,
-                          strcasecmp(value, "hier") == 0 ? " (fccl has no hierarchical path yet)" : "");
-      args->path = strcasecmp(value, "nccl") == 0 ? "nccl" : strcasecmp(value, "fccl") == 0 ? "fccl" : "auto";
+      /* FCCL_PATH for every rank (docs/paths.md): the init refuses a path the layout does not allow. */
+      if (strcasecmp(value, "nccl") != 0 && strcasecmp(value, "fccl") != 0 && strcasecmp(value, "hier") != 0 &&
+          strcasecmp(value, "auto") != 0)
+        return benchError(err, errLen, "%s: 'fccl', 'nccl', 'hier' or 'auto', not '%s'", name, value);
+      args->path = strcasecmp(value, "nccl") == 0   ? "nccl"
+                   : strcasecmp(value, "fccl") == 0 ? "fccl"
+                   : strcasecmp(value, "hier") == 0 ? "hier"
+                                                    : "auto";
       break;
     case FLAG_CSV:
       if (!*value) return benchError(err, errLen, "%s: the file name is empty", name);
@@ -486,7 +489,7 @@ void benchPrintUsage(FILE* out, const char* program) {
           "fccl's own:\n"
           "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
           "  --compare nccl            run NCCL on the same buffers and print it beside fccl\n"
-          "  --path fccl|nccl|auto     which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
+          "  --path fccl|nccl|hier|auto  which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hierarchical path (hier.h): a host communicator of the host's ranks on fccl's kernels, a rail of the ranks of
+ * this local rank across the hosts on NCCL, and the all-reduce over both. Made at init through the communicator's
+ * own bootstrap: the host communicator's unique id (a root on the loopback interface of the host's first rank) and
+ * the rail's NCCL unique id (made by host 0's rank of the rail) travel in its all-gathers. docs/paths.md.
+ */
+#include "hier.h"
+
+#include "bootstrap.h"
+#include "check.h"
+#include "comm.h"
+#include "debug.h"
+#include "device.h"
+#include "enqueue.h"
+#include "nccl_path.h"
+#include "path.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
+
+struct fcclHier {
+  struct fcclHierLayout layout;
+  struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
+  struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
+};
+
+/* What a host's first rank sends the others of its host: whether it made the id, and the id. */
+struct hostIdRecord {
+  int32_t result;
+  int32_t reserved;
+  fcclUniqueId id;
+};
+
+/* The host communicator: made by every rank, every rank told whether every rank has its own. */
+static fcclResult_t createHost(struct fcclComm* comm, struct fcclHier* h) {
+  const struct fcclHierLayout* l = &h->layout;
+  struct hostIdRecord* ids = calloc((size_t)comm->nranks, sizeof(*ids));
+  int32_t* results = calloc((size_t)comm->nranks, sizeof(*results));
+  fcclResult_t res = fcclSuccess;
+  if (!ids || !results) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the host communicator");
+    goto exit;
+  }
+  if (comm->rank == l->hostLeader)
+    ids[comm->rank].result = (int32_t)fcclBootstrapGetLocalUniqueId(&ids[comm->rank].id, comm->timeoutMs);
+  FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, ids, sizeof(*ids)), res, exit);
+  fcclResult_t local = (fcclResult_t)ids[l->hostLeader].result;
+  if (local != fcclSuccess && comm->rank != l->hostLeader)
+    (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank %d could not make its host communicator's unique id (%s)",
+                     l->hostLeader, fcclGetErrorString(local));
+  if (local == fcclSuccess) {
+    local = fcclCommInitHostPart(comm, &ids[l->hostLeader].id, l->localRanks, l->localRank, &h->host);
+    /* A failed host communicator was torn down with the abort flag the two share set: this rank's exchanges stop
+     * at once, so it leaves with its own cause, and the others learn of it when its bootstrap closes. */
+    if (local != fcclSuccess) {
+      res = local;
+      goto exit;
+    }
+  }
+  results[comm->rank] = (int32_t)local;
+  FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, results, sizeof(*results)), res, exit);
+  for (int r = 0; r < comm->nranks; r++) {
+    if (results[r] == fcclSuccess || r == comm->rank) continue;
+    res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_INIT, "rank %d could not make its host communicator (%s)", r,
+                     fcclGetErrorString((fcclResult_t)results[r]));
+    break;
+  }
+  if (local != fcclSuccess) res = local; /* the host's first rank could not make the id: said above */
+exit:
+  free(ids);
+  free(results);
+  return res;
+}
+
+fcclResult_t fcclHierCreate(struct fcclComm* comm) {
+  struct fcclHier* h = calloc(1, sizeof(*h));
+  if (!h) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the hierarchical path");
+  comm->hier = h; /* from here on commFree releases what was made */
+  FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, comm->rank, &h->layout));
+  const struct fcclHierLayout* l = &h->layout;
+  FCCLCHECK(createHost(comm, h));
+  FCCLCHECK(fcclNcclRailCreate(comm, l->hosts, l->host, l->railLeader, &h->rail));
+  FCCL_INFO(FCCL_SUBSYS_INIT,
+            "comm %p rank %d: hierarchical: host %d of %d, local rank %d of %d; host communicator %p, NCCL rail of %d "
+            "ranks led by rank %d",
+            (void*)comm, comm->rank, l->host, l->hosts, l->localRank, l->localRanks, (void*)h->host, l->hosts,
+            l->railLeader);
+  return fcclSuccess;
+}
+
+fcclResult_t fcclHierFree(struct fcclComm* comm) {
+  struct fcclHier* h = comm->hier;
+  if (!h) return fcclSuccess;
+  comm->hier = NULL;
+  /* NCCL first: an aborted rail stops its kernels, which fccl's on the same streams may be queued behind. */
+  fcclNcclRailFree(comm, h->rail);
+  fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
+  free(h);
+  return res;
+}
+
+fcclResult_t fcclHierAsyncError(struct fcclComm* comm) {
+  struct fcclHier* h = comm->hier;
+  if (!h) return fcclSuccess;
+  if (h->host) {
+    const fcclResult_t state = fcclCommAsyncState(h->host);
+    if (state != fcclSuccess && state != fcclInProgress) {
+      char failure[FCCL_LAST_ERROR_MAX - 128], text[FCCL_LAST_ERROR_MAX]; /* room for the words around it */
+      fcclCommFailure(h->host, failure, sizeof(failure));
+      snprintf(text, sizeof(text), "rank %d: its host communicator (local rank %d of %d) failed: %s", comm->rank,
+               h->layout.localRank, h->layout.localRanks, failure[0] ? failure : fcclGetErrorString(state));
+      fcclCommFail(comm, state, text, 0);
+      return state;
+    }
+  }
+  return fcclNcclAsyncErrorOn(comm, h->rail);
+}
+
+struct fcclTransport* fcclHierTransport(struct fcclComm* comm) {
+  struct fcclHier* h = comm ? comm->hier : NULL;
+  return h && h->host ? __atomic_load_n(&h->host->transport, __ATOMIC_ACQUIRE) : NULL;
+}
+
+/*
+ * count = localRanks x shard + tail. The shards: the host's reduce-scatter leaves this rank's shard, reduced over
+ * the host, in its place in recvbuf (in place for the reduce-scatter when the all-reduce is); the rail reduces it
+ * over the hosts in place; the host's all-gather (in place) gives every rank every shard. The tail (fewer elements
+ * than local ranks) is one all-reduce of the world NCCL communicator. avg is a sum at both levels divided once by
+ * the world's rank count, as one kernel's avg is (a per-level avg would round, or truncate integers, twice).
+ * Nothing here waits for the host or the GPU: the steps are enqueued on stream in order, so the call can be
+ * captured in a CUDA graph.
+ */
+fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  struct fcclHier* h = comm->hier;
+  const char* caller = call->coll->name;
+  if (fcclNcclGroupActive())
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                      "%s: inside fcclGroupStart/fcclGroupEnd on the hierarchical path: NCCL would hold its step "
+                      "across hosts until the group's end, behind the all-gather inside the host that needs it; make "
+                      "the all-reduce outside the group",
+                      caller);
+  const fcclResult_t state = fcclHierAsyncError(comm);
+  if (state != fcclSuccess) {
+    char failure[FCCL_LAST_ERROR_MAX];
+    fcclCommFailure(comm, failure, sizeof(failure));
+    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it",
+                      caller, failure[0] ? failure : fcclGetErrorString(state));
+  }
+  const size_t size = fcclTypeSize(call->datatype);
+  const size_t shard = call->count / (size_t)h->layout.localRanks;
+  const size_t hierCount = shard * (size_t)h->layout.localRanks;
+  const fcclRedOp_t op = call->op == fcclAvg ? fcclSum : call->op;
+  const char* send = call->sendbuf;
+  char* recv = call->recvbuf;
+  if (shard > 0) {
+    char* mine = recv + (size_t)h->layout.localRank * shard * size;
+    FCCLCHECK(fcclReduceScatterAlgo(send, mine, shard, call->datatype, op, h->host, stream, -1));
+    FCCLCHECK(fcclNcclAllReduceOn(comm, h->rail, mine, mine, shard, call->datatype, op, stream, caller));
+    if (call->op == fcclAvg) FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, mine, shard, comm->nranks, stream));
+    FCCLCHECK(fcclAllGatherAlgo(mine, recv, shard, call->datatype, h->host, stream, -1));
+  }
+  if (call->count > hierCount)
+    FCCLCHECK(fcclNcclAllReduceOn(comm, comm->nccl, send + hierCount * size, recv + hierCount * size,
+                                  call->count - hierCount, call->datatype, call->op, stream, caller));
+  return fcclSuccess;
+}

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The hierarchical path (src/core/hier.c): several hosts with the same number of ranks, peer access inside each.
+ * The communicator holds a host communicator of its host's ranks, on fccl's kernels, and a rail, an NCCL
+ * communicator of the ranks of its local rank across the hosts; the world NCCL communicator (comm->nccl) carries
+ * every call that has no hierarchical form. The all-reduce is fccl's reduce-scatter inside the host, NCCL's
+ * all-reduce of the shard on the rail and fccl's all-gather inside the host. docs/paths.md.
+ */
+#ifndef FCCL_HIER_H_
+#define FCCL_HIER_H_
+
+#include "fccl.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+struct fcclComm;
+struct fcclCall;
+struct fcclTransport;
+
+/* Makes comm->hier: the host communicator, then the rail. Collective over comm (its bootstrap carries the host
+ * communicators' unique ids and NCCL's); every rank learns whether every rank made its parts. */
+fcclResult_t fcclHierCreate(struct fcclComm* comm);
+
+/* Releases comm->hier (NULL is fine): the rail as the world NCCL communicator is released, then the host
+ * communicator (collective over the host's ranks unless comm's abort flag is set, which the two share). */
+fcclResult_t fcclHierFree(struct fcclComm* comm);
+
+/* The host communicator's failure or the rail's NCCL error, recorded on comm the first time it is seen;
+ * fcclSuccess off the hierarchical path. */
+fcclResult_t fcclHierAsyncError(struct fcclComm* comm);
+
+/* The all-reduce of call (checked already) on stream, the comm's device current: the hierarchical form. */
+fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
+
+/* The host communicator's transport (fcclCommRegister's registrations live there), or NULL. */
+struct fcclTransport* fcclHierTransport(struct fcclComm* comm);
+
+#endif /* FCCL_HIER_H_ */
