@@ -112,13 +112,15 @@ static fcclResult_t commFree(struct fcclComm* comm) {
   /* Layers in reverse order of setup; each is a no-op for a layer that was not set up and none waits for peers
    * when *comm->abortFlag is set. The first error is kept in res. */
 
+  /* hierarchical: the rail (NCCL, aborted when the communicator was: it stops the kernel that waits for the other
+   * hosts), then the host communicator (fccl's kernels). Before the world's NCCL communicator: NCCL's teardown
+   * frees device memory, which waits for every kernel of the device, the rail's waiting one included. */
+  fcclResult_t hierRes = fcclHierFree(comm);
+  if (res == fcclSuccess) res = hierRes;
+
   /* NCCL: finalized and destroyed, or aborted when the communicator was (it stops NCCL's kernels) */
   fcclResult_t ncclRes = fcclNcclCommFree(comm);
   if (res == fcclSuccess) res = ncclRes;
-
-  /* hierarchical: the rail (NCCL, aborted like the above), then the host communicator (fccl's kernels) */
-  fcclResult_t hierRes = fcclHierFree(comm);
-  if (res == fcclSuccess) res = hierRes;
 
   /* collectives: wait for this device's work (our kernels end on their own or on the abort flag), free the state */
   fcclResult_t deviceRes = fcclDeviceFini(comm);

@@ -97,16 +97,23 @@ static double roundToType(fcclDataType_t type, double x) {
   return x;
 }
 
+/* Whether g is v, an order's product: within 2 ulps, the same infinity, or NaN where an overflowed partial product
+ * met a zero input (or an underflowed one an infinity). */
+static int orderGives(double g, double v, double eps, double tiny) {
+  if (isnan(v)) return isnan(g);
+  if (isinf(v)) return g == v;
+  return fabs(g - v) <= 2.0 * eps * fabs(v) + tiny;
+}
+
 /* Whether g is one of the products NCCL's reduction orders give, each partial product rounded to the element's
  * precision (an intermediate that overflows or goes subnormal stays so, whatever the final value): every
- * sequential order of the n <= 4 inputs and, for 4, the three pairings. Within 2 ulps of one of them, or the same
- * infinity. */
+ * sequential order of the n <= 4 inputs and, for 4, the three pairings. */
 static int productOfSomeOrder(fcclDataType_t type, double g, const double* x, int n, double eps, double tiny) {
   int order[4] = {0, 1, 2, 3};
   for (;;) {
     double v = x[order[0]];
     for (int k = 1; k < n; k++) v = roundToType(type, v * x[order[k]]);
-    if (isinf(v) ? g == v : fabs(g - v) <= 2.0 * eps * fabs(v) + tiny) return 1;
+    if (orderGives(g, v, eps, tiny)) return 1;
     /* next permutation of order[0..n) */
     int i = n - 2;
     while (i >= 0 && order[i] > order[i + 1]) i--;
@@ -127,7 +134,7 @@ static int productOfSomeOrder(fcclDataType_t type, double g, const double* x, in
     for (int p = 0; p < 3; p++) {
       const double v = roundToType(type, roundToType(type, x[pairs[p][0]] * x[pairs[p][1]]) *
                                              roundToType(type, x[pairs[p][2]] * x[pairs[p][3]]));
-      if (isinf(v) ? g == v : fabs(g - v) <= 2.0 * eps * fabs(v) + tiny) return 1;
+      if (orderGives(g, v, eps, tiny)) return 1;
     }
   }
   return 0;
