@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The arithmetic of one token row of fcclAllReduceAddRMSNorm, apart from the kernel of fused_norm.cu so that
- * other forms of the call can share it: the rank-order reduction, the residual add, the sum of squares in one
- * fixed order, the norm and the FP8 quantisation. A row's bits depend on its own data only, whichever rank or
- * block computes it (docs/fused.md#batch-invariance).
+ * The arithmetic of one token row of fcclAllReduceAddRMSNorm, shared by its forms (fused_norm.cu: one-shot,
+ * fused_norm_twoshot.cu: two-shot): the rank-order reduction, the residual add, the sum of squares in one fixed
+ * order, the norm and the FP8 quantisation. A row's bits depend on its own data only, whichever form runs it and
+ * whichever rank or block computes it (docs/fused.md#batch-invariance).
  */
 #ifndef FCCL_DEVICE_FUSED_NORM_CUH_
 #define FCCL_DEVICE_FUSED_NORM_CUH_
@@ -74,12 +74,32 @@ __device__ __forceinline__ void storeFp8(uint64_t rowOut, uint64_t first, uint64
 }
 
 /*
- * One token row: bases[r] is rank r's input row (its input or its staged copy). Reduces it in rank order, adds
- * and writes back the residual, and writes the normalised row (and the FP8 scale) for token `row`.
+ * Where the two-shot form also stores a row's results, for the peers that did not compute it: peer p's copy starts
+ * at base[p] (0: none), a 16-byte aligned region of the peer's slot holding r' at base + residual (when the call has
+ * a residual), the output row at base + output and the dynamic scale at base + scale.
  */
-template <class TT, bool FP8, int NR>
+struct RowCopies {
+  uint64_t base[FCCL_DEVICE_MAX_RANKS];
+  uint64_t residual, output, scale;
+};
+
+/* Stores one 16-byte unit at byte `offset` of every peer's copy region. */
+template <int NR>
+__device__ __forceinline__ void copyUnit(const RowCopies* copies, uint64_t offset, const uint64_t (&words)[2]) {
+#pragma unroll
+  for (int p = 0; p < NR; p++)
+    if (copies->base[p]) st_data16(ptr<void>(copies->base[p] + offset), words[0], words[1]);
+}
+
+/*
+ * One token row: bases[r] is rank r's input row (its input or its staged copy). Reduces it in rank order, adds
+ * and writes back the residual, and writes the normalised row (and the FP8 scale) for token `row`; with COPIES,
+ * also r', the output row and the scale into every peer's region of copies, from the same registers.
+ */
+template <class TT, bool FP8, int NR, bool COPIES = false>
 __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (&bases)[FCCL_DEVICE_MAX_RANKS], int n,
-                                        uint64_t row, float staticScale, float (&shared)[kWarps]) {
+                                        uint64_t row, float staticScale, float (&shared)[kWarps],
+                                        const RowCopies* copies = nullptr) {
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
   using Bits = typename TT::Bits;
@@ -102,6 +122,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
 #pragma unroll
       for (int e = 0; e < E; e++) v[j].e[e] = TT::fromAcc(addRn(TT::toAcc(r.e[e]), TT::toAcc(v[j].e[e])));
       IO::store(residual, u, rowBytes, v[j]);
+      if constexpr (COPIES) copyUnit<NR>(copies, copies->residual + u * FCCL_UNIT_BYTES, v[j].words);
     }
 #pragma unroll
     for (int e = 0; e < E; e++) {
@@ -137,6 +158,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
 #pragma unroll
       for (int e = 0; e < E; e++) o.e[e] = TT::fromAcc(y[e]);
       IO::store(out, u, rowBytes, o);
+      if constexpr (COPIES) copyUnit<NR>(copies, copies->output + u * FCCL_UNIT_BYTES, o.words);
     });
   } else {
     float scale = staticScale;
@@ -149,7 +171,14 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
       });
       amax = blockMax(amax, shared);
       scale = __fdiv_rn(amax, kFp8Max);
-      if (threadIdx.x == 0) ptr<float>(a.scale)[row] = scale;
+      if (threadIdx.x == 0) {
+        ptr<float>(a.scale)[row] = scale;
+        if constexpr (COPIES) {
+#pragma unroll
+          for (int p = 0; p < NR; p++)
+            if (copies->base[p]) *ptr<float>(copies->base[p] + copies->scale) = scale;
+        }
+      }
     }
     const uint64_t out = a.output + row * a.hidden;
     forEachNormalised([&](uint64_t u, const float (&y)[E]) {
@@ -161,6 +190,11 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
         packed |= (uint64_t)toFp8(q) << (8 * e);
       }
       storeFp8<E>(out, u * E, a.hidden, packed);
+      if constexpr (COPIES) {
+#pragma unroll
+        for (int p = 0; p < NR; p++)
+          if (copies->base[p]) storeFp8<E>(copies->base[p] + copies->output, u * E, a.hidden, packed);
+      }
     });
   }
 }

@@ -44,6 +44,9 @@ FCCL_PARAM(REDUCESCATTER_ALGO, FCCL_PARAM_STRING, "",
            "Reduce-scatter algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
 FCCL_PARAM(BROADCAST_ALGO, FCCL_PARAM_STRING, "",
            "Broadcast algorithm: empty or auto, ll, direct or staged, as FCCL_ALLGATHER_ALGO.")
+FCCL_PARAM(FUSED_ALGO, FCCL_PARAM_STRING, "",
+           "fcclAllReduceAddRMSNorm's form: empty or auto (two-shot from the size where the all-reduce switches to "
+           "two-shot), oneshot, or twoshot (falls back to oneshot for a call it cannot run). Equal on every rank.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
