@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fcclAllReduceAddRMSNorm: the sum over ranks of every token row, the residual add and the RMSNorm (and the FP8
- * quantisation) in one kernel. A block owns whole rows: it reduces a row in rank order with the all-reduce's own
+ * fcclAllReduceAddRMSNorm, one-shot form (every rank computes every row; the two-shot form, where each rank
+ * computes the rows it owns, is fused_norm_twoshot.cu): the sum over ranks of every token row, the residual add and
+ * the RMSNorm (and the FP8 quantisation) in one kernel. A block owns whole rows (fused_norm.cuh): it reduces a row
+ * in rank order with the all-reduce's own
  * reduction (reduceRanks16: fp32 accumulation for 16-bit types, one rounding to the type), adds the residual in
  * fp32 and rounds once, and normalises the row in the same block, FCCL_FUSED_THREADS threads whatever the grid:
  * thread t owns the row's 16-byte units t, t + FCCL_FUSED_THREADS, ... and its partial sum of squares adds them in
