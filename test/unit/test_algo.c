@@ -704,7 +704,7 @@ static void testFusedForm(void) {
   for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++)
     for (int registered = 0; registered < 2; registered++)
       for (uint64_t bytes = 16; bytes <= (1ull << 30); bytes *= 2)
-        for (int delta = -16; delta <= 16; delta += 16) {
+        for (int delta = bytes > 16 ? -16 : 0; delta <= 16; delta += 16) {
           fcclAlgoQuery q = query(bytes + (uint64_t)(int64_t)delta, nranks, registered && nranks > 1);
           const int algo = pick(q.bytes, nranks, q.registered);
           const int twoshot = nranks > 1 && (algo == FCCL_ALGO_TWOSHOT_STAGED || algo == FCCL_ALGO_TWOSHOT_REG);
