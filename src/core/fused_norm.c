@@ -140,8 +140,8 @@ static uint64_t twoshotRoundRows(const struct fusedCall* c, uint64_t pitch, uint
 }
 
 /*
- * The form of this call: the one asked for (form >= 0: strict, for tests; else FCCL_FUSED_ALGO, which falls back to
- * the automatic choice when the two-shot cannot run the call), else fcclFusedAutoForm. The two-shot needs one row
+ * The form of this call: the one asked for (form >= 0: strict, for tests), else FCCL_FUSED_ALGO's, else
+ * fcclFusedAutoForm's; outside the strict case a two-shot that cannot run the call becomes the one-shot. The two-shot needs one row
  * per owner in a staging chunk and its rounds counted by a signal's steps; *roundRows receives its rows per owner
  * and round. Every input to the choice is the same on every rank for one call.
  */

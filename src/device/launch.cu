@@ -112,8 +112,9 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
     if (args->form == FCCL_FUSED_TWOSHOT) function = fccl::fusedNormTwoshotKernel(datatype, fp8, bound);
   }
   if (function == nullptr)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no fused norm kernel for type %d, output type %d, form %d",
-                      (int)datatype, (int)outtype, (int)args->form);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "no fused norm kernel for type %d, output type %d, form %d", (int)datatype, (int)outtype,
+                      (int)args->form);
   if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm grid %d outside [1, %d]", blocks,
                       FCCL_DEVICE_MAX_BLOCKS);
