@@ -16,7 +16,8 @@
  *                               in the automatic choice (4096 tokens: two-shot) and in each form forced
  *   test_fused_norm forms <n>   the one-shot and the two-shot form give the same bits for the same input (output,
  *                               residual, scales), every type, FP8 both ways, NULL residual and weight, plain and
- *                               registered, token counts below, at and past the rank count, many rounds
+ *                               registered, token counts below, at and past the rank count, many rounds; then
+ *                               both forms back to back with all-reduces between them, no host synchronisation
  *   test_fused_norm graph <n>   captured calls replayed (1000; FCCLTEST_QUICK=1: 50), each checked against eager bits
  *   test_fused_norm nan <n>     NaN and Inf inputs: the rows they hit, as docs/fused.md says; the others unchanged
  *   test_fused_norm invalid     argument errors return fcclInvalidArgument with a message and launch nothing
@@ -549,8 +550,69 @@ static int modeBatch(struct fusedContext* x) {
   return (int)call;
 }
 
+/*
+ * Back to back on one stream, with no host synchronisation: fused calls alternating forms and plain or registered
+ * input, each into residual and output rows of its own (the residual reset to the same values), and all-reduces of
+ * three sizes (other algorithms, other staging use) between them. Every call's staging must be free when the next
+ * call of any kind writes it: every slot must hold the bits of one synchronised one-shot call, and a last
+ * all-reduce those of a synchronised one. Returns the number of problems.
+ */
+static int mixedCalls(struct fusedContext* x, uint64_t call) {
+  struct fusedContext* ctx = x;
+  struct fusedCase c = {fcclBfloat16, fcclBfloat16, fcclScaleNone, 67, 4096, 1, 1, 0, 1e-6f, 1.0f};
+  const size_t count = c.tokens * c.hidden, bytes = count * 2, outBytes = c.tokens * outRow(&c);
+  size_t slots = x->capacity / (bytes + 64);
+  if (slots > 12) slots = 12;
+  if (slots < 2 || !twoshotFits(&c, x->nranks)) return 0;
+  if (upload(x, &c, call, NULL)) return 1;
+  char* plain = x->plainIn.base + COLL_GUARD;
+  char* reg = x->regIn.base + COLL_GUARD;
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(reg, x->hIn, bytes, cudaMemcpyHostToDevice, x->stream));
+  COLL_CHECK_FCCL("mixed", fusedCallForm(x, &c, plain, x->residual, x->output, NULL, c.tokens, x->stream,
+                                         FCCL_FUSED_ONESHOT));
+  COLL_CHECK_FCCL("mixed", fcclAllReduce(plain, x->reduced, count, c.type, fcclSum, x->comm, x->stream));
+  char* want = malloc(2 * bytes + outBytes);
+  if (!want) return 1;
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want, x->residual, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want + bytes, x->reduced, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want + 2 * bytes, x->output, outBytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaStreamSynchronize(x->stream));
+  for (size_t k = 0; k < slots; k++)
+    COLL_CHECK_CUDA("mixed", cudaMemcpyAsync((char*)x->residual + k * bytes, x->hResidual, bytes,
+                                             cudaMemcpyHostToDevice, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemsetAsync(x->output, COLL_POISON, slots * outBytes, x->stream));
+  const size_t counts[] = {1000, count, 100003};
+  for (size_t k = 0; k < slots; k++) {
+    const int form = k % 2 ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT;
+    const char* in = (k / 2) % 2 ? reg : plain;
+    COLL_CHECK_FCCL("mixed", fusedCallForm(x, &c, in, (char*)x->residual + k * bytes, (char*)x->output + k * outBytes,
+                                           NULL, c.tokens, x->stream, form));
+    COLL_CHECK_FCCL("mixed", fcclAllReduce(in, x->reduced, counts[k % 3], c.type, fcclSum, x->comm, x->stream));
+  }
+  COLL_CHECK_FCCL("mixed", fcclAllReduce(plain, x->reduced, count, c.type, fcclSum, x->comm, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hResidualOut, x->residual, slots * bytes, cudaMemcpyDeviceToHost,
+                                           x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hOutput, x->output, slots * outBytes, cudaMemcpyDeviceToHost,
+                                           x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hReduced, x->reduced, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaStreamSynchronize(x->stream));
+  int problems = 0;
+  for (size_t k = 0; k < slots; k++) {
+    const int same = memcmp((char*)x->hResidualOut + k * bytes, want, bytes) == 0 &&
+                     memcmp((char*)x->hOutput + k * outBytes, want + 2 * bytes, outBytes) == 0;
+    EXPECT_MSG(same, "rank %d: back-to-back fused call %zu (%s, %s) differs from the synchronised call", x->rank, k,
+               k % 2 ? "twoshot" : "oneshot", (k / 2) % 2 ? "registered" : "plain");
+    problems += !same;
+  }
+  EXPECT_MSG(memcmp(x->hReduced, want + bytes, bytes) == 0,
+             "rank %d: the all-reduce after back-to-back fused calls differs from the synchronised one", x->rank);
+  problems += memcmp(x->hReduced, want + bytes, bytes) != 0;
+  free(want);
+  return problems;
+}
+
 /* The same input through the one-shot and the two-shot form (each strictly, each also checked against the host
- * reference): output, residual and scales bit for bit the same. */
+ * reference): output, residual and scales bit for bit the same. Then mixedCalls. */
 static int modeForms(struct fusedContext* x) {
   static const size_t hiddens[] = {129, 4096, 8191};
   const size_t n = (size_t)x->nranks;
@@ -597,6 +659,7 @@ static int modeForms(struct fusedContext* x) {
           call++;
         }
   x->form = -1;
+  if (bad < 10) mixedCalls(x, call);
   return (int)call;
 }
 
