@@ -6,9 +6,11 @@
  * the replays, divided by calls) is printed for both with the speedup. Both paths run on the same data; the fused
  * output is compared with the baseline's bit for bit (their arithmetic is the same, docs/fused.md), and the
  * "same" column says whether they agree. One forked process per rank, GPU rank % GPUs (ranks share GPUs when there
- * are fewer GPUs than -g).
+ * are fewer GPUs than -g). -F runs the sweep once per form of the fused call (auto, oneshot, twoshot: FCCL_FUSED_ALGO
+ * set in each rank before its first call), so that one run records both forms side by side.
  *
  *   fused_norm_perf                       every GPU, hidden 4096 and 8192, tokens 1, 2, 4, ... 8192
+ *   fused_norm_perf -F oneshot,twoshot    the same sweep in each form
  *   fused_norm_perf -g 8 -H 4096 -t 1:512 -R 1     8 ranks, registered input
  */
 #include "fccl.h"
@@ -29,6 +31,10 @@
 
 #define MAX_RANKS 8
 #define MAX_HIDDEN 8
+#define MAX_FORMS 3
+
+/* The fused call's forms, as FCCL_FUSED_ALGO names them (docs/env.md). */
+static const char* const kForms[MAX_FORMS] = {"auto", "oneshot", "twoshot"};
 
 struct options {
   int nranks;
@@ -36,6 +42,8 @@ struct options {
   int hiddens;
   size_t minTokens, maxTokens;
   int calls, warmup, iters, registered;
+  int forms[MAX_FORMS]; /* indices into kForms, in the order asked for */
+  int nforms;
 };
 
 /* Shared with the forked ranks: the unique id (rank 0 creates it) and a flag that it is there. */
@@ -137,7 +145,12 @@ static int sameBits(int rank, fcclComm_t comm, cudaStream_t stream, struct buffe
   return memcmp(hostA, hostB, bytes) == 0;
 }
 
-static int rankMain(int rank, int gpus, const struct options* o, struct shared* sh) {
+static int rankMain(int rank, int gpus, const struct options* o, struct shared* sh, const char* form) {
+  /* Read once by the library, at this process's first call: set before any. */
+  if (setenv("FCCL_FUSED_ALGO", form, 1) != 0) {
+    fprintf(stderr, "rank %d: setenv: %s\n", rank, strerror(errno));
+    return 1;
+  }
   CHECK_CUDA(cudaSetDevice(rank % gpus));
   if (rank == 0) {
     CHECK_FCCL(fcclGetUniqueId((fcclUniqueId*)&sh->id));
@@ -191,11 +204,13 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
   CHECK_CUDA(cudaMemcpy(b.weight, host, maxHidden * 2, cudaMemcpyHostToDevice));
 
   if (rank == 0) {
-    printf("# fused_norm_perf: %d ranks, %d GPUs, bf16, %s input, CUDA graphs of %d calls, %d replays (%d warm-up)\n",
-           o->nranks, gpus, o->registered ? "registered" : "plain", o->calls, o->iters, o->warmup);
+    printf("# fused_norm_perf: %d ranks, %d GPUs%s, bf16, %s input, CUDA graphs of %d calls, %d replays (%d "
+           "warm-up), fused form %s (FCCL_FUSED_ALGO)\n",
+           o->nranks, gpus, o->nranks > gpus ? " (ranks share GPUs)" : "", o->registered ? "registered" : "plain",
+           o->calls, o->iters, o->warmup, form);
     printf("# baseline: fcclAllReduce + a separate add + RMSNorm kernel; same: fused output == baseline bit for bit\n");
-    printf("%8s %8s %12s %12s %12s %8s %5s\n", "hidden", "tokens", "bytes", "fused(us)", "baseline(us)", "speedup",
-           "same");
+    printf("%8s %8s %8s %12s %12s %12s %8s %5s\n", "form", "hidden", "tokens", "bytes", "fused(us)", "baseline(us)",
+           "speedup", "same");
   }
   int status = 0;
   for (int h = 0; h < o->hiddens && status == 0; h++) {
@@ -210,8 +225,8 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
         break;
       }
       if (rank == 0)
-        printf("%8zu %8zu %12zu %12.2f %12.2f %8.2f %5s\n", hidden, tokens, tokens * hidden * 2, fused, base,
-               base / fused, same ? "yes" : "NO");
+        printf("%8s %8zu %8zu %12zu %12.2f %12.2f %8.2f %5s\n", form, hidden, tokens, tokens * hidden * 2, fused,
+               base, base / fused, same ? "yes" : "NO");
       fflush(stdout);
     }
   }
@@ -235,7 +250,8 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
 static void usage(FILE* out) {
   fprintf(out,
           "usage: fused_norm_perf [-g ranks] [-H hidden[,hidden...]] [-t min:max tokens, doubling]\n"
-          "          [-n calls per graph] [-w warm-up replays] [-i timed replays] [-R 0|1 registered input] [-h]\n"
+          "          [-n calls per graph] [-w warm-up replays] [-i timed replays] [-R 0|1 registered input]\n"
+          "          [-F form[,form...]] [-h]\n"
           "  -g, --ngpus N      ranks, one process each (default: every GPU; more than the GPUs share them)\n"
           "  -H, --hidden LIST  hidden sizes, comma separated (default 4096,8192)\n"
           "  -t, --tokens A:B   tokens from A to B, doubling (default 1:8192)\n"
@@ -243,6 +259,8 @@ static void usage(FILE* out) {
           "  -w, --warmup N     warm-up replays (default 5)\n"
           "  -i, --iters N      timed replays (default 20)\n"
           "  -R, --registered B 1: the input in registered memory (default 0)\n"
+          "  -F, --form LIST    forms of the fused call, comma separated, one sweep each: auto, oneshot, twoshot\n"
+          "                     (default auto; the automatic choice is docs/fused.md's)\n"
           "  -h, --help         this text\n");
 }
 
@@ -266,16 +284,17 @@ static int gpuCount(void) {
 }
 
 int main(int argc, char** argv) {
-  struct options o = {0, {4096, 8192}, 2, 1, 8192, 20, 5, 20, 0};
+  struct options o = {0, {4096, 8192}, 2, 1, 8192, 20, 5, 20, 0, {0}, 1};
+  int badForm = 0;
   static const struct option longOptions[] = {
       {"ngpus", required_argument, NULL, 'g'}, {"hidden", required_argument, NULL, 'H'},
       {"tokens", required_argument, NULL, 't'}, {"calls", required_argument, NULL, 'n'},
       {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
-      {"registered", required_argument, NULL, 'R'}, {"help", no_argument, NULL, 'h'},
-      {NULL, 0, NULL, 0}};
+      {"registered", required_argument, NULL, 'R'}, {"form", required_argument, NULL, 'F'},
+      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int opt;
   opterr = 0;
-  while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:h", longOptions, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:F:h", longOptions, NULL)) != -1) {
     switch (opt) {
       case 'g': o.nranks = atoi(optarg); break;
       case 'H': {
@@ -291,6 +310,21 @@ int main(int argc, char** argv) {
       case 'w': o.warmup = atoi(optarg); break;
       case 'i': o.iters = atoi(optarg); break;
       case 'R': o.registered = atoi(optarg); break;
+      case 'F': {
+        o.nforms = 0;
+        for (char* f = strtok(optarg, ","); f; f = strtok(NULL, ",")) {
+          int known = -1;
+          for (int k = 0; k < MAX_FORMS; k++)
+            if (strcmp(f, kForms[k]) == 0) known = k;
+          if (known < 0 || o.nforms == MAX_FORMS) {
+            badForm = 1;
+            break;
+          }
+          o.forms[o.nforms++] = known;
+        }
+        badForm |= o.nforms == 0;
+        break;
+      }
       case 'h': usage(stdout); return 0;
       default: {
         char problem[128];
@@ -304,8 +338,11 @@ int main(int argc, char** argv) {
   int bad = o.hiddens < 1 || o.minTokens < 1 || o.maxTokens < o.minTokens || o.calls < 1 || o.iters < 1 ||
             o.warmup < 0 || o.nranks < 0 || o.nranks > MAX_RANKS;
   for (int h = 0; h < o.hiddens; h++) bad |= o.hidden[h] < 1 || o.hidden[h] > 32768;
-  if (bad || optind < argc) {
-    fprintf(stderr, "fused_norm_perf: %s\n", optind < argc ? "unexpected argument" : "a value is out of range");
+  if (bad || badForm || optind < argc) {
+    fprintf(stderr, "fused_norm_perf: %s\n",
+            optind < argc ? "unexpected argument"
+            : badForm     ? "-F takes auto, oneshot and twoshot, comma separated, at most 3"
+                          : "a value is out of range");
     usage(stderr);
     return 2;
   }
@@ -320,20 +357,27 @@ int main(int argc, char** argv) {
     fprintf(stderr, "fused_norm_perf: mmap: %s\n", strerror(errno));
     return 1;
   }
-  memset(sh, 0, sizeof(*sh));
-  pid_t pids[MAX_RANKS];
-  for (int r = 0; r < o.nranks; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(rankMain(r, gpus, &o, sh));
-    if (pids[r] < 0) {
-      fprintf(stderr, "fused_norm_perf: fork: %s\n", strerror(errno));
-      return 1;
-    }
-  }
   int failed = 0;
-  for (int r = 0; r < o.nranks; r++) {
-    int status = 0;
-    if (waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+  /* One set of ranks per form: the library reads FCCL_FUSED_ALGO once per process. */
+  for (int f = 0; f < o.nforms && failed == 0; f++) {
+    memset(sh, 0, sizeof(*sh));
+    fflush(stdout);
+    pid_t pids[MAX_RANKS];
+    int started = 0;
+    for (int r = 0; r < o.nranks; r++) {
+      pids[r] = fork();
+      if (pids[r] == 0) _exit(rankMain(r, gpus, &o, sh, kForms[o.forms[f]]));
+      if (pids[r] < 0) {
+        fprintf(stderr, "fused_norm_perf: fork: %s\n", strerror(errno));
+        failed++;
+        break;
+      }
+      started++;
+    }
+    for (int r = 0; r < started; r++) {
+      int status = 0;
+      if (waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+    }
   }
   munmap(sh, sizeof(*sh));
   if (failed) fprintf(stderr, "fused_norm_perf: %d ranks failed\n", failed);

@@ -369,3 +369,27 @@ int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel) {
   if (fcclMoveSelect(query, firstKernel, &choice) != fcclSuccess) return 0;
   return (int)choice.algo == firstKernel + FCCL_MOVE_DIRECT || (int)choice.algo == firstKernel + FCCL_MOVE_COPY;
 }
+
+/* ---- fcclAllReduceAddRMSNorm: one-shot or two-shot ------------------------------------------------------------ */
+
+int fcclFusedParseRequest(const char* name) {
+  if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_FUSED_REQUEST_AUTO;
+  if (strcmp(name, "oneshot") == 0) return FCCL_FUSED_ONESHOT;
+  if (strcmp(name, "twoshot") == 0) return FCCL_FUSED_TWOSHOT;
+  return -1;
+}
+
+const char* fcclFusedFormName(int form) {
+  switch (form) {
+    case FCCL_FUSED_ONESHOT: return "oneshot";
+    case FCCL_FUSED_TWOSHOT: return "twoshot";
+    default: return "unknown";
+  }
+}
+
+int fcclFusedAutoForm(const fcclAlgoQuery* query) {
+  if (query == NULL || query->nranks < 2 || query->bytes == 0) return FCCL_FUSED_ONESHOT;
+  /* The table's own choice, FCCL_ALGO aside: the all-reduce's automatic switch to two-shot. */
+  const fcclDevKernel_t algo = tableChoice(query);
+  return algo == FCCL_ALGO_TWOSHOT_STAGED || algo == FCCL_ALGO_TWOSHOT_REG ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT;
+}

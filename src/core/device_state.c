@@ -103,7 +103,8 @@ struct deviceHello {
   int32_t ll128Auto;
   int32_t graphRegister;
   uint64_t copyScatterMin;
-  int32_t requests[4]; /* FCCL_ALGO, FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO, parsed */
+  int32_t requests[5]; /* FCCL_ALGO, FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO,
+                        * FCCL_FUSED_ALGO, parsed */
   uint64_t copyMoveMin;
 };
 
@@ -178,6 +179,12 @@ static void parseRequests(struct fcclDeviceState* s) {
                 name, fcclMoveRequestNames(moves[m].firstKernel));
       *moves[m].request = FCCL_MOVE_REQUEST_AUTO;
     }
+  }
+  const char* fused = fcclParamString(FCCL_PARAM_FUSED_ALGO);
+  s->fusedRequest = fcclFusedParseRequest(fused);
+  if (s->fusedRequest < 0) {
+    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_FUSED_ALGO=%s is not one of auto, oneshot, twoshot; choosing by size", fused);
+    s->fusedRequest = FCCL_FUSED_REQUEST_AUTO;
   }
 }
 
@@ -280,7 +287,8 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   mine->graphRegister = s->graphRegister;
   mine->copyScatterMin = s->copyScatterMin;
   mine->copyMoveMin = s->copyMoveMin;
-  const int32_t requests[4] = {s->algoRequest, s->allGatherRequest, s->reduceScatterRequest, s->broadcastRequest};
+  const int32_t requests[5] = {s->algoRequest, s->allGatherRequest, s->reduceScatterRequest, s->broadcastRequest,
+                               s->fusedRequest};
   memcpy(mine->requests, requests, sizeof(requests));
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
@@ -319,8 +327,8 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
     else if (memcmp(h->requests, mine->requests, sizeof(mine->requests)) != 0)
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                        "rank %d and rank %d were given different algorithms (FCCL_ALGO, FCCL_ALLGATHER_ALGO, "
-                       "FCCL_REDUCESCATTER_ALGO or FCCL_BROADCAST_ALGO): set the same values on every rank (the "
-                       "ranks of a call must run the same kernel)", r, comm->rank);
+                       "FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO or FCCL_FUSED_ALGO): set the same values on "
+                       "every rank (the ranks of a call must run the same kernel)", r, comm->rank);
     if (h->lastEpoch > start) start = h->lastEpoch;
   }
   free(hellos);

@@ -143,4 +143,12 @@ fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t re
 fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
                                struct fcclComm* comm, void* stream, int algo);
 
+/* fcclAllReduceAddRMSNorm in the form chosen by the caller: form -1 chooses as the public call does
+ * (FCCL_FUSED_ALGO included), FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT runs that form exactly (fcclInvalidArgument
+ * when it cannot run the call). For tests (src/core/fused_norm.c). */
+fcclResult_t fcclAllReduceAddRMSNormForm(const void* input, void* residual, const void* weight, void* output,
+                                         size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
+                                         fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
+                                         struct fcclComm* comm, void* stream, int form);
+
 #endif /* FCCL_ENQUEUE_H_ */

@@ -4,8 +4,10 @@
  * kernel (src/device/fused_norm.cu; docs/fused.md). Its arguments are not an all-reduce's (rows, a residual, a
  * weight, an output of another type, a scale), so it takes its own path to the stream over the checks that
  * fcclEnqueue shares: every argument first (nothing touches the device before), then the communicator's state,
- * device, stream and buffers, the input's registration, the grid and the launch.
+ * device, stream and buffers, the input's registration, the form (one-shot or two-shot: fusedForm), the grid and
+ * the launch.
  */
+#include "algo.h"
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
@@ -124,9 +126,60 @@ static fcclResult_t checkArguments(const struct fusedCall* c, uint64_t* rowBytes
 }
 
 static uint64_t minU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t maxU64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/*
+ * Rows per owner and round of the two-shot form (fused_norm_twoshot.cu), 0 when not even one fits: an inbox
+ * region holds the rows pushed to an owner (each at the 16-byte pitch of a row of datatype), a result region the
+ * owner's results (r' when there is a residual, the output row at its own 16-byte pitch, the dynamic scale).
+ */
+static uint64_t twoshotRoundRows(const struct fusedCall* c, uint64_t pitch, uint64_t outRowBytes, uint64_t chunk) {
+  const uint64_t outPitch = fcclAlignUp64(outRowBytes, FCCL_UNIT_BYTES);
+  const uint64_t result = (c->residual ? pitch : 0) + outPitch + (c->scaleMode == fcclScaleDynamic ? sizeof(float) : 0);
+  return chunk / maxU64(pitch, result);
+}
+
+/*
+ * The form of this call: the one asked for (form >= 0: strict, for tests), else FCCL_FUSED_ALGO's, else
+ * fcclFusedAutoForm's; outside the strict case a two-shot that cannot run the call becomes the one-shot. The two-shot needs one row
+ * per owner in a staging chunk and its rounds counted by a signal's steps; *roundRows receives its rows per owner
+ * and round. Every input to the choice is the same on every rank for one call.
+ */
+static fcclResult_t fusedForm(struct fcclComm* comm, const struct fusedCall* c, uint64_t bytes, uint64_t pitch,
+                              uint64_t outRowBytes, int registered, int form, int* chosen, uint64_t* roundRows) {
+  const struct fcclDeviceState* s = comm->device;
+  const uint64_t chunk = s->dev.layout.chunkBytes;
+  const uint64_t rows = twoshotRoundRows(c, pitch, outRowBytes, chunk);
+  const char* why = NULL;
+  if (rows == 0)
+    why = "a row's results do not fit a staging chunk (FCCL_STAGING_BYTES)";
+  else if ((c->tokens + rows * (uint64_t)comm->nranks - 1) / (rows * (uint64_t)comm->nranks) + 2 > FCCL_MAX_STEPS)
+    why = "the call needs too many staging rounds";
+  const int strict = form >= 0;
+  if (!strict && s->fusedRequest != FCCL_FUSED_REQUEST_AUTO) form = s->fusedRequest;
+  if (form < 0) {
+    const fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, registered, 0, s->smCount, &s->dev.layout,
+                                                  s->ll128Auto, s->copyScatterMin);
+    form = fcclFusedAutoForm(&query);
+  }
+  if (form != FCCL_FUSED_ONESHOT && form != FCCL_FUSED_TWOSHOT)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown form %d", kCaller, form);
+  if (form == FCCL_FUSED_TWOSHOT && why != NULL) {
+    if (strict)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: the two-shot form cannot run %zu x %zu: %s",
+                        kCaller, c->tokens, c->hidden, why);
+    FCCL_TRACE(FCCL_SUBSYS_COLL, "%s: the two-shot form cannot run %zu x %zu (%s); using the one-shot form", kCaller,
+               c->tokens, c->hidden, why);
+    form = FCCL_FUSED_ONESHOT;
+  }
+  *chosen = form;
+  *roundRows = rows;
+  return fcclSuccess;
+}
 
 /* After the device is current and the stream checked: the buffers, the form, the grid and the launch. */
-static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* c, uint64_t rowBytes) {
+static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* c, uint64_t rowBytes,
+                                 uint64_t outRowBytes, int form) {
   const struct fcclDeviceState* s = comm->device;
   FCCLCHECK(fcclEnqueueCheckBuffer(comm, c->input, "input", kCaller));
   FCCLCHECK(fcclEnqueueCheckBuffer(comm, c->output, "output", kCaller));
@@ -163,22 +216,34 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
   args.registered = comm->nranks > 1 && fcclTransportLookup(comm->transport, c->input, c->tokens * rowBytes, peers);
   for (int r = 0; args.registered && r < comm->nranks; r++) args.peerInput[r] = (uint64_t)(uintptr_t)peers[r];
 
+  int chosen = FCCL_FUSED_ONESHOT;
+  uint64_t ownerRows = 0;
+  FCCLCHECK(fusedForm(comm, c, c->tokens * rowBytes, pitch, outRowBytes, args.registered, form, &chosen, &ownerRows));
+  args.form = chosen;
+
   /* One block per row at a time, at most one per SM: the grid depends only on the call's arguments and the GPU,
-   * the same on every rank. A row's result does not depend on it (fused_norm.cu). */
-  const uint64_t rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
+   * the same on every rank. A row's result does not depend on it (fused_norm.cu). The two-shot's blocks share
+   * the rows of one owner's share of a round. */
+  uint64_t rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
+  if (chosen == FCCL_FUSED_TWOSHOT) {
+    args.roundRows = ownerRows;
+    rows = minU64(ownerRows, (c->tokens + (uint64_t)comm->nranks - 1) / (uint64_t)comm->nranks);
+  }
   uint64_t cap = s->smCount > 0 ? (uint64_t)s->smCount : 1;
   cap = minU64(cap, FCCL_DEVICE_MAX_BLOCKS);
   const int blocks = (int)minU64(rows, cap);
-  FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %zu %s -> %s scale %d %s: %d blocks, %llu rows per round, stream %p", kCaller,
-             c->tokens, c->hidden, fcclTypeName(c->datatype), fcclTypeName(c->outtype), (int)c->scaleMode,
-             args.registered ? "registered" : "staged", blocks, (unsigned long long)args.roundRows, c->stream);
+  FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %zu %s -> %s scale %d %s %s: %d blocks, %llu rows per %s, stream %p",
+             kCaller, c->tokens, c->hidden, fcclTypeName(c->datatype), fcclTypeName(c->outtype), (int)c->scaleMode,
+             fcclFusedFormName(chosen), args.registered ? "registered" : "staged", blocks,
+             (unsigned long long)args.roundRows, chosen == FCCL_FUSED_TWOSHOT ? "owner and round" : "round",
+             c->stream);
   return fcclDeviceLaunchFusedNorm(c->datatype, c->outtype, &s->dev, &args, blocks, s->pdl, (cudaStream_t)c->stream);
 }
 
-FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual, const void* weight, void* output,
-                                              size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
-                                              fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
-                                              fcclComm_t comm, void* stream) {
+fcclResult_t fcclAllReduceAddRMSNormForm(const void* input, void* residual, const void* weight, void* output,
+                                         size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
+                                         fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
+                                         struct fcclComm* comm, void* stream, int form) {
   fcclClearError();
   if (!fcclCommIsValid(comm))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: invalid communicator handle %p", kCaller,
@@ -203,9 +268,17 @@ FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual,
     res = fcclEnqueueCheckStream(comm, stream, kCaller, &capturing);
     /* Graphs destroyed since the last call: release the buffers they registered (their destructor cannot). */
     if (res == fcclSuccess) res = fcclTransportReleaseGraphRegistrations(comm->transport, 0);
-    if (res == fcclSuccess && tokens > 0) res = enqueueFused(comm, &call, rowBytes);
+    if (res == fcclSuccess && tokens > 0) res = enqueueFused(comm, &call, rowBytes, outRowBytes, form);
     fcclEnqueueLeaveDevice(comm, &cd);
   }
   if (res != fcclSuccess) fcclCommRecordThreadError(comm);
   return res;
+}
+
+FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual, const void* weight, void* output,
+                                              size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
+                                              fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
+                                              fcclComm_t comm, void* stream) {
+  return fcclAllReduceAddRMSNormForm(input, residual, weight, output, tokens, hidden, eps, datatype, outtype,
+                                     scaleMode, scale, comm, stream, -1);
 }

@@ -24,8 +24,10 @@ const void* broadcastKernel(int kernel, int elemSize);
 const void* reduceScatterLLKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* reduceScatterDirectKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* reduceScatterStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
-/* fcclAllReduceAddRMSNorm: per input type (fp16, bf16, fp32), FP8 output or the input's type, and rank bound. */
+/* fcclAllReduceAddRMSNorm's one-shot and two-shot forms: per input type (fp16, bf16, fp32), FP8 output or the
+ * input's type, and rank bound. */
 const void* fusedNormKernel(fcclDataType_t type, bool fp8, int rankBound);
+const void* fusedNormTwoshotKernel(fcclDataType_t type, bool fp8, int rankBound);
 
 /*
  * The rank bound a pulling kernel is compiled for: the smallest of 2, 4 and 8 that holds nranks. Its register

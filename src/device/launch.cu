@@ -105,11 +105,16 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
   if (comm == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without comm or args");
   const bool fp8 = outtype == fcclFloat8e4m3;
-  const void* function =
-      fp8 || outtype == datatype ? fccl::fusedNormKernel(datatype, fp8, fccl::fcclRankBound(comm->nranks)) : nullptr;
+  const int bound = fccl::fcclRankBound(comm->nranks);
+  const void* function = nullptr;
+  if (fp8 || outtype == datatype) {
+    if (args->form == FCCL_FUSED_ONESHOT) function = fccl::fusedNormKernel(datatype, fp8, bound);
+    if (args->form == FCCL_FUSED_TWOSHOT) function = fccl::fusedNormTwoshotKernel(datatype, fp8, bound);
+  }
   if (function == nullptr)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no fused norm kernel for type %d, output type %d",
-                      (int)datatype, (int)outtype);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "no fused norm kernel for type %d, output type %d, form %d", (int)datatype, (int)outtype,
+                      (int)args->form);
   if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm grid %d outside [1, %d]", blocks,
                       FCCL_DEVICE_MAX_BLOCKS);

@@ -124,4 +124,22 @@ int fcclMoveResolveRequest(int request, int firstKernel);
  * The graph-registration test. */
 int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel);
 
+/*
+ * fcclAllReduceAddRMSNorm's form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT; docs/fused.md). FCCL_FUSED_ALGO: "" or
+ * "auto" -> FCCL_FUSED_REQUEST_AUTO, "oneshot", "twoshot" -> the form; -1 for anything else.
+ */
+#define FCCL_FUSED_REQUEST_AUTO 100
+int fcclFusedParseRequest(const char* name);
+
+/* "oneshot", "twoshot" ("unknown" otherwise). */
+const char* fcclFusedFormName(int form);
+
+/*
+ * The automatic choice of form for a call whose all-reduce part is query (bytes: tokens x the row's bytes of
+ * datatype; registered: the input's registration): two-shot from the size where fcclAllReduce itself runs a
+ * two-shot algorithm on the same query, one-shot below and for one rank. The sizes where the fused forms cross
+ * are still to be measured (docs/fused.md#choosing-the-form); this is the conservative guess. Pure.
+ */
+int fcclFusedAutoForm(const fcclAlgoQuery* query);
+
 #endif /* FCCL_ALGO_H_ */

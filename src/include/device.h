@@ -70,8 +70,9 @@ fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclR
 
 /*
  * Launches the fused all-reduce + add + RMSNorm for datatype (fp16, bf16, fp32) and outtype (datatype or
- * fcclFloat8e4m3) with blocks x FCCL_FUSED_THREADS on stream. fcclInvalidArgument for a type pair without a
- * kernel or a grid outside [1, FCCL_DEVICE_MAX_BLOCKS]; fcclUnhandledCudaError when the launch fails.
+ * fcclFloat8e4m3) in the form args->form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT) with blocks x FCCL_FUSED_THREADS
+ * on stream. fcclInvalidArgument for a type pair or form without a kernel or a grid outside
+ * [1, FCCL_DEVICE_MAX_BLOCKS]; fcclUnhandledCudaError when the launch fails.
  */
 fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype, const fcclDevComm* comm,
                                        const fcclFusedArgs* args, int blocks, int pdl, cudaStream_t stream);

@@ -272,6 +272,11 @@ FCCL_STATIC_ASSERT(FCCL_FUSED_THREADS <= FCCL_DEVICE_THREADS && FCCL_FUSED_THREA
                        FCCL_FUSED_MAX_ROW_BYTES % (FCCL_UNIT_BYTES * FCCL_FUSED_THREADS) == 0,
                    "the fused norm's row must split into whole units per thread");
 
+/* fcclAllReduceAddRMSNorm's forms (docs/fused.md#how-the-data-moves): every rank reduces and normalises every row
+ * (one-shot), or the rows it owns and then all-gathers their results (two-shot). */
+#define FCCL_FUSED_ONESHOT 0
+#define FCCL_FUSED_TWOSHOT 1
+
 /* Arguments of one fcclAllReduceAddRMSNorm call, passed by value. */
 typedef struct {
   uint64_t input;                           /* tokens x hidden of datatype */
@@ -282,11 +287,12 @@ typedef struct {
   uint64_t peerInput[FCCL_DEVICE_MAX_RANKS]; /* registered: every rank's input, mapped here */
   uint64_t tokens;
   uint64_t hidden;
-  uint64_t roundRows;                       /* staged: rows per round (each at a 16-byte aligned pitch) */
+  uint64_t roundRows;                       /* one-shot staged: rows per round (each at a 16-byte aligned pitch);
+                                             * two-shot: rows per owner and round */
   float eps;
   int32_t scaleMode;                        /* fcclScaleMode_t */
   int32_t registered;                       /* 1: read the peers' inputs in place; 0: staged in rounds */
-  int32_t reserved;
+  int32_t form;                             /* FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT */
 } fcclFusedArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 80, "fcclFusedArgs layout");
 

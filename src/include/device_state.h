@@ -26,6 +26,7 @@ struct fcclDeviceState {
   int allGatherRequest;      /* FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO: fcclMoveParseRequest */
   int reduceScatterRequest;
   int broadcastRequest;
+  int fusedRequest;          /* FCCL_FUSED_ALGO: fcclFusedParseRequest */
   int pdl;                   /* launch with programmatic dependent launch (FCCL_PDL, compute capability >= 9.0) */
   int ll128Auto;             /* FCCL_LL128: the table may choose LL128 */
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */

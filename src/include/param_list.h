@@ -49,6 +49,9 @@ FCCL_PARAM(COPY_MOVE_MIN, FCCL_PARAM_INT, "0",
            "moves its data with the copy engines (cudaMemcpyAsync between two barriers) instead of the direct "
            "kernel; 0: never by the automatic choice (FCCL_ALLGATHER_ALGO=copy, FCCL_BROADCAST_ALGO=copy force it). "
            "Equal on every rank.")
+FCCL_PARAM(FUSED_ALGO, FCCL_PARAM_STRING, "",
+           "fcclAllReduceAddRMSNorm's form: empty or auto (two-shot from the size where the all-reduce switches to "
+           "two-shot), oneshot, or twoshot (falls back to oneshot for a call it cannot run). Equal on every rank.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",

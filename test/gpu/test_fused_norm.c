@@ -7,10 +7,17 @@
  *   - the output against float64 arithmetic on r' within the output type's rounding (plus fp32's error of the sum
  *     of squares); FP8 within one step of E4M3 of y / scale at the call's scale; dynamic scales against max|y| / 448;
  *   - every rank's r', output and scales hash equal;
- * on random data (never zero), plain and registered inputs, with and without residual and weight.
+ * on random data (never zero), plain and registered inputs, with and without residual and weight. A third
+ * argument, oneshot or twoshot, runs every call of a mode in that form wherever the form can run it (strictly: a
+ * call it cannot run fails), auto (the default) as the public call chooses.
  *   test_fused_norm ranks <n>   types x hidden (128 .. 16384, odd ones) x tokens x options
  *   test_fused_norm fp8 <n>     static and dynamic FP8 scales
- *   test_fused_norm batch <n>   token t alone, in 64 tokens and in 4096 gives the same bits; staged and registered too
+ *   test_fused_norm batch <n>   token t alone, in 64 tokens and in 4096 gives the same bits, staged and registered,
+ *                               in the automatic choice (4096 tokens: two-shot) and in each form forced
+ *   test_fused_norm forms <n>   the one-shot and the two-shot form give the same bits for the same input (output,
+ *                               residual, scales), every type, FP8 both ways, NULL residual and weight, plain and
+ *                               registered, token counts below, at and past the rank count, many rounds; then
+ *                               both forms back to back with all-reduces between them, no host synchronisation
  *   test_fused_norm graph <n>   captured calls replayed (1000; FCCLTEST_QUICK=1: 50), each checked against eager bits
  *   test_fused_norm nan <n>     NaN and Inf inputs: the rows they hit, as docs/fused.md says; the others unchanged
  *   test_fused_norm invalid     argument errors return fcclInvalidArgument with a message and launch nothing
@@ -18,8 +25,11 @@
  *                               (300 ms here) and the communicator reports which kernel waited for which rank
  *   test_fused_norm abort 2     the same kernels waiting for rank 1 stop at once on fcclCommAbort
  */
+#include "algo.h"
+#include "comm.h"
 #include "device.h"
 #include "device_state.h"
+#include "enqueue.h"
 #include "test_allreduce_common.h"
 
 #include <math.h>
@@ -139,10 +149,12 @@ struct fusedCase {
   float staticScale; /* fcclScaleStatic */
 };
 
-static void describe(const struct fusedCase* c, uint64_t call, char* out, size_t size) {
-  snprintf(out, size, "call %llu: %zu x %zu %s -> %s scale %d%s%s %s eps %g", (unsigned long long)call, c->tokens,
-           c->hidden, refTypeName(c->type), refTypeName(c->out), (int)c->mode, c->residual ? " residual" : "",
-           c->weight ? " weight" : "", c->registered ? "registered" : "plain", (double)c->eps);
+/* form: as fcclAllReduceAddRMSNormForm takes it (-1: the public call's choice). */
+static void describe(const struct fusedCase* c, uint64_t call, int form, char* out, size_t size) {
+  snprintf(out, size, "call %llu: %zu x %zu %s -> %s scale %d%s%s %s eps %g, %s", (unsigned long long)call,
+           c->tokens, c->hidden, refTypeName(c->type), refTypeName(c->out), (int)c->mode,
+           c->residual ? " residual" : "", c->weight ? " weight" : "", c->registered ? "registered" : "plain",
+           (double)c->eps, form < 0 ? "auto" : fcclFusedFormName(form));
 }
 
 /* Per-rank buffers, large enough for every case of a mode. */
@@ -153,6 +165,7 @@ struct fusedContext {
   uint64_t seed;
   cudaStream_t stream;
   size_t capacity;              /* bytes of each device buffer */
+  int form;                     /* -1: as the public call; FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT where it runs */
   struct collBuffer plainIn;    /* inputs, plain */
   struct collBuffer regIn;      /* inputs, registered */
   void *residual, *weight, *output, *reduced, *scale; /* device */
@@ -160,8 +173,9 @@ struct fusedContext {
 };
 
 static int contextInit(struct fusedContext* x, struct collShared* shared, fcclComm_t comm, int rank, int nranks,
-                       uint64_t seed, size_t capacity) {
+                       uint64_t seed, size_t capacity, int form) {
   memset(x, 0, sizeof(*x));
+  x->form = form;
   x->shared = shared;
   x->comm = comm;
   x->rank = rank;
@@ -218,11 +232,44 @@ static int upload(struct fusedContext* x, const struct fusedCase* c, uint64_t ca
   return 0;
 }
 
+/* Whether a row of the case fits one staging chunk under the environment's FCCL_STAGING_BYTES (fccl.h: a row
+ * that does not is an argument error, whether the input is registered or not). */
+static int rowFits(const struct fusedCase* c, int nranks) {
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  const uint64_t pitch = (c->hidden * fcclTypeSize(c->type) + 15) / 16 * 16;
+  return pitch <= layout.chunkBytes;
+}
+
+/* Whether the two-shot form can run the case: one row pushed to an owner, and one row's results (r' with a
+ * residual, the output row, a dynamic scale), each fit a staging chunk (fused_norm.c). */
+static int twoshotFits(const struct fusedCase* c, int nranks) {
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  const uint64_t pitch = (c->hidden * fcclTypeSize(c->type) + 15) / 16 * 16;
+  const uint64_t outPitch = (c->hidden * fcclTypeSize(c->out) + 15) / 16 * 16;
+  const uint64_t result = (c->residual ? pitch : 0) + outPitch + (c->mode == fcclScaleDynamic ? 4 : 0);
+  return pitch <= layout.chunkBytes && result <= layout.chunkBytes;
+}
+
+/* The form a call of the case runs in: the context's where that form can run it, else the public call's choice. */
+static int formOf(const struct fusedContext* x, const struct fusedCase* c) {
+  if (x->form == FCCL_FUSED_TWOSHOT) return twoshotFits(c, x->nranks) ? FCCL_FUSED_TWOSHOT : -1;
+  if (x->form == FCCL_FUSED_ONESHOT) return rowFits(c, x->nranks) ? FCCL_FUSED_ONESHOT : -1;
+  return -1;
+}
+
+static fcclResult_t fusedCallForm(struct fusedContext* x, const struct fusedCase* c, const void* input,
+                                  void* residual, void* output, float* scale, size_t tokens, cudaStream_t stream,
+                                  int form) {
+  return fcclAllReduceAddRMSNormForm(input, c->residual ? residual : NULL, c->weight ? x->weight : NULL, output,
+                                     tokens, c->hidden, c->eps, c->type, c->out, c->mode, c->mode ? scale : NULL,
+                                     x->comm, stream, form);
+}
+
 static fcclResult_t fusedCall(struct fusedContext* x, const struct fusedCase* c, const void* input, void* residual,
                               void* output, float* scale, size_t tokens, cudaStream_t stream) {
-  return fcclAllReduceAddRMSNorm(input, c->residual ? residual : NULL, c->weight ? x->weight : NULL, output, tokens,
-                                 c->hidden, c->eps, c->type, c->out, c->mode, c->mode ? scale : NULL, x->comm,
-                                 stream);
+  return fusedCallForm(x, c, input, residual, output, scale, tokens, stream, formOf(x, c));
 }
 
 /* Output bytes of a row and of the case. */
@@ -249,7 +296,7 @@ static int download(struct fusedContext* x, const struct fusedCase* c) {
  */
 static int checkCase(struct fusedContext* x, const struct fusedCase* c, uint64_t call) {
   char what[256];
-  describe(c, call, what, sizeof(what));
+  describe(c, call, formOf(x, c), what, sizeof(what));
   const fcclDataType_t t = c->type;
   int problems = 0;
   const size_t hidden = c->hidden;
@@ -341,22 +388,13 @@ static int checkCase(struct fusedContext* x, const struct fusedCase* c, uint64_t
   return problems;
 }
 
-/* Whether a row of the case fits one staging chunk under the environment's FCCL_STAGING_BYTES (fccl.h: a row
- * that does not is an argument error, whether the input is registered or not). */
-static int rowFits(const struct fusedCase* c, int nranks) {
-  fcclSlotLayout layout;
-  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
-  const uint64_t pitch = (c->hidden * fcclTypeSize(c->type) + 15) / 16 * 16;
-  return pitch <= layout.chunkBytes;
-}
-
 /* One case: upload, the fused call and fcclAllReduce of the same input, download, check. A row too large for the
  * staging chunk must be refused with fcclInvalidArgument instead (and is not checked further). */
 static int runCase(struct fusedContext* x, const struct fusedCase* c, uint64_t call,
                    void (*poke)(const struct fusedCase*, int rank, void* hostIn)) {
   struct fusedContext* ctx = x;
   char what[256];
-  describe(c, call, what, sizeof(what));
+  describe(c, call, formOf(x, c), what, sizeof(what));
   if (collVerbose() && x->rank == 0) printf("%s\n", what);
   if (upload(x, c, call, poke)) return 1;
   const void* in = inputOf(x, c);
@@ -380,6 +418,7 @@ struct modeArgs {
   uint64_t seed;
   int gpus;
   const char* mode;
+  int form; /* -1, FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT: the third argument */
 };
 
 static const fcclDataType_t kTypes[] = {fcclBfloat16, fcclFloat16, fcclFloat32};
@@ -419,7 +458,9 @@ static int modeFp8(struct fusedContext* x) {
   return (int)call;
 }
 
-/* Token t's bits alone, among 64 and among 4096 tokens, staged and registered, are the same. */
+/* Token t's bits alone, among 64 and among 4096 tokens, staged and registered, are the same: under the automatic
+ * choice (the batch of 4096 runs the two-shot form, a token alone the one-shot) and with each form forced where it
+ * can run the call. */
 static int modeBatch(struct fusedContext* x) {
   struct fusedContext* ctx = x;
   const size_t big = collQuick() ? 1024 : 4096, hidden = 4096;
@@ -439,13 +480,29 @@ static int modeBatch(struct fusedContext* x) {
       memcpy(refOut, x->hOutput, big * outBytes);
       memcpy(refRes, x->hResidualOut, big * row);
       memcpy(refScale, x->hScale, big * sizeof(float));
-      /* The same data through other batch sizes and forms: [first, first + tokens) of the batch. */
+      /* The same data through other batch sizes and forms: [first, first + tokens) of the batch, in the automatic
+       * choice (-1) or a form forced (strictly: the two-shot only where it fits). */
+      const int two = twoshotFits(&c, x->nranks) ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT;
       const struct {
         size_t first, tokens;
-        int registered;
-      } slices[] = {{0, big, 1}, {0, 1, 0}, {7, 1, 1}, {big - 1, 1, 0}, {big / 2, 1, 1}, {3, 64, 0}, {big - 64, 64, 1}};
+        int registered, form;
+      } slices[] = {{0, big, 1, -1},
+                    {0, 1, 0, -1},
+                    {7, 1, 1, -1},
+                    {big - 1, 1, 0, -1},
+                    {big / 2, 1, 1, -1},
+                    {3, 64, 0, -1},
+                    {big - 64, 64, 1, -1},
+                    {0, big, 0, FCCL_FUSED_ONESHOT},
+                    {0, big, 1, FCCL_FUSED_ONESHOT},
+                    {0, big, 0, two},
+                    {0, big, 1, two},
+                    {5, 1, 0, two},
+                    {big - 3, 3, 1, two},
+                    {11, 1, 1, FCCL_FUSED_ONESHOT}};
       for (size_t s = 0; s < sizeof(slices) / sizeof(slices[0]); s++) {
         c.registered = slices[s].registered;
+        const int form = slices[s].form;
         char* in = inputOf(x, &c);
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(in, x->hIn, big * row, cudaMemcpyHostToDevice, x->stream));
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(x->residual, x->hResidual, big * row, cudaMemcpyHostToDevice,
@@ -453,8 +510,9 @@ static int modeBatch(struct fusedContext* x) {
         COLL_CHECK_CUDA("batch", cudaMemsetAsync(x->output, COLL_POISON, big * outBytes, x->stream));
         COLL_CHECK_CUDA("batch", cudaMemsetAsync(x->scale, COLL_POISON, big * sizeof(float), x->stream));
         const size_t f = slices[s].first, n = slices[s].tokens;
-        COLL_CHECK_FCCL("batch", fusedCall(x, &c, in + f * row, (char*)x->residual + f * row,
-                                           (char*)x->output + f * outBytes, (float*)x->scale + f, n, x->stream));
+        COLL_CHECK_FCCL("batch", fusedCallForm(x, &c, in + f * row, (char*)x->residual + f * row,
+                                               (char*)x->output + f * outBytes, (float*)x->scale + f, n, x->stream,
+                                               form));
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(x->hOutput, x->output, big * outBytes, cudaMemcpyDeviceToHost,
                                                  x->stream));
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(x->hResidualOut, x->residual, big * row, cudaMemcpyDeviceToHost,
@@ -462,16 +520,26 @@ static int modeBatch(struct fusedContext* x) {
         COLL_CHECK_CUDA("batch", cudaMemcpyAsync(x->hScale, x->scale, big * sizeof(float), cudaMemcpyDeviceToHost,
                                                  x->stream));
         COLL_CHECK_CUDA("batch", cudaStreamSynchronize(x->stream));
+        const char* formName = form < 0 ? "auto" : fcclFusedFormName(form);
         EXPECT_MSG(memcmp((char*)x->hOutput + f * outBytes, refOut + f * outBytes, n * outBytes) == 0,
-                   "rank %d: %s: tokens [%zu, %zu) alone (%s) differ in the output from the batch of %zu", x->rank,
-                   refTypeName(c.type), f, f + n, c.registered ? "registered" : "staged", big);
+                   "rank %d: %s: tokens [%zu, %zu) alone (%s, %s) differ in the output from the batch of %zu",
+                   x->rank, refTypeName(c.type), f, f + n, c.registered ? "registered" : "staged", formName, big);
         EXPECT_MSG(memcmp((char*)x->hResidualOut + f * row, refRes + f * row, n * row) == 0,
-                   "rank %d: %s: tokens [%zu, %zu) alone differ in the residual", x->rank, refTypeName(c.type), f,
-                   f + n);
+                   "rank %d: %s: tokens [%zu, %zu) alone (%s) differ in the residual", x->rank, refTypeName(c.type),
+                   f, f + n, formName);
         if (fp8)
           EXPECT_MSG(memcmp((float*)x->hScale + f, refScale + f, n * sizeof(float)) == 0,
-                     "rank %d: %s: tokens [%zu, %zu) alone differ in the scales", x->rank, refTypeName(c.type), f,
-                     f + n);
+                     "rank %d: %s: tokens [%zu, %zu) alone (%s) differ in the scales", x->rank, refTypeName(c.type),
+                     f, f + n, formName);
+        /* The rows next to the slice were not written (the output was poisoned before the call). */
+        int outside = 1;
+        const unsigned char* o = (const unsigned char*)x->hOutput;
+        for (size_t b = 0; b < outBytes; b++) {
+          if (f > 0) outside &= o[(f - 1) * outBytes + b] == COLL_POISON;
+          if (f + n < big) outside &= o[(f + n) * outBytes + b] == COLL_POISON;
+        }
+        EXPECT_MSG(outside, "rank %d: %s: tokens [%zu, %zu) (%s) wrote output rows next to theirs", x->rank,
+                   refTypeName(c.type), f, f + n, formName);
       }
       free(refOut);
       free(refRes);
@@ -479,6 +547,119 @@ static int modeBatch(struct fusedContext* x) {
       call++;
     }
   }
+  return (int)call;
+}
+
+/*
+ * Back to back on one stream, with no host synchronisation: fused calls alternating forms and plain or registered
+ * input, each into residual and output rows of its own (the residual reset to the same values), and all-reduces of
+ * three sizes (other algorithms, other staging use) between them. Every call's staging must be free when the next
+ * call of any kind writes it: every slot must hold the bits of one synchronised one-shot call, and a last
+ * all-reduce those of a synchronised one. Returns the number of problems.
+ */
+static int mixedCalls(struct fusedContext* x, uint64_t call) {
+  struct fusedContext* ctx = x;
+  struct fusedCase c = {fcclBfloat16, fcclBfloat16, fcclScaleNone, 67, 4096, 1, 1, 0, 1e-6f, 1.0f};
+  const size_t count = c.tokens * c.hidden, bytes = count * 2, outBytes = c.tokens * outRow(&c);
+  size_t slots = x->capacity / (bytes + 64);
+  if (slots > 12) slots = 12;
+  if (slots < 2 || !twoshotFits(&c, x->nranks)) return 0;
+  if (upload(x, &c, call, NULL)) return 1;
+  char* plain = x->plainIn.base + COLL_GUARD;
+  char* reg = x->regIn.base + COLL_GUARD;
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(reg, x->hIn, bytes, cudaMemcpyHostToDevice, x->stream));
+  COLL_CHECK_FCCL("mixed", fusedCallForm(x, &c, plain, x->residual, x->output, NULL, c.tokens, x->stream,
+                                         FCCL_FUSED_ONESHOT));
+  COLL_CHECK_FCCL("mixed", fcclAllReduce(plain, x->reduced, count, c.type, fcclSum, x->comm, x->stream));
+  char* want = malloc(2 * bytes + outBytes);
+  if (!want) return 1;
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want, x->residual, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want + bytes, x->reduced, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(want + 2 * bytes, x->output, outBytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaStreamSynchronize(x->stream));
+  for (size_t k = 0; k < slots; k++)
+    COLL_CHECK_CUDA("mixed", cudaMemcpyAsync((char*)x->residual + k * bytes, x->hResidual, bytes,
+                                             cudaMemcpyHostToDevice, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemsetAsync(x->output, COLL_POISON, slots * outBytes, x->stream));
+  const size_t counts[] = {1000, count, 100003};
+  for (size_t k = 0; k < slots; k++) {
+    const int form = k % 2 ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT;
+    const char* in = (k / 2) % 2 ? reg : plain;
+    COLL_CHECK_FCCL("mixed", fusedCallForm(x, &c, in, (char*)x->residual + k * bytes, (char*)x->output + k * outBytes,
+                                           NULL, c.tokens, x->stream, form));
+    COLL_CHECK_FCCL("mixed", fcclAllReduce(in, x->reduced, counts[k % 3], c.type, fcclSum, x->comm, x->stream));
+  }
+  COLL_CHECK_FCCL("mixed", fcclAllReduce(plain, x->reduced, count, c.type, fcclSum, x->comm, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hResidualOut, x->residual, slots * bytes, cudaMemcpyDeviceToHost,
+                                           x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hOutput, x->output, slots * outBytes, cudaMemcpyDeviceToHost,
+                                           x->stream));
+  COLL_CHECK_CUDA("mixed", cudaMemcpyAsync(x->hReduced, x->reduced, bytes, cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("mixed", cudaStreamSynchronize(x->stream));
+  int problems = 0;
+  for (size_t k = 0; k < slots; k++) {
+    const int same = memcmp((char*)x->hResidualOut + k * bytes, want, bytes) == 0 &&
+                     memcmp((char*)x->hOutput + k * outBytes, want + 2 * bytes, outBytes) == 0;
+    EXPECT_MSG(same, "rank %d: back-to-back fused call %zu (%s, %s) differs from the synchronised call", x->rank, k,
+               k % 2 ? "twoshot" : "oneshot", (k / 2) % 2 ? "registered" : "plain");
+    problems += !same;
+  }
+  EXPECT_MSG(memcmp(x->hReduced, want + bytes, bytes) == 0,
+             "rank %d: the all-reduce after back-to-back fused calls differs from the synchronised one", x->rank);
+  problems += memcmp(x->hReduced, want + bytes, bytes) != 0;
+  free(want);
+  return problems;
+}
+
+/* The same input through the one-shot and the two-shot form (each strictly, each also checked against the host
+ * reference): output, residual and scales bit for bit the same. Then mixedCalls. */
+static int modeForms(struct fusedContext* x) {
+  static const size_t hiddens[] = {129, 4096, 8191};
+  const size_t n = (size_t)x->nranks;
+  const size_t tokenCounts[] = {1, n > 1 ? n - 1 : 2, n, n + 1, 3 * n + 2, 333, 1000};
+  const int nTokens = collQuick() ? 5 : (int)(sizeof(tokenCounts) / sizeof(tokenCounts[0]));
+  uint64_t call = 0;
+  int bad = 0;
+  for (size_t ti = 0; ti < 3 && bad < 10; ti++)
+    for (size_t hi = 0; hi < sizeof(hiddens) / sizeof(hiddens[0]); hi++)
+      for (int k = 0; k < nTokens; k++)
+        for (int opt = 0; opt < 12; opt++) {
+          /* residual, weight, FP8 scale mode (none: the input's type); opt & 1: registered */
+          static const struct {
+            int residual, weight;
+            fcclScaleMode_t mode;
+          } variants[] = {{1, 1, fcclScaleNone},   {0, 1, fcclScaleNone},    {1, 0, fcclScaleNone},
+                          {1, 1, fcclScaleStatic}, {1, 1, fcclScaleDynamic}, {0, 0, fcclScaleDynamic}};
+          const int v = opt >> 1;
+          const fcclScaleMode_t mode = variants[v].mode;
+          struct fusedCase c = {kTypes[ti], mode != fcclScaleNone ? fcclFloat8e4m3 : kTypes[ti], mode, tokenCounts[k],
+                                hiddens[hi], variants[v].residual, variants[v].weight, opt & 1, 1e-6f, 0.0078125f};
+          if (c.tokens * c.hidden * fcclTypeSize(c.type) + 64 > x->capacity || !twoshotFits(&c, x->nranks)) continue;
+          const size_t outBytes = c.tokens * outRow(&c), resBytes = c.tokens * c.hidden * fcclTypeSize(c.type);
+          x->form = FCCL_FUSED_ONESHOT;
+          bad += runCase(x, &c, call, NULL);
+          char* out = malloc(outBytes);
+          char* res = malloc(resBytes);
+          float* scales = malloc(c.tokens * sizeof(float));
+          if (!out || !res || !scales) return (int)call + 1;
+          memcpy(out, x->hOutput, outBytes);
+          memcpy(res, x->hResidualOut, resBytes);
+          memcpy(scales, x->hScale, c.tokens * sizeof(float));
+          x->form = FCCL_FUSED_TWOSHOT;
+          bad += runCase(x, &c, call, NULL); /* the same call number: the same data */
+          char what[256];
+          describe(&c, call, FCCL_FUSED_TWOSHOT, what, sizeof(what));
+          const int same = memcmp(out, x->hOutput, outBytes) == 0 && memcmp(res, x->hResidualOut, resBytes) == 0 &&
+                           (mode != fcclScaleDynamic || memcmp(scales, x->hScale, c.tokens * sizeof(float)) == 0);
+          EXPECT_MSG(same, "rank %d: %s: the two-shot form's bits differ from the one-shot form's", x->rank, what);
+          bad += !same;
+          free(out);
+          free(res);
+          free(scales);
+          call++;
+        }
+  x->form = -1;
+  if (bad < 10) mixedCalls(x, call);
   return (int)call;
 }
 
@@ -682,6 +863,7 @@ static void faultScenario(const struct modeArgs* args, int rank, int nranks, int
     return;
   }
   const char* form = registered ? "registered" : "staged";
+  const char* shape = args->form < 0 ? "auto" : fcclFusedFormName(args->form);
   if (rank == 0) {
     void *residual = NULL, *output = NULL;
     cudaStream_t stream;
@@ -690,8 +872,9 @@ static void faultScenario(const struct modeArgs* args, int rank, int nranks, int
     EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     EXPECT_EQ_INT(cudaMemset(in.base, 0x3c, (1u << 20) + 2 * COLL_GUARD), cudaSuccess); /* bf16 1.0-ish */
     const int64_t start = collNowNs();
-    EXPECT_EQ_INT(fcclAllReduceAddRMSNorm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f, fcclBfloat16,
-                                          fcclBfloat16, fcclScaleNone, NULL, comm, stream),
+    EXPECT_EQ_INT(fcclAllReduceAddRMSNormForm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f,
+                                              fcclBfloat16, fcclBfloat16, fcclScaleNone, NULL, comm, stream,
+                                              args->form),
                   fcclSuccess);
     if (abortIt) {
       usleep(200000);
@@ -700,22 +883,24 @@ static void faultScenario(const struct modeArgs* args, int rank, int nranks, int
       EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
       EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
       const double seconds = (double)(collNowNs() - aborted) / 1e9;
-      EXPECT_MSG(seconds < 5, "fcclCommAbort took %.2f s to stop the %s fused norm", seconds, form);
-      printf("%s: aborted in %.3f s\n", form, seconds);
+      EXPECT_MSG(seconds < 5, "fcclCommAbort took %.2f s to stop the %s %s fused norm", seconds, form, shape);
+      printf("%s %s: aborted in %.3f s\n", form, shape, seconds);
     } else {
       EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess); /* the kernel ends: it gave up */
       const double seconds = (double)(collNowNs() - start) / 1e9;
-      EXPECT_MSG(seconds < 20, "the %s fused norm took %.1f s to give up (FCCL_TIMEOUT=300 ms)", form, seconds);
+      EXPECT_MSG(seconds < 20, "the %s %s fused norm took %.1f s to give up (FCCL_TIMEOUT=300 ms)", form, shape,
+                 seconds);
       fcclResult_t async = fcclSuccess;
       EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
       EXPECT_EQ_INT(async, fcclTimeout);
       const char* text = fcclGetLastError(comm);
       EXPECT_STR_CONTAINS(text, "fused_norm kernel");
       EXPECT_STR_CONTAINS(text, "rank 1 did not arrive");
-      printf("%s: gave up after %.2f s: %s\n", form, seconds, text);
+      printf("%s %s: gave up after %.2f s: %s\n", form, shape, seconds, text);
       /* Later calls return the error and launch nothing. */
-      EXPECT_EQ_INT(fcclAllReduceAddRMSNorm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f,
-                                            fcclBfloat16, fcclBfloat16, fcclScaleNone, NULL, comm, stream),
+      EXPECT_EQ_INT(fcclAllReduceAddRMSNormForm(in.base + COLL_GUARD, residual, NULL, output, 8, 1024, 1e-6f,
+                                                fcclBfloat16, fcclBfloat16, fcclScaleNone, NULL, comm, stream,
+                                                args->form),
                     fcclTimeout);
       EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
       EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
@@ -754,7 +939,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   struct fusedContext x;
   /* The batch of 4096 x 4096 fp32 (64 MiB) fits, and 67 x 16384 fp32 in the other modes. */
   const size_t capacity = strcmp(args->mode, "batch") == 0 ? (size_t)65 << 20 : (size_t)8 << 20;
-  if (!contextInit(&x, args->shared, comm, rank, nranks, args->seed, capacity)) {
+  if (!contextInit(&x, args->shared, comm, rank, nranks, args->seed, capacity, args->form)) {
     testFail(__FILE__, __LINE__, "rank %d: buffers", rank);
     return 1;
   }
@@ -762,6 +947,7 @@ static int rankMain(int rank, int nranks, void* arg) {
   if (strcmp(args->mode, "ranks") == 0) calls = modeRanks(&x);
   if (strcmp(args->mode, "fp8") == 0) calls = modeFp8(&x);
   if (strcmp(args->mode, "batch") == 0) calls = modeBatch(&x);
+  if (strcmp(args->mode, "forms") == 0) calls = modeForms(&x);
   if (strcmp(args->mode, "graph") == 0) calls = modeGraph(&x);
   if (strcmp(args->mode, "nan") == 0) calls = modeNaN(&x);
   if (strcmp(args->mode, "invalid") == 0) calls = modeInvalid(&x);
@@ -777,16 +963,19 @@ static int rankMain(int rank, int nranks, void* arg) {
 }
 
 int main(int argc, char** argv) {
-  const char* modes[] = {"ranks", "fp8", "batch", "graph", "nan", "invalid", "timeout", "abort"};
+  const char* modes[] = {"ranks", "fp8", "batch", "forms", "graph", "nan", "invalid", "timeout", "abort"};
   const char* mode = argc > 1 ? argv[1] : "ranks";
   int known = 0;
   for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) known |= strcmp(mode, modes[i]) == 0;
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
-  if (!known || nranks < 1 || nranks > REF_MAX_RANKS) {
-    fprintf(stderr, "usage: %s ranks|fp8|batch|graph|nan|invalid|timeout|abort [nranks 1..%d]\n", argv[0],
-            REF_MAX_RANKS);
+  const int request = fcclFusedParseRequest(argc > 3 ? argv[3] : "auto");
+  if (!known || nranks < 1 || nranks > REF_MAX_RANKS || request < 0 || argc > 4) {
+    fprintf(stderr,
+            "usage: %s ranks|fp8|batch|forms|graph|nan|invalid|timeout|abort [nranks 1..%d [auto|oneshot|twoshot]]\n",
+            argv[0], REF_MAX_RANKS);
     return 2;
   }
+  const int form = request == FCCL_FUSED_REQUEST_AUTO ? -1 : request;
   const int fault = strcmp(mode, "timeout") == 0 || strcmp(mode, "abort") == 0;
   if (fault && nranks != 2) {
     fprintf(stderr, "%s: the %s mode runs on 2 ranks\n", argv[0], mode);
@@ -794,7 +983,7 @@ int main(int argc, char** argv) {
   }
   /* Read once, at the communicator's first call, in every forked rank. */
   if (strcmp(mode, "timeout") == 0) setenv("FCCL_TIMEOUT", "300", 1);
-  struct modeArgs args = {collSharedNew(nranks), testSeed(), testGpuCount(), mode};
+  struct modeArgs args = {collSharedNew(nranks), testSeed(), testGpuCount(), mode, form};
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     collSharedFree(args.shared);
@@ -809,6 +998,6 @@ int main(int argc, char** argv) {
   EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
   collSharedFree(args.shared);
   char name[64];
-  snprintf(name, sizeof(name), "fused_norm %s", mode);
+  snprintf(name, sizeof(name), "fused_norm %s %s", mode, form < 0 ? "auto" : fcclFusedFormName(form));
   return testSummary(name);
 }

@@ -2,8 +2,9 @@
 /*
  * The collectives' host logic that needs no GPU: algorithm selection and grids (the all-reduce's fcclAlgoSelect,
  * and fcclMoveSelect of all-gather, reduce-scatter and broadcast), FCCL_ALGO and FCCL_ALLGATHER_ALGO parsing, the
- * slot layout, epoch advance across the 32-bit wrap, and the argument checks of every collective that come before
- * any CUDA call (on a hand-made communicator without device state).
+ * slot layout, epoch advance across the 32-bit wrap, the fused norm's form (FCCL_FUSED_ALGO and the automatic
+ * choice), and the argument checks of every collective that come before any CUDA call (on a hand-made
+ * communicator without device state).
  */
 #include "comm.h"
 #include "algo.h"
@@ -807,6 +808,55 @@ static void testMoveNames(void) {
   EXPECT(FCCL_KERNEL_COUNT <= FCCL_KERNEL_BARRIER);
 }
 
+/* fcclAllReduceAddRMSNorm's form: two-shot exactly where fcclAllReduce's own table runs a two-shot algorithm on the
+ * same query (whatever FCCL_ALGO forces), one-shot below it and for one rank; FCCL_FUSED_ALGO's exact names. */
+static void testFusedForm(void) {
+  for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++)
+    for (int registered = 0; registered < 2; registered++)
+      for (uint64_t bytes = 16; bytes <= (1ull << 30); bytes *= 2)
+        for (int delta = bytes > 16 ? -16 : 0; delta <= 16; delta += 16) {
+          fcclAlgoQuery q = query(bytes + (uint64_t)(int64_t)delta, nranks, registered && nranks > 1);
+          const int algo = pick(q.bytes, nranks, q.registered);
+          const int twoshot = nranks > 1 && (algo == FCCL_ALGO_TWOSHOT_STAGED || algo == FCCL_ALGO_TWOSHOT_REG);
+          EXPECT_MSG(fcclFusedAutoForm(&q) == (twoshot ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT),
+                     "%d ranks, %llu bytes, registered %d: form %s, the all-reduce runs %s", nranks,
+                     (unsigned long long)q.bytes, q.registered, fcclFusedFormName(fcclFusedAutoForm(&q)),
+                     fcclAlgoName(algo));
+          q.forced = FCCL_ALGO_LL; /* FCCL_ALGO does not move the fused form's threshold */
+          EXPECT_EQ_INT(fcclFusedAutoForm(&q), twoshot ? FCCL_FUSED_TWOSHOT : FCCL_FUSED_ONESHOT);
+        }
+  /* The thresholds as docs/fused.md states them: 2 ranks plain from 8 MiB + 1 byte, registered past LL128's 1 MiB;
+   * 8 ranks past 128 KiB either way. */
+  fcclAlgoQuery q = query(8u << 20, 2, 0);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_ONESHOT);
+  q = query((8u << 20) + 16, 2, 0);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_TWOSHOT);
+  q = query(1u << 20, 2, 1);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_ONESHOT);
+  q = query((1u << 20) + 16, 2, 1);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_TWOSHOT);
+  q = query(128u << 10, 8, 0);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_ONESHOT);
+  q = query((128u << 10) + 16, 8, 1);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_TWOSHOT);
+  q = query(1ull << 30, 1, 0);
+  EXPECT_EQ_INT(fcclFusedAutoForm(&q), FCCL_FUSED_ONESHOT);
+  EXPECT_EQ_INT(fcclFusedAutoForm(NULL), FCCL_FUSED_ONESHOT);
+
+  EXPECT_EQ_INT(fcclFusedParseRequest(NULL), FCCL_FUSED_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclFusedParseRequest(""), FCCL_FUSED_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclFusedParseRequest("auto"), FCCL_FUSED_REQUEST_AUTO);
+  EXPECT_EQ_INT(fcclFusedParseRequest("oneshot"), FCCL_FUSED_ONESHOT);
+  EXPECT_EQ_INT(fcclFusedParseRequest("twoshot"), FCCL_FUSED_TWOSHOT);
+  const char* const refused[] = {"OneShot", "twoshot ", "two-shot", "twoshot_reg", "oneshot_push", "staged",
+                                 "ll", "0", "1", "none"};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+    EXPECT_MSG(fcclFusedParseRequest(refused[i]) == -1, "\"%s\" parsed as a fused form", refused[i]);
+  EXPECT(strcmp(fcclFusedFormName(FCCL_FUSED_ONESHOT), "oneshot") == 0);
+  EXPECT(strcmp(fcclFusedFormName(FCCL_FUSED_TWOSHOT), "twoshot") == 0);
+  EXPECT(strcmp(fcclFusedFormName(7), "unknown") == 0);
+}
+
 /* The new calls' argument checks, before any CUDA call (a communicator of 2 ranks without device state: whatever
  * passes the checks stops at "no device state", fcclInvalidUsage). */
 static void testMoveArguments(void) {
@@ -935,5 +985,6 @@ int main(void) {
   testMoveCopy();
   testMoveNames();
   testMoveArguments();
+  testFusedForm();
   return testSummary("algo");
 }
