@@ -695,11 +695,16 @@ static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts, 
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct rankState state, *s = &state;
-  /* Together first (NCCL connects at the first call); then rank 1 dies without a word: no destroy, no abort. */
+  /* Together first (NCCL connects at the first call), every rank's result checked before anybody goes on; then
+   * rank 1 dies without a word: no destroy, no abort. */
   int ready = stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 4096, 0) == 0;
+  EXPECT_EQ_INT(testShmBarrier(args->shared->shm, rank), TEST_SHM_OK);
   if (rank == 1) _exit(ready ? 0 : 1);
   if (ready) {
-    EXPECT_EQ_INT(fcclAllReduce(s->send, s->recv, 1 << 16, fcclFloat32, fcclSum, comm, s->stream), fcclSuccess);
+    /* The death may be seen before this call (a peer link ends in milliseconds): then the call itself reports it. */
+    const fcclResult_t issued = fcclAllReduce(s->send, s->recv, 1 << 16, fcclFloat32, fcclSum, comm, s->stream);
+    EXPECT_MSG(issued == fcclSuccess || issued == fcclRemoteError, "rank %d: the all-reduce after the death: %s: %s",
+               rank, fcclGetErrorString(issued), fcclGetLastError(comm));
     fcclResult_t async = fcclSuccess;
     const int64_t start = collNowNs();
     while (async == fcclSuccess && collNowNs() - start < (int64_t)120 * 1000000000) {
