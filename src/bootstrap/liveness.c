@@ -164,7 +164,8 @@ static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* wa
 }
 
 fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watched, int keepaliveMs, int* links) {
-  if (b == NULL || watched == NULL || links == NULL || keepaliveMs <= 0)
+  if (b == NULL || watched == NULL || links == NULL || keepaliveMs <= 0 || b->nranks < 1 ||
+      b->nranks > FCCL_BOOTSTRAP_MAX_RANKS)
     return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_BOOT, "peer links: invalid arguments");
   const int n = b->nranks, me = b->rank;
   for (int r = 0; r < n; r++) links[r] = -1;
