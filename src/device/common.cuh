@@ -62,13 +62,15 @@ __device__ __forceinline__ void peerRegionsInbound(const fcclDevComm& c, uint64_
 /* Reads this block's epoch (one load, shared with the block), keeps the call's tag (epoch and print, callTag) for
  * the block's flags and, from block 0, records the epoch in our slot header. Call after gridDependencyEnter. */
 __device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c, uint32_t print) {
+  __shared__ uint64_t blockEpoch; /* the whole epoch: the tag keeps its low 44 bits */
   if (threadIdx.x == 0) {
     uint64_t epoch = devState(c)->epochs[blockIdx.x];
+    blockEpoch = epoch;
     fcclBlockTag = (epoch << FCCL_PRINT_BITS) | (print & FCCL_PRINT_MASK);
     if (blockIdx.x == 0) ptr<fcclSlotHeader>(c.slots[c.rank])->lastEpoch = epoch;
   }
   __syncthreads();
-  return fcclBlockTag >> FCCL_PRINT_BITS;
+  return blockEpoch;
 }
 
 /*
