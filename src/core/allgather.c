@@ -34,7 +34,7 @@ static fcclResult_t allGatherByCopy(struct fcclComm* comm, const struct fcclPlan
   const int nranks = comm->nranks, rank = comm->rank;
   const uint64_t offset = (uint64_t)rank * args->bytes;
   const char* mine = (const char*)(uintptr_t)args->sendbuf;
-  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1,
+  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, args, 1,
                              FCCL_DEVICE_BARRIER_THREADS, s->pdl, stream));
   for (int k = 1; k < nranks; k++) {
     const int peer = (rank + k) % nranks;
@@ -44,7 +44,7 @@ static fcclResult_t allGatherByCopy(struct fcclComm* comm, const struct fcclPlan
   if (!args->inPlace)
     CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf + offset, mine, args->bytes, cudaMemcpyDefault,
                               stream));
-  return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1, FCCL_DEVICE_BARRIER_THREADS,
+  return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, args, 1, FCCL_DEVICE_BARRIER_THREADS,
                           s->pdl, stream);
 }
 

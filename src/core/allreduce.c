@@ -45,7 +45,8 @@ static fcclResult_t scatterByCopy(struct fcclComm* comm, const fcclDevArgs* args
   const uint64_t share = (units + 1) / 2 * FCCL_UNIT_BYTES;
   const uint64_t begin = (uint64_t)peer * share;
   const uint64_t end = begin + share < args->bytes ? begin + share : args->bytes;
-  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &comm->device->dev, NULL, 1,
+  /* The barrier carries the all-reduce's print (args): a peer in another call meets this call's fingerprint. */
+  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &comm->device->dev, args, 1,
                              FCCL_DEVICE_BARRIER_THREADS, comm->device->pdl, stream));
   if (begin < end)
     CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->peerRecv[peer] + begin,

@@ -30,7 +30,7 @@ static fcclResult_t broadcastByCopy(struct fcclComm* comm, const struct fcclPlan
   const fcclDevArgs* args = &plan->args;
   const struct fcclDeviceState* s = comm->device;
   const int nranks = comm->nranks, rank = comm->rank;
-  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1,
+  FCCLCHECK(fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, args, 1,
                              FCCL_DEVICE_BARRIER_THREADS, s->pdl, stream));
   if (rank == args->root) {
     const char* message = (const char*)(uintptr_t)args->sendbuf;
@@ -41,7 +41,7 @@ static fcclResult_t broadcastByCopy(struct fcclComm* comm, const struct fcclPlan
       CUDACHECK(cudaMemcpyAsync((char*)(uintptr_t)args->recvbuf, message, args->bytes, cudaMemcpyDefault,
                                 stream));
   }
-  return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, NULL, 1, FCCL_DEVICE_BARRIER_THREADS,
+  return fcclDeviceLaunch(FCCL_KERNEL_BARRIER, fcclFloat32, fcclSum, &s->dev, args, 1, FCCL_DEVICE_BARRIER_THREADS,
                           s->pdl, stream);
 }
 

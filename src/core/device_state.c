@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "debug.h"
 #include "device.h"
+#include "fingerprint.h"
 #include "param.h"
 #include "transport.h"
 
@@ -28,7 +29,7 @@
 
 #define FCCL_STAGING_MIN_BYTES ((uint64_t)4 * FCCL_DEVICE_MAX_RANKS * FCCL_SLOT_ALIGN)
 #define FCCL_STAGING_MAX_BYTES ((uint64_t)1 << 32)
-#define FCCL_DEVICE_LAYOUT_VERSION 1
+#define FCCL_DEVICE_LAYOUT_VERSION 2
 
 static const char* phaseName(int phase) {
   switch (phase) {
@@ -145,8 +146,9 @@ static fcclResult_t cleanOwnSlot(char* ownSlot, const fcclSlotLayout* layout, ui
   header.magic = FCCL_SLOT_MAGIC;
   header.lastEpoch = *lastEpoch;
   CUDACHECKGOTO(cudaMemcpyAsync(ownSlot, &header, sizeof(header), cudaMemcpyHostToDevice, stream), res, out);
-  CUDACHECKGOTO(cudaMemsetAsync(ownSlot + layout->signalAOffset, 0, layout->inboxOffset - layout->signalAOffset,
-                                stream),
+  /* The call board, the signal pads and the LL areas (the LL128 lines carry 44 bits of epoch: never stale). */
+  CUDACHECKGOTO(cudaMemsetAsync(ownSlot + FCCL_SLOT_BOARD_OFFSET, 0,
+                                layout->inboxOffset - FCCL_SLOT_BOARD_OFFSET, stream),
                 res, out);
   CUDACHECKGOTO(cudaStreamSynchronize(stream), res, out);
 out:
@@ -392,15 +394,30 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
   fcclResult_t result = (fcclResult_t)code;
   if (!__atomic_exchange_n(&s->reported, 1, __ATOMIC_ACQ_REL)) {
     const fcclDevHostWords* w = s->words;
-    /* The call number counts the communicator's calls that used an epoch since init, from 1. */
+    /* The call number counts the communicator's calls that used an epoch since init, from 1: the same on every
+     * rank, whose first epochs agree (deviceInit). A copy-engine scatter's barrier uses an epoch of its own. */
     const unsigned long long call =
         w->errorEpoch >= s->firstEpoch ? (unsigned long long)(w->errorEpoch - s->firstEpoch + 1) : 0;
-    (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
-                     "rank %d: the %s kernel of call %llu (epoch %llu) gave up in block %d after %.1f ms: rank %d did "
-                     "not arrive (%s; FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or abort it",
-                     w->errorRank, fcclAlgoName(w->errorKernel), call, (unsigned long long)w->errorEpoch,
-                     w->errorBlock, (double)w->errorWaitedNs / 1e6, w->errorPeer, phaseName(w->errorPhase),
-                     (unsigned long long)(s->dev.timeoutNs / 1000000ull), fcclGetErrorString(result));
+    char ours[128];
+    fcclPrintDescribe(w->errorPrint, ours, sizeof(ours));
+    if (result == fcclInvalidUsage) {
+      /* A peer's flag of this epoch carried another print (docs/errors.md#out-of-step). */
+      char mismatch[FCCL_LAST_ERROR_MAX];
+      fcclPrintMismatchMessage(w->errorRank, call, w->errorPrint, w->errorPeer, w->errorPeerPrint, mismatch,
+                               sizeof(mismatch));
+      (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
+                       "%s; seen by the %s kernel (epoch %llu) in block %d, waiting for %s; the communicator is "
+                       "unusable, destroy or abort it", mismatch, fcclAlgoName(w->errorKernel),
+                       (unsigned long long)w->errorEpoch, w->errorBlock, phaseName(w->errorPhase));
+    } else {
+      (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
+                       "rank %d: the %s kernel of call %llu (%s; epoch %llu) gave up in block %d after %.1f ms: rank "
+                       "%d did not arrive (%s; FCCL_TIMEOUT %llu ms): %s; the communicator is unusable, destroy or "
+                       "abort it",
+                       w->errorRank, fcclAlgoName(w->errorKernel), call, ours, (unsigned long long)w->errorEpoch,
+                       w->errorBlock, (double)w->errorWaitedNs / 1e6, w->errorPeer, phaseName(w->errorPhase),
+                       (unsigned long long)(s->dev.timeoutNs / 1000000ull), fcclGetErrorString(result));
+    }
     fcclCommRecordThreadError(comm);
     fcclCommFail(comm, result, fcclThreadLastError(), 0);
   }

@@ -14,6 +14,7 @@
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"
+#include "fingerprint.h"
 #include "transport.h"
 
 #include <cuda_runtime.h>
@@ -254,6 +255,10 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   FCCLCHECK(coll->select(coll, &query, &plan.choice));
   args->roundUnits = plan.choice.roundUnits;
   args->scatter = plan.choice.scatter;
+  /* Every flag of the kernel carries it: a peer in another call (or in this one with other arguments, or another
+   * algorithm) stops with fcclInvalidUsage instead of a hang or a wrong result (docs/errors.md#out-of-step). */
+  args->print = fcclCallPrint(fcclPrintForm(plan.choice.algo, plan.choice.scatter), call->datatype,
+                              coll->reduces ? (int)call->op : coll->rooted ? call->root : 0, call->count);
   FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %s op %d %s: %s, %d x %d, stream %p", coll->name, call->count,
              fcclTypeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
              fcclAlgoName(plan.choice.algo), plan.choice.blocks, plan.choice.threads, call->stream);

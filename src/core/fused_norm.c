@@ -14,6 +14,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "enqueue.h"
+#include "fingerprint.h"
 #include "transport.h"
 
 #include <math.h>
@@ -215,11 +216,13 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
   void* peers[FCCL_DEVICE_MAX_RANKS];
   args.registered = comm->nranks > 1 && fcclTransportLookup(comm->transport, c->input, c->tokens * rowBytes, peers);
   for (int r = 0; args.registered && r < comm->nranks; r++) args.peerInput[r] = (uint64_t)(uintptr_t)peers[r];
-
   int chosen = FCCL_FUSED_ONESHOT;
   uint64_t ownerRows = 0;
   FCCLCHECK(fusedForm(comm, c, c->tokens * rowBytes, pitch, outRowBytes, args.registered, form, &chosen, &ownerRows));
   args.form = chosen;
+  /* Carried by every flag of the kernel (docs/errors.md#out-of-step). */
+  args.print = fcclFusedPrint(args.registered, chosen == FCCL_FUSED_TWOSHOT, c->datatype, c->scaleMode, c->tokens,
+                              c->hidden);
 
   /* One block per row at a time, at most one per SM: the grid depends only on the call's arguments and the GPU,
    * the same on every rank. A row's result does not depend on it (fused_norm.cu). The two-shot's blocks share

@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherLL(fcclDevCom
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
   Unit mine;
   if (first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const uint64_t flag = llFlag(epoch);
+  announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherDirect(fcclDe
   using IO = UnitIO<MoveTraits<ES>, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
   using IO = UnitIO<MoveTraits<ES>, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);

@@ -32,8 +32,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
   const int root = a.root;
   Unit mine;
   if (me == root && first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const uint64_t flag = llFlag(epoch);
+  announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastDirect(fcclDe
   using IO = UnitIO<MoveTraits<ES>, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
   const int me = c.rank;
   const int root = a.root;
@@ -126,7 +127,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastStaged(fcclDe
   using IO = UnitIO<MoveTraits<ES>, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
   const int me = c.rank;
   const int root = a.root;

@@ -8,9 +8,16 @@
  * j % gridDim == b, so whatever the grid size, each counter advances exactly once per call and they stay equal.
  * Kernels advance them, the host never passes an epoch: a call captured in a CUDA graph is right on every replay.
  *
- * Signals. Each slot has two pad arrays, u64 [block][writer]. Writer w's block b posts into the reader's slot,
+ * Signals. Each slot has two pad arrays, [block][writer]. Writer w's block b posts into the reader's slot,
  * the reader's block b spins on its own memory (local polls, remote stores), waiting for >= the expected value.
  * Each (block, writer) pad is written by one thread of one block, in program order, so its values only grow.
+ *
+ * Fingerprints. A pad holds the signal value and beside it the writer's call tag, (epoch << FCCL_PRINT_BITS) |
+ * print; LL packets carry the tag's low 32 bits as their flag and LL128 lines the whole tag. A waiter keeps its one
+ * compare per poll; once a pad's value is reached it compares the tag with its own (one compare, off the loop),
+ * and the slow path of a wait (Spin, after a millisecond) decodes the last flag seen. A flag of this epoch with
+ * another print means the peer runs another call in this call's place: the kernel stops with fcclInvalidUsage
+ * (docs/errors.md#out-of-step). A peer legitimately ahead posts a later epoch and is not checked.
  */
 #ifndef FCCL_DEVICE_COMMON_CUH_
 #define FCCL_DEVICE_COMMON_CUH_
@@ -52,13 +59,14 @@ __device__ __forceinline__ void peerRegionsInbound(const fcclDevComm& c, uint64_
     inbound[w] = w < c.nranks && w != c.rank ? stagingRegion(c, areaOffset, parity, w, c.rank) : 0;
 }
 
-/* Reads this block's epoch (one load, shared with the block) and, from block 0, records it in our slot header.
- * Call after gridDependencyEnter. */
-__device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c) {
-  __shared__ uint64_t blockEpoch;
+/* Reads this block's epoch (one load, shared with the block), keeps the call's tag (epoch and print, callTag) for
+ * the block's flags and, from block 0, records the epoch in our slot header. Call after gridDependencyEnter. */
+__device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c, uint32_t print) {
+  __shared__ uint64_t blockEpoch; /* the whole epoch: the tag keeps its low 44 bits */
   if (threadIdx.x == 0) {
     uint64_t epoch = devState(c)->epochs[blockIdx.x];
     blockEpoch = epoch;
+    fcclBlockTag = (epoch << FCCL_PRINT_BITS) | (print & FCCL_PRINT_MASK);
     if (blockIdx.x == 0) ptr<fcclSlotHeader>(c.slots[c.rank])->lastEpoch = epoch;
   }
   __syncthreads();
@@ -66,11 +74,22 @@ __device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c) {
 }
 
 /*
- * Clears our LL area of one parity. Run when the low 32 bits of the epoch (the LL flag) are about to wrap, by
- * the kernels of the two calls before the wrap: flags left by calls 2^32 epochs ago can then never equal a new
- * one (epochs skip low word 0, the cleared value). Safe: nobody writes this parity until every rank has passed
- * the next call, which needs us. Thread g clears the packets with index == g modulo the grid, the same ones
- * the LL kernel had it consume.
+ * Block 0 of a kernel that posts no signal pads (LL, LL128) writes the call's tag into its entry of every peer's
+ * call board (FCCL_SLOT_BOARD_OFFSET), so that a peer waiting in another protocol's area meets our print there
+ * (Spin::check). One relaxed store per peer, nothing waits for it. Call after epochBegin.
+ */
+__device__ __forceinline__ void announceCall(const fcclDevComm& c) {
+  const int p = threadIdx.x;
+  if (blockIdx.x == 0 && p < c.nranks && p != c.rank)
+    st_relaxed_sys(ptr<uint64_t>(c.slots[p] + FCCL_SLOT_BOARD_OFFSET) + c.rank, callTag());
+}
+
+/*
+ * Clears our LL area of one parity. Run when the epoch bits of the LL flag (FCCL_LL_EPOCH_BITS) are about to wrap, by
+ * the kernels of the two calls before the wrap: flags left by calls 2^12 epochs ago can then never equal a new one, nor
+ * pass for another print of the current epoch (a flag is never 0, the cleared value: prints are not). Safe: nobody
+ * writes this parity until every rank has passed the next call, which needs us. Thread g clears the packets with index
+ * == g modulo the grid, the same ones the LL kernel had it consume.
  */
 static __device__ __noinline__ void llClean(uint64_t llBase, uint64_t llBytes, int nranks, uint64_t parity) {
   const uint64_t perWriter = llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;
@@ -83,24 +102,27 @@ static __device__ __noinline__ void llClean(uint64_t llBase, uint64_t llBytes, i
   }
 }
 
-/* Advances the counters this block owns (see the file comment); the LL area is cleaned before a flag wrap. */
+/* Advances the counters this block owns (see the file comment); the LL area is cleaned before a flag wrap (one
+ * call in 2^11 cleans half of it: about a microsecond per SM for each MiB). */
 __device__ __forceinline__ void epochEnd(const fcclDevComm& c, uint64_t epoch) {
   const uint64_t next = fcclEpochNext(epoch);
   uint64_t* epochs = devState(c)->epochs;
   for (uint32_t j = blockIdx.x + threadIdx.x * gridDim.x; j < FCCL_DEVICE_MAX_BLOCKS; j += blockDim.x * gridDim.x)
     epochs[j] = next;
-  if ((uint32_t)epoch >= 0xfffffffeu)
+  if ((epoch & FCCL_LL_EPOCH_MASK) >= FCCL_LL_EPOCH_MASK - 1u)
     llClean(c.slots[c.rank] + c.layout.llOffset, c.layout.llBytes, c.nranks, epoch & 1);
 }
 
+/* The pad [this block][writer] of slotRank's pad array at areaOffset: its value, then its tag. */
 __device__ __forceinline__ uint64_t* signalPad(const fcclDevComm& c, int slotRank, uint64_t areaOffset, int writer) {
-  return ptr<uint64_t>(c.slots[slotRank] + areaOffset) + (uint64_t)blockIdx.x * FCCL_DEVICE_MAX_RANKS + writer;
+  return ptr<uint64_t>(c.slots[slotRank] + areaOffset +
+                       ((uint64_t)blockIdx.x * FCCL_DEVICE_MAX_RANKS + writer) * FCCL_PAD_BYTES);
 }
 
 /*
- * Posts value to the pad [this block][our rank] of every peer in mask (bit p: rank p; our own bit is ignored):
- * thread p signals peer p. With release, call it after a __syncthreads so that everything the block stored (and
- * loaded) before is ordered before the flag. The collectives whose flags do not go between every pair (a
+ * Posts value, with the call's tag, to the pad [this block][our rank] of every peer in mask (bit p: rank p; our own bit
+ * is ignored): thread p signals peer p. With release, call it after a __syncthreads so that everything the block stored
+ * (and loaded) before is ordered before the flag. The collectives whose flags do not go between every pair (a
  * broadcast's "done" goes to or from the root only) pass a mask; postPeers is every peer.
  */
 __device__ __forceinline__ void postPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool release,
@@ -109,9 +131,9 @@ __device__ __forceinline__ void postPeersIn(const fcclDevComm& c, uint64_t areaO
   if (p < c.nranks && p != c.rank && ((mask >> p) & 1u)) {
     uint64_t* pad = signalPad(c, p, areaOffset, c.rank);
     if (release)
-      st_release_sys(pad, value);
+      st_pad_release_sys(pad, value, callTag());
     else
-      st_relaxed_sys(pad, value);
+      st_pad_relaxed_sys(pad, value, callTag());
   }
 }
 
@@ -122,8 +144,12 @@ __device__ __forceinline__ void postPeers(const fcclDevComm& c, uint64_t areaOff
 /*
  * Waits until every peer in mask posted >= value to our pad [this block][peer]: thread p waits for peer p
  * (relaxed polls; with acquire, one acquire load once seen). All threads of the block must call it. Returns true,
- * on every thread, when the block has to give up (timeout, abort or an earlier failure); the cause is already
- * recorded. waitPeers is every peer.
+ * on every thread, when the block has to give up (timeout, abort, an earlier failure, or a peer whose call of this
+ * epoch has another print); the cause is already recorded. waitPeers is every peer.
+ *
+ * The pad's tag is checked once its value is reached: equal to ours, the fast path. Otherwise it is either older
+ * than the value (the 16-byte pad need not arrive whole: read it again until it is this epoch's or later), later
+ * (a peer ahead), or this epoch's with another print: out of step.
  */
 __device__ __forceinline__ bool waitPeersIn(const fcclDevComm& c, uint64_t areaOffset, uint64_t value, bool acquire,
                                             int kernel, int phase, uint64_t epoch, uint32_t mask) {
@@ -131,14 +157,28 @@ __device__ __forceinline__ bool waitPeersIn(const fcclDevComm& c, uint64_t areaO
   const int p = threadIdx.x;
   if (p < c.nranks && p != c.rank && ((mask >> p) & 1u)) {
     const uint64_t* pad = signalPad(c, c.rank, areaOffset, p);
+    const uint64_t expected = callTag();
     Spin spin(c, kernel, phase, p, epoch);
-    while (ld_relaxed_sys(pad) < value) {
-      if (spin.spin()) {
+    uint64_t seen, tag;
+    ld_pad_relaxed_sys(pad, seen, tag);
+    while (seen < value) {
+      if (spin.spin(tag, expected)) {
         failed = true;
         break;
       }
+      ld_pad_relaxed_sys(pad, seen, tag);
     }
-    if (!failed && acquire) (void)ld_acquire_sys(pad);
+    if (!failed && acquire) ld_pad_acquire_sys(pad, seen, tag);
+    if (!failed && tag != expected) {
+      while (!failed && (tag >> FCCL_PRINT_BITS) < (expected >> FCCL_PRINT_BITS)) {
+        failed = spin.spin();
+        ld_pad_relaxed_sys(pad, seen, tag);
+      }
+      if (!failed && printMismatch(tag, expected)) {
+        spin.outOfStep(tag);
+        failed = true;
+      }
+    }
   }
   return __syncthreads_or(failed) != 0;
 }
@@ -148,9 +188,12 @@ __device__ __forceinline__ bool waitPeers(const fcclDevComm& c, uint64_t areaOff
   return waitPeersIn(c, areaOffset, value, acquire, kernel, phase, epoch, ~0u);
 }
 
-/* ---- LL packets: 8 data bytes as {4 data bytes, 4-byte flag} x 2; the flag is the epoch's low word ---------- */
+/* ---- LL packets: 8 data bytes as {4 data bytes, 4-byte flag} x 2; the flag is the call tag's low word -------- */
 
-__device__ __forceinline__ uint64_t llFlag(uint64_t epoch) { return (uint64_t)(uint32_t)epoch << 32; }
+/* The flag of the block's call (epoch is the block's, from epochBegin), in the high word of a packet's halves. */
+__device__ __forceinline__ uint64_t llFlag(uint64_t epoch) {
+  return (uint64_t)(((uint32_t)epoch << FCCL_PRINT_BITS) | callPrint()) << 32;
+}
 
 struct LLPacket {
   uint64_t lo, hi;
@@ -161,13 +204,13 @@ __device__ __forceinline__ LLPacket llPack(uint64_t word, uint64_t flag) {
 }
 
 /* Polls packet until both halves carry flag, then returns true with its data in word; false when the wait gives
- * up (spin's timeout or abort, already recorded). */
+ * up (spin's timeout or abort, or the writer's flag of this epoch with another print: already recorded). */
 __device__ __forceinline__ bool llWait(const char* packet, uint64_t flag, Spin& spin, uint64_t& word) {
   uint64_t lo, hi;
   for (;;) {
     ld_ll_packet(packet, lo, hi);
     if ((lo & 0xffffffff00000000ull) == flag && (hi & 0xffffffff00000000ull) == flag) break;
-    if (spin.spin()) return false;
+    if (spin.spin(lo >> 32, flag >> 32)) return false;
   }
   word = (lo & 0xffffffffull) | (hi << 32);
   return true;

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
   constexpr int kThreads = fused::kThreads;
   __shared__ float shared[fused::kWarps];
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
   const int me = c.rank;
   const int kernel = FCCL_KERNEL_FUSED_NORM;

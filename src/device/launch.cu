@@ -14,10 +14,11 @@ extern "C" {
 namespace fccl {
 
 /* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
- * no data written in this kernel; work before it on each stream completed before the kernel started. */
-__global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c) {
+ * no data written in this kernel; work before it on each stream completed before the kernel started. print is
+ * FCCL_PRINT_BARRIER for fcclBarrier, the all-reduce's for the barrier before a copy-engine scatter. */
+__global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c, uint32_t print) {
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, print);
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
   (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
                   epoch);
@@ -77,12 +78,18 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
                                          const fcclDevComm* comm, const fcclDevArgs* args, int blocks, int threads,
                                          int pdl, cudaStream_t stream) {
   if (comm == nullptr) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel launch without comm");
+  /* A print's form field is never 0: with it, flags could be 0, which is what a cleared LL packet holds. */
+  if (args != nullptr && (args->print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) == 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel launch without the call's fingerprint");
   fcclDevComm c = *comm;
   if (kernel == FCCL_KERNEL_BARRIER) {
     if (blocks != 1 || threads != FCCL_DEVICE_BARRIER_THREADS)
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier grid %d x %d is not 1 x %d", blocks, threads,
                         FCCL_DEVICE_BARRIER_THREADS);
-    void* params[] = {&c};
+    /* args, when given, are the call's that the barrier opens (the copy-engine scatter): its print, so that a peer
+     * in another call meets this one's. */
+    uint32_t print = args != nullptr ? args->print : FCCL_PRINT_BARRIER;
+    void* params[] = {&c, &print};
     return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
                         dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
   }
@@ -104,6 +111,8 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
                                                   int pdl, cudaStream_t stream) {
   if (comm == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without comm or args");
+  if ((args->print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) == 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without the call's fingerprint");
   const bool fp8 = outtype == fcclFloat8e4m3;
   const int bound = fccl::fcclRankBound(comm->nranks);
   const void* function = nullptr;

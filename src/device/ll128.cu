@@ -1,18 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One-shot all-reduce with LL128 lines: every rank pushes its whole input, as 128-byte lines of 120 data bytes and
- * the call's 64-bit epoch in the last 8, into its region of every peer's LL128 area, then reads the lines the peers
- * pushed into its own slot and reduces in rank order. Like LL, no barrier and no fence, one NVLink hop; unlike LL
- * (8 data bytes per 16), 15/16 of the bytes on the wire are data, so it keeps the one hop up to megabytes.
+ * the call's 64-bit tag (epoch and print, callTag) in the last 8, into its region of every peer's LL128 area, then
+ * reads the lines the peers pushed into its own slot and reduces in rank order. Like LL, no barrier and no fence,
+ * one NVLink hop; unlike LL (8 data bytes per 16), 15/16 of the bytes on the wire are data, so it keeps the one hop
+ * up to megabytes.
  *
  * What it relies on (as NCCL's LL128 protocol does on NVLink): the 8 lanes of a warp that store one aligned
  * 128-byte line with one 16-byte store instruction reach the peer as one write, and the 8 lanes that load it with
- * one load instruction see all of it or none of it, so a line whose epoch word is the call's holds the call's
+ * one load instruction see all of it or none of it, so a line whose tag word is the call's holds the call's
  * data. Lanes reconverge (__syncwarp) before every such store and load so that a line is always one instruction.
- * The 64-bit epoch never repeats in a slot, so stale lines never match and nothing needs cleaning.
+ * The tag's 44 bits of epoch never repeat in a slot, so stale lines never match and nothing needs cleaning; a line
+ * of this epoch with another print is a peer out of step (printMismatch, checked in the spin's slow path).
  *
  * Lane l of a warp handles part l % 8 (16 bytes) of line 4 i + l / 8 for the warp's i-th group of 4 lines: parts
- * 0-6 carry two 8-byte units of user data, part 7 one unit and the epoch. Double buffering by epoch parity, with
+ * 0-6 carry two 8-byte units of user data, part 7 one unit and the tag. Double buffering by epoch parity, with
  * the same argument as LL (ll.cu).
  */
 #include "common.cuh"
@@ -60,7 +62,9 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   first1.words[0] = 0;
   const uint64_t firstLine = warp * kLinesPerWarp + (lane >> 3);
   if (firstLine < lines) loadOwn(firstLine, first0, first1);
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t tag = callTag();
+  announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;
@@ -78,7 +82,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
       n1.words[0] = 0;
       if (nextLine < lines) loadOwn(nextLine, n0, n1);
       const uint64_t lo = d0.words[0];
-      const uint64_t hi = flagPart ? epoch : d1.words[0];
+      const uint64_t hi = flagPart ? tag : d1.words[0];
       const uint64_t at = line * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16;
 #pragma unroll
       for (int p = 0; p < FCCL_DEVICE_MAX_RANKS; p++) {
@@ -127,18 +131,23 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
 #pragma unroll
           for (int k = 0; k < kGroups; k++) {
             lo[k] = 0;
-            hi[k] = epoch;
+            hi[k] = tag;
             __syncwarp();
             if (active[k]) ld_ll_packet(region + line[k] * FCCL_LL128_LINE_BYTES + (uint64_t)part * 16, lo[k], hi[k]);
           }
 #pragma unroll
           for (int k = 0; k < kGroups; k++) {
             /* The flag lane of each line speaks for its 8 lanes. */
-            const bool lineReady = __shfl_sync(kFullWarp, !flagPart || hi[k] == epoch, lane | 7);
+            const bool lineReady = __shfl_sync(kFullWarp, !flagPart || hi[k] == tag, lane | 7);
             ready = ready && lineReady;
           }
           if (__all_sync(kFullWarp, ready)) break;
-          if (__any_sync(kFullWarp, spin.spin())) {
+          /* What a flag lane saw instead of our tag, for the spin's out-of-step check. */
+          uint64_t seen = tag;
+#pragma unroll
+          for (int k = 0; k < kGroups; k++)
+            if (flagPart && hi[k] != tag) seen = hi[k];
+          if (__any_sync(kFullWarp, spin.spin(seen, tag))) {
             failed = true;
             break;
           }

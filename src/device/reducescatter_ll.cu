@@ -30,8 +30,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
   const uint64_t ownBlock = a.sendbuf + (uint64_t)me * a.bytes;
   Unit mine;
   if (first < packets) IO::load(ownBlock, first, a.bytes, mine);
-  const uint64_t epoch = epochBegin(c);
+  const uint64_t epoch = epochBegin(c, a.print);
   const uint64_t flag = llFlag(epoch);
+  announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const uint64_t perWriter = c.layout.llBytes / FCCL_LL_DATA_BYTES * FCCL_LL_PACKET_BYTES;

@@ -59,11 +59,12 @@ static inline size_t fcclTypeSize(fcclDataType_t type) {
 }
 
 /*
- * Launches kernel (an algorithm of fcclDevKernel_t, or FCCL_KERNEL_BARRIER, which takes no type, op or args) for
+ * Launches kernel (an algorithm of fcclDevKernel_t, or FCCL_KERNEL_BARRIER, which takes no type or op) for
  * (type, op) with blocks x threads on stream (the current device must be comm's); pdl != 0 adds programmatic
- * dependent launch (FCCL_PDL; compute capability >= 9.0). fcclInvalidArgument for an unknown kernel/type/op or a
- * grid outside [1, FCCL_DEVICE_MAX_BLOCKS] x [32, FCCL_DEVICE_THREADS]; fcclUnhandledCudaError when the launch
- * fails.
+ * dependent launch (FCCL_PDL; compute capability >= 9.0). args->print must be the call's fingerprint (fcclPrintMake);
+ * the barrier takes args NULL (fcclBarrier: FCCL_PRINT_BARRIER) or the arguments of the call it opens, whose print
+ * it carries. fcclInvalidArgument for an unknown kernel/type/op, a grid outside [1, FCCL_DEVICE_MAX_BLOCKS] x
+ * [32, FCCL_DEVICE_THREADS] or args without a print; fcclUnhandledCudaError when the launch fails.
  */
 fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op, const fcclDevComm* comm,
                               const fcclDevArgs* args, int blocks, int threads, int pdl, cudaStream_t stream);
@@ -71,8 +72,8 @@ fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclR
 /*
  * Launches the fused all-reduce + add + RMSNorm for datatype (fp16, bf16, fp32) and outtype (datatype or
  * fcclFloat8e4m3) in the form args->form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT) with blocks x FCCL_FUSED_THREADS
- * on stream. fcclInvalidArgument for a type pair or form without a kernel or a grid outside
- * [1, FCCL_DEVICE_MAX_BLOCKS]; fcclUnhandledCudaError when the launch fails.
+ * on stream; args->print as for fcclDeviceLaunch. fcclInvalidArgument for a type pair or form without a kernel, a
+ * grid outside [1, FCCL_DEVICE_MAX_BLOCKS] or args without a print; fcclUnhandledCudaError when the launch fails.
  */
 fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype, const fcclDevComm* comm,
                                        const fcclFusedArgs* args, int blocks, int pdl, cudaStream_t stream);

@@ -35,6 +35,38 @@
 #define FCCL_STEP_BITS 20
 #define FCCL_MAX_STEPS ((1u << FCCL_STEP_BITS) - 2u)
 
+/*
+ * The fingerprint ("print") of a call: FCCL_PRINT_BITS bits that every flag of the call carries, so that ranks out
+ * of step (a rank that skipped a call, or called with another count, type, op, root, collective or algorithm) meet
+ * a flag of the right epoch with another print and stop with fcclInvalidUsage instead of hanging or reading past a
+ * peer's buffer. Structured so that the host can say which field differs (docs/errors.md#out-of-step):
+ *   bits  0-4   form + 1 (fcclPrintForm: the kernel, and the scatter of the registered two-shot or the fused norm's
+ *               registered or staged form; never 0, so that no print and no LL flag is 0)
+ *   bits  5-8   datatype
+ *   bits  9-11  op (reducing collectives), root (broadcast), scale mode (fused norm), 0 otherwise
+ *   bits 12-19  a hash of the count (the fused norm: of tokens and hidden size)
+ * The tag of a call, (epoch << FCCL_PRINT_BITS) | print, is what signal pads carry beside their value and what the
+ * last word of an LL128 line holds; an LL packet's 32-bit flag is the tag's low 32 bits (12 bits of epoch).
+ */
+#define FCCL_PRINT_BITS 20
+#define FCCL_PRINT_MASK ((1u << FCCL_PRINT_BITS) - 1u)
+#define FCCL_PRINT_FORM_BITS 5
+#define FCCL_PRINT_TYPE_SHIFT 5
+#define FCCL_PRINT_ARG_SHIFT 9
+#define FCCL_PRINT_COUNT_SHIFT 12
+/* Epoch bits in an LL flag: the LL area is cleaned before they wrap (epochEnd), every 2^12 calls. */
+#define FCCL_LL_EPOCH_BITS (32 - FCCL_PRINT_BITS)
+#define FCCL_LL_EPOCH_MASK ((1u << FCCL_LL_EPOCH_BITS) - 1u)
+
+/* Forms a print names: the kernels (fcclDevKernel_t values) and these, which share a kernel with another. */
+#define FCCL_PRINT_FORM_FUSED_STAGED 20  /* the fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM: registered) */
+#define FCCL_PRINT_FORM_SCATTER_PUSH 21  /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
+#define FCCL_PRINT_FORM_SCATTER_INBOX 22
+#define FCCL_PRINT_FORM_SCATTER_COPY 23
+#define FCCL_PRINT_FORM_FUSED_TWOSHOT_REG 24    /* the fused norm's two-shot form, registered input */
+#define FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED 25 /* the same, staged input */
+#define FCCL_PRINT_FORMS 26
+
 /* Bytes of one LL packet: two 8-byte words {4 data bytes, 4-byte flag}; 8 data bytes per packet. */
 #define FCCL_LL_PACKET_BYTES 16
 #define FCCL_LL_DATA_BYTES 8
@@ -56,6 +88,8 @@ FCCL_STATIC_ASSERT(FCCL_LL128_AREA_BYTES % (2u << 20) == 0, "FCCL_LL128_AREA_BYT
 /* Staged data moves in 16-byte units; every area in the slot is aligned to this many bytes. */
 #define FCCL_UNIT_BYTES 16
 #define FCCL_SLOT_ALIGN 4096
+/* A signal pad: {signal value, tag of the writer's call}, written and polled as one 16-byte access. */
+#define FCCL_PAD_BYTES 16
 
 #define FCCL_SLOT_MAGIC 0x66636c736c6f7431ull /* "fclslot1" */
 
@@ -68,12 +102,18 @@ typedef struct {
 } fcclSlotHeader;
 FCCL_STATIC_ASSERT(sizeof(fcclSlotHeader) == 64, "fcclSlotHeader layout");
 
+/* The call board, after the header: u64 [FCCL_DEVICE_MAX_RANKS writers], the tag of the writer's latest call of the
+ * kernels that post no signal pads (LL, LL128), written by their block 0. A wait that lasts reads it (and the pads'
+ * tags): the peer may run a call of another protocol at this epoch, whose flags never reach the areas we poll. */
+#define FCCL_SLOT_BOARD_OFFSET 64
+
 /*
  * Where each area lives inside a slot (byte offsets from the slot base). Identical on every rank of a
  * communicator: init checks it, since every rank writes into the others' slots at these offsets.
- *   header    fcclSlotHeader
- *   signalA   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "ready"/"inbox full"/barrier
- *   signalB   u64 [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "done"/"result ready"
+ *   header    fcclSlotHeader, then the call board (FCCL_SLOT_BOARD_OFFSET)
+ *   signalA   pads [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "ready"/"inbox full"/barrier
+ *   signalB   pads [FCCL_DEVICE_MAX_BLOCKS][FCCL_DEVICE_MAX_RANKS]: [block][writer], "done"/"result ready"
+ *             (a pad is 16 bytes: the signal value, then the writer's call tag; FCCL_PAD_BYTES)
  *   ll        LL packets [2 parities][nranks writers][llBytes / 8 packets]
  *   ll128     LL128 lines [2 parities][nranks - 1 writers][ll128Lines] (no area for one rank)
  *   inbox     [2 parities][nranks - 1 writers][chunkBytes]: staged inputs pushed to their owner
@@ -101,8 +141,8 @@ FCCL_STATIC_ASSERT(sizeof(fcclSlotLayout) == 80, "fcclSlotLayout layout");
 #endif
 
 /*
- * The epoch after `epoch`. LL packets carry the low 32 bits as their flag; epochs whose low word is 0 are skipped
- * (0 is what a cleared LL area holds), by jumping 3 so that consecutive calls still alternate parity.
+ * The epoch after `epoch`. Epochs whose low 32 bits are 0 are skipped, by jumping 3 so that consecutive calls still
+ * alternate parity: LL flags were once the epoch's low word, and a slot a communicator reuses may hold them.
  */
 static inline FCCL_HOST_DEVICE uint64_t fcclEpochNext(uint64_t epoch) {
   epoch += 1;
@@ -110,12 +150,29 @@ static inline FCCL_HOST_DEVICE uint64_t fcclEpochNext(uint64_t epoch) {
   return epoch;
 }
 
+/* The 8-bit hash of a count in a print: any change of the value changes it with probability 255/256. */
+static inline FCCL_HOST_DEVICE uint32_t fcclPrintCountHash(uint64_t count) {
+  count ^= count >> 29;
+  count *= 0x9e3779b97f4a7c15ull;
+  return (uint32_t)(count >> 56);
+}
+
+/* The print of a call of form `form` (an fcclDevKernel_t or FCCL_PRINT_FORM_*), datatype, the op, root or scale
+ * mode in arg (0..7), and count. */
+static inline FCCL_HOST_DEVICE uint32_t fcclPrintMake(uint32_t form, uint32_t datatype, uint32_t arg, uint64_t count) {
+  return ((form + 1u) & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) | ((datatype & 15u) << FCCL_PRINT_TYPE_SHIFT) |
+         ((arg & 7u) << FCCL_PRINT_ARG_SHIFT) | (fcclPrintCountHash(count) << FCCL_PRINT_COUNT_SHIFT);
+}
+
+/* The print of the barrier kernel on its own (fcclBarrier): no data, no arguments. */
+#define FCCL_PRINT_BARRIER (FCCL_KERNEL_BARRIER + 1u)
+
 static inline uint64_t fcclAlignUp64(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
 
 /* The layout for nranks ranks and stagingBytes of staging (inbox + result areas together). Pure: tested on the
  * host and used identically by every rank. */
 static inline void fcclSlotLayoutCompute(int nranks, uint64_t stagingBytes, fcclSlotLayout* layout) {
-  const uint64_t signalBytes = (uint64_t)FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * sizeof(uint64_t);
+  const uint64_t signalBytes = (uint64_t)FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * FCCL_PAD_BYTES;
   uint64_t n = nranks > 0 ? (uint64_t)nranks : 1;
   layout->signalAOffset = FCCL_SLOT_ALIGN;
   layout->signalBOffset = layout->signalAOffset + signalBytes;
@@ -164,7 +221,9 @@ typedef struct {
   int32_t errorRank;   /* the rank that gave up (this one) */
   uint64_t errorEpoch;
   uint64_t errorWaitedNs;
-  uint64_t reserved[3];
+  uint32_t errorPrint;     /* the print of this rank's call */
+  uint32_t errorPeerPrint; /* fcclInvalidUsage: the print of the peer's call of the same epoch */
+  uint64_t reserved[2];
 } fcclDevHostWords;
 FCCL_STATIC_ASSERT(sizeof(fcclDevHostWords) == 64, "fcclDevHostWords layout");
 
@@ -255,7 +314,7 @@ typedef struct {
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
   int32_t scatter;                         /* registered two-shot: fcclScatter_t */
   int32_t root;                            /* broadcast: the rank whose data is sent */
-  int32_t reserved;
+  uint32_t print;                          /* the call's fingerprint (fcclPrintMake), carried by every flag */
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 56, "fcclDevArgs layout");
 
@@ -293,7 +352,11 @@ typedef struct {
   int32_t scaleMode;                        /* fcclScaleMode_t */
   int32_t registered;                       /* 1: read the peers' inputs in place; 0: staged in rounds */
   int32_t form;                             /* FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT */
+  uint32_t print;                           /* the call's fingerprint (fcclPrintMake), carried by every flag */
+  uint32_t reserved;                        /* 0 */
 } fcclFusedArgs;
-FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 80, "fcclFusedArgs layout");
+FCCL_STATIC_ASSERT(FCCL_PRINT_FORMS < (1 << FCCL_PRINT_FORM_BITS) && FCCL_KERNEL_FUSED_NORM < FCCL_PRINT_FORM_FUSED_STAGED,
+                   "every form has a print value");
+FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 88, "fcclFusedArgs layout");
 
 #endif /* FCCL_DEVICE_HOST_H_ */

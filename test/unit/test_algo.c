@@ -225,8 +225,8 @@ static void testLayout(void) {
     fcclSlotLayout l;
     fcclSlotLayoutCompute(n, 32u << 20, &l);
     EXPECT(l.signalAOffset >= sizeof(fcclSlotHeader));
-    EXPECT_EQ_INT(l.signalBOffset - l.signalAOffset, FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * 8);
-    EXPECT(l.llOffset >= l.signalBOffset + FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * 8);
+    EXPECT_EQ_INT(l.signalBOffset - l.signalAOffset, FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * FCCL_PAD_BYTES);
+    EXPECT(l.llOffset >= l.signalBOffset + FCCL_DEVICE_MAX_BLOCKS * FCCL_DEVICE_MAX_RANKS * FCCL_PAD_BYTES);
     EXPECT(4 * (uint64_t)n * l.llBytes <= FCCL_LL_AREA_BYTES);
     EXPECT(l.llBytes >= 64 << 10); /* the table's LL limits fit */
     EXPECT_EQ_INT(l.ll128Offset, l.llOffset + FCCL_LL_AREA_BYTES);
