@@ -6,7 +6,8 @@
  * parameter bytes as fccl's all-reduce kernels), and fcclBarrier / fcclAllReduce as a whole, beside
  * ncclAllReduce on a one-rank NCCL communicator when NCCL is built in. Calls are timed in batches of BATCH without
  * waiting for the GPU (the stream's queue holds them), then the stream is drained outside the timing. Run with
- * FCCL_PATH=nccl, the fccl steps are the NCCL path's: beside ncclAllReduce they give what fccl's wrapper costs.
+ * FCCL_PATH=nccl, the fccl steps are the NCCL path's: beside ncclAllReduce (also in batches alternating with it, so
+ * that the machine's drift cancels) they give what fccl's wrapper costs.
  *   fccl-call-cost [-n batches] [-b bytes] [-d device] [-h]
  * Prints one line per step: median and minimum nanoseconds per call over the batches. FCCL_ALGO is set to ll
  * unless given: a one-rank all-reduce would otherwise be a plain copy, not the kernel launch of a real call.
@@ -105,6 +106,42 @@ static void measure(const char* name, stepFn step, struct context* ctx, int batc
   printf("%-44s %9.0f %9.0f\n", name, perCall[batches / 2], perCall[0]);
 }
 
+#if FCCL_HAVE_NCCL
+/* Times step a and step b in alternating batches, so that drift of the machine falls on both alike, and prints
+ * each one's median and minimum and the median of the per-pair differences (a's batch less the b batch after it):
+ * with a an fccl call on the NCCL path and b the same NCCL call, that difference is what fccl's wrapper adds. */
+static void measurePair(const char* nameA, stepFn a, const char* nameB, stepFn b, struct context* ctx, int batches) {
+  static double perCallA[MAX_BATCHES], perCallB[MAX_BATCHES], difference[MAX_BATCHES];
+  for (int n = 0; n < batches; n++) {
+    for (int which = 0; which < 2; which++) {
+      const stepFn step = which == 0 ? a : b;
+      double start = nowNs();
+      for (int i = 0; i < BATCH; i++) {
+        if (step(ctx) != 0) {
+          printf("%-44s failed\n", which == 0 ? nameA : nameB);
+          ctx->failed = 1;
+          (void)cudaStreamSynchronize(ctx->stream);
+          return;
+        }
+      }
+      (which == 0 ? perCallA : perCallB)[n] = (nowNs() - start) / BATCH;
+      if (cudaStreamSynchronize(ctx->stream) != cudaSuccess) {
+        printf("%-44s stream failed\n", which == 0 ? nameA : nameB);
+        ctx->failed = 1;
+        return;
+      }
+    }
+    difference[n] = perCallA[n] - perCallB[n];
+  }
+  qsort(perCallA, (size_t)batches, sizeof(double), compareDoubles);
+  qsort(perCallB, (size_t)batches, sizeof(double), compareDoubles);
+  qsort(difference, (size_t)batches, sizeof(double), compareDoubles);
+  printf("%-44s %9.0f %9.0f\n", nameA, perCallA[batches / 2], perCallA[0]);
+  printf("%-44s %9.0f %9.0f\n", nameB, perCallB[batches / 2], perCallB[0]);
+  printf("%-44s %9.0f %9.0f\n", "  difference, batch by batch", difference[batches / 2], difference[0]);
+}
+#endif
+
 static int stepGetDevice(struct context* ctx) {
   (void)ctx;
   int dev = -1;
@@ -160,6 +197,11 @@ static int stepAllReduceRegistered(struct context* ctx) {
 #if FCCL_HAVE_NCCL
 static int stepNcclAllReduce(struct context* ctx) {
   return ncclAllReduce(ctx->send, ctx->recv, ctx->bytes / 2, ncclBfloat16, ncclSum, ctx->nccl, ctx->stream) !=
+         ncclSuccess;
+}
+
+static int stepNcclAllReduceInPlace(struct context* ctx) {
+  return ncclAllReduce(ctx->recv, ctx->recv, ctx->bytes / 2, ncclBfloat16, ncclSum, ctx->nccl, ctx->stream) !=
          ncclSuccess;
 }
 #endif
@@ -298,6 +340,12 @@ int main(int argc, char** argv) {
   measure("fcclAllReduce registered", stepAllReduceRegistered, &ctx, batches);
 #if FCCL_HAVE_NCCL
   measure("ncclAllReduce out of place", stepNcclAllReduce, &ctx, batches);
+  measure("ncclAllReduce in place", stepNcclAllReduceInPlace, &ctx, batches);
+  /* The same two calls again in alternating batches: the wrapper's cost without the drift between rows. */
+  measurePair("fcclAllReduce out of place, paired", stepAllReduce, "ncclAllReduce out of place, paired",
+              stepNcclAllReduce, &ctx, batches);
+  measurePair("fcclAllReduce in place, paired", stepAllReduceInPlace, "ncclAllReduce in place, paired",
+              stepNcclAllReduceInPlace, &ctx, batches);
   (void)ncclCommDestroy(ctx.nccl);
 #endif
   (void)fcclCommDeregister(ctx.comm, handle);

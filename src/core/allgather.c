@@ -9,6 +9,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "enqueue.h"
+#include "hier.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -66,6 +67,7 @@ const struct fcclCollective fcclCollAllGather = {
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = launch,
+    .hierLaunch = fcclHierAllGather,
 };
 
 fcclResult_t fcclAllGatherAlgo(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,

@@ -9,6 +9,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "enqueue.h"
+#include "hier.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -63,6 +64,7 @@ const struct fcclCollective fcclCollBroadcast = {
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = launch,
+    .hierLaunch = fcclHierBroadcast,
 };
 
 fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,

@@ -25,6 +25,9 @@
 
 struct fcclHier {
   struct fcclHierLayout layout;
+  int* hostOf;  /* every rank's host (its rank on its rail) */
+  int* localOf; /* every rank's local rank */
+  int blocked;  /* every rank r is host(r) x localRanks + localRank(r): each host's ranks are consecutive */
   struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
   struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
 };
@@ -83,6 +86,18 @@ fcclResult_t fcclHierCreate(struct fcclComm* comm) {
   comm->hier = h; /* from here on commFree releases what was made */
   FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, comm->rank, &h->layout));
   const struct fcclHierLayout* l = &h->layout;
+  h->hostOf = calloc((size_t)comm->nranks, sizeof(*h->hostOf));
+  h->localOf = calloc((size_t)comm->nranks, sizeof(*h->localOf));
+  if (!h->hostOf || !h->localOf)
+    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the hierarchical path");
+  h->blocked = 1;
+  for (int r = 0; r < comm->nranks; r++) {
+    struct fcclHierLayout other;
+    FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, r, &other));
+    h->hostOf[r] = other.host;
+    h->localOf[r] = other.localRank;
+    h->blocked &= r == other.host * other.localRanks + other.localRank;
+  }
   FCCLCHECK(createHost(comm, h));
   FCCLCHECK(fcclNcclRailCreate(comm, l->hosts, l->host, l->railLeader, &h->rail));
   FCCL_INFO(FCCL_SUBSYS_INIT,
@@ -100,6 +115,8 @@ fcclResult_t fcclHierFree(struct fcclComm* comm) {
   /* NCCL first: an aborted rail stops its kernels, which fccl's on the same streams may be queued behind. */
   fcclNcclRailFree(comm, h->rail);
   fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
+  free(h->hostOf);
+  free(h->localOf);
   free(h);
   return res;
 }
@@ -135,6 +152,16 @@ struct fcclTransport* fcclHierTransport(struct fcclComm* comm) {
  * Nothing here waits for the host or the GPU: the steps are enqueued on stream in order, so the call can be
  * captured in a CUDA graph.
  */
+/* A failure seen earlier on either part, as the call's error. */
+static fcclResult_t checkParts(struct fcclComm* comm, const char* caller) {
+  const fcclResult_t state = fcclHierAsyncError(comm);
+  if (state == fcclSuccess) return fcclSuccess;
+  char failure[FCCL_LAST_ERROR_MAX];
+  fcclCommFailure(comm, failure, sizeof(failure));
+  return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it", caller,
+                    failure[0] ? failure : fcclGetErrorString(state));
+}
+
 fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
   struct fcclHier* h = comm->hier;
   const char* caller = call->coll->name;
@@ -144,13 +171,7 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
                       "across hosts until the group's end, behind the all-gather inside the host that needs it; make "
                       "the all-reduce outside the group",
                       caller);
-  const fcclResult_t state = fcclHierAsyncError(comm);
-  if (state != fcclSuccess) {
-    char failure[FCCL_LAST_ERROR_MAX];
-    fcclCommFailure(comm, failure, sizeof(failure));
-    return FCCL_ERROR(state, FCCL_SUBSYS_COLL, "%s: the communicator failed earlier (%s); destroy or abort it",
-                      caller, failure[0] ? failure : fcclGetErrorString(state));
-  }
+  FCCLCHECK(checkParts(comm, caller));
   const size_t size = fcclTypeSize(call->datatype);
   const size_t shard = call->count / (size_t)h->layout.localRanks;
   const size_t hierCount = shard * (size_t)h->layout.localRanks;
@@ -168,4 +189,39 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
     FCCLCHECK(fcclNcclAllReduceOn(comm, comm->nccl, send + hierCount * size, recv + hierCount * size,
                                   call->count - hierCount, call->datatype, call->op, stream, caller));
   return fcclSuccess;
+}
+
+/*
+ * Each host's ranks consecutive (blocked): the host's all-gather puts its ranks' blocks in their places in the
+ * host's part of recvbuf, and the rail's all-gather, in place, gives every rank every host's part. In a group (NCCL
+ * would enqueue the rail's step at the group's end, after what the group enqueues later on the stream) or with
+ * hosts interleaved (a host's blocks are not one part of recvbuf), the world NCCL communicator carries it.
+ */
+fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  struct fcclHier* h = comm->hier;
+  if (fcclNcclGroupActive() || !h->blocked) return fcclNcclLaunch(comm, call, stream);
+  const char* caller = call->coll->name;
+  FCCLCHECK(checkParts(comm, caller));
+  const size_t part = call->count * (size_t)h->layout.localRanks;
+  char* mine = (char*)call->recvbuf + (size_t)h->layout.host * part * fcclTypeSize(call->datatype);
+  FCCLCHECK(fcclAllGatherAlgo(call->sendbuf, mine, call->count, call->datatype, h->host, stream, -1));
+  return fcclNcclAllGatherOn(comm, h->rail, mine, call->recvbuf, part, call->datatype, stream, caller);
+}
+
+/*
+ * The root's host broadcasts inside the host (fccl's kernels); then every rail broadcasts from the root's host, in
+ * place. The other hosts' ranks make only the rail's step. In a group the world NCCL communicator carries it, as
+ * the all-gather's.
+ */
+fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  struct fcclHier* h = comm->hier;
+  if (fcclNcclGroupActive()) return fcclNcclLaunch(comm, call, stream);
+  const char* caller = call->coll->name;
+  FCCLCHECK(checkParts(comm, caller));
+  const int rootHost = h->hostOf[call->root];
+  if (rootHost == h->layout.host)
+    FCCLCHECK(fcclBroadcastAlgo(call->sendbuf, call->recvbuf, call->count, call->datatype, h->localOf[call->root],
+                                h->host, stream, -1));
+  return fcclNcclBroadcastOn(comm, h->rail, call->recvbuf, call->recvbuf, call->count, call->datatype, rootHost,
+                             stream, caller);
 }

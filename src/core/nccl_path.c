@@ -146,6 +146,20 @@ fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc,
                   caller, "ncclAllReduce");
 }
 
+fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller) {
+  return issuedOn(comm, nc, pfn_ncclAllGather(sendbuf, recvbuf, sendcount, (ncclDataType_t)datatype, nc->comm, stream),
+                  caller, "ncclAllGather");
+}
+
+fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
+                                 const char* caller) {
+  return issuedOn(comm, nc,
+                  pfn_ncclBroadcast(sendbuf, recvbuf, count, (ncclDataType_t)datatype, root, nc->comm, stream),
+                  caller, "ncclBroadcast");
+}
+
 static fcclResult_t ncclUnavailable(const char* caller) {
   const char* why = NULL;
   if (fcclNcclLoaded(&why)) return fcclSuccess;
@@ -573,6 +587,32 @@ fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc,
   (void)count;
   (void)datatype;
   (void)op;
+  (void)stream;
+  return notBuilt(caller);
+}
+
+fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller) {
+  (void)comm;
+  (void)nc;
+  (void)sendbuf;
+  (void)recvbuf;
+  (void)sendcount;
+  (void)datatype;
+  (void)stream;
+  return notBuilt(caller);
+}
+
+fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
+                                 const char* caller) {
+  (void)comm;
+  (void)nc;
+  (void)sendbuf;
+  (void)recvbuf;
+  (void)count;
+  (void)datatype;
+  (void)root;
   (void)stream;
   return notBuilt(caller);
 }

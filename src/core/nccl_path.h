@@ -77,6 +77,13 @@ fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc,
                                  size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
                                  const char* caller);
 
+/* ncclAllGather and ncclBroadcast on nc likewise (root: nc's rank). */
+fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller);
+fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
+                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
+                                 const char* caller);
+
 /* fcclNcclAsyncError for nc (NULL: fcclSuccess): a failure is recorded on comm the first time it is seen. */
 fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc);
 

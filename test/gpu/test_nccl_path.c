@@ -10,7 +10,8 @@
  *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
  *   hier          4 ranks as 2 simulated hosts x 2 (FCCL_HOSTID per pair): the hierarchical path, chosen automatically;
  *                 the same calls, plus all-reduces of every type and op at counts with and without a remainder over
- *                 the 2 local ranks, and the all-reduce refused inside a group.
+ *                 the 2 local ranks, and the all-reduce refused inside a group; the hierarchical all-gather and
+ *                 broadcast in place and not, every root, captured in a graph, and the all-gather in a group.
  *   hierforced    the same layout with FCCL_PATH=hier: the hierarchical path, the reason says it was asked for;
  *                 the same calls.
  *   hierrefused   FCCL_PATH=hier with one fccl host: init fails on every rank with fcclInvalidUsage saying why.
@@ -342,28 +343,32 @@ static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_
   return report(s, "reduce-scatter", type, op, count, bad, msg);
 }
 
-static int runAllGather(struct rankState* s, fcclDataType_t type, size_t count) {
+/* In place: this rank's block is recvbuf's block of this rank. */
+static int runAllGather(struct rankState* s, fcclDataType_t type, size_t count, int inPlace) {
   char msg[256];
   const size_t bytes = count * typeBytes(type);
-  if (poison(s, s->recv, bytes * (size_t)s->nranks) || upload(s, type, s->send, 0, count)) return 1;
-  CHECK_FCCL("all-gather", fcclAllGather(s->send, s->recv, count, type, s->comm, s->stream));
+  char* send = inPlace ? (char*)s->recv + (size_t)s->rank * bytes : s->send;
+  if (poison(s, s->recv, bytes * (size_t)s->nranks) || upload(s, type, send, 0, count)) return 1;
+  CHECK_FCCL("all-gather", fcclAllGather(send, s->recv, count, type, s->comm, s->stream));
   if (download(s, s->recv, bytes * (size_t)s->nranks)) return 1;
   size_t bad = 0;
   for (int r = 0; r < s->nranks; r++)
     bad += checkMoved(type, s->seed, s->call, r, 0, (char*)s->host + (size_t)r * bytes, count, msg, sizeof(msg));
   s->call++;
-  return report(s, "all-gather", type, fcclSum, count, bad, msg);
+  return report(s, inPlace ? "all-gather in place" : "all-gather", type, fcclSum, count, bad, msg);
 }
 
-static int runBroadcast(struct rankState* s, fcclDataType_t type, size_t count, int root) {
+/* In place: the root's input is in recvbuf. */
+static int runBroadcast(struct rankState* s, fcclDataType_t type, size_t count, int root, int inPlace) {
   char msg[256];
   const size_t bytes = count * typeBytes(type);
-  if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
-  CHECK_FCCL("broadcast", fcclBroadcast(s->send, s->recv, count, type, root, s->comm, s->stream));
+  void* send = inPlace ? s->recv : s->send;
+  if (poison(s, s->recv, bytes) || upload(s, type, send, 0, count)) return 1;
+  CHECK_FCCL("broadcast", fcclBroadcast(send, s->recv, count, type, root, s->comm, s->stream));
   if (download(s, s->recv, bytes)) return 1;
   const size_t bad = checkMoved(type, s->seed, s->call, root, 0, s->host, count, msg, sizeof(msg));
   s->call++;
-  return report(s, "broadcast", type, fcclSum, count, bad, msg);
+  return report(s, inPlace ? "broadcast in place" : "broadcast", type, fcclSum, count, bad, msg);
 }
 
 /* A ring exchange in a group: send to rank + 1, receive from rank - 1 (nested groups, as a pipeline stage's). */
@@ -538,14 +543,53 @@ static int runEverything(struct rankState* s, struct collShared* shared) {
       }
   for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
-      failed += runAllGather(s, types[t], counts[c]);
-      failed += runBroadcast(s, types[t], counts[c], (int)(c % (size_t)s->nranks));
+      failed += runAllGather(s, types[t], counts[c], 0);
+      failed += runBroadcast(s, types[t], counts[c], (int)(c % (size_t)s->nranks), 0);
       failed += runSendRecv(s, types[t], counts[c]);
       failed += runAllToAll(s, types[t], counts[c]);
     }
   failed += runBarrier(s, shared);
   failed += runGraph(s);
   failed += runRegistered(s); /* last: it ends with refused registrations */
+  return failed;
+}
+
+/* The hierarchical all-gather and broadcast captured once, replayed with new inputs: the all-gather out of place,
+ * then a broadcast from the last rank (on the second host) in place, in another part of recvbuf. */
+static int runHierGraph(struct rankState* s) {
+  const size_t count = 3001;
+  const size_t bytes = count * sizeof(float);
+  const int root = s->nranks - 1;
+  char* broadcastBuf = (char*)s->recv + ((bytes * (size_t)s->nranks + 255) / 256 * 256);
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CHECK_CUDA("capture", cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeGlobal));
+  fcclResult_t gathered = fcclAllGather(s->send, s->recv, count, fcclFloat32, s->comm, s->stream);
+  fcclResult_t broadcast = fcclBroadcast(broadcastBuf, broadcastBuf, count, fcclFloat32, root, s->comm, s->stream);
+  CHECK_CUDA("capture", cudaStreamEndCapture(s->stream, &graph));
+  EXPECT_MSG(gathered == fcclSuccess && broadcast == fcclSuccess, "rank %d: captured calls returned %d %d: %s",
+             s->rank, gathered, broadcast, fcclGetLastError(NULL));
+  CHECK_CUDA("instantiate", cudaGraphInstantiate(&exec, graph, 0));
+  int failed = 0;
+  for (int replay = 0; replay < 3 && !failed; replay++) {
+    char msg[256];
+    if (poison(s, s->recv, bytes * (size_t)s->nranks) || upload(s, fcclFloat32, s->send, 0, count)) return 1;
+    CHECK_CUDA("sync", cudaStreamSynchronize(s->stream)); /* upload stages through s->host */
+    if (upload(s, fcclFloat32, broadcastBuf, count, count)) return 1;
+    CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
+    if (download(s, s->recv, bytes * (size_t)s->nranks)) return 1;
+    size_t bad = 0;
+    for (int r = 0; r < s->nranks; r++)
+      bad += checkMoved(fcclFloat32, s->seed, s->call, r, 0, (char*)s->host + (size_t)r * bytes, count, msg,
+                        sizeof(msg));
+    failed |= report(s, "graph all-gather", fcclFloat32, fcclSum, count, bad, msg);
+    if (download(s, broadcastBuf, bytes)) return 1;
+    bad = checkMoved(fcclFloat32, s->seed, s->call, root, count, s->host, count, msg, sizeof(msg));
+    failed |= report(s, "graph broadcast in place", fcclFloat32, fcclSum, count, bad, msg);
+    s->call++;
+  }
+  CHECK_CUDA("graph", cudaGraphExecDestroy(exec));
+  CHECK_CUDA("graph", cudaGraphDestroy(graph));
   return failed;
 }
 
@@ -568,6 +612,30 @@ static int runHierExtras(struct rankState* s) {
   CHECK_FCCL("group", fcclGroupEnd());
   /* The communicator goes on after the refusal. */
   failed += runAllReduce(s, fcclFloat32, fcclSum, 1001, 0);
+  /* The hierarchical all-gather and broadcast: in place and not, every root, counts 1 to past a staging round. */
+  static const fcclDataType_t moved[] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
+  static const size_t movedCounts[] = {1, 7, 4097, 65537};
+  for (size_t t = 0; t < sizeof(moved) / sizeof(moved[0]); t++)
+    for (size_t c = 0; c < sizeof(movedCounts) / sizeof(movedCounts[0]); c++) {
+      failed += runAllGather(s, moved[t], movedCounts[c], (int)((t + c) % 2));
+      for (int root = 0; root < s->nranks; root++)
+        failed += runBroadcast(s, moved[t], movedCounts[c], root, (int)((t + c + (size_t)root) % 2));
+    }
+  /* In a group the all-gather goes to the world NCCL communicator, and stays correct. */
+  const size_t groupCount = 1031, groupBytes = groupCount * sizeof(float);
+  char msg[256];
+  if (poison(s, s->recv, groupBytes * (size_t)s->nranks) || upload(s, fcclFloat32, s->send, 0, groupCount)) return 1;
+  CHECK_FCCL("group", fcclGroupStart());
+  CHECK_FCCL("all-gather in a group", fcclAllGather(s->send, s->recv, groupCount, fcclFloat32, s->comm, s->stream));
+  CHECK_FCCL("group", fcclGroupEnd());
+  if (download(s, s->recv, groupBytes * (size_t)s->nranks)) return 1;
+  size_t bad = 0;
+  for (int r = 0; r < s->nranks; r++)
+    bad += checkMoved(fcclFloat32, s->seed, s->call, r, 0, (char*)s->host + (size_t)r * groupBytes, groupCount, msg,
+                      sizeof(msg));
+  s->call++;
+  failed += report(s, "all-gather in a group", fcclFloat32, fcclSum, groupCount, bad, msg);
+  failed += runHierGraph(s);
   return failed;
 }
 
