@@ -78,39 +78,16 @@ static void setKeepalive(int fd, int keepaliveMs) {
 /* Reads pending connection i: 1 when it is a watched lower rank's valid hello (its link is then in links). */
 static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, uint64_t secret,
                          struct fcclTcpPending* pending, int i, int64_t now, int* links) {
-  char why[256] = "";
-  int err = 0;
-  fcclWireStatus_t status;
-  fcclWireReadResult_t rr = fcclTcpPendingRead(pending, i, now, &err, &status, why, sizeof(why));
-  if (rr == FCCL_READ_MORE) return 0;
-  if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
-    fcclTcpPendingRefuse(pending, i, fcclLogInfo, "closed before its hello (%s)",
-                         rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
-    return 0;
-  }
-  if (rr == FCCL_READ_MALFORMED) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "%s", why);
-    return 0;
-  }
-  const struct fcclWireReader* reader = &pending->conns[i].reader;
   struct fcclWireRingHello hello;
-  if (reader->header.type != FCCL_WIRE_RING_HELLO) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "message type %u where a peer link's hello belongs",
-                         (unsigned)reader->header.type);
-  } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, &hello, why,
-                                    sizeof(why)) != FCCL_WIRE_OK) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "invalid hello: %s", why);
-  } else if (hello.secret != secret) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello.rank);
-  } else if (hello.nranks != b->nranks || hello.rank < 0 || hello.rank >= b->rank || !watched[hello.rank] ||
-             links[hello.rank] >= 0) {
+  if (!fcclTcpPendingReadHello(pending, i, now, secret, "peer link's hello", &hello)) return 0;
+  if (hello.nranks != b->nranks || hello.rank < 0 || hello.rank >= b->rank || !watched[hello.rank] ||
+      links[hello.rank] >= 0) {
     fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d is not a peer link this rank waits for",
                          (int)hello.rank, (int)hello.nranks);
-  } else {
-    links[hello.rank] = fcclTcpPendingTake(pending, i);
-    return 1;
+    return 0;
   }
-  return 0;
+  links[hello.rank] = fcclTcpPendingTake(pending, i);
+  return 1;
 }
 
 /* Accepts the links of the watched lower ranks. */

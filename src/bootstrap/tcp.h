@@ -88,6 +88,15 @@ int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now);
 fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int64_t now, int* err,
                                         fcclWireStatus_t* status, char* why, size_t whySize);
 
+/*
+ * Reads connection i as the ring hello (the ring's and the peer links' first frame) of a peer holding secret:
+ * 1 when one arrived whole and valid (hello filled; the caller's rank rule then takes or refuses connection i),
+ * 0 when more is to come or the connection was refused (closed early, malformed, another message, wrong secret).
+ * what names the frame in the refusal's log line ("ring hello").
+ */
+int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64_t secret, const char* what,
+                            struct fcclWireRingHello* hello);
+
 /* Removes connection i and returns its descriptor (the caller owns it now). Indices of the others may change. */
 int fcclTcpPendingTake(struct fcclTcpPending* p, int i);
 

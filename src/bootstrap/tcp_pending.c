@@ -142,3 +142,34 @@ void fcclTcpPendingClose(struct fcclTcpPending* p) {
   p->count = 0;
   logSummary(p, fcclTimeMs(), NULL);
 }
+
+int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64_t secret, const char* what,
+                            struct fcclWireRingHello* hello) {
+  char why[256] = "";
+  int err = 0;
+  fcclWireStatus_t status;
+  fcclWireReadResult_t rr = fcclTcpPendingRead(p, i, now, &err, &status, why, sizeof(why));
+  if (rr == FCCL_READ_MORE) return 0;
+  if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
+    fcclTcpPendingRefuse(p, i, fcclLogInfo, "closed before its %s (%s)", what,
+                         rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
+    return 0;
+  }
+  if (rr == FCCL_READ_MALFORMED) {
+    fcclTcpPendingRefuse(p, i, fcclLogWarn, "%s", why);
+    return 0;
+  }
+  const struct fcclWireReader* reader = &p->conns[i].reader;
+  if (reader->header.type != FCCL_WIRE_RING_HELLO) {
+    fcclTcpPendingRefuse(p, i, fcclLogWarn, "message type %u where a %s belongs", (unsigned)reader->header.type,
+                         what);
+  } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, hello, why,
+                                    sizeof(why)) != FCCL_WIRE_OK) {
+    fcclTcpPendingRefuse(p, i, fcclLogWarn, "invalid %s: %s", what, why);
+  } else if (hello->secret != secret) {
+    fcclTcpPendingRefuse(p, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello->rank);
+  } else {
+    return 1;
+  }
+  return 0;
+}

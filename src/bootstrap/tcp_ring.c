@@ -392,37 +392,15 @@ static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline,
 static int ringHandlePending(struct fcclBootstrap* b, struct tcpState* t, struct fcclTcpPending* pending, int i,
                              int64_t now) {
   const int n = b->nranks, prev = (b->rank - 1 + n) % n;
-  char why[256] = "";
-  int err = 0;
-  fcclWireStatus_t status;
-  fcclWireReadResult_t rr = fcclTcpPendingRead(pending, i, now, &err, &status, why, sizeof(why));
-  if (rr == FCCL_READ_MORE) return 0;
-  if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
-    fcclTcpPendingRefuse(pending, i, fcclLogInfo, "closed before its ring hello (%s)",
-                         rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
-    return 0;
-  }
-  if (rr == FCCL_READ_MALFORMED) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "%s", why);
-    return 0;
-  }
-  const struct fcclWireReader* reader = &pending->conns[i].reader;
   struct fcclWireRingHello hello;
-  if (reader->header.type != FCCL_WIRE_RING_HELLO) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "%s where a ring hello belongs", opName(reader->header.type));
-  } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, &hello, why,
-                                    sizeof(why)) != FCCL_WIRE_OK) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "invalid ring hello: %s", why);
-  } else if (hello.secret != t->secret) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello.rank);
-  } else if (hello.nranks != n || hello.rank != prev) {
+  if (!fcclTcpPendingReadHello(pending, i, now, t->secret, "ring hello", &hello)) return 0;
+  if (hello.nranks != n || hello.rank != prev) {
     fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d connected where rank %d of %d belongs",
                          (int)hello.rank, (int)hello.nranks, prev, n);
-  } else {
-    t->fdPrev = fcclTcpPendingTake(pending, i);
-    return 1;
+    return 0;
   }
-  return 0;
+  t->fdPrev = fcclTcpPendingTake(pending, i);
+  return 1;
 }
 
 /*
