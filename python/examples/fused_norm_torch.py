@@ -167,6 +167,9 @@ def worker(rank, args, uid_queues, results, store_path):
                     residual_torch.add_(reduced)
                     holder["out"] = F.rms_norm(residual_torch, (hidden,), weight=weight, eps=args.eps)
 
+                # The inputs were made on the current stream; both paths run on stream, which must wait for them
+                # (torch's side streams do not wait for the default stream on their own).
+                stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
                     fused()
                     separate()
