@@ -17,7 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define REF_MAX_RANKS 8
+/* The most ranks a test forks: fccl's kernels take 8, the NCCL path more (test_nccl_path's "many"). */
+#define REF_MAX_RANKS 16
 
 /* Names for messages. */
 const char* refTypeName(fcclDataType_t type);

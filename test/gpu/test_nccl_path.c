@@ -12,6 +12,8 @@
  *                 the same calls, plus all-reduces of every type and op at counts with and without a remainder over
  *                 the 2 local ranks, and the all-reduce refused inside a group; the hierarchical all-gather and
  *                 broadcast in place and not, every root, captured in a graph, and the all-gather in a group.
+ *   many [N]      9 ranks (N) on one fccl host: more than fccl's kernels take, so NCCL chosen automatically (the
+ *                 reason says so), as on a 16-GPU NVSwitch system; the same calls.
  *   hierforced    the same layout with FCCL_PATH=hier: the hierarchical path, the reason says it was asked for;
  *                 the same calls.
  *   hierrefused   FCCL_PATH=hier with one fccl host: init fails on every rank with fcclInvalidUsage saying why.
@@ -662,6 +664,7 @@ struct modeSpec {
 static const struct modeSpec kEverything[] = {
     {"nccl", FCCL_HOST_ONE, "nccl", fcclPathNccl, "FCCL_PATH=nccl"},
     {"hosts", FCCL_HOST_PER_RANK, NULL, fcclPathNccl, "hosts"},
+    {"many", FCCL_HOST_ONE, NULL, fcclPathNccl, "more than fccl's kernels take"},
     {"hier", FCCL_HOST_PER_PAIR, NULL, fcclPathHier, "the 4 ranks are on 2 hosts of 2"},
     {"hierforced", FCCL_HOST_PER_PAIR, "hier", fcclPathHier, "FCCL_PATH=hier"},
     {"p2pdisable", FCCL_HOST_ONE, NULL, fcclPathNccl, "FCCL_P2P_DISABLE=1"},
@@ -811,6 +814,7 @@ int main(int argc, char** argv) {
   int nranks = argc > 2 ? atoi(argv[2]) : 2;
   /* The hierarchical modes: 2 simulated hosts x 2 ranks. */
   if (strncmp(args.mode, "hier", 4) == 0) nranks = 4;
+  if (strcmp(args.mode, "many") == 0 && argc <= 2) nranks = 9;
   int known = strcmp(args.mode, "p2pmissing") == 0 || strcmp(args.mode, "abort") == 0 ||
               strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0 ||
               strcmp(args.mode, "hierrefused") == 0 || strcmp(args.mode, "hierabort") == 0 ||
@@ -819,9 +823,9 @@ int main(int argc, char** argv) {
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
     fprintf(stderr,
-            "usage: %s nccl|hosts|hier|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|abort|hierabort|dead|"
-            "deadhosts|hierdead [nranks 2..8]\n",
-            argv[0]);
+            "usage: %s nccl|hosts|many|hier|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|abort|hierabort|"
+            "dead|deadhosts|hierdead [nranks 2..%d]\n",
+            argv[0], REF_MAX_RANKS);
     return 2;
   }
   args.gpus = testGpuCount();
