@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "monitor.h"
 #include "test.h"
+#include "test_fake_comm.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -19,20 +20,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-struct fakeComm {
-  struct fcclComm comm;
-  int abortFlag;
-};
-
-static void fakeCommInit(struct fakeComm* f, const char* name) {
-  memset(f, 0, sizeof(*f));
-  f->comm.magic = FCCL_COMM_MAGIC;
-  f->comm.abortFlag = &f->abortFlag;
-  f->comm.asyncError = fcclSuccess;
-  snprintf(f->comm.name, sizeof(f->comm.name), "%s", name);
-  pthread_mutex_init(&f->comm.errorLock, NULL);
-}
 
 static int countEntries(const char* path) {
   DIR* dir = opendir(path);

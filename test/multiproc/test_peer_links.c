@@ -13,6 +13,7 @@
 #include "socket.h"
 #include "test.h"
 #include "test_bootstrap_util.h"
+#include "test_fake_comm.h"
 
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -27,20 +28,6 @@
 #define KEEPALIVE_MS 1500
 #define DEATH_SEEN_MS 1000 /* the bound a peer's end must be seen in (it is one poll away) */
 #define NRANKS 3
-
-struct fakeComm {
-  struct fcclComm comm;
-  int abortFlag;
-};
-
-static void fakeCommInit(struct fakeComm* f, const char* name) {
-  memset(f, 0, sizeof(*f));
-  f->comm.magic = FCCL_COMM_MAGIC;
-  f->comm.abortFlag = &f->abortFlag;
-  f->comm.asyncError = fcclSuccess;
-  snprintf(f->comm.name, sizeof(f->comm.name), "%s", name);
-  pthread_mutex_init(&f->comm.errorLock, NULL);
-}
 
 static int shareId(struct bootShared* shared, int rank, fcclUniqueId* id) {
   if (rank == 0) {
