@@ -25,9 +25,9 @@
 
 struct fcclHier {
   struct fcclHierLayout layout;
-  int* hostOf;  /* every rank's host (its rank on its rail) */
-  int* localOf; /* every rank's local rank */
-  int blocked;  /* every rank r is host(r) x localRanks + localRank(r): each host's ranks are consecutive */
+  int* hostOf;     /* every rank's host (its rank on its rail) */
+  int* localOf;    /* every rank's local rank */
+  int consecutive; /* every rank r is host(r) x localRanks + localRank(r) */
   struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
   struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
 };
@@ -90,14 +90,7 @@ fcclResult_t fcclHierCreate(struct fcclComm* comm) {
   h->localOf = calloc((size_t)comm->nranks, sizeof(*h->localOf));
   if (!h->hostOf || !h->localOf)
     return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the hierarchical path");
-  h->blocked = 1;
-  for (int r = 0; r < comm->nranks; r++) {
-    struct fcclHierLayout other;
-    FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, r, &other));
-    h->hostOf[r] = other.host;
-    h->localOf[r] = other.localRank;
-    h->blocked &= r == other.host * other.localRanks + other.localRank;
-  }
+  FCCLCHECK(fcclPathHierRanks(comm->peerInfo, comm->nranks, h->hostOf, h->localOf, &h->consecutive));
   FCCLCHECK(createHost(comm, h));
   FCCLCHECK(fcclNcclRailCreate(comm, l->hosts, l->host, l->railLeader, &h->rail));
   FCCL_INFO(FCCL_SUBSYS_INIT,
@@ -192,14 +185,14 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
 }
 
 /*
- * Each host's ranks consecutive (blocked): the host's all-gather puts its ranks' blocks in their places in the
+ * Each host's ranks consecutive: the host's all-gather puts its ranks' blocks in their places in the
  * host's part of recvbuf, and the rail's all-gather, in place, gives every rank every host's part. In a group (NCCL
  * would enqueue the rail's step at the group's end, after what the group enqueues later on the stream) or with
  * hosts interleaved (a host's blocks are not one part of recvbuf), the world NCCL communicator carries it.
  */
 fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
   struct fcclHier* h = comm->hier;
-  if (fcclNcclGroupActive() || !h->blocked) return fcclNcclLaunch(comm, call, stream);
+  if (fcclNcclGroupActive() || !h->consecutive) return fcclNcclLaunch(comm, call, stream);
   const char* caller = call->coll->name;
   FCCLCHECK(checkParts(comm, caller));
   const size_t part = call->count * (size_t)h->layout.localRanks;

@@ -302,3 +302,25 @@ fcclResult_t fcclPathHierLayout(const struct fcclPeerInfo* infos, int nranks, in
   *out = h;
   return fcclSuccess;
 }
+
+fcclResult_t fcclPathHierRanks(const struct fcclPeerInfo* infos, int nranks, int* hostOf, int* localOf,
+                               int* consecutive) {
+  if (hostOf == NULL || localOf == NULL || consecutive == NULL)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "hierarchical ranks without their output");
+  struct fcclHierLayout first;
+  FCCLCHECK(fcclPathHierLayout(infos, nranks, 0, &first)); /* the input and the equal hosts checked */
+  int hosts = 0;
+  *consecutive = 1;
+  for (int r = 0; r < nranks; r++) {
+    int leader = r, local = 0; /* the first rank of r's host, and r's index among its host's ranks */
+    for (int o = r - 1; o >= 0; o--)
+      if (infos[o].hostHash == infos[r].hostHash) {
+        leader = o;
+        local++;
+      }
+    hostOf[r] = leader == r ? hosts++ : hostOf[leader];
+    localOf[r] = local;
+    *consecutive &= r == hostOf[r] * first.localRanks + local;
+  }
+  return fcclSuccess;
+}

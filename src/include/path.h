@@ -95,4 +95,10 @@ struct fcclHierLayout {
 /* The layout of rank among nranks (pure). fcclInvalidArgument when the hosts do not have equal numbers of ranks. */
 fcclResult_t fcclPathHierLayout(const struct fcclPeerInfo* infos, int nranks, int rank, struct fcclHierLayout* out);
 
+/* Every rank's host (its rank on its rail) and local rank, in one pass (pure; hostOf and localOf hold nranks each),
+ * and whether each host's ranks are consecutive (rank = host x localRanks + local rank, as launchers number them).
+ * fcclInvalidArgument as fcclPathHierLayout. */
+fcclResult_t fcclPathHierRanks(const struct fcclPeerInfo* infos, int nranks, int* hostOf, int* localOf,
+                               int* consecutive);
+
 #endif /* FCCL_PATH_H_ */

@@ -202,7 +202,39 @@ static void testHierLayout(void) {
     EXPECT_EQ_INT(h.hostLeader, r % 2);
     EXPECT_EQ_INT(h.railLeader, 2 * (r / 2));
   }
+  /* Every rank's host and local rank at once, and whether the hosts' ranks are consecutive: interleaved here. */
+  int hostOf[6], localOf[6], consecutive = -1;
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, hostOf, localOf, &consecutive), fcclSuccess);
+  EXPECT_EQ_INT(consecutive, 0);
+  for (int r = 0; r < 6; r++) {
+    EXPECT_EQ_INT(hostOf[r], r % 2);
+    EXPECT_EQ_INT(localOf[r], r / 2);
+  }
+  makeTable(&t, 6, 3);
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, hostOf, localOf, &consecutive), fcclSuccess);
+  EXPECT_EQ_INT(consecutive, 1);
+  for (int r = 0; r < 6; r++) {
+    EXPECT_EQ_INT(hostOf[r], r / 3);
+    EXPECT_EQ_INT(localOf[r], r % 3);
+  }
+  /* Ranks 0-2 on the host of the larger hash: hosts are numbered by their first rank, so still consecutive. */
+  for (int r = 0; r < 6; r++) t.infos[r].hostHash = 0x3000 + (uint64_t)(r < 3);
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, hostOf, localOf, &consecutive), fcclSuccess);
+  EXPECT_EQ_INT(consecutive, 1);
+  EXPECT_EQ_INT(hostOf[0], 0);
+  EXPECT_EQ_INT(hostOf[5], 1);
+  /* Two ranks of a host apart: 0, 1, 3 on A and 2, 4, 5 on B. */
+  for (int r = 0; r < 6; r++) t.infos[r].hostHash = 0x4000 + (uint64_t)(r == 2 || r >= 4);
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, hostOf, localOf, &consecutive), fcclSuccess);
+  EXPECT_EQ_INT(consecutive, 0);
+  EXPECT_EQ_INT(hostOf[3], 0);
+  EXPECT_EQ_INT(localOf[3], 2);
+  EXPECT_EQ_INT(hostOf[4], 1);
+  EXPECT_EQ_INT(localOf[4], 1);
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, NULL, localOf, &consecutive), fcclInvalidArgument);
+  for (int r = 0; r < 6; r++) t.infos[r].hostHash = 0x2000 + (uint64_t)(r % 2);
   t.infos[5].hostHash = 0x2000; /* 4 and 2 */
+  EXPECT_EQ_INT(fcclPathHierRanks(t.infos, 6, hostOf, localOf, &consecutive), fcclInvalidArgument);
   EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, 0, &h), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "hosts of equal size");
   EXPECT_EQ_INT(fcclPathHierLayout(t.infos, 6, 6, &h), fcclInvalidArgument);
