@@ -14,6 +14,8 @@
  *                 broadcast in place and not, every root, captured in a graph, and the all-gather in a group.
  *   many [N]      9 ranks (N) on one fccl host: more than fccl's kernels take, so NCCL chosen automatically (the
  *                 reason says so), as on a 16-GPU NVSwitch system; the same calls.
+ *   hierinterleaved  the hierarchical path with ranks 0, 2 on one host and 1, 3 on the other: the same calls and
+ *                 extras (the all-gather then runs on the world NCCL communicator, the broadcast maps the root).
  *   hierforced    the same layout with FCCL_PATH=hier: the hierarchical path, the reason says it was asked for;
  *                 the same calls.
  *   hierrefused   FCCL_PATH=hier with one fccl host: init fails on every rank with fcclInvalidUsage saying why.
@@ -58,7 +60,7 @@ struct testArgs {
 
 /* ---- identities ---- */
 
-enum { FCCL_HOST_ONE = 0, FCCL_HOST_PER_RANK = 1, FCCL_HOST_PER_PAIR = 2 };
+enum { FCCL_HOST_ONE = 0, FCCL_HOST_PER_RANK = 1, FCCL_HOST_PER_PAIR = 2, FCCL_HOST_INTERLEAVED = 3 };
 
 /* Before any fccl call of the rank: its NCCL host (always its own), its fccl host, and the test's knobs. */
 static void setIdentity(int rank, int fcclHosts, const char* path) {
@@ -66,8 +68,10 @@ static void setIdentity(int rank, int fcclHosts, const char* path) {
   snprintf(value, sizeof(value), "fccl-test-%d-rank%d", (int)getppid(), rank);
   setenv("NCCL_HOSTID", value, 1);
   if (fcclHosts == FCCL_HOST_PER_RANK) setenv("FCCL_HOSTID", value, 1);
-  if (fcclHosts == FCCL_HOST_PER_PAIR) {
-    snprintf(value, sizeof(value), "fccl-test-%d-host%d", (int)getppid(), rank / 2);
+  if (fcclHosts == FCCL_HOST_PER_PAIR || fcclHosts == FCCL_HOST_INTERLEAVED) {
+    /* Pairs of consecutive ranks, or ranks 0, 2 on one host and 1, 3 on the other (of 4). */
+    snprintf(value, sizeof(value), "fccl-test-%d-host%d", (int)getppid(),
+             fcclHosts == FCCL_HOST_PER_PAIR ? rank / 2 : rank % 2);
     setenv("FCCL_HOSTID", value, 1);
   }
   if (path) setenv("FCCL_PATH", path, 1);
@@ -187,16 +191,18 @@ static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, con
 }
 
 /* The hierarchical all-reduce's float max/min reduce with two rules: inside a host fccl's (a NaN wins), across hosts
- * NCCL's (a number wins over a NaN). got is acceptable when it is that two-level result, the hosts being hostRanks
- * consecutive ranks each (0: not hierarchical). */
+ * NCCL's (a number wins over a NaN). got is acceptable when it is that two-level result, the hosts being of
+ * hostRanks ranks each (0: not hierarchical): consecutive ranks, or with interleaved rank r on host r % hosts. */
 static int hierMaxMinAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n,
-                                int hostRanks) {
+                                int hostRanks, int interleaved) {
   if (hostRanks < 2 || (op != fcclMax && op != fcclMin) || !refTypeIsFloat(type)) return 0;
+  const int hosts = n / hostRanks;
   double best = NAN;
-  for (int first = 0; first < n; first += hostRanks) {
+  for (int h = 0; h < hosts; h++) {
     double part = NAN;
     int partNan = 0;
-    for (int r = first; r < first + hostRanks && r < n; r++) {
+    for (int r = 0; r < n; r++) {
+      if ((interleaved ? r % hosts : r / hostRanks) != h) continue;
       const double x = toDouble(type, in[r]);
       if (isnan(x))
         partNan = 1;
@@ -211,16 +217,18 @@ static int hierMaxMinAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t go
 }
 
 /* Reduced output: element i of this rank's output is the reduction of every rank's input element first + i.
- * hostRanks > 0: the output of the hierarchical all-reduce over hosts of that many ranks. */
+ * hostRanks > 0: the output of the hierarchical all-reduce over hosts of that many ranks (interleaved: as above). */
 static size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks,
-                           int hostRanks, uint64_t first, const void* got, size_t count, char* msg, size_t size) {
+                           int hostRanks, int interleaved, uint64_t first, const void* got, size_t count, char* msg,
+                           size_t size) {
   size_t bad = 0;
   uint64_t in[REF_MAX_RANKS];
   msg[0] = '\0';
   for (size_t i = 0; i < count; i++) {
     for (int r = 0; r < nranks; r++) in[r] = refInputBits(type, seed, call, r, first + i, NULL);
     const uint64_t value = refLoadBits(type, got, i);
-    if (ncclAcceptable(type, op, value, in, nranks) || hierMaxMinAcceptable(type, op, value, in, nranks, hostRanks))
+    if (ncclAcceptable(type, op, value, in, nranks) ||
+        hierMaxMinAcceptable(type, op, value, in, nranks, hostRanks, interleaved))
       continue;
     if (bad++ == 0) {
       char a[64], b[64];
@@ -258,6 +266,7 @@ struct rankState {
   uint64_t seed;
   uint64_t call; /* numbers the inputs: every rank counts the same calls */
   int hostRanks; /* the hierarchical path's ranks per host (its all-reduce's results), 0 on the others */
+  int hostsInterleaved; /* the hierarchical path's hosts interleaved: rank r on host r % hosts */
   cudaStream_t stream;
   void* send;    /* device, capacity bytes each */
   void* recv;
@@ -328,7 +337,8 @@ static int runAllReduce(struct rankState* s, fcclDataType_t type, fcclRedOp_t op
   CHECK_FCCL("all-reduce", fcclAllReduce(s->send, out, count, type, op, s->comm, s->stream));
   if (download(s, out, bytes)) return 1;
   const size_t bad =
-      checkReduced(type, op, s->seed, s->call, s->nranks, s->hostRanks, 0, s->host, count, msg, sizeof(msg));
+      checkReduced(type, op, s->seed, s->call, s->nranks, s->hostRanks, s->hostsInterleaved, 0, s->host, count, msg,
+                   sizeof(msg));
   s->call++;
   return report(s, inPlace ? "all-reduce in place" : "all-reduce", type, op, count, bad, msg);
 }
@@ -339,7 +349,7 @@ static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_
   if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count * (size_t)s->nranks)) return 1;
   CHECK_FCCL("reduce-scatter", fcclReduceScatter(s->send, s->recv, count, type, op, s->comm, s->stream));
   if (download(s, s->recv, bytes)) return 1;
-  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, (uint64_t)s->rank * count, s->host, count,
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, 0, (uint64_t)s->rank * count, s->host, count,
                                   msg, sizeof(msg));
   s->call++;
   return report(s, "reduce-scatter", type, op, count, bad, msg);
@@ -473,7 +483,8 @@ static int runGraph(struct rankState* s) {
     if (poison(s, s->recv, 2 * bytes + 256) || upload(s, fcclFloat32, s->send, 0, count)) return 1;
     CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
     if (download(s, s->recv, bytes)) return 1;
-    size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, s->hostRanks, 0, s->host, count, msg,
+    size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, s->hostRanks, s->hostsInterleaved, 0,
+                              s->host, count, msg,
                               sizeof(msg));
     failed |= report(s, "graph all-reduce", fcclFloat32, fcclSum, count, bad, msg);
     if (download(s, recvExchange, bytes)) return 1;
@@ -667,6 +678,7 @@ static const struct modeSpec kEverything[] = {
     {"many", FCCL_HOST_ONE, NULL, fcclPathNccl, "more than fccl's kernels take"},
     {"hier", FCCL_HOST_PER_PAIR, NULL, fcclPathHier, "the 4 ranks are on 2 hosts of 2"},
     {"hierforced", FCCL_HOST_PER_PAIR, "hier", fcclPathHier, "FCCL_PATH=hier"},
+    {"hierinterleaved", FCCL_HOST_INTERLEAVED, NULL, fcclPathHier, "the 4 ranks are on 2 hosts of 2"},
     {"p2pdisable", FCCL_HOST_ONE, NULL, fcclPathNccl, "FCCL_P2P_DISABLE=1"},
     {"fcclp2p", FCCL_HOST_ONE, NULL, fcclPathFccl, "on one host"},
 };
@@ -682,8 +694,9 @@ static int rankEverything(int rank, int nranks, const struct modeSpec* m, struct
   int failed = stateInit(s, comm, rank, nranks, args->seed);
   if (!failed) failed = expectPath(s, m->expected, m->reasonPart);
   if (m->expected == fcclPathHier) s->hostRanks = 2;
+  s->hostsInterleaved = m->fcclHosts == FCCL_HOST_INTERLEAVED;
   if (!failed) failed = runEverything(s, args->shared);
-  if (!failed && strcmp(m->name, "hier") == 0) failed = runHierExtras(s);
+  if (!failed && (strcmp(m->name, "hier") == 0 || strcmp(m->name, "hierinterleaved") == 0)) failed = runHierExtras(s);
   stateFini(s);
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   (void)failed;
@@ -823,8 +836,8 @@ int main(int argc, char** argv) {
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
     fprintf(stderr,
-            "usage: %s nccl|hosts|many|hier|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|abort|hierabort|"
-            "dead|deadhosts|hierdead [nranks 2..%d]\n",
+            "usage: %s nccl|hosts|many|hier|hierinterleaved|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|"
+            "abort|hierabort|dead|deadhosts|hierdead [nranks 2..%d]\n",
             argv[0], REF_MAX_RANKS);
     return 2;
   }
