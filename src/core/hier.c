@@ -30,7 +30,14 @@ struct fcclHier {
   int consecutive; /* every rank r is host(r) x localRanks + localRank(r) */
   struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
   struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
+  void* scratch;             /* the reduce-scatter's partials between its two steps (device memory) */
+  size_t scratchBytes;
+  void** retired; /* scratch buffers outgrown: graphs captured with them may replay until the communicator ends */
+  int nRetired;
 };
+
+/* The smallest scratch made; it grows in powers of two. */
+#define FCCL_HIER_SCRATCH_MIN ((size_t)1 << 20)
 
 /* What a host's first rank sends the others of its host: whether it made the id, and the id. */
 struct hostIdRecord {
@@ -108,6 +115,15 @@ fcclResult_t fcclHierFree(struct fcclComm* comm) {
   /* NCCL first: an aborted rail stops its kernels, which fccl's on the same streams may be queued behind. */
   fcclNcclRailFree(comm, h->rail);
   fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
+  if (h->scratch || h->nRetired > 0) {
+    int saved = -1;
+    CUDACHECKKEEP(cudaGetDevice(&saved), res);
+    if (saved != comm->cudaDev) CUDACHECKKEEP(cudaSetDevice(comm->cudaDev), res);
+    if (h->scratch) CUDACHECKKEEP(cudaFree(h->scratch), res);
+    for (int i = 0; i < h->nRetired; i++) CUDACHECKKEEP(cudaFree(h->retired[i]), res);
+    if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
+  }
+  free(h->retired);
   free(h->hostOf);
   free(h->localOf);
   free(h);
@@ -145,6 +161,16 @@ struct fcclTransport* fcclHierTransport(struct fcclComm* comm) {
  * Nothing here waits for the host or the GPU: the steps are enqueued on stream in order, so the call can be
  * captured in a CUDA graph.
  */
+/* One NCCL call of collective coll on nc (the rail, or the world's NCCL communicator), as part of a hierarchical
+ * call: errors are named by coll's public call. */
+static fcclResult_t ncclStep(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCollective* coll,
+                             const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                             fcclRedOp_t op, int root, cudaStream_t stream) {
+  const struct fcclCall step = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                                .datatype = datatype, .op = op, .root = root, .stream = stream, .algo = -1};
+  return fcclNcclLaunchOn(comm, nc, &step, stream);
+}
+
 /* A failure seen earlier on either part, as the call's error. */
 static fcclResult_t checkParts(struct fcclComm* comm, const char* caller) {
   const fcclResult_t state = fcclHierAsyncError(comm);
@@ -174,13 +200,13 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
   if (shard > 0) {
     char* mine = recv + (size_t)h->layout.localRank * shard * size;
     FCCLCHECK(fcclReduceScatterAlgo(send, mine, shard, call->datatype, op, h->host, stream, -1));
-    FCCLCHECK(fcclNcclAllReduceOn(comm, h->rail, mine, mine, shard, call->datatype, op, stream, caller));
+    FCCLCHECK(ncclStep(comm, h->rail, &fcclCollAllReduce, mine, mine, shard, call->datatype, op, -1, stream));
     if (call->op == fcclAvg) FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, mine, shard, comm->nranks, stream));
     FCCLCHECK(fcclAllGatherAlgo(mine, recv, shard, call->datatype, h->host, stream, -1));
   }
   if (call->count > hierCount)
-    FCCLCHECK(fcclNcclAllReduceOn(comm, comm->nccl, send + hierCount * size, recv + hierCount * size,
-                                  call->count - hierCount, call->datatype, call->op, stream, caller));
+    FCCLCHECK(ncclStep(comm, comm->nccl, &fcclCollAllReduce, send + hierCount * size, recv + hierCount * size,
+                       call->count - hierCount, call->datatype, call->op, -1, stream));
   return fcclSuccess;
 }
 
@@ -198,7 +224,7 @@ fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* cal
   const size_t part = call->count * (size_t)h->layout.localRanks;
   char* mine = (char*)call->recvbuf + (size_t)h->layout.host * part * fcclTypeSize(call->datatype);
   FCCLCHECK(fcclAllGatherAlgo(call->sendbuf, mine, call->count, call->datatype, h->host, stream, -1));
-  return fcclNcclAllGatherOn(comm, h->rail, mine, call->recvbuf, part, call->datatype, stream, caller);
+  return ncclStep(comm, h->rail, call->coll, mine, call->recvbuf, part, call->datatype, fcclSum, -1, stream);
 }
 
 /*
@@ -215,6 +241,61 @@ fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* cal
   if (rootHost == h->layout.host)
     FCCLCHECK(fcclBroadcastAlgo(call->sendbuf, call->recvbuf, call->count, call->datatype, h->localOf[call->root],
                                 h->host, stream, -1));
-  return fcclNcclBroadcastOn(comm, h->rail, call->recvbuf, call->recvbuf, call->count, call->datatype, rootHost,
-                             stream, caller);
+  return ncclStep(comm, h->rail, call->coll, call->recvbuf, call->recvbuf, call->count, call->datatype, fcclSum,
+                  rootHost, stream);
+}
+
+/* A scratch of at least bytes. An outgrown one is kept (a graph may hold it) until the communicator is freed. Called
+ * with the comm's device current, maybe while the stream is captured: an allocation is no stream work, so it is
+ * made in relaxed capture mode rather than invalidating a capture in global mode. */
+static fcclResult_t scratchAtLeast(struct fcclHier* h, size_t bytes, const char* caller) {
+  if (bytes <= h->scratchBytes) return fcclSuccess;
+  size_t want = FCCL_HIER_SCRATCH_MIN;
+  while (want < bytes) want *= 2;
+  void** retired = realloc(h->retired, (size_t)(h->nRetired + 1) * sizeof(*retired));
+  if (!retired) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_COLL, "%s: out of host memory", caller);
+  h->retired = retired;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CUDACHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* scratch = NULL;
+  const cudaError_t err = cudaMalloc(&scratch, want);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_COLL,
+                      "%s: no %zu bytes of device memory for the hierarchical reduce-scatter's partials: %s", caller,
+                      want, cudaGetErrorString(err));
+  }
+  if (h->scratch) h->retired[h->nRetired++] = h->scratch;
+  h->scratch = scratch;
+  h->scratchBytes = want;
+  return fcclSuccess;
+}
+
+/*
+ * Each host's ranks consecutive: for each host H, the host's reduce-scatter of H's part of sendbuf (its ranks'
+ * blocks) leaves this rank the sum over its host of block (H, local rank) in the scratch, at H; the rail's
+ * reduce-scatter of the scratch then sums over the hosts, and gives this rank its block. The order of the sums is
+ * the hierarchical all-reduce's (inside the host, then across); avg is a sum divided once by the rank count, as
+ * there. The scratch holds hosts x recvcount elements. In a group or with hosts interleaved, the world NCCL
+ * communicator carries the call, as the all-gather's.
+ */
+fcclResult_t fcclHierReduceScatter(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
+  struct fcclHier* h = comm->hier;
+  if (fcclNcclGroupActive() || !h->consecutive) return fcclNcclLaunch(comm, call, stream);
+  const char* caller = call->coll->name;
+  FCCLCHECK(checkParts(comm, caller));
+  const size_t size = fcclTypeSize(call->datatype), block = call->count * size;
+  const size_t part = block * (size_t)h->layout.localRanks;
+  FCCLCHECK(scratchAtLeast(h, block * (size_t)h->layout.hosts, caller));
+  const fcclRedOp_t op = call->op == fcclAvg ? fcclSum : call->op;
+  const char* send = call->sendbuf;
+  char* scratch = h->scratch;
+  for (int host = 0; host < h->layout.hosts; host++)
+    FCCLCHECK(fcclReduceScatterAlgo(send + (size_t)host * part, scratch + (size_t)host * block, call->count,
+                                    call->datatype, op, h->host, stream, -1));
+  FCCLCHECK(ncclStep(comm, h->rail, call->coll, scratch, call->recvbuf, call->count, call->datatype, op, -1, stream));
+  if (call->op == fcclAvg)
+    FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, call->recvbuf, call->count, comm->nranks, stream));
+  return fcclSuccess;
 }

@@ -5,7 +5,8 @@
  * communicator of the ranks of its local rank across the hosts; the world NCCL communicator (comm->nccl) carries
  * every call that has no hierarchical form. The all-reduce is fccl's reduce-scatter inside the host, NCCL's
  * all-reduce of the shard on the rail and fccl's all-gather inside the host; the all-gather and the broadcast are
- * a step inside the host and one on the rail. docs/paths.md.
+ * a step inside the host and one on the rail, the reduce-scatter one inside the host per host and one on the rail.
+ * docs/paths.md.
  */
 #ifndef FCCL_HIER_H_
 #define FCCL_HIER_H_
@@ -34,11 +35,12 @@ fcclResult_t fcclHierAsyncError(struct fcclComm* comm);
 /* The all-reduce of call (checked already) on stream, the comm's device current: the hierarchical form. */
 fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 
-/* The all-gather and the broadcast of call likewise: the host's step on fccl's kernels and the rail's on NCCL, or
- * the world NCCL communicator's call where the form does not apply (in a group; the all-gather with a host's ranks
- * not consecutive). */
+/* The all-gather, the broadcast and the reduce-scatter of call likewise: the host's steps on fccl's kernels and the
+ * rail's on NCCL, or the world NCCL communicator's call where the form does not apply (in a group; the all-gather
+ * and the reduce-scatter with a host's ranks not consecutive). */
 fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
+fcclResult_t fcclHierReduceScatter(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 
 /* The host communicator's transport (fcclCommRegister's registrations live there), or NULL. */
 struct fcclTransport* fcclHierTransport(struct fcclComm* comm);

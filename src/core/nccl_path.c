@@ -131,34 +131,7 @@ static fcclResult_t issuedOn(struct fcclComm* comm, struct fcclNcclComm* nc, ncc
   return fcclSuccess;
 }
 
-static fcclResult_t issued(struct fcclComm* comm, ncclResult_t result, const char* caller, const char* nccl) {
-  return issuedOn(comm, comm->nccl, result, caller, nccl);
-}
-
 int fcclNcclGroupActive(void) { return groupDepth > 0; }
-
-fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
-                                 const char* caller) {
-  return issuedOn(comm, nc,
-                  pfn_ncclAllReduce(sendbuf, recvbuf, count, (ncclDataType_t)datatype, (ncclRedOp_t)op, nc->comm,
-                                    stream),
-                  caller, "ncclAllReduce");
-}
-
-fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller) {
-  return issuedOn(comm, nc, pfn_ncclAllGather(sendbuf, recvbuf, sendcount, (ncclDataType_t)datatype, nc->comm, stream),
-                  caller, "ncclAllGather");
-}
-
-fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
-                                 const char* caller) {
-  return issuedOn(comm, nc,
-                  pfn_ncclBroadcast(sendbuf, recvbuf, count, (ncclDataType_t)datatype, root, nc->comm, stream),
-                  caller, "ncclBroadcast");
-}
 
 static fcclResult_t ncclUnavailable(const char* caller) {
   const char* why = NULL;
@@ -211,45 +184,49 @@ FCCL_API fcclResult_t fcclGroupEnd(void) {
 /* ---- the calls ---- */
 
 fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
-  struct fcclNcclComm* nc = comm->nccl;
+  return fcclNcclLaunchOn(comm, comm->nccl, call, stream);
+}
+
+fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
+                              cudaStream_t stream) {
   const char* caller = call->coll->name;
   const ncclDataType_t type = (ncclDataType_t)call->datatype;
   const ncclRedOp_t op = (ncclRedOp_t)call->op;
   const size_t count = call->count;
   switch (call->coll->ncclForm) {
     case FCCL_NCCL_ALLREDUCE:
-      return issued(comm, pfn_ncclAllReduce(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream), caller,
+      return issuedOn(comm, nc, pfn_ncclAllReduce(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream), caller,
                     "ncclAllReduce");
     case FCCL_NCCL_ALLGATHER:
-      return issued(comm, pfn_ncclAllGather(call->sendbuf, call->recvbuf, count, type, nc->comm, stream), caller,
+      return issuedOn(comm, nc, pfn_ncclAllGather(call->sendbuf, call->recvbuf, count, type, nc->comm, stream), caller,
                     "ncclAllGather");
     case FCCL_NCCL_REDUCESCATTER:
-      return issued(comm, pfn_ncclReduceScatter(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream),
+      return issuedOn(comm, nc, pfn_ncclReduceScatter(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream),
                     caller, "ncclReduceScatter");
     case FCCL_NCCL_BROADCAST:
-      return issued(comm,
+      return issuedOn(comm, nc,
                     pfn_ncclBroadcast(call->sendbuf, call->recvbuf, count, type, call->root, nc->comm, stream),
                     caller, "ncclBroadcast");
     case FCCL_NCCL_BARRIER:
-      return issued(comm, pfn_ncclAllReduce(nc->barrierWord, nc->barrierWord, 1, ncclFloat32, ncclSum, nc->comm,
+      return issuedOn(comm, nc, pfn_ncclAllReduce(nc->barrierWord, nc->barrierWord, 1, ncclFloat32, ncclSum, nc->comm,
                                             stream),
                     caller, "ncclAllReduce");
     case FCCL_NCCL_SEND:
-      return issued(comm, pfn_ncclSend(call->sendbuf, count, type, call->root, nc->comm, stream), caller,
+      return issuedOn(comm, nc, pfn_ncclSend(call->sendbuf, count, type, call->root, nc->comm, stream), caller,
                     "ncclSend");
     case FCCL_NCCL_RECV:
-      return issued(comm, pfn_ncclRecv(call->recvbuf, count, type, call->root, nc->comm, stream), caller,
+      return issuedOn(comm, nc, pfn_ncclRecv(call->recvbuf, count, type, call->root, nc->comm, stream), caller,
                     "ncclRecv");
     case FCCL_NCCL_ALLTOALL: {
       const size_t block = count * fcclTypeSize(call->datatype);
       FCCLCHECK(fcclGroupStart());
       fcclResult_t res = fcclSuccess;
       for (int p = 0; p < comm->nranks && res == fcclSuccess; p++) {
-        res = issued(comm, pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm,
+        res = issuedOn(comm, nc, pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm,
                                         stream),
                      caller, "ncclSend");
         if (res == fcclSuccess)
-          res = issued(comm, pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm,
+          res = issuedOn(comm, nc, pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm,
                                           stream),
                        caller, "ncclRecv");
       }
@@ -551,6 +528,14 @@ fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, 
   return notBuilt(call->coll->name);
 }
 
+fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
+                              cudaStream_t stream) {
+  (void)comm;
+  (void)nc;
+  (void)stream;
+  return notBuilt(call->coll->name);
+}
+
 fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) {
   (void)comm;
   return fcclSuccess;
@@ -576,46 +561,6 @@ unsigned long fcclNcclRegistrations(struct fcclComm* comm) {
 }
 
 int fcclNcclGroupActive(void) { return 0; }
-
-fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
-                                 const char* caller) {
-  (void)comm;
-  (void)nc;
-  (void)sendbuf;
-  (void)recvbuf;
-  (void)count;
-  (void)datatype;
-  (void)op;
-  (void)stream;
-  return notBuilt(caller);
-}
-
-fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller) {
-  (void)comm;
-  (void)nc;
-  (void)sendbuf;
-  (void)recvbuf;
-  (void)sendcount;
-  (void)datatype;
-  (void)stream;
-  return notBuilt(caller);
-}
-
-fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
-                                 const char* caller) {
-  (void)comm;
-  (void)nc;
-  (void)sendbuf;
-  (void)recvbuf;
-  (void)count;
-  (void)datatype;
-  (void)root;
-  (void)stream;
-  return notBuilt(caller);
-}
 
 fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc) {
   (void)comm;

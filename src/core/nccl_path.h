@@ -16,6 +16,7 @@
 
 struct fcclComm;
 struct fcclCall;
+struct fcclNcclComm;
 
 /* What NCCL does for a call (struct fcclCollective.ncclForm). */
 typedef enum {
@@ -46,6 +47,10 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm);
 /* Enqueues call (checked already) through NCCL on stream, the comm's device current. */
 fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 
+/* The same on nc, comm->nccl or a rail of comm's (whose ranks the call's root counts; a rail carries no barrier). */
+fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
+                              cudaStream_t stream);
+
 /* NCCL's asynchronous error as fccl's (ncclInProgress reads as fcclSuccess); a failure is recorded on the
  * communicator (fcclCommFail) the first time it is seen. fcclSuccess without an NCCL communicator. */
 fcclResult_t fcclNcclAsyncError(struct fcclComm* comm);
@@ -71,18 +76,6 @@ fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int
 
 /* Releases a rail as fcclNcclCommFree releases comm->nccl (aborted when comm was). NULL is fine. */
 void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail);
-
-/* ncclAllReduce on nc (comm->nccl or a rail of comm's) on stream, the comm's device current. */
-fcclResult_t fcclNcclAllReduceOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, fcclRedOp_t op, cudaStream_t stream,
-                                 const char* caller);
-
-/* ncclAllGather and ncclBroadcast on nc likewise (root: nc's rank). */
-fcclResult_t fcclNcclAllGatherOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t sendcount, fcclDataType_t datatype, cudaStream_t stream, const char* caller);
-fcclResult_t fcclNcclBroadcastOn(struct fcclComm* comm, struct fcclNcclComm* nc, const void* sendbuf, void* recvbuf,
-                                 size_t count, fcclDataType_t datatype, int root, cudaStream_t stream,
-                                 const char* caller);
 
 /* fcclNcclAsyncError for nc (NULL: fcclSuccess): a failure is recorded on comm the first time it is seen. */
 fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc);

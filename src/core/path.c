@@ -212,8 +212,9 @@ fcclResult_t fcclPathDecide(const struct fcclPathInput* in, struct fcclPathDecis
   if (in->request == FCCL_PATH_REQUEST_HIER || (in->request == FCCL_PATH_REQUEST_AUTO && fcclNo && !hierNo)) {
     d.path = fcclPathHier;
     snprintf(d.reason, sizeof(d.reason),
-             "%sthe %d ranks are on %d hosts of %d, peer access inside each: the all-reduce, all-gather and "
-             "broadcast on fccl's kernels inside each host and NCCL across them, the other calls on NCCL",
+             "%sthe %d ranks are on %d hosts of %d, peer access inside each: the all-reduce, all-gather, "
+             "reduce-scatter and broadcast on fccl's kernels inside each host and NCCL across them, the other calls "
+             "on NCCL",
              in->request == FCCL_PATH_REQUEST_HIER ? "FCCL_PATH=hier; " : "", in->nranks, l.hosts, l.minPerHost);
     if (l.noNccl >= 0) return ncclMissing(in, &l, d.reason);
     if (l.sharedA >= 0) return ncclRefusesShared(&l, d.reason);

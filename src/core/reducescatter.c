@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "device_state.h"
 #include "enqueue.h"
+#include "hier.h"
 
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
@@ -28,6 +29,7 @@ const struct fcclCollective fcclCollReduceScatter = {
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,
+    .hierLaunch = fcclHierReduceScatter,
 };
 
 fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t recvcount, fcclDataType_t datatype,

@@ -10,12 +10,14 @@
  *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
  *   hier          4 ranks as 2 simulated hosts x 2 (FCCL_HOSTID per pair): the hierarchical path, chosen automatically;
  *                 the same calls, plus all-reduces of every type and op at counts with and without a remainder over
- *                 the 2 local ranks, and the all-reduce refused inside a group; the hierarchical all-gather and
- *                 broadcast in place and not, every root, captured in a graph, and the all-gather in a group.
+ *                 the 2 local ranks, and the all-reduce refused inside a group; the hierarchical all-gather,
+ *                 broadcast (every root) and reduce-scatter (every op) in place and not, captured in a graph, and
+ *                 the all-gather in a group.
  *   many [N]      9 ranks (N) on one fccl host: more than fccl's kernels take, so NCCL chosen automatically (the
  *                 reason says so), as on a 16-GPU NVSwitch system; the same calls.
  *   hierinterleaved  the hierarchical path with ranks 0, 2 on one host and 1, 3 on the other: the same calls and
- *                 extras (the all-gather then runs on the world NCCL communicator, the broadcast maps the root).
+ *                 extras (the all-gather and the reduce-scatter then run on the world NCCL communicator, the
+ *                 broadcast maps the root to its host).
  *   hierforced    the same layout with FCCL_PATH=hier: the hierarchical path, the reason says it was asked for;
  *                 the same calls.
  *   hierrefused   FCCL_PATH=hier with one fccl host: init fails on every rank with fcclInvalidUsage saying why.
@@ -343,16 +345,20 @@ static int runAllReduce(struct rankState* s, fcclDataType_t type, fcclRedOp_t op
   return report(s, inPlace ? "all-reduce in place" : "all-reduce", type, op, count, bad, msg);
 }
 
-static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_t op, size_t count) {
+/* In place: recvbuf is this rank's block of sendbuf. On the hierarchical path with consecutive hosts the
+ * reduce-scatter is hierarchical (its max/min take both levels' rules); with interleaved hosts it is NCCL's. */
+static int runReduceScatter(struct rankState* s, fcclDataType_t type, fcclRedOp_t op, size_t count, int inPlace) {
   char msg[256];
   const size_t bytes = count * typeBytes(type);
+  char* recv = inPlace ? (char*)s->send + (size_t)s->rank * bytes : s->recv;
   if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count * (size_t)s->nranks)) return 1;
-  CHECK_FCCL("reduce-scatter", fcclReduceScatter(s->send, s->recv, count, type, op, s->comm, s->stream));
-  if (download(s, s->recv, bytes)) return 1;
-  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, 0, 0, (uint64_t)s->rank * count, s->host, count,
-                                  msg, sizeof(msg));
+  CHECK_FCCL("reduce-scatter", fcclReduceScatter(s->send, recv, count, type, op, s->comm, s->stream));
+  if (download(s, recv, bytes)) return 1;
+  const int hostRanks = s->hostsInterleaved ? 0 : s->hostRanks;
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, hostRanks, 0, (uint64_t)s->rank * count,
+                                  s->host, count, msg, sizeof(msg));
   s->call++;
-  return report(s, "reduce-scatter", type, op, count, bad, msg);
+  return report(s, inPlace ? "reduce-scatter in place" : "reduce-scatter", type, op, count, bad, msg);
 }
 
 /* In place: this rank's block is recvbuf's block of this rank. */
@@ -552,7 +558,7 @@ static int runEverything(struct rankState* s, struct collShared* shared) {
     for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
       for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
         failed += runAllReduce(s, types[t], ops[o], counts[c], (int)(c % 2));
-        if (c < 3) failed += runReduceScatter(s, types[t], ops[o], counts[c]);
+        if (c < 3) failed += runReduceScatter(s, types[t], ops[o], counts[c], 0);
       }
   for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
@@ -567,21 +573,33 @@ static int runEverything(struct rankState* s, struct collShared* shared) {
   return failed;
 }
 
-/* The hierarchical all-gather and broadcast captured once, replayed with new inputs: the all-gather out of place,
- * then a broadcast from the last rank (on the second host) in place, in another part of recvbuf. */
+/* The hierarchical all-gather, broadcast and reduce-scatter captured once, replayed with new inputs: the
+ * all-gather out of place, then a broadcast from the last rank (on the second host) in place, in another part of
+ * recvbuf, then a reduce-scatter large enough that its scratch grows while the stream is captured. */
 static int runHierGraph(struct rankState* s) {
   const size_t count = 3001;
   const size_t bytes = count * sizeof(float);
   const int root = s->nranks - 1;
   char* broadcastBuf = (char*)s->recv + ((bytes * (size_t)s->nranks + 255) / 256 * 256);
+  const size_t scatterCount = 300001, scatterBytes = scatterCount * sizeof(float);
+  char* scatterIn = (char*)s->send + (bytes + 255) / 256 * 256;
+  char* scatterOut = broadcastBuf + (bytes + 255) / 256 * 256;
+  if ((size_t)(scatterIn - (char*)s->send) + scatterBytes * (size_t)s->nranks > s->capacity ||
+      (size_t)(scatterOut - (char*)s->recv) + scatterBytes > s->capacity) {
+    testFail(__FILE__, __LINE__, "rank %d: the graph's buffers do not fit", s->rank);
+    return 1;
+  }
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   CHECK_CUDA("capture", cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeGlobal));
   fcclResult_t gathered = fcclAllGather(s->send, s->recv, count, fcclFloat32, s->comm, s->stream);
   fcclResult_t broadcast = fcclBroadcast(broadcastBuf, broadcastBuf, count, fcclFloat32, root, s->comm, s->stream);
+  fcclResult_t scattered =
+      fcclReduceScatter(scatterIn, scatterOut, scatterCount, fcclFloat32, fcclSum, s->comm, s->stream);
   CHECK_CUDA("capture", cudaStreamEndCapture(s->stream, &graph));
-  EXPECT_MSG(gathered == fcclSuccess && broadcast == fcclSuccess, "rank %d: captured calls returned %d %d: %s",
-             s->rank, gathered, broadcast, fcclGetLastError(NULL));
+  EXPECT_MSG(gathered == fcclSuccess && broadcast == fcclSuccess && scattered == fcclSuccess,
+             "rank %d: captured calls returned %d %d %d: %s", s->rank, gathered, broadcast, scattered,
+             fcclGetLastError(NULL));
   CHECK_CUDA("instantiate", cudaGraphInstantiate(&exec, graph, 0));
   int failed = 0;
   for (int replay = 0; replay < 3 && !failed; replay++) {
@@ -589,6 +607,8 @@ static int runHierGraph(struct rankState* s) {
     if (poison(s, s->recv, bytes * (size_t)s->nranks) || upload(s, fcclFloat32, s->send, 0, count)) return 1;
     CHECK_CUDA("sync", cudaStreamSynchronize(s->stream)); /* upload stages through s->host */
     if (upload(s, fcclFloat32, broadcastBuf, count, count)) return 1;
+    CHECK_CUDA("sync", cudaStreamSynchronize(s->stream));
+    if (upload(s, fcclFloat32, scatterIn, 0, scatterCount * (size_t)s->nranks)) return 1;
     CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
     if (download(s, s->recv, bytes * (size_t)s->nranks)) return 1;
     size_t bad = 0;
@@ -599,6 +619,10 @@ static int runHierGraph(struct rankState* s) {
     if (download(s, broadcastBuf, bytes)) return 1;
     bad = checkMoved(fcclFloat32, s->seed, s->call, root, count, s->host, count, msg, sizeof(msg));
     failed |= report(s, "graph broadcast in place", fcclFloat32, fcclSum, count, bad, msg);
+    if (download(s, scatterOut, scatterBytes)) return 1;
+    bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, s->hostsInterleaved ? 0 : s->hostRanks, 0,
+                       (uint64_t)s->rank * scatterCount, s->host, scatterCount, msg, sizeof(msg));
+    failed |= report(s, "graph reduce-scatter", fcclFloat32, fcclSum, scatterCount, bad, msg);
     s->call++;
   }
   CHECK_CUDA("graph", cudaGraphExecDestroy(exec));
@@ -634,6 +658,14 @@ static int runHierExtras(struct rankState* s) {
       for (int root = 0; root < s->nranks; root++)
         failed += runBroadcast(s, moved[t], movedCounts[c], root, (int)((t + c + (size_t)root) % 2));
     }
+  /* The hierarchical reduce-scatter: every op, in place and not, counts 1 to past a staging round (its scratch
+   * grows on the way). */
+  static const fcclDataType_t reduced[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclInt32, fcclUint8};
+  static const fcclRedOp_t reducedOps[] = {fcclSum, fcclProd, fcclMax, fcclMin, fcclAvg};
+  for (size_t t = 0; t < sizeof(reduced) / sizeof(reduced[0]); t++)
+    for (size_t o = 0; o < sizeof(reducedOps) / sizeof(reducedOps[0]); o++)
+      for (size_t c = 0; c < sizeof(movedCounts) / sizeof(movedCounts[0]); c++)
+        failed += runReduceScatter(s, reduced[t], reducedOps[o], movedCounts[c], (int)((t + o + c) % 2));
   /* In a group the all-gather goes to the world NCCL communicator, and stays correct. */
   const size_t groupCount = 1031, groupBytes = groupCount * sizeof(float);
   char msg[256];
