@@ -152,15 +152,6 @@ struct fcclTransport* fcclHierTransport(struct fcclComm* comm) {
   return h && h->host ? __atomic_load_n(&h->host->transport, __ATOMIC_ACQUIRE) : NULL;
 }
 
-/*
- * count = localRanks x shard + tail. The shards: the host's reduce-scatter leaves this rank's shard, reduced over
- * the host, in its place in recvbuf (in place for the reduce-scatter when the all-reduce is); the rail reduces it
- * over the hosts in place; the host's all-gather (in place) gives every rank every shard. The tail (fewer elements
- * than local ranks) is one all-reduce of the world NCCL communicator. avg is a sum at both levels divided once by
- * the world's rank count, as one kernel's avg is (a per-level avg would round, or truncate integers, twice).
- * Nothing here waits for the host or the GPU: the steps are enqueued on stream in order, so the call can be
- * captured in a CUDA graph.
- */
 /* One NCCL call of collective coll on nc (the rail, or the world's NCCL communicator), as part of a hierarchical
  * call: errors are named by coll's public call. */
 static fcclResult_t ncclStep(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCollective* coll,
@@ -181,6 +172,15 @@ static fcclResult_t checkParts(struct fcclComm* comm, const char* caller) {
                     failure[0] ? failure : fcclGetErrorString(state));
 }
 
+/*
+ * count = localRanks x shard + tail. The shards: the host's reduce-scatter leaves this rank's shard, reduced over
+ * the host, in its place in recvbuf (in place for the reduce-scatter when the all-reduce is); the rail reduces it
+ * over the hosts in place; the host's all-gather (in place) gives every rank every shard. The tail (fewer elements
+ * than local ranks) is one all-reduce of the world NCCL communicator. avg is a sum at both levels divided once by
+ * the world's rank count, as one kernel's avg is (a per-level avg would round, or truncate integers, twice).
+ * Nothing here waits for the host or the GPU: the steps are enqueued on stream in order, so the call can be
+ * captured in a CUDA graph.
+ */
 fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
   struct fcclHier* h = comm->hier;
   const char* caller = call->coll->name;
@@ -251,7 +251,8 @@ fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* cal
 static fcclResult_t scratchAtLeast(struct fcclHier* h, size_t bytes, const char* caller) {
   if (bytes <= h->scratchBytes) return fcclSuccess;
   size_t want = FCCL_HIER_SCRATCH_MIN;
-  while (want < bytes) want *= 2;
+  while (want < bytes && want <= SIZE_MAX / 2) want *= 2;
+  if (want < bytes) want = bytes;
   void** retired = realloc(h->retired, (size_t)(h->nRetired + 1) * sizeof(*retired));
   if (!retired) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_COLL, "%s: out of host memory", caller);
   h->retired = retired;
