@@ -116,12 +116,12 @@ fcclResult_t fcclHierFree(struct fcclComm* comm) {
   fcclNcclRailFree(comm, h->rail);
   fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
   if (h->scratch || h->nRetired > 0) {
-    int saved = -1;
-    CUDACHECKKEEP(cudaGetDevice(&saved), res);
-    if (saved != comm->cudaDev) CUDACHECKKEEP(cudaSetDevice(comm->cudaDev), res);
+    struct fcclCallDevice cd = {-1};
+    fcclResult_t entered = fcclEnqueueEnterDevice(comm, &cd);
+    if (entered != fcclSuccess && res == fcclSuccess) res = entered;
     if (h->scratch) CUDACHECKKEEP(cudaFree(h->scratch), res);
     for (int i = 0; i < h->nRetired; i++) CUDACHECKKEEP(cudaFree(h->retired[i]), res);
-    if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
+    fcclEnqueueLeaveDevice(comm, &cd);
   }
   free(h->retired);
   free(h->hostOf);

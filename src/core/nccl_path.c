@@ -355,13 +355,7 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
   struct fcclNcclComm* nc = comm->nccl;
   if (!nc) return fcclSuccess;
   __atomic_store_n(&comm->nccl, NULL, __ATOMIC_RELEASE);
-  /* Its device current for NCCL's teardown and the barrier word's free, then the caller's back. */
-  int saved = -1;
-  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
-  (void)cudaGetLastError();
-  if (saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(comm->cudaDev));
-  releaseNccl(comm, nc);
-  if (saved >= 0 && saved != comm->cudaDev) CUDACHECKIGNORE(cudaSetDevice(saved));
+  fcclNcclRailFree(comm, nc); /* released the same way: the comm's device current, then the caller's back */
   return fcclSuccess;
 }
 

@@ -119,6 +119,18 @@ static void readLayout(const struct fcclPathInput* in, struct layout* l) {
   }
 }
 
+/* The rules of every host's GPUs, on both paths that run fccl's kernels: why they cannot, into why; 0 when they can. */
+static int gpusCannot(const struct layout* l, char* why, size_t size) {
+  if (l->noAccess >= 0) {
+    snprintf(why, size, "rank %d's GPU has no peer access to another GPU of its host", l->noAccess);
+  } else if (l->noArch >= 0) {
+    snprintf(why, size, "rank %d's GPU cannot run fccl's kernels: %s", l->noArch, l->archWhy);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 /* Why fccl's kernels cannot carry this communicator, into why; 0 when they can. */
 static int fcclCannot(const struct fcclPathInput* in, const struct layout* l, char* why, size_t size) {
   if (in->p2pDisable) {
@@ -127,12 +139,8 @@ static int fcclCannot(const struct fcclPathInput* in, const struct layout* l, ch
     snprintf(why, size, "the %d ranks are on %d hosts", in->nranks, l->hosts);
   } else if (in->nranks > FCCL_DEVICE_MAX_RANKS) {
     snprintf(why, size, "%d ranks, more than fccl's kernels take (%d)", in->nranks, FCCL_DEVICE_MAX_RANKS);
-  } else if (l->noAccess >= 0) {
-    snprintf(why, size, "rank %d's GPU has no peer access to another GPU of its host", l->noAccess);
-  } else if (l->noArch >= 0) {
-    snprintf(why, size, "rank %d's GPU cannot run fccl's kernels: %s", l->noArch, l->archWhy);
   } else {
-    return 0;
+    return gpusCannot(l, why, size);
   }
   return 1;
 }
@@ -151,12 +159,8 @@ static int hierCannot(const struct fcclPathInput* in, const struct layout* l, ch
   } else if (l->maxPerHost > FCCL_DEVICE_MAX_RANKS) {
     snprintf(why, size, "%d ranks per host, more than fccl's kernels take (%d)", l->maxPerHost,
              FCCL_DEVICE_MAX_RANKS);
-  } else if (l->noAccess >= 0) {
-    snprintf(why, size, "rank %d's GPU has no peer access to another GPU of its host", l->noAccess);
-  } else if (l->noArch >= 0) {
-    snprintf(why, size, "rank %d's GPU cannot run fccl's kernels: %s", l->noArch, l->archWhy);
   } else {
-    return 0;
+    return gpusCannot(l, why, size);
   }
   return 1;
 }
