@@ -195,40 +195,41 @@ fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, co
   const size_t count = call->count;
   switch (call->coll->ncclForm) {
     case FCCL_NCCL_ALLREDUCE:
-      return issuedOn(comm, nc, pfn_ncclAllReduce(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream), caller,
-                    "ncclAllReduce");
+      return issuedOn(comm, nc, pfn_ncclAllReduce(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream),
+                      caller, "ncclAllReduce");
     case FCCL_NCCL_ALLGATHER:
-      return issuedOn(comm, nc, pfn_ncclAllGather(call->sendbuf, call->recvbuf, count, type, nc->comm, stream), caller,
-                    "ncclAllGather");
+      return issuedOn(comm, nc, pfn_ncclAllGather(call->sendbuf, call->recvbuf, count, type, nc->comm, stream),
+                      caller, "ncclAllGather");
     case FCCL_NCCL_REDUCESCATTER:
-      return issuedOn(comm, nc, pfn_ncclReduceScatter(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream),
-                    caller, "ncclReduceScatter");
+      return issuedOn(comm, nc,
+                      pfn_ncclReduceScatter(call->sendbuf, call->recvbuf, count, type, op, nc->comm, stream), caller,
+                      "ncclReduceScatter");
     case FCCL_NCCL_BROADCAST:
       return issuedOn(comm, nc,
-                    pfn_ncclBroadcast(call->sendbuf, call->recvbuf, count, type, call->root, nc->comm, stream),
-                    caller, "ncclBroadcast");
+                      pfn_ncclBroadcast(call->sendbuf, call->recvbuf, count, type, call->root, nc->comm, stream),
+                      caller, "ncclBroadcast");
     case FCCL_NCCL_BARRIER:
-      return issuedOn(comm, nc, pfn_ncclAllReduce(nc->barrierWord, nc->barrierWord, 1, ncclFloat32, ncclSum, nc->comm,
-                                            stream),
-                    caller, "ncclAllReduce");
+      return issuedOn(comm, nc,
+                      pfn_ncclAllReduce(nc->barrierWord, nc->barrierWord, 1, ncclFloat32, ncclSum, nc->comm, stream),
+                      caller, "ncclAllReduce");
     case FCCL_NCCL_SEND:
       return issuedOn(comm, nc, pfn_ncclSend(call->sendbuf, count, type, call->root, nc->comm, stream), caller,
-                    "ncclSend");
+                      "ncclSend");
     case FCCL_NCCL_RECV:
       return issuedOn(comm, nc, pfn_ncclRecv(call->recvbuf, count, type, call->root, nc->comm, stream), caller,
-                    "ncclRecv");
+                      "ncclRecv");
     case FCCL_NCCL_ALLTOALL: {
       const size_t block = count * fcclTypeSize(call->datatype);
       FCCLCHECK(fcclGroupStart());
       fcclResult_t res = fcclSuccess;
       for (int p = 0; p < comm->nranks && res == fcclSuccess; p++) {
-        res = issuedOn(comm, nc, pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm,
-                                        stream),
-                     caller, "ncclSend");
+        res = issuedOn(comm, nc,
+                       pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm, stream),
+                       caller, "ncclSend");
         if (res == fcclSuccess)
-          res = issuedOn(comm, nc, pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm,
-                                          stream),
-                       caller, "ncclRecv");
+          res = issuedOn(comm, nc,
+                         pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm, stream),
+                         caller, "ncclRecv");
       }
       /* The group is ended whatever happened: NCCL's group state is per thread and must not stay open. */
       char cause[FCCL_LAST_ERROR_MAX];

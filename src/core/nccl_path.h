@@ -47,7 +47,8 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm);
 /* Enqueues call (checked already) through NCCL on stream, the comm's device current. */
 fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 
-/* The same on nc, comm->nccl or a rail of comm's (whose ranks the call's root counts; a rail carries no barrier). */
+/* The same on nc, comm->nccl or a rail of comm's (whose ranks the call's root counts; a rail carries collectives
+ * only, no barrier and no all-to-all, which are the world's). */
 fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
                               cudaStream_t stream);
 
