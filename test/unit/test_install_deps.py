@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 PACKAGES = ["meson", "ninja-build", "pkg-config", "libhwloc-dev", "hwloc", "clang", "libclang-rt-14-dev",
-            "gnuplot-nox", "python3", "python3-jsonschema", "python3-pip", "python3-setuptools", "python3-wheel"]
+            "gnuplot-nox", "python3", "python3-jsonschema", "python3-pip", "python3-setuptools", "python3-wheel",
+            "iproute2"]
 failures = []
 passed = 0
 
