@@ -333,6 +333,13 @@ static int rankMain(struct rank* r) {
   if (res != fcclSuccess) {
     if (r->scenario != SCENARIO_INIT) return fail(r, "fcclCommInitRankConfig: %s", fcclGetLastError(NULL));
     b->record[r->rank].detectNs = nowNs(); /* the init itself saw the death: the documented outcome too */
+    /* The victim gone before the root heard from it (a timeout), or seen gone (by the bootstrap or the monitor,
+     * whose abort the init's waits see): either way named, never an abort of the application's. */
+    char victim[32];
+    snprintf(victim, sizeof(victim), "rank %d", r->victim);
+    if ((res != fcclRemoteError && res != fcclTimeout) || !strstr(fcclGetLastError(NULL), victim))
+      return fail(r, "the init's error is %s, want fcclRemoteError or fcclTimeout naming %s: %s",
+                  fcclGetErrorString(res), victim, fcclGetLastError(NULL));
     comm = NULL;
   }
   cudaGraph_t graph = NULL;

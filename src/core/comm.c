@@ -66,6 +66,7 @@ void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, 
   pthread_mutex_lock(&comm->errorLock);
   if (comm->failure[0] == '\0') {
     snprintf(comm->failure, sizeof(comm->failure), "%s", text);
+    comm->failureResult = result;
     snprintf(comm->lastError, sizeof(comm->lastError), "%s", text);
   }
   pthread_mutex_unlock(&comm->errorLock);
@@ -74,8 +75,10 @@ void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, 
   if (abort) __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
 }
 
-void fcclCommFailure(struct fcclComm* comm, char* text, size_t size) {
+fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size) {
   pthread_mutex_lock(&comm->errorLock);
   snprintf(text, size, "%s", comm->failure);
+  const fcclResult_t result = comm->failure[0] ? comm->failureResult : fcclSuccess;
   pthread_mutex_unlock(&comm->errorLock);
+  return result;
 }

@@ -63,6 +63,7 @@ struct fcclComm {
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
   char failure[FCCL_LAST_ERROR_MAX];   /* why the communicator failed (fcclCommFail), "" while it works; errorLock */
+  fcclResult_t failureResult;          /* the result fcclCommFail gave with failure; errorLock */
 };
 
 /* Whether comm looks like a live communicator handle (non-NULL, magic intact). */
@@ -91,8 +92,9 @@ fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
  */
 void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, int abort);
 
-/* The failure's cause ("" while the communicator works), copied into text. */
-void fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
+/* The failure's cause ("" while the communicator works), copied into text; returns its result (fcclSuccess while
+ * the communicator works), which an init that was still running when it came has not taken as its async error. */
+fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
 
 /* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm.c,
  * which also answers fcclGetLastError(comm)). */

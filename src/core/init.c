@@ -335,7 +335,7 @@ static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPer
 static fcclResult_t bootstrapBarrier(void* ctx) { return fcclBootstrapBarrier((struct fcclBootstrap*)ctx); }
 
 /* The whole init after the comm exists. Whatever it made stays on comm for commFree. */
-static fcclResult_t commInitTask(struct fcclComm* comm) {
+static fcclResult_t commInitSteps(struct fcclComm* comm) {
   int64_t startNs = 0;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -398,6 +398,17 @@ static fcclResult_t commInitTask(struct fcclComm* comm) {
             fcclGetPathName(comm->path), comm->pathReason, comm->nccl ? "NCCL" : "unavailable, ",
             comm->nccl ? "" : comm->ncclMissing);
   return fcclSuccess;
+}
+
+/* commInitSteps, with a peer's failure seen while it ran as its error: the monitor, watching from the peer
+ * information on, fails the comm and sets the abort flag, and what the init then waited for reports an abort. */
+static fcclResult_t commInitTask(struct fcclComm* comm) {
+  const fcclResult_t res = commInitSteps(comm);
+  if (res == fcclSuccess) return res;
+  char failure[FCCL_LAST_ERROR_MAX - 64]; /* room for the words around it */
+  const fcclResult_t cause = fcclCommFailure(comm, failure, sizeof(failure));
+  if (cause == fcclSuccess) return res;
+  return FCCL_ERROR(cause, FCCL_SUBSYS_INIT, "rank %d: init stopped: %s", comm->rank, failure);
 }
 
 static void* initThreadMain(void* arg) {
