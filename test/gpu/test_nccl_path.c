@@ -30,6 +30,12 @@
  *   dead          NCCL path, one fccl host: rank 1 exits; rank 0's fcclCommGetAsyncError reports it (fccl's
  *                 monitor), and fcclCommAbort returns.
  *   deadhosts     the same with every rank its own host: NCCL's own error detection reports it.
+ *   vanishedhosts two ranks, each its own host in a network namespace of its own, joined by a veth pair
+ *                 (test_wire.h) that carries fccl's bootstrap, its peer links and NCCL's sockets; while both ranks'
+ *                 all-reduces wait in NCCL, rank 1 takes its end down (no end of stream, no reset: a host that
+ *                 stopped answering): each rank's fcclCommGetAsyncError reports fcclRemoteError naming the other
+ *                 from the peer link's keepalive, within its bound, and fcclCommAbort returns with NCCL's kernel
+ *                 stopped. Skipped where the wire cannot be laid (it needs what root has).
  *   hierabort     hierarchical path, 4 ranks: the first host's all-reduce, which the second host never joins (its
  *                 NCCL step across hosts waits), is stopped by fcclCommAbort on both of its ranks, promptly.
  *   hierdead      hierarchical path, 4 ranks: rank 1 exits; every other rank's fcclCommGetAsyncError reports an error
@@ -43,6 +49,7 @@
 #include "test_allreduce_common.h"
 #include "test_allreduce_ref.h"
 #include "test_shm.h"
+#include "test_wire.h"
 
 #include <cuda_runtime.h>
 #include <fccl.h>
@@ -58,6 +65,7 @@ struct testArgs {
   struct collShared* shared;
   uint64_t seed;
   int gpus;
+  struct testWire* wire; /* vanishedhosts: laid before the ranks are forked */
 };
 
 /* ---- identities ---- */
@@ -839,6 +847,75 @@ static int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts, 
   return testSummary(name);
 }
 
+/* How long a rank waits for its error after the cut: the keepalive, the monitor's poll and the kernel's probe timer,
+ * with room for a loaded machine; the time taken is printed. */
+#define VANISHED_SEEN_MS(keepaliveMs) ((keepaliveMs) + 3000)
+
+static int rankVanished(int rank, int nranks, struct testArgs* args) {
+  enum { FLAG_CUT = 0, FLAG_DONE = 1 };
+  if (testWireEnter(args->wire, rank) != 0) {
+    testFail(__FILE__, __LINE__, "rank %d: could not enter its network namespace", rank);
+    return 1;
+  }
+  setenv("FCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* fccl's bootstrap and peer links over the pair */
+  setenv("NCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* and NCCL's */
+  setIdentity(rank, FCCL_HOST_PER_RANK, "nccl");
+  const int keepaliveMs = (int)fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  int ready = stateInit(s, comm, rank, nranks, args->seed) == 0 && runAllReduce(s, fcclFloat32, fcclSum, 4096, 0) == 0;
+  EXPECT_EQ_INT(testShmBarrier(args->shared->shm, rank), TEST_SHM_OK);
+  int* flags = args->shared->flags;
+  if (rank == 1) {
+    EXPECT_MSG(testWireCut(args->wire, rank) == 0, "rank 1: could not take %s down", args->wire->end[rank]);
+    testShmPost(&flags[FLAG_CUT], 1);
+  } else {
+    EXPECT_EQ_INT(testShmWait(args->shared->shm, &flags[FLAG_CUT], 1, 30000, "the cut"), TEST_SHM_OK);
+  }
+  const int64_t cut = collNowNs();
+  if (ready) {
+    /* NCCL's kernel waits for data that will not come: only fccl's keepalive can tell the peer is gone. */
+    const fcclResult_t issued = fcclAllReduce(s->send, s->recv, 1 << 16, fcclFloat32, fcclSum, comm, s->stream);
+    EXPECT_MSG(issued == fcclSuccess || issued == fcclRemoteError, "rank %d: the all-reduce after the cut: %s: %s",
+               rank, fcclGetErrorString(issued), fcclGetLastError(comm));
+    fcclResult_t async = fcclSuccess;
+    while (async == fcclSuccess && collNowNs() - cut < (int64_t)VANISHED_SEEN_MS(keepaliveMs) * 1000000) {
+      EXPECT_EQ_INT(fcclCommGetAsyncError(comm, &async), fcclSuccess);
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+      nanosleep(&pause, NULL);
+    }
+    const double seenMs = (double)(collNowNs() - cut) / 1e6;
+    char peer[32];
+    snprintf(peer, sizeof(peer), "rank %d", 1 - rank);
+    EXPECT_MSG(async == fcclRemoteError, "rank %d: %s %.0f ms after the cut (keepalive %d ms): %s", rank,
+               fcclGetErrorString(async), seenMs, keepaliveMs, fcclGetLastError(comm));
+    EXPECT_STR_CONTAINS(fcclGetLastError(comm), peer);
+    EXPECT_STR_CONTAINS(fcclGetLastError(comm), "stopped answering");
+    printf("rank %d: the cut seen in %.0f ms (keepalive %d ms): %s\n", rank, seenMs, keepaliveMs,
+           fcclGetLastError(comm));
+    const int64_t abortStart = collNowNs();
+    EXPECT_EQ_INT(fcclCommAbort(comm), fcclSuccess);
+    /* NCCL's kernel stopped: the stream drains without the peer (bounded, not a synchronize that could hang). */
+    cudaError_t drained = cudaErrorNotReady;
+    while (drained == cudaErrorNotReady && collNowNs() - abortStart < (int64_t)20 * 1000000000) {
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+      nanosleep(&pause, NULL);
+      drained = cudaStreamQuery(s->stream);
+    }
+    EXPECT_MSG(drained != cudaErrorNotReady, "rank %d: the stream still runs 20 s after fcclCommAbort", rank);
+    (void)cudaGetLastError();
+    printf("rank %d: aborted, its stream drained, in %.0f ms\n", rank, (double)(collNowNs() - abortStart) / 1e6);
+  }
+  /* Neither rank leaves before both looked: a process's end closes nothing over a cut wire, but a GPU's context
+   * released early would change what the other sees. */
+  testShmPost(&flags[FLAG_DONE + rank], 1);
+  EXPECT_EQ_INT(testShmWait(args->shared->shm, &flags[FLAG_DONE + 1 - rank], 1, 60000, "the peer's verdict"),
+                TEST_SHM_OK);
+  stateFini(s);
+  return testSummary("vanishedhosts");
+}
+
 static int rankMain(int rank, int nranks, void* arg) {
   struct testArgs* args = arg;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
@@ -851,11 +928,12 @@ static int rankMain(int rank, int nranks, void* arg) {
   if (strcmp(args->mode, "deadhosts") == 0)
     return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK, "nccl", "deadhosts");
   if (strcmp(args->mode, "hierdead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_PAIR, NULL, "hierdead");
+  if (strcmp(args->mode, "vanishedhosts") == 0) return rankVanished(rank, nranks, args);
   return 2;
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "nccl", NULL, 0, 0};
+  struct testArgs args = {argc > 1 ? argv[1] : "nccl", NULL, 0, 0, NULL};
   int nranks = argc > 2 ? atoi(argv[2]) : 2;
   /* The hierarchical modes: 2 simulated hosts x 2 ranks. */
   if (strncmp(args.mode, "hier", 4) == 0) nranks = 4;
@@ -863,13 +941,13 @@ int main(int argc, char** argv) {
   int known = strcmp(args.mode, "p2pmissing") == 0 || strcmp(args.mode, "abort") == 0 ||
               strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0 ||
               strcmp(args.mode, "hierrefused") == 0 || strcmp(args.mode, "hierabort") == 0 ||
-              strcmp(args.mode, "hierdead") == 0;
+              strcmp(args.mode, "hierdead") == 0 || strcmp(args.mode, "vanishedhosts") == 0;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
     fprintf(stderr,
             "usage: %s nccl|hosts|many|hier|hierinterleaved|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|"
-            "abort|hierabort|dead|deadhosts|hierdead [nranks 2..%d]\n",
+            "abort|hierabort|dead|deadhosts|hierdead|vanishedhosts [nranks 2..%d]\n",
             argv[0], REF_MAX_RANKS);
     return 2;
   }
@@ -877,6 +955,15 @@ int main(int argc, char** argv) {
   if (args.gpus < 1) {
     printf("SKIP: no GPU\n");
     return TEST_SKIP;
+  }
+  struct testWire wire;
+  if (strcmp(args.mode, "vanishedhosts") == 0) {
+    const char* why = nranks == 2 ? testWireLay(&wire) : "vanishedhosts takes 2 ranks";
+    if (why) {
+      printf("SKIP: %s\n", why);
+      return TEST_SKIP;
+    }
+    args.wire = &wire;
   }
   args.seed = testSeed();
   args.shared = collSharedNew(nranks);
@@ -887,5 +974,6 @@ int main(int argc, char** argv) {
     if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
   EXPECT_EQ_INT(failed, 0);
   collSharedFree(args.shared);
+  if (args.wire) testWireFree(args.wire);
   return testSummary("nccl_path");
 }
