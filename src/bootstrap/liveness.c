@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,20 +58,6 @@ static fcclResult_t listenAddress(const struct fcclBootstrap* b, union fcclSocke
   }
   if (!found) fcclSocketLoopback(addr, 0);
   return fcclSuccess;
-}
-
-/* Keepalive probes from a second of silence on, and the kernel's user timeout, so that a host that stops answering
- * ends the link after about keepaliveMs (TCP_USER_TIMEOUT bounds the unanswered probes). Best effort: a link
- * without them still sees a process end. */
-static void setKeepalive(int fd, int keepaliveMs) {
-  int one = 1, idle = 1, interval = 1;
-  int count = keepaliveMs / 1000 > 1 ? keepaliveMs / 1000 : 1;
-  unsigned int userTimeout = (unsigned int)keepaliveMs;
-  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
 }
 
 /* Reads pending connection i: 1 when it is a watched lower rank's valid hello (its link is then in links). */
@@ -186,7 +171,7 @@ fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watc
   }
   FCCLCHECKGOTO(acceptLinks(b, watched, cards[me].secret, listenFd, deadline, links), res, out);
   for (int r = 0; r < n; r++)
-    if (links[r] >= 0) setKeepalive(links[r], keepaliveMs);
+    if (links[r] >= 0) fcclSocketSetKeepalive(links[r], keepaliveMs);
 out:
   fcclSocketClose(&listenFd);
   free(cards);

@@ -87,6 +87,12 @@ static inline int fcclAborted(volatile int* abortFlag) {
 /* Closes fd when it is >= 0 and sets it to -1. */
 void fcclSocketClose(int* fd);
 
+/* Keepalive probes from a second of silence on, every second, and the kernel's user timeout of keepaliveMs, so that
+ * a connection whose peer host stops answering (lost power or network: no end of stream, no reset) fails with
+ * ETIMEDOUT after about keepaliveMs. A peer process that is merely slow does not trip it: its kernel answers the
+ * probes. Best effort: a socket without them still sees its peer's process end. */
+void fcclSocketSetKeepalive(int fd, int keepaliveMs);
+
 /*
  * Closes a connection whose peer has already closed its end (we saw end of stream) without leaving it in
  * TIME_WAIT: the reset is harmless because the peer has read everything and gone.

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "debug.h"
+#include "param.h"
 #include "socket.h"
 #include "tcp.h"
 #include "wire.h"
@@ -157,6 +158,10 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
         rc = sendmsg(t->fdNext, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       } while (rc < 0 && errno == EINTR);
       if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (rc < 0 && errno == ETIMEDOUT)
+        return ringFail(t, rank, fcclRemoteError, next, 0,
+                        "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u", next,
+                        op, seq);
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, next, 0,
                         "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next, op,
@@ -200,6 +205,10 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
                         "rank %d closed its connection during bootstrap %s #%u", prev, op, seq);
       if (rc < 0 && errno == EAGAIN) break;
+      if (rc < 0 && errno == ETIMEDOUT)
+        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
+                        "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u", prev,
+                        op, seq);
       if (rc < 0)
         return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
                         "receiving from rank %d failed during bootstrap %s #%u: %s%s", prev, op, seq,
@@ -513,6 +522,9 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   fcclResult_t res = fcclSuccess;
   const int64_t start = fcclTimeMs();
   const int64_t deadline = start + timeoutMs;
+  /* A host that stops answering ends its connections within the keepalive, not at the timeout. */
+  const int64_t keepaliveParam = fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
+  const int keepaliveMs = keepaliveParam > INT32_MAX ? INT32_MAX : (int)keepaliveParam;
   int rootFd = -1, listenFd = -1;
   uint8_t* welcome = NULL;
   union fcclSocketAddress* addrs = NULL;
@@ -536,6 +548,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
 
   /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */
   FCCLCHECKGOTO(fcclSocketConnect(&wid.rootAddr, deadline, abortFlag, 1, "the bootstrap root", &rootFd), res, fail);
+  if (keepaliveMs > 0) fcclSocketSetKeepalive(rootFd, keepaliveMs);
   struct fcclWireHello hello;
   memset(&hello, 0, sizeof(hello));
   if (nranks > 1) {
@@ -610,6 +623,10 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
       goto fail;
     }
     fcclSocketClose(&listenFd);
+    if (keepaliveMs > 0) {
+      fcclSocketSetKeepalive(t->fdNext, keepaliveMs);
+      fcclSocketSetKeepalive(t->fdPrev, keepaliveMs);
+    }
   }
   /* The root (when it runs in this process) has finished or is about to: every rank had its welcome. */
   fcclTcpRootClaim(wid.secret);

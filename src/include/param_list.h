@@ -57,7 +57,8 @@ FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
 FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",
            "Peers whose process this one cannot watch (another host, another pid namespace) are watched through a TCP "
            "link each: its end is seen at once, and a host that stops answering its keepalive within about this many "
-           "milliseconds fails the communicator. 0: no links (their deaths are seen by FCCL_TIMEOUT).")
+           "milliseconds fails the communicator. The bootstrap's connections carry the same keepalive, so that an "
+           "init or an exchange with such a host ends as soon. 0: neither (those deaths are seen by FCCL_TIMEOUT).")
 FCCL_PARAM(PDL, FCCL_PARAM_INT, "1",
            "1: launch the collective kernels with programmatic dependent launch (compute capability 9.0 and up), so "
            "a kernel's launch overlaps the end of the kernel before it on the stream; 0: plain launches.")
