@@ -10,6 +10,8 @@
  *          a poll).
  *   ring:  the bootstrap alone, both ranks in a barrier at the cut: the barrier ends with fcclRemoteError, "rank R
  *          stopped answering", within the same bound, not at the bootstrap's timeout.
+ *   stopped: no cut; rank 1 stops (SIGSTOP) for longer than the keepalive: its kernel still answers the probes, so
+ *          nothing fails, and once it is continued the links and the ring carry on (a barrier, a goodbye).
  * Both then tear down without waiting on the dead network. The time from the cut is printed. Skipped where the wire
  * cannot be laid (it needs what root has).
  */
@@ -22,6 +24,7 @@
 #include "test_fake_comm.h"
 #include "test_wire.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +32,9 @@
 #define TIMEOUT_MS 8000
 #define POLL_MARGIN_MS 1500 /* the monitor's poll and the kernel's probe timer, beyond the keepalive */
 #define FLAG_CUT 0          /* of struct bootShared's flags: rank 1 took its end down */
+#define FLAG_PID 1          /* rank 1's pid, once it is about to stop itself */
 
-enum { LINKS, RING };
+enum { LINKS, RING, STOPPED };
 
 struct scenario {
   struct bootShared* shared;
@@ -46,6 +50,58 @@ static int64_t waitFailed(struct fakeComm* f, int ms) {
     bootSleepMs(1);
   }
   return -1;
+}
+
+/* Forgets the watch (with a goodbye or not), destroys the bootstrap, checks the monitor is idle. */
+static int tearDown(int rank, struct fcclBootstrap* b, struct fakeComm* watching, int goodbye) {
+  const int64_t start = bootNowMs();
+  if (watching) fcclMonitorForget(&watching->comm, goodbye);
+  fcclBootstrapDestroy(b);
+  printf("rank %d: torn down in %lld ms\n", rank, (long long)(bootNowMs() - start));
+  int comms = -1, threads = -1;
+  fcclMonitorStats(&comms, &threads);
+  EXPECT_EQ_INT(comms, 0);
+  EXPECT_EQ_INT(threads, 0);
+  return testFailed != 0;
+}
+
+/* 1 once process pid is stopped (its state in /proc is T), within ms. */
+static int waitStopped(int pid, int ms) {
+  char path[64], line[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  for (const int64_t start = bootNowMs(); bootNowMs() - start < ms; bootSleepMs(1)) {
+    FILE* file = fopen(path, "r");
+    if (!file) return 0;
+    const char* state = fgets(line, sizeof(line), file) ? strrchr(line, ')') : NULL;
+    fclose(file);
+    if (state && state[1] == ' ' && state[2] == 'T') return 1;
+  }
+  return 0;
+}
+
+/* The stopped scenario, from the links' being watched on. */
+static int stoppedPeer(int rank, struct bootShared* shared, struct fcclBootstrap* b, struct fakeComm* f,
+                       int keepaliveMs) {
+  if (rank == 1) {
+    testShmPost(&shared->flags[FLAG_PID], (int)getpid());
+    raise(SIGSTOP); /* rank 0 continues it */
+  } else {
+    EXPECT_EQ_INT(testShmWait(shared->shm, &shared->flags[FLAG_PID], 1, 10000, "rank 1's pid"), TEST_SHM_OK);
+    const int pid = shared->flags[FLAG_PID];
+    EXPECT_MSG(waitStopped(pid, 10000), "rank 1 (pid %d) did not stop", pid);
+    const int64_t failedAfter = waitFailed(f, keepaliveMs + POLL_MARGIN_MS);
+    EXPECT_MSG(failedAfter < 0, "rank 0: rank 1, stopped but its host answering, failed the communicator: %s",
+               f->comm.failure);
+    printf("stopped, rank 0: rank 1 stopped for %d ms, nothing failed\n", keepaliveMs + POLL_MARGIN_MS);
+    EXPECT_EQ_INT(kill(pid, SIGCONT), 0);
+  }
+  /* Both go on: the ring still carries an exchange, and nothing failed on either side. */
+  const fcclResult_t res = fcclBootstrapBarrier(b);
+  EXPECT_MSG(res == fcclSuccess, "rank %d: the barrier after the stop: %s", rank, fcclGetLastError(NULL));
+  EXPECT_MSG(__atomic_load_n(&f->abortFlag, __ATOMIC_ACQUIRE) == 0, "rank %d: failed after the stop: %s", rank,
+             f->comm.failure);
+  EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK);
+  return tearDown(rank, b, f, 1);
 }
 
 static int hostRank(int rank, int nranks, void* arg) {
@@ -72,7 +128,7 @@ static int hostRank(int rank, int nranks, void* arg) {
   if (res != fcclSuccess) return 1;
   struct fakeComm f;
   fakeCommInit(&f, "vanished host");
-  if (sc->kind == LINKS) {
+  if (sc->kind != RING) {
     uint8_t watched[2] = {rank != 0, rank != 1};
     int links[2] = {-1, -1};
     res = fcclBootstrapPeerLinks(b, watched, keepaliveMs, links);
@@ -85,6 +141,7 @@ static int hostRank(int rank, int nranks, void* arg) {
                f.comm.failure);
   }
   EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK);
+  if (sc->kind == STOPPED) return stoppedPeer(rank, shared, b, &f, keepaliveMs);
 
   if (rank == 1) {
     EXPECT_MSG(testWireCut(sc->wire, rank) == 0, "rank 1: could not take %s down", sc->wire->end[rank]);
@@ -118,15 +175,7 @@ static int hostRank(int rank, int nranks, void* arg) {
   }
   EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK);
 
-  const int64_t start = bootNowMs();
-  if (sc->kind == LINKS) fcclMonitorForget(&f.comm, 0);
-  fcclBootstrapDestroy(b);
-  printf("rank %d: torn down in %lld ms\n", rank, (long long)(bootNowMs() - start));
-  int comms = -1, threads = -1;
-  fcclMonitorStats(&comms, &threads);
-  EXPECT_EQ_INT(comms, 0);
-  EXPECT_EQ_INT(threads, 0);
-  return testFailed != 0;
+  return tearDown(rank, b, sc->kind == LINKS ? &f : NULL, 0);
 }
 
 /* One scenario on a wire of its own; 1 when this machine cannot lay it. */
@@ -155,5 +204,6 @@ static int runScenario(int kind, const char* what) {
 int main(void) {
   if (runScenario(LINKS, "a host that stops answering fails the communicators that watch its peer link")) return 77;
   runScenario(RING, "a bootstrap exchange with a host that stops answering ends within the keepalive");
+  runScenario(STOPPED, "a stopped peer whose host answers fails nothing");
   return testSummary("vanished_host");
 }
