@@ -38,16 +38,6 @@ static int shareId(struct bootShared* shared, int rank, fcclUniqueId* id) {
   return bootWaitId(shared, id);
 }
 
-/* Waits up to ms for the fake communicator to fail; returns the milliseconds it took, or -1. */
-static int64_t waitFailed(struct fakeComm* f, int ms) {
-  const int64_t start = bootNowMs();
-  while (bootNowMs() - start < ms) {
-    if (__atomic_load_n(&f->abortFlag, __ATOMIC_ACQUIRE)) return bootNowMs() - start;
-    bootSleepMs(1);
-  }
-  return -1;
-}
-
 static int linkIsSocketTo(int fd) {
   struct stat st;
   union fcclSocketAddress peer;
@@ -116,7 +106,7 @@ static int leaveRank(int rank, int nranks, void* arg) {
       raise(SIGKILL);
     }
   } else {
-    const int64_t seen = waitFailed(&f, sc->how == 0 ? 1000 : DEATH_SEEN_MS);
+    const int64_t seen = fakeCommWaitFailed(&f, sc->how == 0 ? 1000 : DEATH_SEEN_MS);
     if (sc->how == 0) {
       EXPECT_MSG(seen < 0, "rank %d: a goodbye failed the communicator: %s", rank, f.comm.failure);
     } else {
@@ -192,7 +182,7 @@ static int partialRank(int rank, int nranks, void* arg) {
     EXPECT_MSG(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
                "rank %d: a forked child still holds the link", rank);
     EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK); /* both children are gone */
-    EXPECT_MSG(waitFailed(&f, 200) < 0, "rank %d: failed with its peer alive: %s", rank, f.comm.failure);
+    EXPECT_MSG(fakeCommWaitFailed(&f, 200) < 0, "rank %d: failed with its peer alive: %s", rank, f.comm.failure);
     EXPECT_MSG(linkIsSocketTo(links[other]), "rank %d: the fork closed the parent's link", rank);
     EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK); /* nobody leaves before both looked */
     fcclMonitorForget(&f.comm, 1);

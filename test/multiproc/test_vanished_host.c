@@ -42,16 +42,6 @@ struct scenario {
   int kind;
 };
 
-/* Waits up to ms for the fake communicator to fail; returns the milliseconds it took, or -1. */
-static int64_t waitFailed(struct fakeComm* f, int ms) {
-  const int64_t start = bootNowMs();
-  while (bootNowMs() - start < ms) {
-    if (__atomic_load_n(&f->abortFlag, __ATOMIC_ACQUIRE)) return bootNowMs() - start;
-    bootSleepMs(1);
-  }
-  return -1;
-}
-
 /* Forgets the watch (with a goodbye or not), destroys the bootstrap, checks the monitor is idle. */
 static int tearDown(int rank, struct fcclBootstrap* b, struct fakeComm* watching, int goodbye) {
   const int64_t start = bootNowMs();
@@ -89,7 +79,7 @@ static int stoppedPeer(int rank, struct bootShared* shared, struct fcclBootstrap
     EXPECT_EQ_INT(testShmWait(shared->shm, &shared->flags[FLAG_PID], 1, 10000, "rank 1's pid"), TEST_SHM_OK);
     const int pid = shared->flags[FLAG_PID];
     EXPECT_MSG(waitStopped(pid, 10000), "rank 1 (pid %d) did not stop", pid);
-    const int64_t failedAfter = waitFailed(f, keepaliveMs + POLL_MARGIN_MS);
+    const int64_t failedAfter = fakeCommWaitFailed(f, keepaliveMs + POLL_MARGIN_MS);
     EXPECT_MSG(failedAfter < 0, "rank 0: rank 1, stopped but its host answering, failed the communicator: %s",
                f->comm.failure);
     printf("stopped, rank 0: rank 1 stopped for %d ms, nothing failed\n", keepaliveMs + POLL_MARGIN_MS);
@@ -137,8 +127,8 @@ static int hostRank(int rank, int nranks, void* arg) {
     struct fcclMonitorPeer other = {.rank = peer, .pid = 1000 + peer, .host = "elsewhere", .link = links[peer]};
     EXPECT_EQ_INT(fcclMonitorWatch(&f.comm, &other, 1), fcclSuccess);
     /* An idle link whose peer answers its probes fails nothing, however long it stays idle. */
-    EXPECT_MSG(waitFailed(&f, keepaliveMs + POLL_MARGIN_MS) < 0, "rank %d: failed with the network whole: %s", rank,
-               f.comm.failure);
+    EXPECT_MSG(fakeCommWaitFailed(&f, keepaliveMs + POLL_MARGIN_MS) < 0, "rank %d: failed with the network whole: %s",
+               rank, f.comm.failure);
   }
   EXPECT_EQ_INT(testShmBarrier(shared->shm, rank), TEST_SHM_OK);
   if (sc->kind == STOPPED) return stoppedPeer(rank, shared, b, &f, keepaliveMs);
@@ -153,7 +143,7 @@ static int hostRank(int rank, int nranks, void* arg) {
   char who[32];
   snprintf(who, sizeof(who), "rank %d", peer);
   if (sc->kind == LINKS) {
-    const int64_t seen = waitFailed(&f, keepaliveMs + POLL_MARGIN_MS);
+    const int64_t seen = fakeCommWaitFailed(&f, keepaliveMs + POLL_MARGIN_MS);
     EXPECT_MSG(seen >= 0, "rank %d: the cut was not seen within %d ms", rank, keepaliveMs + POLL_MARGIN_MS);
     EXPECT_EQ_INT(f.comm.asyncError, fcclRemoteError);
     EXPECT_STR_CONTAINS(f.comm.failure, who);
