@@ -157,10 +157,56 @@ static int productOfSomeOrder(fcclDataType_t type, double g, const double* x, in
   return 0;
 }
 
+/* Whether g is a product NCCL may give of more inputs than productOfSomeOrder emulates, in whatever order or tree:
+ * every partial product is a subset's, rounded with a relative error of eps while normal and an absolute one of
+ * eps * minNormal while subnormal (an error the other inputs' product carries to the end), infinite past
+ * maxFinite. So an infinity (and with it a NaN against a zero) is acceptable only where some subset's product
+ * overflows, and a loss of precision beyond n roundings only where some subset's goes below minNormal. Subsets'
+ * magnitudes in log2, since they need not fit the type, nor a double. */
+static int productOfAnyTree(double g, const double* x, int n, double eps, double minNormal, double maxFinite) {
+  double logs[REF_MAX_RANKS], logTotal = 0;
+  long double exact = 1; /* x86's 64-bit mantissa and 15-bit exponent: exact enough for every type */
+  int m = 0, zeros = 0, infs = 0, negative = 0;
+  for (int r = 0; r < n; r++) {
+    negative ^= signbit(x[r]) != 0;
+    if (x[r] == 0) {
+      zeros++;
+    } else if (isinf(x[r])) {
+      infs++;
+    } else {
+      logs[m] = log2(fabs(x[r]));
+      logTotal += logs[m++];
+      exact *= fabsl((long double)x[r]);
+    }
+  }
+  const double product = (negative ? -1.0 : 1.0) * (double)exact;
+  if (!zeros && !infs && isfinite(g) && fabs(g - product) <= 4.0 * n * eps * fabs(product) + n * minNormal) return 1;
+  /* margins of 1% in log2 for the partials' own rounding errors */
+  const double logMax = log2(maxFinite) - 0.01, logMinNormal = log2(minNormal) + 0.01;
+  const double logHalfStep = log2(eps) + log2(minNormal); /* for float64 2^-1075, no double */
+  int overflows = 0, flushes = 0;
+  double carried = 0; /* the bound on what subnormal partials lose, as it reaches the result */
+  for (uint32_t set = 1; set < (1u << m); set++) {
+    if (!(set & (set - 1))) continue; /* an input alone is exact */
+    double l = 0;
+    for (int k = 0; k < m; k++)
+      if (set >> k & 1) l += logs[k];
+    if (l >= logMax) overflows = 1;
+    if (l < logMinNormal) carried += exp2(logHalfStep + logTotal - l);
+    if (l < logHalfStep + 0.01) flushes = 1;
+  }
+  if (zeros && infs) return isnan(g);
+  if (isnan(g)) return (zeros || flushes) && (infs || overflows);
+  if (zeros) return g == 0;
+  const int sameSign = (signbit(g) != 0) == negative;
+  if (infs || isinf(g)) return isinf(g) && sameSign && (infs || overflows);
+  return fabs(g - product) <= 4.0 * n * eps * fabs(product) + 2.0 * carried + n * minNormal;
+}
+
 /* Whether got is what NCCL may legitimately give: fccl's result (refCheckElement) or, for floats, NCCL's rules:
  * max/min skip NaN, and sums/products are rounded to the element's own precision at each of up to nranks steps
- * (products of up to 4 ranks: emulated in every order, since a partial product may overflow or lose bits to the
- * subnormal range that the exact product does not). */
+ * (a partial product may overflow or lose bits to the subnormal range that the exact product does not: products of
+ * up to 4 ranks are emulated in every order, those of more bounded over every subset). */
 static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n) {
   if (refCheckElement(type, op, got, in, n)) return 1;
   if (!refTypeIsFloat(type)) return 0;
@@ -170,7 +216,7 @@ static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, con
   const double minNormal = type == fcclFloat16 ? 0x1p-14 : type == fcclFloat64 ? 0x1p-1022 : 0x1p-126;
   const double g = toDouble(type, got);
   int anyNan = 0;
-  double best = NAN, absSum = 0, product = 1;
+  double best = NAN, absSum = 0;
   for (int r = 0; r < n; r++) {
     const double x = toDouble(type, in[r]);
     if (isnan(x)) {
@@ -179,18 +225,14 @@ static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, con
     }
     if (isnan(best) || (op == fcclMax ? x > best : x < best)) best = x;
     absSum += fabs(x);
-    product *= x;
   }
   if (op == fcclMax || op == fcclMin) return g == best || (anyNan && isnan(g));
   if (anyNan) return isnan(g);
-  if (op == fcclProd && n <= 4) {
-    double x[4];
-    for (int r = 0; r < n; r++) x[r] = toDouble(type, in[r]);
-    return productOfSomeOrder(type, g, x, n, eps, 2.0 * eps * minNormal);
-  }
   if (op == fcclProd) {
-    if (isinf(g) || isinf(product)) return isinf(g) && fabs(product) > maxFinite / 2;
-    return fabs(g - product) <= 4.0 * n * eps * fabs(product) + n * minNormal;
+    double x[REF_MAX_RANKS];
+    for (int r = 0; r < n; r++) x[r] = toDouble(type, in[r]);
+    return n <= 4 ? productOfSomeOrder(type, g, x, n, eps, 2.0 * eps * minNormal)
+                  : productOfAnyTree(g, x, n, eps, minNormal, maxFinite);
   }
   double tol = 0;
   const double ref = refReduceDouble(type, op, in, n, &tol);
