@@ -24,7 +24,9 @@ grep -q -- "-R 2" "$dir/calls.txt" && fail "AB_BUFFERS=plain ran registered buff
 # 1 KiB: base and same 2.5 + 1024 / 40000 = 2.53 us; slow (FCCL_ALGO=ll, +1 us) 3.53 us, ratio 1.40.
 awk '$1 == 1024 && $2 == "2.53" && $4 == "2.53" && $6 == "3.53" && $7 == "(1.396)" { found = 1 } END { exit !found }' \
   "$dir/out/ab.txt" || fail "wrong table row for 1024 bytes"
-[ "$(ls "$dir/out" | tr '\n' ' ')" = "ab.csv ab.txt " ] || fail "gpu-ab wrote $(ls "$dir/out")"
+[ "$(ls "$dir/out" | tr '\n' ' ')" = "ab.csv ab.txt runs " ] || fail "gpu-ab wrote $(ls "$dir/out")"
+[ "$(ls "$dir/out/runs" | grep -c '\.csv$')" = 6 ] && [ -s "$dir/out/runs/runs.txt" ] ||
+  fail "gpu-ab kept $(ls "$dir/out/runs" | tr '\n' ' ') in runs/, not the 6 runs' CSVs and their output"
 [ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 6 ] || fail "ab.csv does not hold 6 rows for 1024 bytes"
 bash "$lab/gpu-ab" "$dir/out2" base="$dir/none" > /dev/null 2>&1 && fail "a variant without a build ran"
 echo "gpu-ab: $failures failed"
