@@ -207,6 +207,9 @@ static const badFlags_t badFlags[] = {
     {{"extra"}, "unexpected argument 'extra'"},
     {{"--share-gpu=1"}, "takes no value"},
     {{"--path", "mpi"}, "'fccl', 'nccl', 'hier' or 'auto', not 'mpi'"},
+    {{"--hosts", "0"}, "the host count must be 1 to 1024"},
+    {{"--hosts", "1025"}, "the host count must be 1 to 1024"},
+    {{"--hosts", "two"}, "--hosts"},
     /* garbage numbers and sizes */
     {{"-b", "12Q"}, "not a size"},
     {{"-b", "nan"}, "not a size"},
@@ -1056,6 +1059,45 @@ static void testPlan(void) {
   EXPECT_STR_CONTAINS(err, "no GPU");
 }
 
+/* --hosts: consecutive processes pose as one host; NCCL takes ranks sharing a GPU only from different hosts. */
+static void testPlanHosts(void) {
+  benchArgs_t args;
+  benchLayout_t layout;
+  char err[256];
+  benchArgsDefaults(&args);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-np", "4", "--hosts", "2", "--share-gpu", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.hosts, 2);
+  EXPECT_EQ_INT(benchPlanLocal(&args, 2, &layout, err, sizeof(err)), 0);
+  EXPECT_EQ_INT(layout.hosts, 2);
+  const int wantHost[4] = {0, 0, 1, 1};
+  for (int p = 0; p < 4; p++) EXPECT_EQ_INT(benchHostOf(&layout, p), wantHost[p]);
+  /* ranks 0 and 2 share GPU 0, 1 and 3 GPU 1: each pair of two hosts */
+  EXPECT(layout.shared && benchNcclTakesSharing(&layout));
+  EXPECT_EQ_INT(benchPlanLocal(&args, 1, &layout, err, sizeof(err)), 0);
+  EXPECT(!benchNcclTakesSharing(&layout)); /* all four on GPU 0: ranks 0 and 1 are one host */
+  args.hosts = 4;
+  EXPECT_EQ_INT(benchPlanLocal(&args, 1, &layout, err, sizeof(err)), 0);
+  EXPECT(benchNcclTakesSharing(&layout));
+  EXPECT_EQ_INT(benchHostOf(&layout, 3), 3);
+  args.hosts = 0;
+  EXPECT_EQ_INT(benchPlanLocal(&args, 2, &layout, err, sizeof(err)), 0);
+  EXPECT(!benchNcclTakesSharing(&layout) && benchHostOf(&layout, 3) == 0);
+  args.nProcs = 2;
+  EXPECT_EQ_INT(benchPlanLocal(&args, 2, &layout, err, sizeof(err)), 0);
+  EXPECT(!layout.shared && benchNcclTakesSharing(&layout)); /* nothing shared */
+  args.nProcs = 3;
+  args.hosts = 2;
+  EXPECT_EQ_INT(benchPlanLocal(&args, 3, &layout, err, sizeof(err)), -1);
+  EXPECT_STR_CONTAINS(err, "--hosts 2: 3 processes do not split into 2 hosts");
+  /* two threads per process: both of a process's ranks are its host's */
+  args.nProcs = 2;
+  args.nThreads = 2;
+  EXPECT_EQ_INT(benchPlanLocal(&args, 2, &layout, err, sizeof(err)), 0);
+  EXPECT(benchNcclTakesSharing(&layout)); /* GPU 0: ranks 0 (process 0, host 0) and 2 (process 1, host 1) */
+  EXPECT_EQ_INT(benchPlanLocal(&args, 1, &layout, err, sizeof(err)), 0);
+  EXPECT(!benchNcclTakesSharing(&layout)); /* GPU 0: ranks 0 and 1 of one process */
+}
+
 static int bodyExit(int proc, void* arg) {
   int failing = *(int*)arg;
   if (proc == failing) return 3;
@@ -1146,6 +1188,7 @@ int main(void) {
   testExchange();
   testLaunchVariables();
   testPlan();
+  testPlanHosts();
   testForkLauncher();
   return testSummary("bench");
 }

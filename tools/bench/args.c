@@ -108,7 +108,7 @@ enum {
   FLAG_AGGITERS, FLAG_WARMUP, FLAG_CYCLES, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT,
   FLAG_BLOCKING, FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_TIMESTAMPS, FLAG_MEMORY, FLAG_AVERAGE, FLAG_UNALIGN,
   FLAG_REGISTER, FLAG_JSON, FLAG_PERITER, FLAG_PERITERSKIP, FLAG_STREAMNULL, FLAG_CTAPOLICY, FLAG_DEVICEIMPL,
-  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_PATH, FLAG_CSV, FLAG_SHARE, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_PATH, FLAG_CSV, FLAG_SHARE, FLAG_HOSTS, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
 };
 enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
 
@@ -159,6 +159,7 @@ static const struct {
     {0, "path", FLAG_PATH, ARG_TEXT},
     {0, "csv", FLAG_CSV, ARG_TEXT},
     {0, "share-gpu", FLAG_SHARE, ARG_NONE},
+    {0, "hosts", FLAG_HOSTS, ARG_INT},
     {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE},
     {0, "progress", FLAG_PROGRESS, ARG_INT},
     {'h', "help", FLAG_HELP, ARG_NONE},
@@ -389,6 +390,10 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       args->csvPath = value;
       break;
     case FLAG_SHARE: args->shareGpu = 1; break;
+    case FLAG_HOSTS:
+      if (n < 1 || n > 1024) return benchError(err, errLen, "%s: the host count must be 1 to 1024", name);
+      args->hosts = n;
+      break;
     case FLAG_CORRUPT: args->injectCorruption = 1; break;
     case FLAG_PROGRESS: return parseSwitch(n, name, &args->progress, err, errLen);
     default: break;
@@ -492,6 +497,8 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  --path fccl|nccl|hier|auto  which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
+          "  --hosts <n>               the forked processes pose as n hosts, consecutive processes together (an\n"
+          "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths on one machine\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",

@@ -61,6 +61,7 @@ typedef struct {
   int op;                  /* -o: an op, or BENCH_ALL */
   int compareNccl;         /* --compare nccl */
   int shareGpu;            /* --share-gpu: ranks may share a GPU */
+  int hosts;               /* --hosts: the forked processes pose as this many hosts (0: one, the machine) */
   int injectCorruption;    /* --inject-corruption (hidden): flip one result element before the check */
   int progress;            /* --progress 0|1; -1: on when stderr is a terminal */
   const char* jsonPath;    /* -J */
@@ -359,6 +360,7 @@ typedef struct {
   int nRanks;   /* nProcs * nThreads * nGpus */
   int nDevices; /* visible GPUs */
   int shared;   /* more ranks than GPUs on this host: ranks share GPUs */
+  int hosts;    /* --hosts: consecutive processes in as many groups, each its own FCCL_HOSTID and NCCL_HOSTID */
 } benchLayout_t;
 
 /* The local launcher's plan for nDevices visible GPUs. Returns 0, or -1 with err (too many ranks without
@@ -366,6 +368,13 @@ typedef struct {
 int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout, char* err, size_t errLen);
 /* The device of local rank index (proc-local ranks counted from firstLocal): (firstLocal + index) % nDevices. */
 int benchDeviceOf(const benchLayout_t* layout, int firstLocal, int index);
+
+/* --hosts: the host that forked process proc poses as (0 without --hosts). */
+int benchHostOf(const benchLayout_t* layout, int proc);
+
+/* Whether NCCL takes the ranks that share a GPU: each of another process and another host (--hosts) than the others
+ * on that GPU, since NCCL refuses two ranks of one host on one GPU. 1 when no GPU is shared. */
+int benchNcclTakesSharing(const benchLayout_t* layout);
 
 /* Runs body(proc, arg) in nProcs forked children and waits. When one fails (non-zero exit or a signal),
  * onFailure(arg) runs at once (may be NULL; the benchmark aborts the shared exchange with it, so the others stop

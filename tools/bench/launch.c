@@ -93,6 +93,10 @@ int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout,
   layout->nRanks = nProcs * perProc;
   layout->nDevices = nDevices;
   layout->shared = layout->nRanks > nDevices;
+  layout->hosts = args->hosts;
+  if (args->hosts > 0 && nProcs % args->hosts != 0)
+    return benchError(err, errLen, "--hosts %d: %d process%s do not split into %d hosts of as many processes each",
+                      args->hosts, nProcs, nProcs == 1 ? "" : "es", args->hosts);
   if (layout->shared && !args->shareGpu)
     return benchError(err, errLen,
                        "%d ranks (-np %d, -t %d, -g %d) need %d GPUs but %d %s visible; --share-gpu lets ranks "
@@ -104,6 +108,23 @@ int benchPlanLocal(const benchArgs_t* args, int nDevices, benchLayout_t* layout,
 
 int benchDeviceOf(const benchLayout_t* layout, int firstLocal, int index) {
   return layout->nDevices > 0 ? (firstLocal + index) % layout->nDevices : 0;
+}
+
+int benchHostOf(const benchLayout_t* layout, int proc) {
+  return layout->hosts > 0 ? proc / (layout->nProcs / layout->hosts) : 0;
+}
+
+int benchNcclTakesSharing(const benchLayout_t* layout) {
+  const int perProc = layout->nThreads * layout->nGpus;
+  if (layout->nDevices < 1 || perProc < 1) return 0;
+  /* A forked rank r's GPU is r modulo the GPUs (benchDeviceOf with firstLocal = r's agent's first rank). */
+  for (int r = 0; r < layout->nRanks; r++) {
+    for (int s = r + layout->nDevices; s < layout->nRanks; s += layout->nDevices) {
+      const int procR = r / perProc, procS = s / perProc;
+      if (procR == procS || benchHostOf(layout, procR) == benchHostOf(layout, procS)) return 0;
+    }
+  }
+  return 1;
 }
 
 static void sleepMs(int ms) {

@@ -110,6 +110,13 @@ static int processMain(int proc, void* arg) {
   benchOob_t oobs[64];
   pthread_t threads[64];
   if (proc == 0 || process.mode != BENCH_LAUNCH_LOCAL) setlinebuf(stdout);
+  if (layout->hosts > 0) {
+    /* Before this process's first fccl or NCCL call: both read their host identity once. */
+    char host[32];
+    snprintf(host, sizeof(host), "bench-host-%d", benchHostOf(layout, proc));
+    setenv("FCCL_HOSTID", host, 1);
+    setenv("NCCL_HOSTID", host, 1);
+  }
   for (int t = 0; t < nThreads; t++) {
     agentPlan_t* plan = &plans[t];
     memset(plan, 0, sizeof(*plan));
@@ -232,14 +239,20 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     if (process.layout.shared) {
       printf("# %d ranks share %d GPU%s (--share-gpu): the numbers measure contention, not the links\n",
              process.layout.nRanks, nDevices, nDevices == 1 ? "" : "s");
-      if (args->compareNccl && !process.compareSkipped) {
-        printf("# --compare nccl: NCCL does not run two ranks on one GPU; measuring fccl alone\n");
+      if (args->compareNccl && !process.compareSkipped && !benchNcclTakesSharing(&process.layout)) {
+        printf("# --compare nccl: NCCL does not run two ranks of one host on one GPU (--hosts can make them two "
+               "hosts); measuring fccl alone\n");
         process.compareSkipped = 1;
       }
     }
-    snprintf(process.launchText, sizeof(process.launchText), "%d process%s forked here (%d thread%s x %d GPU%s each)",
-             process.layout.nProcs, process.layout.nProcs == 1 ? "" : "es", process.layout.nThreads,
-             process.layout.nThreads == 1 ? "" : "s", process.layout.nGpus, process.layout.nGpus == 1 ? "" : "s");
+    char hostsText[64] = "";
+    if (args->hosts > 0)
+      snprintf(hostsText, sizeof(hostsText), ", posing as %d host%s (--hosts)", args->hosts,
+               args->hosts == 1 ? "" : "s");
+    snprintf(process.launchText, sizeof(process.launchText),
+             "%d process%s forked here (%d thread%s x %d GPU%s each)%s", process.layout.nProcs,
+             process.layout.nProcs == 1 ? "" : "es", process.layout.nThreads, process.layout.nThreads == 1 ? "" : "s",
+             process.layout.nGpus, process.layout.nGpus == 1 ? "" : "s", hostsText);
     process.shm = benchShmCreate(process.layout.nProcs * process.layout.nThreads);
     if (!process.shm) {
       fprintf(stderr, "%s: cannot map the shared exchange: %s\n", program, strerror(errno));
@@ -257,6 +270,11 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
 #if FCCL_HAVE_MPI
   useMpi = process.env.fromMpiLauncher;
 #endif
+  if (args->hosts > 0) {
+    fprintf(stderr, "%s: --hosts poses forked processes as hosts; under %s give each process its own FCCL_HOSTID "
+            "and NCCL_HOSTID instead\n", program, process.env.source);
+    return 2;
+  }
   if (args->nThreads != 1 || (!useMpi && args->nGpus != 1)) {
     fprintf(stderr, "%s: under %s each process is one rank: -t 1 -g 1%s\n", program, process.env.source,
             useMpi ? " (-g works with MPI)" : "");
