@@ -5,7 +5,8 @@
  * taking one end down, which leaves the other side's packets unanswered with no end of stream and no reset, as a
  * host that loses power or its network does. The namespaces are held by descriptors only, so they and the pair
  * vanish with the last process that holds one or runs in one, however the test ends. Needs what root has (network
- * namespaces, iproute2's ip, the veth driver).
+ * namespaces, CAP_NET_ADMIN, the veth driver) and no external program: the kernel is asked directly (rtnetlink, the
+ * interface ioctls).
  */
 #ifndef FCCL_TEST_WIRE_H_
 #define FCCL_TEST_WIRE_H_
@@ -18,13 +19,13 @@ struct testWire {
 
 /* Lays the wire (both ends up with their addresses, lo up on each side: a process reaches its own address through
  * lo). Call it single-threaded, before forking the ranks. Returns NULL, or why this machine cannot lay it (the test
- * is then to be skipped). */
+ * is then to be skipped): the call that failed and its error's text, valid until the next call. */
 const char* testWireLay(struct testWire* wire);
 
 /* In a forked rank: moves the process into side's namespace. 0 on success. */
 int testWireEnter(const struct testWire* wire, int side);
 
-/* Takes side's end down: from a process in side's namespace. 0 on success. */
+/* Takes side's end down: from a process in side's namespace. 0 on success, else -1 with errno set. */
 int testWireCut(const struct testWire* wire, int side);
 
 /* Closes the descriptors (the namespaces go when no process runs in them any more). */
