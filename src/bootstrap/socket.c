@@ -420,9 +420,11 @@ fcclResult_t fcclSocketRecvAll(int fd, void* buf, size_t size, int64_t deadlineM
   return fcclSuccess;
 }
 
-void fcclSocketSetKeepalive(int fd, int keepaliveMs) {
+void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs) {
+  if (keepaliveMs <= 0) return;
+  if (keepaliveMs > INT32_MAX) keepaliveMs = INT32_MAX;
   int one = 1, idle = 1, interval = 1;
-  int count = keepaliveMs / 1000 > 1 ? keepaliveMs / 1000 : 1;
+  int count = keepaliveMs / 1000 > 1 ? (int)(keepaliveMs / 1000) : 1;
   unsigned int userTimeout = (unsigned int)keepaliveMs;
   (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));

@@ -90,8 +90,8 @@ void fcclSocketClose(int* fd);
 /* Keepalive probes from a second of silence on, every second, and the kernel's user timeout of keepaliveMs, so that
  * a connection whose peer host stops answering (lost power or network: no end of stream, no reset) fails with
  * ETIMEDOUT after about keepaliveMs. A peer process that is merely slow does not trip it: its kernel answers the
- * probes. Best effort: a socket without them still sees its peer's process end. */
-void fcclSocketSetKeepalive(int fd, int keepaliveMs);
+ * probes. Best effort: a socket without them still sees its peer's process end. keepaliveMs <= 0: none. */
+void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs);
 
 /*
  * Closes a connection whose peer has already closed its end (we saw end of stream) without leaving it in

@@ -523,8 +523,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   const int64_t start = fcclTimeMs();
   const int64_t deadline = start + timeoutMs;
   /* A host that stops answering ends its connections within the keepalive, not at the timeout. */
-  const int64_t keepaliveParam = fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
-  const int keepaliveMs = keepaliveParam > INT32_MAX ? INT32_MAX : (int)keepaliveParam;
+  const int64_t keepaliveMs = fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
   int rootFd = -1, listenFd = -1;
   uint8_t* welcome = NULL;
   union fcclSocketAddress* addrs = NULL;
@@ -548,7 +547,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
 
   /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */
   FCCLCHECKGOTO(fcclSocketConnect(&wid.rootAddr, deadline, abortFlag, 1, "the bootstrap root", &rootFd), res, fail);
-  if (keepaliveMs > 0) fcclSocketSetKeepalive(rootFd, keepaliveMs);
+  fcclSocketSetKeepalive(rootFd, keepaliveMs);
   struct fcclWireHello hello;
   memset(&hello, 0, sizeof(hello));
   if (nranks > 1) {
@@ -623,10 +622,8 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
       goto fail;
     }
     fcclSocketClose(&listenFd);
-    if (keepaliveMs > 0) {
-      fcclSocketSetKeepalive(t->fdNext, keepaliveMs);
-      fcclSocketSetKeepalive(t->fdPrev, keepaliveMs);
-    }
+    fcclSocketSetKeepalive(t->fdNext, keepaliveMs);
+    fcclSocketSetKeepalive(t->fdPrev, keepaliveMs);
   }
   /* The root (when it runs in this process) has finished or is about to: every rank had its welcome. */
   fcclTcpRootClaim(wid.secret);
