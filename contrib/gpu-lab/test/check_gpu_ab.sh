@@ -28,6 +28,11 @@ awk '$1 == 1024 && $2 == "2.53" && $4 == "2.53" && $6 == "3.53" && $7 == "(1.396
 [ "$(ls "$dir/out/runs" | grep -c '\.csv$')" = 6 ] && [ -s "$dir/out/runs/runs.txt" ] ||
   fail "gpu-ab kept $(ls "$dir/out/runs" | tr '\n' ' ') in runs/, not the 6 runs' CSVs and their output"
 [ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 6 ] || fail "ab.csv does not hold 6 rows for 1024 bytes"
+# Again into the same folder: the table is this run's alone, not the last one's CSVs as well.
+AB_MAX=64K AB_BUFFERS=plain bash "$lab/gpu-ab" "$dir/out" base="$dir/a" same="$dir/b" > /dev/null 2>&1 ||
+  fail "gpu-ab exited non-zero the second time"
+[ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 4 ] ||
+  fail "the second run's ab.csv does not hold its own 4 rows for 1024 bytes"
 bash "$lab/gpu-ab" "$dir/out2" base="$dir/none" > /dev/null 2>&1 && fail "a variant without a build ran"
 echo "gpu-ab: $failures failed"
 [ $failures = 0 ]
