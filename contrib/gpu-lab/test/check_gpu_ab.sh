@@ -25,8 +25,9 @@ grep -q -- "-R 2" "$dir/calls.txt" && fail "AB_BUFFERS=plain ran registered buff
 awk '$1 == 1024 && $2 == "2.53" && $4 == "2.53" && $6 == "3.53" && $7 == "(1.396)" { found = 1 } END { exit !found }' \
   "$dir/out/ab.txt" || fail "wrong table row for 1024 bytes"
 [ "$(ls "$dir/out" | tr '\n' ' ')" = "ab.csv ab.txt runs " ] || fail "gpu-ab wrote $(ls "$dir/out")"
-[ "$(ls "$dir/out/runs" | grep -c '\.csv$')" = 6 ] && [ -s "$dir/out/runs/runs.txt" ] ||
-  fail "gpu-ab kept $(ls "$dir/out/runs" | tr '\n' ' ') in runs/, not the 6 runs' CSVs and their output"
+set -- "$dir"/out/runs/*.csv
+[ $# = 6 ] || fail "gpu-ab kept $# CSVs in runs/, not the 6 runs'"
+[ -s "$dir/out/runs/runs.txt" ] || fail "gpu-ab kept no output of the runs in runs/"
 [ "$(grep -c ',1024,512,' "$dir/out/ab.csv")" = 6 ] || fail "ab.csv does not hold 6 rows for 1024 bytes"
 # Again into the same folder: the table is this run's alone, not the last one's CSVs as well.
 AB_MAX=64K AB_BUFFERS=plain bash "$lab/gpu-ab" "$dir/out" base="$dir/a" same="$dir/b" > /dev/null 2>&1 ||
