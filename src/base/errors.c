@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Result codes in words, and the calling thread's last error (fcclSetError writes it, fcclGetLastError(NULL)
- * reads it; the communicator's copy lives in core/comm.c). */
+ * reads it; the communicator's copy lives in core/comm/comm.c). */
 #include "check.h"
 #include "debug.h"
 #include "fccl.h"

@@ -13,15 +13,15 @@
 #include <stdint.h>
 
 #define FCCL_COMM_MAGIC 0x6663636c636f6d6dull /* "fcclcomm": catches stale or foreign handles */
-#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (core/local_group.h) */
+#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (core/comm/local_group.h) */
 #define FCCL_COMM_NAME_MAX 64
 
 struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owned by the bootstrap layer) */
 struct fcclPeerInfo;      /* src/include/bootstrap.h: what each rank told the others at init */
 struct fcclTransport;     /* src/include/transport.h: peer mappings of this communicator (transport layer) */
 struct fcclDeviceState;   /* src/include/device_host.h / collectives: device-side state (device layer) */
-struct fcclNcclComm;      /* core/nccl_path.h: the NCCL communicator fccl created and owns */
-struct fcclHier;          /* core/hier.h: the hierarchical path's host communicator and rail */
+struct fcclNcclComm;      /* core/engine/nccl_path.h: the NCCL communicator fccl created and owns */
+struct fcclHier;          /* core/engine/hier.h: the hierarchical path's host communicator and rail */
 
 struct fcclComm {
   uint64_t magic;
@@ -43,22 +43,22 @@ struct fcclComm {
   struct fcclTransport* transport;
   struct fcclDeviceState* device; /* NULL on the NCCL path: fccl's kernels never run there */
 
-  /* ---- paths (core/path.c, core/nccl_path.c; docs/paths.md) ---- */
+  /* ---- paths (core/engine/path.c, core/engine/nccl_path.c; docs/paths.md) ---- */
   fcclPath_t path;                   /* which engine carries the collectives, decided at init */
   char pathReason[256];              /* why (fcclCommGetPath) */
   char ncclMissing[256];             /* why there is no NCCL communicator, when nccl is NULL */
   struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM);
                                       * hier path for every call but the all-reduce (and its remainder) */
-  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/hier.c) */
+  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/engine/hier.c) */
 
-  /* ---- communicators (core/init.c) ---- */
+  /* ---- communicators (core/comm/init.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
   pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
-  struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/local_group.h), or NULL */
+  struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/comm/local_group.h), or NULL */
 
   unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
-  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name (core/shrink.c) */
+  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name (core/comm/shrink.c) */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
@@ -96,12 +96,12 @@ void fcclCommFail(struct fcclComm* comm, fcclResult_t result, const char* text, 
  * the communicator works), which an init that was still running when it came has not taken as its async error. */
 fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
 
-/* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm.c,
+/* Copies the calling thread's last error into the communicator, so any thread can read it later (core/comm/comm.c,
  * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
 /*
- * The host communicator of the hierarchical communicator parent (core/init.c, for core/hier.c): rank of nranks,
+ * The host communicator of the hierarchical communicator parent (core/comm/init.c, for core/engine/hier.c): rank of nranks,
  * the ranks of parent's host, met through id; on the fccl path whatever FCCL_PATH says, with parent's device,
  * timeout, name and allowSharedDevice, and parent's abort flag. Blocking; the init's error on failure (nothing is
  * left then).
@@ -112,7 +112,7 @@ fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* i
 /* Destroys a host communicator (collective over its ranks unless the abort flag is set); its error, if any. */
 fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm);
 
-/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/init.c). */
+/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/init.c). */
 fcclResult_t fcclCommAsyncState(struct fcclComm* comm);
 
 #endif /* FCCL_COMM_H_ */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The one path every collective call takes from its public function to the stream (src/core/enqueue.c): argument
+ * The one path every collective call takes from its public function to the stream (src/core/coll/enqueue.c): argument
  * and state checks, the stream's and buffers' device, registered or graph-registered buffers, the algorithm and
  * the launch. A collective is one struct fcclCollective (its file in src/core/ defines it beside its public call)
  * plus its kernels in src/device/: adding one is adding those files, not editing switch statements.
@@ -73,7 +73,7 @@ struct fcclCollective {
    * moves no data. */
   fcclResult_t (*launch)(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                          cudaStream_t stream);
-  /* Its form on the hierarchical path (core/hier.c), for a call that passed the checks, the comm's device current;
+  /* Its form on the hierarchical path (core/engine/hier.c), for a call that passed the checks, the comm's device current;
    * NULL: the world NCCL communicator carries it there. */
   fcclResult_t (*hierLaunch)(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 };
@@ -145,7 +145,7 @@ fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count,
 
 /* fcclAllReduceAddRMSNorm in the form chosen by the caller: form -1 chooses as the public call does
  * (FCCL_FUSED_ALGO included), FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT runs that form exactly (fcclInvalidArgument
- * when it cannot run the call). For tests (src/core/fused_norm.c). */
+ * when it cannot run the call). For tests (src/core/coll/fused_norm.c). */
 fcclResult_t fcclAllReduceAddRMSNormForm(const void* input, void* residual, const void* weight, void* output,
                                          size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
                                          fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,

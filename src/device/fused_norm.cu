@@ -21,7 +21,7 @@
  *          waits for before round k + 2 reuses the parity. Round k + 1 is pushed while round k is reduced, and the
  *          call ends once every peer consumed our last round, so that the next call finds every inbox free.
  * Block b of every rank handles the rows b, b + grid, ... of each round, and flags go between blocks of the same
- * index: the grid is the same on every rank (core/fused_norm.c computes it from the call's arguments only).
+ * index: the grid is the same on every rank (core/coll/fused_norm.c computes it from the call's arguments only).
  */
 #include "fused_norm.cuh"
 #include "kernels.cuh"

@@ -23,7 +23,7 @@
  *     posted from inside the call.
  *     sent, done   as push.
  *   copy (2 ranks, out of place, from FCCL_COPY_SCATTER_MIN) as push, but the host enqueued a barrier and a
- *     copy-engine copy of the peer's units before the kernel (core/allreduce.c): the copy engines move more than
+ *     copy-engine copy of the peer's units before the kernel (core/coll/allreduce.c): the copy engines move more than
  *     SM stores. When the kernel starts, our units of the peer's share are in the peer's output and the barrier
  *     stood for "ready".
  *     sent   (pad A step 2, release, acquire) the peer's copy into our output completed.

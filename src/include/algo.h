@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Which algorithm runs a collective call, and on how many blocks (src/core/algo.c): pure functions of the call's
+ * Which algorithm runs a collective call, and on how many blocks (src/core/coll/algo.c): pure functions of the call's
  * size, the rank count and whether the buffers are registered, so that every rank makes the same choice. The
  * thresholds are one table; docs/collectives.md explains each algorithm.
  */

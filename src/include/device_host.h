@@ -259,7 +259,7 @@ typedef enum {
   FCCL_ALGO_COUNT = 6,          /* the all-reduce's algorithms are [0, FCCL_ALGO_COUNT) */
   /* all-gather, reduce-scatter and broadcast: LL packets (small), direct on registered buffers, staged in rounds;
    * all-gather and broadcast also by the copy engines between two barrier kernels (no kernel of their own: the
-   * host enqueues the barriers and the copies, src/core/allgather.c and broadcast.c) */
+   * host enqueues the barriers and the copies, src/core/coll/allgather.c and broadcast.c) */
   FCCL_KERNEL_ALLGATHER_LL = 6,
   FCCL_KERNEL_ALLGATHER_DIRECT = 7,
   FCCL_KERNEL_ALLGATHER_STAGED = 8,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The collectives' per-communicator device state (src/core/device_state.c): the device-side communicator, epoch
+ * The collectives' per-communicator device state (src/core/comm/device_state.c): the device-side communicator, epoch
  * counters in device memory, the host-mapped abort and error words, and the knobs every rank must share. Built by
  * the communicator's init after the transport, freed by its teardown.
  */

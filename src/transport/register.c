@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/memory.c has the public calls),
+ * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/comm/memory.c has the public calls),
  * and the registrations that captured graphs hold (graph_register.c) made the same way.
  *
  * A registered buffer travels as (identity of the allocation it lies in, offset): for cudaMalloc memory the legacy

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The peer monitor (src/core/monitor.c) with real processes: communicators made by hand watch forked children as
+ * The peer monitor (src/core/comm/monitor.c) with real processes: communicators made by hand watch forked children as
  * their peers; a child killed with SIGKILL fails every communicator that includes it (fcclRemoteError, the rank
  * and pid named, the abort flag set) and no other; a peer already gone fails a communicator at once; a forked
  * child of a watching process watches nothing; forgetting every communicator stops the thread and closes every

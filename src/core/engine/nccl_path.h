@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The NCCL communicator a fccl communicator creates and owns (src/core/nccl_path.c): made at init through fccl's
+ * The NCCL communicator a fccl communicator creates and owns (src/core/engine/nccl_path.c): made at init through fccl's
  * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), blocking (NCCL's calls return once
  * launched; an ncclInProgress, from NCCL_COMM_BLOCKING=0, is waited for within the communicator's timeout and abort
  * flag), and aborted or destroyed with the communicator.
@@ -63,7 +63,7 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle);
 /* How many registrations the NCCL communicator holds (fcclCommGetMemStats). */
 unsigned long fcclNcclRegistrations(struct fcclComm* comm);
 
-/* ---- the hierarchical path (core/hier.c) ---- */
+/* ---- the hierarchical path (core/engine/hier.c) ---- */
 
 struct fcclNcclComm;
 

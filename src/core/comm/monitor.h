@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The process's watch over its peers' processes (src/core/monitor.c). One thread, shared by every communicator of
+ * The process's watch over its peers' processes (src/core/comm/monitor.c). One thread, shared by every communicator of
  * the process, polls a pidfd per peer process on this host (readable when its process exits: a SIGKILL, a crash,
  * the OOM killer) and a peer link per peer elsewhere (its end or a failed keepalive). Every communicator that includes that process is then failed at once: its
  * async error becomes fcclRemoteError naming the rank, its failure text says so, and its abort flag is set, so

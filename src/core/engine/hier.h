@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The hierarchical path (src/core/hier.c): several hosts with the same number of ranks, peer access inside each.
+ * The hierarchical path (src/core/engine/hier.c): several hosts with the same number of ranks, peer access inside each.
  * The communicator holds a host communicator of its host's ranks, on fccl's kernels, and a rail, an NCCL
  * communicator of the ranks of its local rank across the hosts; the world NCCL communicator (comm->nccl) carries
  * every call that has no hierarchical form. The all-reduce is fccl's reduce-scatter inside the host, NCCL's
