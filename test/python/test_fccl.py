@@ -41,6 +41,17 @@ import traceback
 import unittest
 
 import fccl
+import fccl._library
+from fccl._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_reduce_arguments,
+                             _all_to_all_arguments, _broadcast_arguments, _exclude_list, _peer_arguments,
+                             _reduce_scatter_arguments)
+from fccl._buffers import _as_buffer
+from fccl._c_api import _BootstrapCallbacksStruct, _ConfigStruct, _MemStatsStruct, _PROTOTYPES, _UniqueIdStruct
+from fccl._cuda_runtime import _cuda_runtime_conflict, _cudart_major
+from fccl._device import _device_index
+from fccl._elf import _elf_needed
+from fccl._external_bootstrap import _ExternalBootstrap
+from fccl._library import _check, _lib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.environ.get("TEST_FCCL_HEADER", os.path.join(HERE, "..", "..", "include", "fccl.h"))
@@ -79,7 +90,7 @@ class FakeCudaArray:
 
 class LibraryTest(unittest.TestCase):
     def test_loads_the_library_named_by_fccl_library(self):
-        library = fccl._lib()
+        library = _lib()
         if "FCCL_LIBRARY" in os.environ:
             self.assertEqual(library._name, os.environ["FCCL_LIBRARY"])
 
@@ -124,8 +135,8 @@ class LibraryTest(unittest.TestCase):
         text = re.sub(r"/\*.*?\*/", "", header_text(), flags=re.S)
         declared = {m.group(1): m.group(2) for m in re.finditer(r"FCCL_API [^;(]*?\b(fccl\w+)\(([^)]*)\)", text)}
         for name in ("fcclAllReduce", "fcclAllGather", "fcclReduceScatter", "fcclBroadcast", "fcclBarrier"):
-            self.assertIn(name, fccl._PROTOTYPES)
-        for name, (_, argtypes) in fccl._PROTOTYPES.items():
+            self.assertIn(name, _PROTOTYPES)
+        for name, (_, argtypes) in _PROTOTYPES.items():
             self.assertIn(name, declared)
             parameters = [p for p in declared[name].split(",") if p.strip() and p.strip() != "void"]
             self.assertEqual(len(argtypes), len(parameters), name)
@@ -137,10 +148,10 @@ class LibraryTest(unittest.TestCase):
 
     def test_struct_sizes_match_the_c_layout(self):
         # size_t, 2 x unsigned, 2 x int, a pointer, an int: 40 bytes with the tail padding on x86-64.
-        self.assertEqual(ctypes.sizeof(fccl._ConfigStruct), 40)
-        self.assertEqual(ctypes.sizeof(fccl._MemStatsStruct), 8 + 8 * 8)
-        self.assertEqual(ctypes.sizeof(fccl._UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
-        self.assertEqual(ctypes.sizeof(fccl._BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))
+        self.assertEqual(ctypes.sizeof(_ConfigStruct), 40)
+        self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 8 * 8)
+        self.assertEqual(ctypes.sizeof(_UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
+        self.assertEqual(ctypes.sizeof(_BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))
 
     def test_mem_stats_without_a_communicator(self):
         stats = fccl.mem_stats()
@@ -229,20 +240,20 @@ class CudaRuntimeTest(unittest.TestCase):
 
     def fccl_major(self):
         fccl.load()
-        needed = fccl._elf_needed(fccl._library_file)
-        major = fccl._cudart_major(needed)
+        needed = _elf_needed(fccl._library._library_file)
+        major = _cudart_major(needed)
         if major is None:
             self.skipTest(f"this libfccl does not load a shared libcudart: {needed}")
         return major
 
     def test_elf_needed_is_the_linkers_list(self):
         fccl.load()
-        needed = fccl._elf_needed(fccl._library_file)
+        needed = _elf_needed(fccl._library._library_file)
         self.assertIn("libc.so.6", needed)
         self.assertTrue(any(re.fullmatch(r"libcudart\.so\.\d+", name) for name in needed), needed)
         readelf = shutil.which("readelf")
         if readelf:
-            out = subprocess.run([readelf, "-d", fccl._library_file], capture_output=True, text=True,
+            out = subprocess.run([readelf, "-d", fccl._library._library_file], capture_output=True, text=True,
                                  timeout=60).stdout
             self.assertEqual(needed, re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out))
 
@@ -253,14 +264,14 @@ class CudaRuntimeTest(unittest.TestCase):
             with open(text, "w") as handle:
                 handle.write("not an ELF file\n" * 10)
             truncated = os.path.join(directory, "truncated")
-            with open(fccl._library_file, "rb") as source, open(truncated, "wb") as handle:
+            with open(fccl._library._library_file, "rb") as source, open(truncated, "wb") as handle:
                 handle.write(source.read(200))
-            self.assertEqual(fccl._elf_needed(text), [])
-            self.assertEqual(fccl._elf_needed(truncated), [])
-            self.assertEqual(fccl._elf_needed(os.path.join(directory, "missing")), [])
+            self.assertEqual(_elf_needed(text), [])
+            self.assertEqual(_elf_needed(truncated), [])
+            self.assertEqual(_elf_needed(os.path.join(directory, "missing")), [])
 
     def test_conflict_rules(self):
-        conflict = fccl._cuda_runtime_conflict
+        conflict = _cuda_runtime_conflict
         message = conflict(13, "12.4", [12, 13])
         self.assertIn("CUDA 13", message)
         self.assertIn("12.4", message)
@@ -318,10 +329,10 @@ class LibraryPathTest(unittest.TestCase):
 
     def test_library_path_loads_that_file(self):
         fccl.load()
-        path = fccl._library_file
+        path = fccl._library._library_file
         result = run_python("import fccl\n"
                             f"fccl.load(library_path={path!r})\n"
-                            "print(fccl._library_file, fccl.version())\n"
+                            "print(fccl._library._library_file, fccl.version())\n"
                             "try:\n"
                             "    fccl.load('/elsewhere/libfccl.so.0')\n"
                             "except fccl.FcclError as exc:\n"
@@ -331,7 +342,7 @@ class LibraryPathTest(unittest.TestCase):
         lines = result.stdout.splitlines()
         self.assertEqual(lines[0], f"{path} {header_version_code()}")
         self.assertIn(f"{int(fccl.Result.InvalidUsage)} libfccl is already loaded from {path}", lines[1])
-        self.assertEqual(fccl.load(path), fccl._lib())  # the same file again is no error
+        self.assertEqual(fccl.load(path), _lib())  # the same file again is no error
 
     def test_library_path_of_the_creation_call(self):
         result = run_python("import fccl\n"
@@ -348,7 +359,7 @@ class LibraryPathTest(unittest.TestCase):
 
 class DeviceArgumentTest(unittest.TestCase):
     def test_forms(self):
-        index = fccl._device_index
+        index = _device_index
         self.assertIsNone(index(None))
         self.assertEqual(index(3), 3)
         self.assertEqual(index("cuda:1"), 1)
@@ -391,7 +402,7 @@ def gpu_count():
     """CUDA devices the runtime sees, asked in a child of the libcudart that libfccl links (no torch needed, and
     this process's CUDA state stays untouched); 0 when there is no driver or no device."""
     code = ("import ctypes, fccl\n"
-            "fccl._lib()\n"
+            "fccl.load()\n"
             "path = next(line.split()[-1] for line in open('/proc/self/maps') if 'libcudart' in line)\n"
             "count = ctypes.c_int()\n"
             "print(count.value if ctypes.CDLL(path).cudaGetDeviceCount(ctypes.byref(count)) == 0 else 0)\n")
@@ -405,7 +416,7 @@ class AddRmsNormCheckTest(unittest.TestCase):
     """Everything all_reduce_add_rms_norm checks before calling C: the argument parser only."""
 
     def check(self, input, output, residual=None, weight=None, eps=1e-6, scale=None, scale_mode=None, hidden=None):
-        return fccl._add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode, None)
+        return _add_rms_norm_arguments(input, residual, weight, output, hidden, eps, scale, scale_mode, None)
 
     def test_rows_from_the_last_dimension(self):
         args = self.check(FakeCudaArray((3, 128), "<f2"), FakeCudaArray((3, 128), "<f2"),
@@ -473,7 +484,7 @@ class BufferCheckTest(unittest.TestCase):
     """Everything all_reduce checks before calling C: these run the argument parser only."""
 
     def check(self, send, recv=None, op="sum", stream=None):
-        return fccl._all_reduce_arguments(send, recv, op, stream)
+        return _all_reduce_arguments(send, recv, op, stream)
 
     def test_cuda_array_interface_types(self):
         for typestr, dtype in (("<f2", fccl.DataType.float16), ("<f4", fccl.DataType.float32),
@@ -628,114 +639,114 @@ class CollectiveArgumentTest(unittest.TestCase):
     communicator would give them): the counts between send and recv, types, a writable recv, op, root, streams."""
 
     def test_all_gather_counts(self):
-        send, recv, stream = fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((3, 5)), 3, None)
+        send, recv, stream = _all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((3, 5)), 3, None)
         self.assertEqual((send.count, recv.count, stream), (5, 15, 0))
         for nranks, recv_count in ((3, 14), (3, 5), (2, 15), (1, 6)):
             with self.assertRaises(ValueError):
-                fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((recv_count,)), nranks, None)
-        send, recv, _ = fccl._all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((5,)), 1, 7)  # one rank
+                _all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((recv_count,)), nranks, None)
+        send, recv, _ = _all_gather_arguments(FakeCudaArray((5,)), FakeCudaArray((5,)), 1, 7)  # one rank
         self.assertEqual(recv.count, 5)
         with self.assertRaises(ValueError):
-            fccl._all_gather_arguments(FakeCudaArray((5,)), None, 2, None)  # recv is required
+            _all_gather_arguments(FakeCudaArray((5,)), None, 2, None)  # recv is required
 
     def test_reduce_scatter_counts_and_op(self):
-        send, recv, op, stream = fccl._reduce_scatter_arguments(FakeCudaArray((8,), "<f2"), FakeCudaArray((2,), "<f2"),
-                                                                "max", 4, 0x99)
+        send, recv, op, stream = _reduce_scatter_arguments(FakeCudaArray((8,), "<f2"), FakeCudaArray((2,), "<f2"),
+                                                           "max", 4, 0x99)
         self.assertEqual((send.count, recv.count, op, stream), (8, 2, fccl.RedOp.max, 0x99))
         for nranks, recv_count in ((4, 3), (3, 2), (8, 2)):
             with self.assertRaises(ValueError):
-                fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((recv_count,)), "sum", nranks, None)
+                _reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((recv_count,)), "sum", nranks, None)
         with self.assertRaises(ValueError):
-            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), "mean", 4, None)
+            _reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), "mean", 4, None)
         with self.assertRaises(TypeError):
-            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), 2.0, 4, None)
+            _reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((2,)), 2.0, 4, None)
         with self.assertRaises(ValueError):
-            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), None, "sum", 4, None)
+            _reduce_scatter_arguments(FakeCudaArray((8,)), None, "sum", 4, None)
 
     def test_types_and_read_only_recv(self):
         with self.assertRaises(ValueError):
-            fccl._all_gather_arguments(FakeCudaArray((4,), "<f4"), FakeCudaArray((8,), "<f2"), 2, None)
+            _all_gather_arguments(FakeCudaArray((4,), "<f4"), FakeCudaArray((8,), "<f2"), 2, None)
         with self.assertRaises(ValueError):
-            fccl._reduce_scatter_arguments(FakeCudaArray((8,), "|i1"), FakeCudaArray((4,), "|u1"), "sum", 2, None)
+            _reduce_scatter_arguments(FakeCudaArray((8,), "|i1"), FakeCudaArray((4,), "|u1"), "sum", 2, None)
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(FakeCudaArray((4,), "<i8"), FakeCudaArray((4,), "<u8"), 0, 0, 2, None)
+            _broadcast_arguments(FakeCudaArray((4,), "<i8"), FakeCudaArray((4,), "<u8"), 0, 0, 2, None)
         with self.assertRaises(ValueError):
-            fccl._all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((8,), readonly=True), 2, None)
+            _all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((8,), readonly=True), 2, None)
         with self.assertRaises(ValueError):
-            fccl._reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((4,), readonly=True), "sum", 2, None)
+            _reduce_scatter_arguments(FakeCudaArray((8,)), FakeCudaArray((4,), readonly=True), "sum", 2, None)
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(FakeCudaArray((4,), readonly=True), None, 0, 0, 2, None)  # in place
+            _broadcast_arguments(FakeCudaArray((4,), readonly=True), None, 0, 0, 2, None)  # in place
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(None, FakeCudaArray((4,), readonly=True), 0, 1, 2, None)
-        fccl._all_gather_arguments(FakeCudaArray((4,), readonly=True), FakeCudaArray((8,)), 2, None)  # send may be
+            _broadcast_arguments(None, FakeCudaArray((4,), readonly=True), 0, 1, 2, None)
+        _all_gather_arguments(FakeCudaArray((4,), readonly=True), FakeCudaArray((8,)), 2, None)  # send may be
         with self.assertRaises(TypeError):
-            fccl._all_gather_arguments(FakeCudaArray((4,), "<c8"), FakeCudaArray((8,), "<c8"), 2, None)
+            _all_gather_arguments(FakeCudaArray((4,), "<c8"), FakeCudaArray((8,), "<c8"), 2, None)
         with self.assertRaises(ValueError):
-            fccl._all_gather_arguments(FakeCudaArray((4, 4), strides=(32, 4)), FakeCudaArray((32,)), 2, None)
+            _all_gather_arguments(FakeCudaArray((4, 4), strides=(32, 4)), FakeCudaArray((32,)), 2, None)
 
     def test_broadcast_root_and_buffers(self):
-        send, recv, stream = fccl._broadcast_arguments(FakeCudaArray((6,)), None, 1, 1, 2, None)
+        send, recv, stream = _broadcast_arguments(FakeCudaArray((6,)), None, 1, 1, 2, None)
         self.assertIs(send, recv)  # in place
-        send, recv, _ = fccl._broadcast_arguments((0x1000, 6, "bfloat16"), (0x2000, 6, "bfloat16"), 0, 0, 4, None)
+        send, recv, _ = _broadcast_arguments((0x1000, 6, "bfloat16"), (0x2000, 6, "bfloat16"), 0, 0, 4, None)
         self.assertEqual((send.pointer, recv.pointer), (0x1000, 0x2000))
-        send, recv, _ = fccl._broadcast_arguments(None, FakeCudaArray((6,)), 0, 3, 4, None)  # not the root
+        send, recv, _ = _broadcast_arguments(None, FakeCudaArray((6,)), 0, 3, 4, None)  # not the root
         self.assertIsNone(send)
         self.assertEqual(recv.count, 6)
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(None, FakeCudaArray((6,)), 2, 2, 4, None)  # the root must send
+            _broadcast_arguments(None, FakeCudaArray((6,)), 2, 2, 4, None)  # the root must send
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(None, None, 0, 1, 2, None)
+            _broadcast_arguments(None, None, 0, 1, 2, None)
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(FakeCudaArray((6,)), FakeCudaArray((7,)), 0, 0, 2, None)
+            _broadcast_arguments(FakeCudaArray((6,)), FakeCudaArray((7,)), 0, 0, 2, None)
         for root in (2, -1, 100):
             with self.assertRaises(ValueError):
-                fccl._broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+                _broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
         for root in (0.0, "0", True, None):
             with self.assertRaises(TypeError):
-                fccl._broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+                _broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
 
     def test_send_and_recv_peers_and_buffers(self):
-        buffer, stream = fccl._peer_arguments(FakeCudaArray((6,)), 1, 2, None, "send")
+        buffer, stream = _peer_arguments(FakeCudaArray((6,)), 1, 2, None, "send")
         self.assertEqual((buffer.count, stream), (6, 0))
-        buffer, _ = fccl._peer_arguments((0x1000, 5, "bfloat16"), 0, 4, 7, "recv")
+        buffer, _ = _peer_arguments((0x1000, 5, "bfloat16"), 0, 4, 7, "recv")
         self.assertEqual((buffer.pointer, buffer.dtype), (0x1000, fccl.DataType.bfloat16))
         for peer in (2, -1):
             with self.assertRaises(ValueError):
-                fccl._peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
+                _peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
         for peer in (1.0, "1", True, None):
             with self.assertRaises(TypeError):
-                fccl._peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
+                _peer_arguments(FakeCudaArray((6,)), peer, 2, None, "send")
         with self.assertRaises(ValueError):  # a receive writes its buffer
-            fccl._peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "recv")
-        fccl._peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "send")  # a send only reads it
+            _peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "recv")
+        _peer_arguments(FakeCudaArray((6,), readonly=True), 0, 2, None, "send")  # a send only reads it
 
     def test_all_to_all_blocks_and_buffers(self):
-        send, recv, count, _ = fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000),
-                                                          4, None)
+        send, recv, count, _ = _all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000), 4,
+                                                     None)
         self.assertEqual((send.count, recv.count, count), (12, 12, 3))
         same = FakeCudaArray((12,))
         for send, recv in ((same, same), (same, None)):  # in place is not an all-to-all
             with self.assertRaises(ValueError):
-                fccl._all_to_all_arguments(send, recv, 4, None)
+                _all_to_all_arguments(send, recv, 4, None)
         with self.assertRaises(ValueError):  # 12 elements do not split into 5 blocks
-            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000), 5, None)
+            _all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), pointer=0x1000), 5, None)
         with self.assertRaises(ValueError):
-            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((8,), pointer=0x1000), 4, None)
+            _all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((8,), pointer=0x1000), 4, None)
         with self.assertRaises(ValueError):
-            fccl._all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), "<f2", pointer=0x1000), 4, None)
+            _all_to_all_arguments(FakeCudaArray((12,)), FakeCudaArray((12,), "<f2", pointer=0x1000), 4, None)
 
     def test_shrink_takes_a_rank_or_ranks(self):
-        self.assertEqual(fccl._exclude_list(3), [3])
-        self.assertEqual(fccl._exclude_list((1, 2)), [1, 2])
-        self.assertEqual(fccl._exclude_list([]), [])
+        self.assertEqual(_exclude_list(3), [3])
+        self.assertEqual(_exclude_list((1, 2)), [1, 2])
+        self.assertEqual(_exclude_list([]), [])
         for bad in (1.0, "1", [True], [1, None], None):
             with self.assertRaises(TypeError):
-                fccl._exclude_list(bad)
+                _exclude_list(bad)
 
     def test_path_names_are_the_librarys(self):
         for path in fccl.Path:
-            self.assertEqual(fccl._lib().fcclGetPathName(int(path)).decode(), path.name)
-        self.assertEqual(fccl._lib().fcclGetPathName(len(fccl.Path)).decode(), "unknown")
+            self.assertEqual(_lib().fcclGetPathName(int(path)).decode(), path.name)
+        self.assertEqual(_lib().fcclGetPathName(len(fccl.Path)).decode(), "unknown")
 
     def test_group_nests_and_ends_when_the_block_raises(self):
         try:
@@ -751,31 +762,31 @@ class CollectiveArgumentTest(unittest.TestCase):
         with fccl.group():  # the one above was ended: a new group starts from the top
             pass
         with self.assertRaises(fccl.FcclError) as caught:  # and no group is left open on this thread
-            fccl._check(fccl._lib().fcclGroupEnd(), "fcclGroupEnd")
+            _check(_lib().fcclGroupEnd(), "fcclGroupEnd")
         self.assertIn("no group was started", str(caught.exception))
 
     def test_nranks_is_checked(self):
         for nranks in (0, -1, 1.5, True):
             with self.assertRaises(ValueError):
-                fccl._all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((4,)), nranks, None)
+                _all_gather_arguments(FakeCudaArray((4,)), FakeCudaArray((4,)), nranks, None)
 
     def test_streams(self):
         class TorchLikeStream:
             cuda_stream = 0x4321
 
-        _, _, stream = fccl._all_gather_arguments(FakeCudaArray((2,)), FakeCudaArray((4,)), 2, TorchLikeStream())
+        _, _, stream = _all_gather_arguments(FakeCudaArray((2,)), FakeCudaArray((4,)), 2, TorchLikeStream())
         self.assertEqual(stream, 0x4321)
-        _, _, _, stream = fccl._reduce_scatter_arguments(FakeCudaArray((4,)), FakeCudaArray((2,)), "sum", 2, 0xAB)
+        _, _, _, stream = _reduce_scatter_arguments(FakeCudaArray((4,)), FakeCudaArray((2,)), "sum", 2, 0xAB)
         self.assertEqual(stream, 0xAB)
-        _, _, stream = fccl._broadcast_arguments(None, FakeCudaArray((4,)), 0, 1, 2, None)
+        _, _, stream = _broadcast_arguments(None, FakeCudaArray((4,)), 0, 1, 2, None)
         self.assertEqual(stream, 0)
         with self.assertRaises(TypeError):
-            fccl._broadcast_arguments(FakeCudaArray((4,)), None, 0, 0, 2, "default")
+            _broadcast_arguments(FakeCudaArray((4,)), None, 0, 0, 2, "default")
 
     def test_zero_counts(self):
-        send, recv, _ = fccl._all_gather_arguments((0, 0, "float32"), (0, 0, "float32"), 4, None)
+        send, recv, _ = _all_gather_arguments((0, 0, "float32"), (0, 0, "float32"), 4, None)
         self.assertEqual((send.count, recv.count), (0, 0))
-        send, recv, _, _ = fccl._reduce_scatter_arguments((0, 0, "int8"), (0, 0, "int8"), "sum", 4, None)
+        send, recv, _, _ = _reduce_scatter_arguments((0, 0, "int8"), (0, 0, "int8"), "sum", 4, None)
         self.assertEqual((send.count, recv.count), (0, 0))
 
 
@@ -818,11 +829,11 @@ class FakeTorchTest(unittest.TestCase):
         self.Tensor, self.streams = Tensor, streams
 
     def test_tensor_and_its_current_stream(self):
-        send, recv, _, stream = fccl._all_reduce_arguments(self.Tensor(), self.Tensor(pointer=0x8000), "sum", None)
+        send, recv, _, stream = _all_reduce_arguments(self.Tensor(), self.Tensor(pointer=0x8000), "sum", None)
         self.assertEqual((send.pointer, send.count, send.dtype, recv.pointer), (0x7000, 6, fccl.DataType.bfloat16,
                                                                                  0x8000))
         self.assertEqual((stream, self.streams), (0xBEEF, ["cuda:1"]))
-        _, _, _, stream = fccl._all_reduce_arguments(self.Tensor(), None, "sum", 5)
+        _, _, _, stream = _all_reduce_arguments(self.Tensor(), None, "sum", 5)
         self.assertEqual(stream, 5)  # an explicit stream wins
 
     def test_dtypes(self):
@@ -831,10 +842,10 @@ class FakeTorchTest(unittest.TestCase):
                             ("int8", fccl.DataType.int8), ("uint8", fccl.DataType.uint8),
                             ("int32", fccl.DataType.int32), ("int64", fccl.DataType.int64),
                             ("float8_e4m3fn", fccl.DataType.float8e4m3)):  # FP8: the fused norm's output only
-            self.assertEqual(fccl._as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
+            self.assertEqual(_as_buffer(self.Tensor(dtype="torch." + name), "send").dtype, dtype)
         for name in ("torch.complex64", "torch.bool", "torch.float8_e5m2"):
             with self.assertRaises(TypeError):
-                fccl._as_buffer(self.Tensor(dtype=name), "send")
+                _as_buffer(self.Tensor(dtype=name), "send")
 
     def test_add_rms_norm_takes_rows_and_the_current_stream(self):
         def tensor(dtype, shape, pointer):
@@ -844,34 +855,34 @@ class FakeTorchTest(unittest.TestCase):
         inp = tensor("torch.bfloat16", (4, 64), 0x10000)
         out = tensor("torch.float8_e4m3fn", (4, 64), 0x20000)
         scales = tensor("torch.float32", (4,), 0x30000)
-        args = fccl._add_rms_norm_arguments(inp, tensor("torch.bfloat16", (4, 64), 0x40000),
-                                            tensor("torch.bfloat16", (64,), 0x50000), out, None, 1e-5, scales,
-                                            "dynamic", None)
+        args = _add_rms_norm_arguments(inp, tensor("torch.bfloat16", (4, 64), 0x40000),
+                                       tensor("torch.bfloat16", (64,), 0x50000), out, None, 1e-5, scales, "dynamic",
+                                       None)
         self.assertEqual((args[4], args[5], args[7], args[9]), (4, 64, fccl.ScaleMode.dynamic, 0xBEEF))
         with self.assertRaises(ValueError):  # an FP8 output needs a scale mode
-            fccl._add_rms_norm_arguments(inp, None, None, out, None, 1e-5, None, None, None)
+            _add_rms_norm_arguments(inp, None, None, out, None, 1e-5, None, None, None)
 
     def test_collectives_take_the_tensors_current_stream(self):
-        _, _, stream = fccl._all_gather_arguments(self.Tensor(numel=3), self.Tensor(numel=6, pointer=0x9000), 2, None)
+        _, _, stream = _all_gather_arguments(self.Tensor(numel=3), self.Tensor(numel=6, pointer=0x9000), 2, None)
         self.assertEqual((stream, self.streams), (0xBEEF, ["cuda:1"]))
-        _, _, _, stream = fccl._reduce_scatter_arguments(self.Tensor(numel=6), self.Tensor(numel=3), "sum", 2, None)
+        _, _, _, stream = _reduce_scatter_arguments(self.Tensor(numel=6), self.Tensor(numel=3), "sum", 2, None)
         self.assertEqual(stream, 0xBEEF)
-        send, recv, stream = fccl._broadcast_arguments(None, self.Tensor(), 0, 1, 2, None)  # recv's device
+        send, recv, stream = _broadcast_arguments(None, self.Tensor(), 0, 1, 2, None)  # recv's device
         self.assertEqual((send, recv.pointer, stream), (None, 0x7000, 0xBEEF))
         with self.assertRaises(ValueError):
-            fccl._all_gather_arguments(self.Tensor(), self.Tensor(numel=12, dtype="torch.float16"), 2, None)
+            _all_gather_arguments(self.Tensor(), self.Tensor(numel=12, dtype="torch.float16"), 2, None)
         with self.assertRaises(ValueError):
-            fccl._broadcast_arguments(self.Tensor(is_cuda=False), None, 0, 0, 2, None)
+            _broadcast_arguments(self.Tensor(is_cuda=False), None, 0, 0, 2, None)
 
     def test_host_or_strided_tensors_are_refused(self):
         with self.assertRaises(ValueError):
-            fccl._as_buffer(self.Tensor(is_cuda=False), "send")
+            _as_buffer(self.Tensor(is_cuda=False), "send")
         with self.assertRaises(ValueError):
-            fccl._as_buffer(self.Tensor(contiguous=False), "send")
+            _as_buffer(self.Tensor(contiguous=False), "send")
         with self.assertRaises(ValueError):
-            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(dtype="torch.float32"), "sum", None)
+            _all_reduce_arguments(self.Tensor(), self.Tensor(dtype="torch.float32"), "sum", None)
         with self.assertRaises(ValueError):
-            fccl._all_reduce_arguments(self.Tensor(), self.Tensor(numel=7), "sum", None)
+            _all_reduce_arguments(self.Tensor(), self.Tensor(numel=7), "sum", None)
 
 
 class ExternalCallbackTest(unittest.TestCase):
@@ -884,8 +895,7 @@ class ExternalCallbackTest(unittest.TestCase):
         return result, recv_buffer.raw
 
     def test_allgather_copies_in_rank_order(self):
-        bootstrap = fccl._ExternalBootstrap(3, lambda send: b"".join(bytes([rank]) + send[1:] for rank in range(3)),
-                                            None)
+        bootstrap = _ExternalBootstrap(3, lambda send: b"".join(bytes([rank]) + send[1:] for rank in range(3)), None)
         result, gathered = self.call_allgather(bootstrap, b"\x09abc")
         self.assertEqual(result, fccl.Result.Success)
         self.assertEqual(gathered, b"\x00abc\x01abc\x02abc")
@@ -895,7 +905,7 @@ class ExternalCallbackTest(unittest.TestCase):
         def broken(send):
             raise ConnectionError("peer went away")
 
-        bootstrap = fccl._ExternalBootstrap(2, broken, None)
+        bootstrap = _ExternalBootstrap(2, broken, None)
         result, _ = self.call_allgather(bootstrap, b"1234")
         self.assertEqual(result, fccl.Result.SystemError)
         self.assertIsInstance(bootstrap.error, ConnectionError)
@@ -906,20 +916,20 @@ class ExternalCallbackTest(unittest.TestCase):
         self.assertIsInstance(caught.exception.__cause__, ConnectionError)
 
     def test_wrong_length_is_an_error(self):
-        bootstrap = fccl._ExternalBootstrap(2, lambda send: send, None)  # one rank's worth, not two
+        bootstrap = _ExternalBootstrap(2, lambda send: send, None)  # one rank's worth, not two
         result, _ = self.call_allgather(bootstrap, b"1234")
         self.assertEqual(result, fccl.Result.SystemError)
         self.assertIsInstance(bootstrap.error, ValueError)
 
     def test_barrier(self):
         calls = []
-        bootstrap = fccl._ExternalBootstrap(2, lambda send: send * 2, lambda: calls.append(1))
+        bootstrap = _ExternalBootstrap(2, lambda send: send * 2, lambda: calls.append(1))
         self.assertEqual(bootstrap.barrier_fn(None), fccl.Result.Success)
         self.assertEqual(calls, [1])
-        failing = fccl._ExternalBootstrap(2, lambda send: send * 2, lambda: 1 / 0)
+        failing = _ExternalBootstrap(2, lambda send: send * 2, lambda: 1 / 0)
         self.assertEqual(failing.barrier_fn(None), fccl.Result.SystemError)
         self.assertIsInstance(failing.error, ZeroDivisionError)
-        self.assertFalse(fccl._ExternalBootstrap(2, lambda send: send, None).callbacks.barrier)  # NULL: fccl's own
+        self.assertFalse(_ExternalBootstrap(2, lambda send: send, None).callbacks.barrier)  # NULL: fccl's own
 
     def test_callback_exception_through_the_library(self):
         # Two ranks, so that fccl calls the allgather (one rank exchanges nothing): with a GPU the callback's
