@@ -19,28 +19,34 @@ inside a compiled function needs nothing else. The op names are ``torch.ops.fccl
 communicator argument is the communicator's handle (an int), which TorchDynamo treats as a constant of the graph.
 A communicator must outlive the graphs compiled with it.
 """
-import sys
 import weakref
+from typing import TYPE_CHECKING
 
 import torch
 
-from . import Communicator, FcclError, Result, _op_of
+from . import _torch_compile
+from ._buffers import _op_of
+from ._enums import Result
+from ._library import FcclError
+
+if TYPE_CHECKING:  # for annotations only: the communicator module imports this one, never the other way round
+    from ._communicator import Communicator
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_"]
 
-sys.modules[__package__]._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
+_torch_compile._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
 
 # Communicators by handle, for the ops' implementations: an op's arguments can only be tensors and plain values.
 # Weak, so that a communicator no graph holds goes away as before; Communicator.__init__ adds each one.
 _communicators: "weakref.WeakValueDictionary[int, Communicator]" = weakref.WeakValueDictionary()
 
 
-def _remember(comm: Communicator) -> None:
+def _remember(comm: "Communicator") -> None:
     if comm._handle is not None:
         _communicators[comm._handle] = comm
 
 
-def _communicator(handle: int) -> Communicator:
+def _communicator(handle: int) -> "Communicator":
     comm = _communicators.get(handle)
     if comm is None or comm._handle != handle:
         raise FcclError(Result.InvalidUsage, f"no live fccl communicator has handle {handle:#x} (destroyed?)")
@@ -141,33 +147,33 @@ def _op_name(op) -> str:
     return _op_of(op).name  # checked here, outside the graph; the op takes the name
 
 
-def all_reduce(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
+def all_reduce(x: torch.Tensor, comm: "Communicator", op="sum") -> torch.Tensor:
     """The all-reduce of x over comm's ranks, as a new tensor (x is unchanged)."""
     return torch.ops.fccl.all_reduce(x, comm._live_handle(), _op_name(op))
 
 
-def all_reduce_(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
+def all_reduce_(x: torch.Tensor, comm: "Communicator", op="sum") -> torch.Tensor:
     """The all-reduce of x in place (x must be contiguous); returns x."""
     torch.ops.fccl.all_reduce_(x, comm._live_handle(), _op_name(op))
     return x
 
 
-def all_gather(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
+def all_gather(x: torch.Tensor, comm: "Communicator") -> torch.Tensor:
     """Every rank's x concatenated along dimension 0, in rank order (nranks x x.shape[0] rows)."""
     return torch.ops.fccl.all_gather(x, comm._live_handle())
 
 
-def reduce_scatter(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
+def reduce_scatter(x: torch.Tensor, comm: "Communicator", op="sum") -> torch.Tensor:
     """Block rank of dimension 0 (x.shape[0] / nranks rows) of the reduction of every rank's x."""
     return torch.ops.fccl.reduce_scatter(x, comm._live_handle(), _op_name(op))
 
 
-def broadcast(x: torch.Tensor, comm: Communicator, root: int = 0) -> torch.Tensor:
+def broadcast(x: torch.Tensor, comm: "Communicator", root: int = 0) -> torch.Tensor:
     """root's x on every rank, as a new tensor (x is read on root only)."""
     return torch.ops.fccl.broadcast(x, comm._live_handle(), int(root))
 
 
-def broadcast_(x: torch.Tensor, comm: Communicator, root: int = 0) -> torch.Tensor:
+def broadcast_(x: torch.Tensor, comm: "Communicator", root: int = 0) -> torch.Tensor:
     """root's x into x on every rank, in place; returns x."""
     torch.ops.fccl.broadcast_(x, comm._live_handle(), int(root))
     return x

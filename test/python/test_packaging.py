@@ -56,10 +56,10 @@ def run(command, env=None, cwd=None):
     return result.stdout
 
 
-PROBE = ("import fccl, os\n"
+PROBE = ("import fccl, fccl._library, os\n"
          "print(os.path.realpath(fccl.__file__))\n"
          "print(fccl.version())\n"
-         "print(fccl._library_file)\n")
+         "print(fccl._library._library_file)\n")
 
 
 class PackagingTest(unittest.TestCase):
