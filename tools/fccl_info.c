@@ -70,7 +70,8 @@ static int printDevices(void) {
     cudaDeviceGetPCIBusId(busId, sizeof(busId), dev);
     printf("  [%d] %s  cc %d.%d  %d SMs  %.1f GiB  pci %s  uuid ", dev, prop.name, prop.major, prop.minor,
            prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), busId);
-    for (int i = 0; i < 16; i++) printf("%02x%s", (unsigned char)prop.uuid.bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+    for (int i = 0; i < 16; i++)
+      printf("%02x%s", (unsigned char)prop.uuid.bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
     printf("\n");
     for (int peer = 0; peer < count; peer++) {
       if (peer == dev) continue;

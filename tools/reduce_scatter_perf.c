@@ -2,8 +2,9 @@
 /*
  * reduce_scatter_perf: nccl-tests' reduce-scatter benchmark for fccl, with the same flags, table columns and
  * bus-bandwidth factor ((n - 1) / n); algbw counts the input, as nccl-tests does. Sizes (-b, -e and the size column)
- * are the input's, as nccl-tests has them: each rank receives 1/nranks of the size (docs/benchmark.md). -o picks the ops; with --compare nccl the same sizes run through ncclReduceScatter on the
- * same buffers; -R 1/2 registers them with both libraries.
+ * are the input's, as nccl-tests has them: each rank receives 1/nranks of the size (docs/benchmark.md). -o picks the
+ * ops; with --compare nccl the same sizes run through ncclReduceScatter on the same buffers; -R 1/2 registers them with
+ * both libraries.
  *
  *   reduce_scatter_perf -b 8 -e 512M -f 2 -d bfloat16 -o sum --compare nccl
  *   reduce_scatter_perf -b 1M -e 256M -f 4 -o all -R 1

@@ -73,8 +73,8 @@ struct fcclCollective {
    * moves no data. */
   fcclResult_t (*launch)(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                          cudaStream_t stream);
-  /* Its form on the hierarchical path (core/engine/hier.c), for a call that passed the checks, the comm's device current;
-   * NULL: the world NCCL communicator carries it there. */
+  /* Its form on the hierarchical path (core/engine/hier.c), for a call that passed the checks, the comm's device
+   * current; NULL: the world NCCL communicator carries it there. */
   fcclResult_t (*hierLaunch)(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 };
 

@@ -13,9 +13,9 @@
  *            region [parity][me] of every peer's result area; then pad B step k + 1 (release).
  *   wait B   every owner's results of round k arrived (acquire); copied into our residual, output and scales.
  *
- * Row i of a share is handled by block i mod grid on every rank (the grid is the same everywhere: core/coll/fused_norm.c
- * computes it from the call's arguments), and flags go between blocks of the same index, so a block waits only for
- * the rows it handles.
+ * Row i of a share is handled by block i mod grid on every rank (the grid is the same everywhere:
+ * core/coll/fused_norm.c computes it from the call's arguments), and flags go between blocks of the same index, so a
+ * block waits only for the rows it handles.
  *
  * Staging reuse. Staged input: as the staged two-shot all-reduce (twoshot_staged.cu): push(k + 1) is issued after
  * wait A of round k, an owner writes our result area of a parity again only after our push of the round after the

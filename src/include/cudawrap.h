@@ -59,16 +59,16 @@ fcclResult_t fcclCudaDriverLoad(void);
 #define CUCHECK(call)                                                                                           \
   do {                                                                                                          \
     CUresult fcclCuErr_ = pfn_##call;                                                                           \
-    if (fcclCuErr_ != CUDA_SUCCESS) return fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__);                \
+    if (fcclCuErr_ != CUDA_SUCCESS) return fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__); \
   } while (0)
 
-#define CUCHECKGOTO(call, res, label)                                                                           \
-  do {                                                                                                          \
-    CUresult fcclCuErr_ = pfn_##call;                                                                           \
-    if (fcclCuErr_ != CUDA_SUCCESS) {                                                                           \
-      (res) = fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__);                                               \
-      goto label;                                                                                               \
-    }                                                                                                           \
+#define CUCHECKGOTO(call, res, label)                                              \
+  do {                                                                             \
+    CUresult fcclCuErr_ = pfn_##call;                                              \
+    if (fcclCuErr_ != CUDA_SUCCESS) {                                              \
+      (res) = fcclCuError(fcclCuErr_, #call, FCCL_LOG_SUBSYS, __FILE__, __LINE__); \
+      goto label;                                                                  \
+    }                                                                              \
   } while (0)
 
 /* Describes a failed driver call once (FCCL_ERROR's way) under subsys. */

@@ -59,7 +59,8 @@
 #define FCCL_LL_EPOCH_MASK ((1u << FCCL_LL_EPOCH_BITS) - 1u)
 
 /* Forms a print names: the kernels (fcclDevKernel_t values) and these, which share a kernel with another. */
-#define FCCL_PRINT_FORM_FUSED_STAGED 20  /* the fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM: registered) */
+/* The fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM: registered). */
+#define FCCL_PRINT_FORM_FUSED_STAGED 20
 #define FCCL_PRINT_FORM_SCATTER_PUSH 21  /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
 #define FCCL_PRINT_FORM_SCATTER_INBOX 22
 #define FCCL_PRINT_FORM_SCATTER_COPY 23
@@ -355,8 +356,8 @@ typedef struct {
   uint32_t print;                           /* the call's fingerprint (fcclPrintMake), carried by every flag */
   uint32_t reserved;                        /* 0 */
 } fcclFusedArgs;
-FCCL_STATIC_ASSERT(FCCL_PRINT_FORMS < (1 << FCCL_PRINT_FORM_BITS) && FCCL_KERNEL_FUSED_NORM < FCCL_PRINT_FORM_FUSED_STAGED,
-                   "every form has a print value");
+FCCL_STATIC_ASSERT(FCCL_PRINT_FORMS < (1 << FCCL_PRINT_FORM_BITS), "every form has a print value");
+FCCL_STATIC_ASSERT(FCCL_KERNEL_FUSED_NORM < FCCL_PRINT_FORM_FUSED_STAGED, "the fused norm's forms follow its kernel");
 FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 88, "fcclFusedArgs layout");
 
 #endif /* FCCL_DEVICE_HOST_H_ */

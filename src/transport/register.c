@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/comm/memory.c has the public calls),
- * and the registrations that captured graphs hold (graph_register.c) made the same way.
+ * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/comm/memory.c has the public
+ * calls), and the registrations that captured graphs hold (graph_register.c) made the same way.
  *
  * A registered buffer travels as (identity of the allocation it lies in, offset): for cudaMalloc memory the legacy
  * IPC handle of the allocation's base, for cuMem memory (fcclMemAlloc, PyTorch expandable segments) the exporter's

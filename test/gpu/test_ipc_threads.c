@@ -103,8 +103,8 @@ static void* twoGpus(void* arg) {
           cudaSuccess;
     ok &= cudaDeviceSynchronize() == cudaSuccess;
     ok &= testShmBarrier(ctx->shmRank.shm, ctx->rank) == TEST_SHM_OK;
-    ok &= cudaMemcpy(&got, fcclTransportPeerSlot((&comms[round % 2])->transport, ctx->rank), 8, cudaMemcpyDeviceToHost) ==
-          cudaSuccess;
+    ok &= cudaMemcpy(&got, fcclTransportPeerSlot((&comms[round % 2])->transport, ctx->rank), 8,
+                     cudaMemcpyDeviceToHost) == cudaSuccess;
     ok &= got == (((uint64_t)round << 8) | (uint64_t)peer);
     ok &= testShmBarrier(ctx->shmRank.shm, ctx->rank) == TEST_SHM_OK;
     destroy(&comms[(round - 1) % 2]);

@@ -30,8 +30,8 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 8 MiB (one staging chunk), two-shot beyond; registered:
-   * two-shot after LL128. */
+  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 8 MiB (one staging chunk), two-shot beyond;
+   * registered: two-shot after LL128. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_LL128);

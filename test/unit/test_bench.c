@@ -525,8 +525,10 @@ static void testTimestampsAndMemory(void) {
   c.table.timestamps = 1;
   c.rows[0].timestamp = 1704164645; /* 2024-01-02 03:04:05 UTC */
   char want[2048];
-  int used = snprintf(want, sizeof(want), "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
-                      "          \n", "", "", "", "", "");
+  int used = snprintf(want, sizeof(want),
+                      "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+                      "          \n",
+                      "", "", "", "", "");
   used += snprintf(want + used, sizeof(want) - used,
                    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
                    "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", 19,
@@ -534,9 +536,9 @@ static void testTimestampsAndMemory(void) {
   used += snprintf(want + used, sizeof(want) - used,
                    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
                    "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 19, "%Y-%m-%d %H:%M:%S");
-  snprintf(want + used, sizeof(want) - used, "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %6s  %6s  %6g%21s\n",
-           8L, 2L, "float", "sum", "    -1", "   6.21", "  0.00", "  0.00", 0.0, "   6.23", "  0.00", "  0.00", 0.0,
-           "2024-01-02 03:04:05");
+  snprintf(want + used, sizeof(want) - used,
+           "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %6s  %6s  %6g%21s\n", 8L, 2L, "float", "sum",
+           "    -1", "   6.21", "  0.00", "  0.00", 0.0, "   6.23", "  0.00", "  0.00", 0.0, "2024-01-02 03:04:05");
   char* text = capture(printStampedTable, &c);
   EXPECT_MSG(strcmp(text, want) == 0, "-S table:\n%s\n--- want ---\n%s", text, want);
   free(text);

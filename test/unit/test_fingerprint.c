@@ -103,7 +103,8 @@ static void testDescribe(void) {
   EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_BROADCAST_LL, fcclUint64, 3, 5)),
                       "broadcast, uint64, root 3, algorithm broadcast_ll");
   EXPECT_STR_CONTAINS(describe(fcclFusedPrint(0, 0, fcclBfloat16, fcclScaleDynamic, 8, 4096)),
-                      "fused all-reduce + RMSNorm, bfloat16, dynamic FP8 scale, form one-shot, staged, tokens x hidden hash");
+                      "fused all-reduce + RMSNorm, bfloat16, dynamic FP8 scale, form one-shot, staged, "
+                      "tokens x hidden hash");
   EXPECT_STR_CONTAINS(describe(FCCL_PRINT_BARRIER), "barrier");
   /* A print no host makes (form 31) says so instead of naming a collective. */
   EXPECT_STR_CONTAINS(describe(31u), "unknown call (fingerprint 0x0001f)");

@@ -2,8 +2,9 @@
 /*
  * The path decision over recorded peer tables: one host of peer-accessible GPUs runs fccl's kernels; several hosts
  * of equal size with peer access inside each run the hierarchical path (and its layout of hosts, local ranks and
- * rails); several hosts otherwise, more than 8 ranks, refused peer access, a GPU without kernels, FCCL_P2P_DISABLE and FCCL_PATH=nccl run NCCL;
- * FCCL_PATH=fccl where the kernels cannot, and NCCL needed but missing, fail with a message saying why.
+ * rails); several hosts otherwise, more than 8 ranks, refused peer access, a GPU without kernels, FCCL_P2P_DISABLE and
+ * FCCL_PATH=nccl run NCCL; FCCL_PATH=fccl where the kernels cannot, and NCCL needed but missing, fail with a message
+ * saying why.
  */
 #include "bootstrap.h"
 #include "check.h"

@@ -104,11 +104,46 @@ int benchParseSize(const char* text, size_t* bytes) {
 }
 
 enum {
-  FLAG_NTHREADS, FLAG_NGPUS, FLAG_MINBYTES, FLAG_MAXBYTES, FLAG_STEPBYTES, FLAG_STEPFACTOR, FLAG_ITERS,
-  FLAG_AGGITERS, FLAG_WARMUP, FLAG_CYCLES, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT,
-  FLAG_BLOCKING, FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_TIMESTAMPS, FLAG_MEMORY, FLAG_AVERAGE, FLAG_UNALIGN,
-  FLAG_REGISTER, FLAG_JSON, FLAG_PERITER, FLAG_PERITERSKIP, FLAG_STREAMNULL, FLAG_CTAPOLICY, FLAG_DEVICEIMPL,
-  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_PATH, FLAG_CSV, FLAG_SHARE, FLAG_HOSTS, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+  FLAG_NTHREADS,
+  FLAG_NGPUS,
+  FLAG_MINBYTES,
+  FLAG_MAXBYTES,
+  FLAG_STEPBYTES,
+  FLAG_STEPFACTOR,
+  FLAG_ITERS,
+  FLAG_AGGITERS,
+  FLAG_WARMUP,
+  FLAG_CYCLES,
+  FLAG_PARALLELINIT,
+  FLAG_CHECK,
+  FLAG_OP,
+  FLAG_DATATYPE,
+  FLAG_ROOT,
+  FLAG_BLOCKING,
+  FLAG_TIMEOUT,
+  FLAG_GRAPH,
+  FLAG_CPUTIME,
+  FLAG_TIMESTAMPS,
+  FLAG_MEMORY,
+  FLAG_AVERAGE,
+  FLAG_UNALIGN,
+  FLAG_REGISTER,
+  FLAG_JSON,
+  FLAG_PERITER,
+  FLAG_PERITERSKIP,
+  FLAG_STREAMNULL,
+  FLAG_CTAPOLICY,
+  FLAG_DEVICEIMPL,
+  FLAG_DEVICECTAS,
+  FLAG_NPROCS,
+  FLAG_COMPARE,
+  FLAG_PATH,
+  FLAG_CSV,
+  FLAG_SHARE,
+  FLAG_HOSTS,
+  FLAG_CORRUPT,
+  FLAG_PROGRESS,
+  FLAG_HELP
 };
 enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
 
@@ -307,7 +342,8 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
     case FLAG_TIMEOUT:
       /* The bound becomes fcclConfig_t.timeoutMs (an int of milliseconds): a day is far beyond any useful wait. */
       if (n < 0 || n > BENCH_MAX_TIMEOUT_SEC)
-        return benchError(err, errLen, "%s: the timeout must be 0 (default) to %d seconds", name, BENCH_MAX_TIMEOUT_SEC);
+        return benchError(err, errLen, "%s: the timeout must be 0 (default) to %d seconds", name,
+                          BENCH_MAX_TIMEOUT_SEC);
       args->timeoutSec = n;
       break;
     case FLAG_GRAPH:
@@ -347,7 +383,8 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       return benchError(err, errLen,
                         "%s: the CTA count of NCCL's device-API implementations (-D) is not supported", name);
     case FLAG_AVERAGE:
-      if (n < 0 || n > 3) return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
+      if (n < 0 || n > 3)
+        return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
       args->average = n;
       break;
     case FLAG_UNALIGN:
@@ -498,7 +535,8 @@ void benchPrintUsage(FILE* out, const char* program) {
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
           "  --hosts <n>               the forked processes pose as n hosts, consecutive processes together (an\n"
-          "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths on one machine\n"
+          "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths "
+          "on one machine\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",

@@ -280,7 +280,9 @@ int fcclMoveResolveRequest(int request, int firstKernel) {
 }
 
 /* Rounds of the staged form, and whether each still fits a signal's steps (+2: the broadcast's ready step). */
-static uint64_t moveRounds(const fcclAlgoQuery* q) { return divUp(divUp(q->bytes, FCCL_UNIT_BYTES), stagedRoundUnits(q)); }
+static uint64_t moveRounds(const fcclAlgoQuery* q) {
+  return divUp(divUp(q->bytes, FCCL_UNIT_BYTES), stagedRoundUnits(q));
+}
 
 static int moveApplicable(int form, const fcclAlgoQuery* q, const char** why) {
   const char* reason = NULL;

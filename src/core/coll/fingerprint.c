@@ -88,8 +88,9 @@ uint32_t fcclFusedPrint(int registered, int twoshot, fcclDataType_t datatype, fc
                         uint64_t tokens, uint64_t hidden) {
   /* Tokens and hidden size in one hash: a change of either changes it. */
   const uint64_t shape = (tokens << 32) ^ (tokens >> 32) ^ hidden;
-  const uint32_t form = twoshot ? (registered ? FCCL_PRINT_FORM_FUSED_TWOSHOT_REG : FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED)
-                                : (registered ? FCCL_KERNEL_FUSED_NORM : FCCL_PRINT_FORM_FUSED_STAGED);
+  const uint32_t form = twoshot
+                            ? (registered ? FCCL_PRINT_FORM_FUSED_TWOSHOT_REG : FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED)
+                            : (registered ? FCCL_KERNEL_FUSED_NORM : FCCL_PRINT_FORM_FUSED_STAGED);
   return fcclPrintMake(form, (uint32_t)datatype, (uint32_t)scaleMode, shape);
 }
 

@@ -235,8 +235,8 @@ static fcclResult_t watchPeers(struct fcclComm* comm) {
   }
   needLinks = needLinks && keepaliveMs > 0;
   if (needLinks) {
-    FCCLCHECKGOTO(fcclBootstrapPeerLinks(comm->bootstrap, linked, keepaliveMs > INT32_MAX ? INT32_MAX : (int)keepaliveMs,
-                                         links),
+    FCCLCHECKGOTO(fcclBootstrapPeerLinks(comm->bootstrap, linked,
+                                         keepaliveMs > INT32_MAX ? INT32_MAX : (int)keepaliveMs, links),
                   res, out);
   } else {
     for (int r = 0; r < n; r++) links[r] = -1;
