@@ -4,7 +4,7 @@
 on (before installing or building anything) and exits 2; the programs given (all_reduce_perf, all_gather_perf,
 reduce_scatter_perf, broadcast_perf, barrier_perf) reject bad flags, unwritable output files, inconsistent launcher
 variables and a machine without a visible GPU with exit status 2 and one line on standard error that names the
-program, and write nothing to standard output (that is for the table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on the GPU machine. scripts/plot-perf
+program, and write nothing to standard output (that is for the table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on a machine with GPUs. scripts/plot-perf
 reports a missing or malformed CSV in one line.
 
   test_bench_cli.py --script scripts/bench [--plot scripts/plot-perf] [--program build/tools/all_reduce_perf ...]

@@ -725,7 +725,7 @@ static void testRegisterCollective(void) {
   EXPECT_EQ_INT(fc.ex.barriers, 1);
   EXPECT_EQ_INT(fcclCommRegister(&fc.comm, NULL, 64, &handle), fcclInvalidArgument);
   EXPECT_EQ_INT(fc.ex.barriers, 2);
-  /* A range past the end of the address space is refused before any device call. */
+  /* A range past the end of the address space is refused before any CUDA call. */
   EXPECT_EQ_INT(fcclCommRegister(&fc.comm, (void*)(uintptr_t)0x10000, SIZE_MAX - 100, &handle), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "end of the address space");
   EXPECT(handle == NULL);
