@@ -125,8 +125,8 @@ class CustomAllReduce:
         all-reduce does: a captured kernel holds the peers' addresses as arguments (CUDA graphs keep them by value),
         so they must be known at that moment. Above the size where it pays (1 MiB for 2 ranks) the call exchanges
         with its peers during capture, registers both tensors with every rank for the graph's lifetime
-        (FCCL_GRAPH_REGISTER) and replays read them in place; smaller calls replay through staging, which is as fast
-        there. The registrations end when the graph is destroyed.
+        (FCCL_GRAPH_REGISTER) and replays read them in place; below it registered and plain buffers run the same
+        algorithm, so smaller calls replay through staging. The registrations end when the graph is destroyed.
 
         Leaving the block is the end of capture: the ranks check together (one small all-reduce) that each captured
         the same number of calls inside it, and raise FcclError (InvalidUsage) on every rank if not, since such
