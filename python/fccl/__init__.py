@@ -44,6 +44,10 @@ registration is a host exchange during capture: every rank must capture the same
 Buffers: a CUDA torch.Tensor (contiguous), any object with ``__cuda_array_interface__`` (C-contiguous), or an
 explicit ``(pointer, count, dtype)`` tuple. Every failing call raises FcclError with the result code and fccl's own
 words for the cause (fcclGetLastError). docs/python.md has the details.
+
+Every communicator has a name (``name=`` at creation, else an automatic one), which the torch custom ops of
+``fccl.ops`` carry instead of its address, so that graphs compiled with them outlive the process and the
+communicator. ``fccl.server.CustomAllReduce`` is the custom all-reduce of an inference server (vLLM's contract).
 """
 
 # The package is split by job into private modules; this file is its public face: every name a program uses is here.

@@ -6,6 +6,7 @@ communicator), its collectives, point-to-point calls and registrations, its tear
 fccl.ops (torch custom ops) is imported here only inside functions, and only once torch is in the process: it
 depends on the modules below this one, never on this one, so there is no import cycle."""
 import ctypes
+import importlib
 import sys
 from typing import Callable, Optional
 
@@ -19,6 +20,7 @@ from ._device import _device_index, _OnDevice
 from ._enums import Path, Result
 from ._external_bootstrap import _ExternalBootstrap
 from ._library import FcclError, _check, _check_cuda_runtimes, _lib, load
+from ._names import _bind, _lookup, _release, _reserve, _Reservation
 from ._torch_compile import _compiling, _traced_stream
 from ._unique_id import UniqueId
 
@@ -74,59 +76,79 @@ class Communicator:
     """An fccl communicator: one rank of a group of GPUs. Create it with init_rank, from_external,
     from_process_group or from_nccl, on the CUDA device that is current (torch.cuda.set_device first).
 
+    Every communicator has a name, unique in its process: name= at creation, else an automatic one. fccl.ops' custom
+    ops carry the name and find the communicator by it when they run (Communicator.by_name), so a compiled graph
+    outlives the communicator: one created again under the same name serves it, in this process or the next.
+
     destroy() is collective and must be called by every rank; `with comm:` calls it on leaving. There is no
     destroy in __del__: garbage collection runs at a different moment on each rank, and a collective teardown
-    started by it would wait for peers that are not there."""
+    started by it would wait for peers that are not there. Until destroy() or abort() the communicator stays
+    reachable by its name, so it is not garbage collected before."""
 
-    def __init__(self, handle, bootstrap=None):
+    def __init__(self, handle, bootstrap=None, name=None):
         self._handle = handle
         self._bootstrap = bootstrap  # kept until destroy: fccl may call the callbacks inside fcclCommDestroy
         self._device = None
         self._nranks = None
-        if "torch" in sys.modules:  # the custom ops for torch.compile (fccl.ops) find communicators by handle
-            from . import ops
-            ops._remember(self)
+        self._name = _reserve(None) if name is None else name
+        _bind(self._name, self)
+        if "torch" in sys.modules:  # registers the custom ops for torch.compile (fccl.ops), once
+            importlib.import_module(".ops", __package__)
+
+    @property
+    def name(self) -> str:
+        """The name fccl.ops' custom ops carry for this communicator (name= at creation, else an automatic one)."""
+        return self._name
+
+    @staticmethod
+    def by_name(name: str) -> "Communicator":
+        """The live communicator named name in this process; FcclError (InvalidUsage) naming it when no live
+        communicator has it (destroyed, aborted, or never created here)."""
+        return _lookup(name)
 
     @classmethod
     def init_rank(cls, nranks: int, rank: int, unique_id, config: Optional[Config] = None, *, device=None,
-                  library_path: Optional[str] = None) -> "Communicator":
+                  library_path: Optional[str] = None, name: Optional[str] = None) -> "Communicator":
         """fcclCommInitRankConfig: collective over nranks processes holding the same id (UniqueId or its bytes).
         device: the GPU (an index, "cuda:N" or a torch.device; None: the current device, torch's). library_path:
-        the libfccl to load if none is loaded yet (fccl.load)."""
+        the libfccl to load if none is loaded yet (fccl.load). name: the communicator's name in this process (None:
+        an automatic one); a name a live communicator holds raises ValueError before the creation starts."""
         if not isinstance(unique_id, UniqueId):
             unique_id = UniqueId.from_bytes(unique_id)
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        with _Creation(device, library_path) as library:
-            result = library.fcclCommInitRankConfig(ctypes.byref(handle), int(nranks), unique_id._struct(),
-                                                    int(rank), config_pointer)
-        _check(result, "fcclCommInitRankConfig", allowed=(Result.Success, Result.InProgress))
-        return cls(handle.value)
+        with _Reservation(name) as name:
+            with _Creation(device, library_path) as library:
+                result = library.fcclCommInitRankConfig(ctypes.byref(handle), int(nranks), unique_id._struct(),
+                                                        int(rank), config_pointer)
+            _check(result, "fcclCommInitRankConfig", allowed=(Result.Success, Result.InProgress))
+        return cls(handle.value, name=name)
 
     @classmethod
     def from_external(cls, nranks: int, rank: int, allgather: Callable[[bytes], bytes],
                       barrier: Optional[Callable[[], None]] = None, config: Optional[Config] = None, *,
-                      device=None, library_path: Optional[str] = None) -> "Communicator":
+                      device=None, library_path: Optional[str] = None, name: Optional[str] = None) -> "Communicator":
         """fcclCommInitExternal over the application's own exchange: allgather(send) returns every rank's send
         bytes concatenated in rank order; barrier() returns when every rank has called it (None: fccl uses a
         one-byte allgather). Both may be called again inside destroy(). An exception in either becomes the init's
-        error (fcclSystemError), raised as FcclError chained to it. device and library_path: as init_rank's."""
+        error (fcclSystemError), raised as FcclError chained to it. device, library_path and name: as init_rank's."""
         bootstrap = _ExternalBootstrap(int(nranks), allgather, barrier)
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        with _Creation(device, library_path) as library:
-            result = library.fcclCommInitExternal(ctypes.byref(handle), int(nranks), int(rank),
-                                                  ctypes.byref(bootstrap.callbacks), config_pointer)
-        if result not in (Result.Success, Result.InProgress):
-            bootstrap.raise_for(result, "fcclCommInitExternal")
-        return cls(handle.value, bootstrap)
+        with _Reservation(name) as name:
+            with _Creation(device, library_path) as library:
+                result = library.fcclCommInitExternal(ctypes.byref(handle), int(nranks), int(rank),
+                                                      ctypes.byref(bootstrap.callbacks), config_pointer)
+            if result not in (Result.Success, Result.InProgress):
+                bootstrap.raise_for(result, "fcclCommInitExternal")
+        return cls(handle.value, bootstrap, name=name)
 
     @classmethod
     def from_process_group(cls, group=None, config: Optional[Config] = None, *, device=None,
-                           library_path: Optional[str] = None) -> "Communicator":
+                           library_path: Optional[str] = None, name: Optional[str] = None) -> "Communicator":
         """from_external over a torch.distributed group (None: the default group), with the group's ranks, through
         all_gather_object. A gloo group is the cheap choice: the exchange is a few small host messages, which an
-        NCCL group would copy through the GPU. device (None: torch's current device) and library_path: as
+        NCCL group would copy through the GPU. device (None: torch's current device), library_path and name: as
         init_rank's."""
         import torch.distributed as dist
 
@@ -136,25 +158,26 @@ class Communicator:
             return b"".join(gathered)
 
         return cls.from_external(dist.get_world_size(group), dist.get_rank(group), allgather, None, config,
-                                 device=device, library_path=library_path)
+                                 device=device, library_path=library_path, name=name)
 
     @classmethod
     def from_nccl(cls, nccl_comm_ptr: int, config: Optional[Config] = None, *, device=None,
-                  library_path: Optional[str] = None) -> "Communicator":
+                  library_path: Optional[str] = None, name: Optional[str] = None) -> "Communicator":
         """fcclCommInitFromNccl: the ranks of an existing ncclComm_t (its address as an int), whose device must be
         current (or given as device=). Needs a build with NCCL support and libnccl.so.2 loaded in the process.
-        library_path: as init_rank's."""
+        library_path and name: as init_rank's."""
         handle = ctypes.c_void_p()
         config_pointer = _config_pointer(config)
-        with _Creation(device, library_path) as library:
-            result = library.fcclCommInitFromNccl(ctypes.byref(handle), ctypes.c_void_p(int(nccl_comm_ptr)),
-                                                  config_pointer)
-        _check(result, "fcclCommInitFromNccl", allowed=(Result.Success, Result.InProgress))
-        return cls(handle.value)
+        with _Reservation(name) as name:
+            with _Creation(device, library_path) as library:
+                result = library.fcclCommInitFromNccl(ctypes.byref(handle), ctypes.c_void_p(int(nccl_comm_ptr)),
+                                                      config_pointer)
+            _check(result, "fcclCommInitFromNccl", allowed=(Result.Success, Result.InProgress))
+        return cls(handle.value, name=name)
 
     def _live_handle(self):
         if self._handle is None:
-            raise FcclError(Result.InvalidUsage, "the communicator was destroyed or aborted")
+            raise FcclError(Result.InvalidUsage, f"the communicator {self._name!r} was destroyed or aborted")
         return self._handle
 
     def _query_int(self, function_name):
@@ -292,20 +315,24 @@ class Communicator:
         _check(_lib().fcclCommGetPath(handle, ctypes.byref(value), ctypes.byref(reason)), "fcclCommGetPath", handle)
         return Path(value.value), (reason.value or b"").decode(errors="replace")
 
-    def shrink(self, exclude, config: Optional[Config] = None, abort: bool = False) -> "Communicator":
+    def shrink(self, exclude, config: Optional[Config] = None, abort: bool = False,
+               name: Optional[str] = None) -> "Communicator":
         """fcclCommShrink: the ranks not in exclude (ranks of this communicator, not this one) make a new communicator
         of their own, without a new unique id; after a peer died, call it on the failed communicator with the dead
         ranks. Collective over the survivors. abort: FCCL_SHRINK_ABORT (this communicator fails first, so its kernels
-        stop). This communicator stays to be destroyed or aborted. config None: this one's timeout, name and
-        allow_shared_device."""
+        stop). This communicator stays to be destroyed or aborted. config None: this one's timeout, log name and
+        allow_shared_device. name: the new communicator's name (None: an automatic one; this one's is still taken
+        until this one is destroyed)."""
         ranks = [int(r) for r in _exclude_list(exclude)]
         handle = self._live_handle()
         array = (ctypes.c_int * max(1, len(ranks)))(*ranks)
         new = ctypes.c_void_p()
-        result = _lib().fcclCommShrink(handle, array if ranks else None, len(ranks), ctypes.byref(new),
-                                       _config_pointer(config), 1 if abort else 0)
-        _check(result, "fcclCommShrink", handle)
-        return Communicator(new.value)
+        config_pointer = _config_pointer(config)
+        with _Reservation(name) as name:
+            result = _lib().fcclCommShrink(handle, array if ranks else None, len(ranks), ctypes.byref(new),
+                                           config_pointer, 1 if abort else 0)
+            _check(result, "fcclCommShrink", handle)
+        return Communicator(new.value, name=name)
 
     def send(self, send, peer: int, stream=None):
         """fcclSend of send's elements to rank peer, which posts the matching recv; through NCCL on every path (on
@@ -370,6 +397,7 @@ class Communicator:
 
     def abort(self):
         """fcclCommAbort: stops waits and kernels at once and frees everything local without the peers."""
+        _release(self._name, self)
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
@@ -381,6 +409,7 @@ class Communicator:
     def destroy(self):
         """fcclCommDestroy: collective teardown, then free. Does nothing the second time; the communicator is
         freed even when a teardown step with the peers fails (the error is raised all the same)."""
+        _release(self._name, self)  # from now on the name may be given to a new communicator
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
@@ -401,8 +430,8 @@ class Communicator:
 
     def __repr__(self):
         if self._handle is None:
-            return "<fccl.Communicator destroyed>"
-        return f"<fccl.Communicator rank {self.rank} of {self.nranks} on device {self.device}>"
+            return f"<fccl.Communicator {self._name!r} destroyed>"
+        return f"<fccl.Communicator {self._name!r} rank {self.rank} of {self.nranks} on device {self.device}>"
 
 
 def mem_stats(comm: Optional["Communicator"] = None) -> dict:

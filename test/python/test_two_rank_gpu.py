@@ -15,7 +15,6 @@ Without torch or a CUDA device it exits 77, which meson counts as a skip.
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_two_rank_gpu.py [-v]
 """
 import ctypes
-import hashlib
 import importlib
 import multiprocessing
 import os
@@ -27,54 +26,13 @@ import traceback
 import unittest
 
 import fccl
-
+from support import check_sum, digest, rank_inputs, torch_cuda_devices
 
 GPU_RANKS = 2
 GPU_TIMEOUT_S = 240  # for the whole two-rank run, torch's start and compilation included; under meson's 300 s
 GRAPH_BYTES = 4 << 20
 GRAPH_REPLAYS = 20
 EAGER_COUNTS = (1, 7, 1000, 65536 + 3, (1 << 20) + 5)
-TOLERANCE = {"bfloat16": 1e-2, "float32": 1e-5}
-
-
-def torch_cuda_devices():
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def rank_inputs(torch, dtype, count, nranks, seed):
-    """Every rank's input, the same on every rank (seeded per rank): random magnitudes in [0.25, 1.25), random signs,
-    never zero. Returned on the host as the dtype itself, so the reference sees exactly what the ranks send."""
-    inputs = []
-    for rank in range(nranks):
-        generator = torch.Generator().manual_seed(seed * 1000 + rank)
-        magnitude = torch.rand(count, generator=generator, dtype=torch.float64) + 0.25
-        sign = torch.randint(0, 2, (count,), generator=generator, dtype=torch.float64) * 2 - 1
-        inputs.append((magnitude * sign).to(dtype))
-    return inputs
-
-
-def check_sum(torch, result, inputs, dtype_name):
-    """Problems with result against the float64 sum of inputs: the error bound is the dtype's relative tolerance
-    times the sum of the magnitudes (which grows with the number of ranks), element by element."""
-    stacked = torch.stack([x.to(torch.float64) for x in inputs])
-    reference = stacked.sum(0)
-    bound = TOLERANCE[dtype_name] * stacked.abs().sum(0)
-    error = (result.cpu().to(torch.float64) - reference).abs()
-    bad = ~(error <= bound)  # NaN (a poisoned element never written) counts as bad
-    if bad.any():
-        index = int(bad.nonzero()[0])
-        return [f"{int(bad.sum())} of {result.numel()} elements wrong, first at {index}: "
-                f"{float(result.cpu()[index])} against {float(reference[index])}"]
-    return []
-
-
-def digest(torch, tensor):
-    host = tensor.detach().cpu().contiguous()
-    return hashlib.sha256(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size())).hexdigest()
 
 
 class NcclUniqueId(ctypes.Structure):
