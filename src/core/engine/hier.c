@@ -162,6 +162,16 @@ static fcclResult_t ncclStep(struct fcclComm* comm, struct fcclNcclComm* nc, con
   return fcclNcclLaunchOn(comm, nc, &step, stream);
 }
 
+/* One step of a hierarchical call on the host communicator: coll's call there, checked and enqueued by fcclEnqueue
+ * as any caller's (a collective's hierLaunch -> here -> fcclEnqueue: the recursion docs/design.md declares). */
+static fcclResult_t hostStep(struct fcclHier* h, const struct fcclCollective* coll, const void* sendbuf,
+                             void* recvbuf, size_t count, fcclDataType_t datatype, fcclRedOp_t op, int root,
+                             cudaStream_t stream) {
+  const struct fcclCall step = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                                .datatype = datatype, .op = op, .root = root, .stream = stream, .algo = -1};
+  return fcclEnqueue(h->host, &step);
+}
+
 /* A failure seen earlier on either part, as the call's error. */
 static fcclResult_t checkParts(struct fcclComm* comm, const char* caller) {
   const fcclResult_t state = fcclHierAsyncError(comm);
@@ -199,13 +209,13 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
   char* recv = call->recvbuf;
   if (shard > 0) {
     char* mine = recv + (size_t)h->layout.localRank * shard * size;
-    FCCLCHECK(fcclReduceScatterAlgo(send, mine, shard, call->datatype, op, h->host, stream, -1));
-    FCCLCHECK(ncclStep(comm, h->rail, &fcclCollAllReduce, mine, mine, shard, call->datatype, op, -1, stream));
+    FCCLCHECK(hostStep(h, &fcclCollReduceScatter, send, mine, shard, call->datatype, op, -1, stream));
+    FCCLCHECK(ncclStep(comm, h->rail, call->coll, mine, mine, shard, call->datatype, op, -1, stream));
     if (call->op == fcclAvg) FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, mine, shard, comm->nranks, stream));
-    FCCLCHECK(fcclAllGatherAlgo(mine, recv, shard, call->datatype, h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollAllGather, mine, recv, shard, call->datatype, fcclSum, -1, stream));
   }
   if (call->count > hierCount)
-    FCCLCHECK(ncclStep(comm, comm->nccl, &fcclCollAllReduce, send + hierCount * size, recv + hierCount * size,
+    FCCLCHECK(ncclStep(comm, comm->nccl, call->coll, send + hierCount * size, recv + hierCount * size,
                        call->count - hierCount, call->datatype, call->op, -1, stream));
   return fcclSuccess;
 }
@@ -223,7 +233,7 @@ fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* cal
   FCCLCHECK(checkParts(comm, caller));
   const size_t part = call->count * (size_t)h->layout.localRanks;
   char* mine = (char*)call->recvbuf + (size_t)h->layout.host * part * fcclTypeSize(call->datatype);
-  FCCLCHECK(fcclAllGatherAlgo(call->sendbuf, mine, call->count, call->datatype, h->host, stream, -1));
+  FCCLCHECK(hostStep(h, &fcclCollAllGather, call->sendbuf, mine, call->count, call->datatype, fcclSum, -1, stream));
   return ncclStep(comm, h->rail, call->coll, mine, call->recvbuf, part, call->datatype, fcclSum, -1, stream);
 }
 
@@ -239,8 +249,8 @@ fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* cal
   FCCLCHECK(checkParts(comm, caller));
   const int rootHost = h->hostOf[call->root];
   if (rootHost == h->layout.host)
-    FCCLCHECK(fcclBroadcastAlgo(call->sendbuf, call->recvbuf, call->count, call->datatype, h->localOf[call->root],
-                                h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollBroadcast, call->sendbuf, call->recvbuf, call->count, call->datatype, fcclSum,
+                       h->localOf[call->root], stream));
   return ncclStep(comm, h->rail, call->coll, call->recvbuf, call->recvbuf, call->count, call->datatype, fcclSum,
                   rootHost, stream);
 }
@@ -293,8 +303,8 @@ fcclResult_t fcclHierReduceScatter(struct fcclComm* comm, const struct fcclCall*
   const char* send = call->sendbuf;
   char* scratch = h->scratch;
   for (int host = 0; host < h->layout.hosts; host++)
-    FCCLCHECK(fcclReduceScatterAlgo(send + (size_t)host * part, scratch + (size_t)host * block, call->count,
-                                    call->datatype, op, h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollReduceScatter, send + (size_t)host * part, scratch + (size_t)host * block,
+                       call->count, call->datatype, op, -1, stream));
   FCCLCHECK(ncclStep(comm, h->rail, call->coll, scratch, call->recvbuf, call->count, call->datatype, op, -1, stream));
   if (call->op == fcclAvg)
     FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, call->recvbuf, call->count, comm->nranks, stream));
