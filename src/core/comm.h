@@ -100,18 +100,6 @@ fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
  * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
-/*
- * The host communicator of the hierarchical communicator parent (core/comm/init.c, for core/engine/hier.c): rank of nranks,
- * the ranks of parent's host, met through id; on the fccl path whatever FCCL_PATH says, with parent's device,
- * timeout, name and allowSharedDevice, and parent's abort flag. Blocking; the init's error on failure (nothing is
- * left then).
- */
-fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
-                                  struct fcclComm** out);
-
-/* Destroys a host communicator (collective over its ranks unless the abort flag is set); its error, if any. */
-fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm);
-
 /* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/init.c). */
 fcclResult_t fcclCommAsyncState(struct fcclComm* comm);
 

@@ -334,6 +334,14 @@ static fcclResult_t bootstrapAllGather(void* ctx, void* allData, size_t bytesPer
 
 static fcclResult_t bootstrapBarrier(void* ctx) { return fcclBootstrapBarrier((struct fcclBootstrap*)ctx); }
 
+static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
+                                 struct fcclComm** out);
+static fcclResult_t freeHostPart(struct fcclComm* comm);
+
+/* How the hierarchical path makes, destroys and reads its host communicator: this layer's calls, handed down. */
+static const struct fcclHierHostOps hierHostOps = {
+    .create = initHostPart, .destroy = freeHostPart, .state = fcclCommAsyncState};
+
 /* The whole init after the comm exists. Whatever it made stays on comm for commFree. */
 static fcclResult_t commInitSteps(struct fcclComm* comm) {
   int64_t startNs = 0;
@@ -385,7 +393,7 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
   if (decision.ncclComm) FCCLCHECK(fcclNcclCommCreate(comm, decision.ncclRequired));
 
   /* hierarchical: the host communicator on fccl's kernels and the NCCL rail across hosts (comm->hier) */
-  if (comm->path == fcclPathHier) FCCLCHECK(fcclHierCreate(comm));
+  if (comm->path == fcclPathHier) FCCLCHECK(fcclHierCreate(comm, &hierHostOps));
 
   /* Nobody leaves init before everyone has set up: a rank that failed above makes this barrier fail everywhere. */
   FCCLCHECK(fcclBootstrapBarrier(comm->bootstrap));
@@ -475,8 +483,9 @@ static fcclResult_t commPrepare(const fcclConfig_t* config, const char* caller, 
 
 /* ---- the hierarchical path's host communicators (comm.h) ---- */
 
-fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
-                                  struct fcclComm** out) {
+/* struct fcclHierHostOps.create (hier.h). */
+static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
+                                 struct fcclComm** out) {
   struct commSettings settings = {.blocking = 1, .timeoutMs = parent->timeoutMs,
                                   .allowSharedDevice = parent->allowSharedDevice};
   snprintf(settings.name, sizeof(settings.name), "%s", parent->name);
@@ -548,7 +557,8 @@ static fcclResult_t destroyNow(struct fcclComm* comm) {
   return commFree(comm);
 }
 
-fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm) {
+/* struct fcclHierHostOps.destroy (hier.h). */
+static fcclResult_t freeHostPart(struct fcclComm* comm) {
   const int parentRank = comm->hierParent->rank, dev = comm->cudaDev;
   fcclResult_t res = destroyNow(comm);
   fcclLogSetContext(parentRank, dev);

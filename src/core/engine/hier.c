@@ -28,6 +28,7 @@ struct fcclHier {
   int* hostOf;     /* every rank's host (its rank on its rail) */
   int* localOf;    /* every rank's local rank */
   int consecutive; /* every rank r is host(r) x localRanks + localRank(r) */
+  const struct fcclHierHostOps* hostOps; /* how comm/ makes, destroys and reads the host communicator */
   struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
   struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
   void* scratch;             /* the reduce-scatter's partials between its two steps (device memory) */
@@ -64,7 +65,7 @@ static fcclResult_t createHost(struct fcclComm* comm, struct fcclHier* h) {
     (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank %d could not make its host communicator's unique id (%s)",
                      l->hostLeader, fcclGetErrorString(local));
   if (local == fcclSuccess) {
-    local = fcclCommInitHostPart(comm, &ids[l->hostLeader].id, l->localRanks, l->localRank, &h->host);
+    local = h->hostOps->create(comm, &ids[l->hostLeader].id, l->localRanks, l->localRank, &h->host);
     /* A failed host communicator was torn down with the abort flag the two share set: this rank's exchanges stop
      * at once, so it leaves with its own cause, and the others learn of it when its bootstrap closes. */
     if (local != fcclSuccess) {
@@ -87,9 +88,10 @@ exit:
   return res;
 }
 
-fcclResult_t fcclHierCreate(struct fcclComm* comm) {
+fcclResult_t fcclHierCreate(struct fcclComm* comm, const struct fcclHierHostOps* hostOps) {
   struct fcclHier* h = calloc(1, sizeof(*h));
   if (!h) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the hierarchical path");
+  h->hostOps = hostOps;
   comm->hier = h; /* from here on commFree releases what was made */
   FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, comm->rank, &h->layout));
   const struct fcclHierLayout* l = &h->layout;
@@ -114,7 +116,7 @@ fcclResult_t fcclHierFree(struct fcclComm* comm) {
   comm->hier = NULL;
   /* NCCL first: an aborted rail stops its kernels, which fccl's on the same streams may be queued behind. */
   fcclNcclRailFree(comm, h->rail);
-  fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
+  fcclResult_t res = h->host ? h->hostOps->destroy(h->host) : fcclSuccess;
   if (h->scratch || h->nRetired > 0) {
     struct fcclCallDevice cd = {-1};
     fcclResult_t entered = fcclEnqueueEnterDevice(comm, &cd);
@@ -134,7 +136,7 @@ fcclResult_t fcclHierAsyncError(struct fcclComm* comm) {
   struct fcclHier* h = comm->hier;
   if (!h) return fcclSuccess;
   if (h->host) {
-    const fcclResult_t state = fcclCommAsyncState(h->host);
+    const fcclResult_t state = h->hostOps->state(h->host);
     if (state != fcclSuccess && state != fcclInProgress) {
       char failure[FCCL_LAST_ERROR_MAX - 128], text[FCCL_LAST_ERROR_MAX]; /* room for the words around it */
       fcclCommFailure(h->host, failure, sizeof(failure));
