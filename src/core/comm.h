@@ -51,7 +51,7 @@ struct fcclComm {
                                       * hier path for every call but the all-reduce (and its remainder) */
   struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/engine/hier.c) */
 
-  /* ---- communicators (core/comm/init.c) ---- */
+  /* ---- communicators (core/comm/init_task.c, teardown.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
   pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
@@ -100,7 +100,7 @@ fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
  * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
-/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/init.c). */
+/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/query.c). */
 fcclResult_t fcclCommAsyncState(struct fcclComm* comm);
 
 #endif /* FCCL_COMM_H_ */
