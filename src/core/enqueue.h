@@ -99,8 +99,6 @@ fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* cal
  * The checks of fcclEnqueue, for a call that takes its own path to the stream (fused_norm.c). Each returns the
  * public calls' codes with the message recorded (FCCL_ERROR).
  */
-/* "bfloat16"; "unknown" outside fcclDataType_t. */
-const char* fcclTypeName(fcclDataType_t type);
 /* A live communicator whose init finished and whose engine has not failed: device state and kernels that have not
  * failed when fccl's kernels carry the call (viaNccl 0), an NCCL communicator without an asynchronous error when
  * NCCL does. */

@@ -4,7 +4,7 @@
  * and the user buffers registered with fcclCommRegister. docs/ipc.md describes the design.
  *
  * At init every rank of the communicator agrees on one arena slot index free on all ranks, takes it (allocating,
- * zeroing and exporting a chunk where it has none), maps each peer's chunk through the process registry (a chunk
+ * zeroing and exporting a chunk where it has none), maps each peer's chunk through the process's mappings (a chunk
  * already mapped for another communicator is reused: its reference count goes up) and checks each mapping for
  * real: a value written through it is read back by the owner. Ranks of the same process use each other's chunks
  * directly (peer access), with no IPC.
@@ -122,7 +122,7 @@ fcclResult_t fcclTransportMemAlloc(void** ptr, size_t size);
 fcclResult_t fcclTransportMemFree(void* ptr);
 
 struct fcclTransportStats {
-  /* the process's registry of peer mappings (all communicators together) */
+  /* the process's table of peer mappings (all communicators together) */
   uint64_t openMappings;
   uint64_t mappingReferences;
   uint64_t bytesMapped;

@@ -241,7 +241,7 @@ static fcclResult_t cudaChunkCreate(void* ctx, int dev, size_t bytes, struct fcc
   fcclResult_t res = fcclSuccess;
   int cuMem = 0;
   FCCLCHECK(fcclIpcCuMemSupported(dev, &cuMem));
-  FCCLCHECK(fcclIpcAllocCreate(dev, bytes, cuMem ? FCCL_REG_CUMEM : FCCL_REG_LEGACY_IPC, alloc));
+  FCCLCHECK(fcclIpcAllocCreate(dev, bytes, cuMem ? FCCL_MAPPING_CUMEM : FCCL_MAPPING_LEGACY_IPC, alloc));
   /* The report's root cause: zeroing queued behind other work lands after a fast peer's first flag and erases it.
    * So the zeroes are written on a stream of our own and have landed before the handle exists. */
   int previous;

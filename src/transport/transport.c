@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A communicator's peer memory: slot agreement in the per-process arenas, mapping of the peers' chunks through
- * the process registry, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.
+ * the process's mappings, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.
  *
  * Every collective step carries each rank's status, so a rank that failed locally keeps taking part in the
  * exchanges and every rank returns an error instead of waiting for the one that gave up.
@@ -116,7 +116,7 @@ static fcclResult_t checkPeerCapable(struct fcclTransport* t, int p) {
 
 /* The key of a peer's chunk, from what the peer said about itself and its chunk. */
 static void chunkKey(const struct fcclTransportRankInfo* info, const struct exportRecord* rec, int importDev,
-                     struct fcclRegKey* key) {
+                     struct fcclMappingKey* key) {
   struct fcclProcessId owner = {.hostHash = info->hostHash, .nonce = info->processNonce, .pid = info->pid};
   struct fcclIpcAlloc alloc;
   memset(&alloc, 0, sizeof(alloc));
@@ -208,7 +208,7 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
       t->slot = slot;
       FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)",
                 cfg->name, slot, cfg->cudaDev, t->chunk.serial,
-                t->chunk.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC");
+                t->chunk.kind == FCCL_MAPPING_CUMEM ? "cuMem" : "legacy IPC");
       goto exit;
     }
     if (claimed) (void)fcclArenaRelease(t->arena, slot, 0);
@@ -266,7 +266,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
     } else {
       local = checkPeerCapable(t, p);
       if (local != fcclSuccess) break;
-      if (exports[p].kind != FCCL_REG_CUMEM && exports[p].kind != FCCL_REG_LEGACY_IPC) {
+      if (exports[p].kind != FCCL_MAPPING_CUMEM && exports[p].kind != FCCL_MAPPING_LEGACY_IPC) {
         local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d exports a buffer of unknown kind %d", p,
                            exports[p].kind);
         break;
@@ -288,7 +288,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
     }
   }
   int myFd = t->chunk.exportFd;
-  fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_REG_CUMEM ? 1 : 0, local, sock);
+  fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_MAPPING_CUMEM ? 1 : 0, local, sock);
   if (res != fcclSuccess) return res;
   for (int p = 0; p < nranks; p++) {
     if (!items[p].active) continue;
@@ -383,7 +383,7 @@ exit:
 static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
   for (int p = 0; p < t->cfg.nranks; p++) {
     struct fcclTransportPeer* peer = &t->peers[p];
-    fcclResult_t released = peer->mapped ? fcclRegistryRelease(t->registry, &peer->key) : fcclSuccess;
+    fcclResult_t released = peer->mapped ? fcclMappingsRelease(t->mappings, &peer->key) : fcclSuccess;
     peer->mapped = 0;
     fcclResult_t returned = peer->borrowed ? fcclArenaUnborrow(peer->peerArena, t->slot) : fcclSuccess;
     peer->borrowed = 0;
@@ -431,7 +431,7 @@ fcclResult_t fcclTransportInit(const struct fcclTransportParams* params, struct 
   local = parseFdMode(&t->fdMode);
   if (local == fcclSuccess) local = fcclCudaDriverLoad();
   if (local == fcclSuccess) local = fcclIpcSetDevice(cfg->cudaDev, &previous);
-  if (local == fcclSuccess) local = fcclRegistryProcess(&t->registry);
+  if (local == fcclSuccess) local = fcclMappingsProcess(&t->mappings);
   if (local == fcclSuccess) local = fcclArenaProcess(cfg->cudaDev, slotBytes, &t->arena);
   if (local == fcclSuccess && t->fdMode != FCCL_FD_MODE_PIDFD) local = fcclFdSocketOpen(&sock);
   struct fcclTransportRankInfo* self = &t->peers[me].info;
@@ -537,10 +537,10 @@ int fcclTransportSlotIndex(struct fcclTransport* t) { return t ? t->slot : -1; }
 
 void fcclTransportGetStats(struct fcclTransport* t, struct fcclTransportStats* stats) {
   memset(stats, 0, sizeof(*stats));
-  struct fcclRegistry* registry = fcclRegistryProcessIfCreated();
-  if (registry) {
-    struct fcclRegistryStats rs;
-    fcclRegistryGetStats(registry, &rs);
+  struct fcclMappings* mappings = fcclMappingsProcessIfCreated();
+  if (mappings) {
+    struct fcclMappingsStats rs;
+    fcclMappingsGetStats(mappings, &rs);
     stats->openMappings = rs.openMappings;
     stats->mappingReferences = rs.references;
     stats->bytesMapped = rs.bytesMapped;

@@ -43,7 +43,7 @@ static void* twoGpus(void* arg) {
   const int peer = 1 - ctx->rank;
   ctx->ownSlot = fcclTransportPeerSlot((&comm)->transport, ctx->rank);
   EXPECT_EQ_INT(testShmBarrier(ctx->shmRank.shm, ctx->rank), TEST_SHM_OK);
-  /* Direct use: the peer slot is the peer's own pointer, and nothing went through the registry. */
+  /* Direct use: the peer slot is the peer's own pointer, and nothing went through the process's mappings. */
   EXPECT(fcclTransportPeerSlot((&comm)->transport, peer) == threads[peer].ownSlot);
   fcclMemStats_t stats = {.size = sizeof(stats)};
   EXPECT_EQ_INT(fcclCommGetMemStats(&comm, &stats), fcclSuccess);

@@ -10,84 +10,12 @@
 #include "collective.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define STAGING_BYTES ((size_t)64 << 20)
 
-static pthread_mutex_t errorLock = PTHREAD_MUTEX_INITIALIZER;
-
-void benchFail(benchAgent_t* agent, const char* fmt, ...) {
-  char text[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof(text), fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&errorLock);
-  if (agent->error[0] == '\0') snprintf(agent->error, sizeof(agent->error), "%s", text);
-  fprintf(stderr, "%s: rank %d: %s\n", agent->test ? agent->test->program : "bench", agent->firstRank, text);
-  fflush(stderr);
-  pthread_mutex_unlock(&errorLock);
-}
-
-int benchUseDevice(benchAgent_t* agent, int gpu) {
-  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
-  return 0;
-}
-
-/* ---- per-GPU work in parallel (collective, blocking calls when a thread drives several GPUs) -------------------- */
-
-typedef struct {
-  benchAgent_t* agent;
-  int gpu;
-  benchPerGpuFn_t fn;
-  void* ctx;
-  int status;
-} perGpuJob_t;
-
-static void* perGpuThread(void* arg) {
-  perGpuJob_t* job = (perGpuJob_t*)arg;
-  if (cudaSetDevice(job->agent->devices[job->gpu]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    benchFail(job->agent, "cudaSetDevice(%d) failed", job->agent->devices[job->gpu]);
-    job->status = -1;
-    return NULL;
-  }
-  job->status = job->fn(job->agent, job->gpu, job->ctx);
-  return NULL;
-}
-
-int benchForEachGpu(benchAgent_t* agent, benchPerGpuFn_t fn, void* ctx) {
-  if (agent->nLocal == 1) return fn(agent, 0, ctx);
-  perGpuJob_t jobs[BENCH_MAX_LOCAL];
-  pthread_t threads[BENCH_MAX_LOCAL];
-  int started = 0, status = 0;
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    jobs[gpu] = (perGpuJob_t){agent, gpu, fn, ctx, 0};
-    if (pthread_create(&threads[gpu], NULL, perGpuThread, &jobs[gpu]) != 0) {
-      benchFail(agent, "pthread_create failed");
-      status = -1;
-      break;
-    }
-    started++;
-  }
-  for (int gpu = 0; gpu < started; gpu++) {
-    pthread_join(threads[gpu], NULL);
-    if (jobs[gpu].status != 0) status = -1;
-  }
-  if (cudaSetDevice(agent->devices[0]) != cudaSuccess) status = -1;
-  return status;
-}
-
 /* ---- communicators ---------------------------------------------------------------------------------------------- */
-
-/* Aborts this agent's communicators of engine after a failure or a timeout; they are gone afterwards. */
-void benchAbortEngine(benchAgent_t* agent, int engine) {
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) agent->engines[engine].ops->abort(agent, engine, gpu);
-  benchOobAbort(agent->oob);
-}
 
 typedef struct {
   int engine;

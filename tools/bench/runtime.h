@@ -7,9 +7,11 @@
  * goes through the agent that owns rank 0.
  *
  * One file per job: main.c (flags, launch modes, processes and their agents), agent.c (an agent's life and its
- * communicators), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table each), exchange.c
- * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks), output.c (the header,
- * the progress line, the -J and --csv files) and collective.h/.c (a collective's description and its driver).
+ * communicators), agent_gpus.c (what every part of the run uses on the agent's GPUs: failures, per-GPU work, the
+ * bounded wait, aborting an engine), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table
+ * each), exchange.c (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks),
+ * output.c (the header, the progress line, the -J and --csv files) and collective.h/.c (a collective's description
+ * and its driver).
  */
 #ifndef FCCL_BENCH_RUNTIME_H_
 #define FCCL_BENCH_RUNTIME_H_

@@ -1,58 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Launching and timing: every local rank's operation per iteration (grouped where the engine needs it), CUDA
- * graphs for -G, the timed loop with CUDA events, and the bounded wait that watches the engine's asynchronous
- * errors and aborts it after -T.
+ * graphs for -G and the timed loop with CUDA events; each waits with agent_gpus.c's bounded benchSync.
  */
 #include "runtime_internal.h"
-
-#include <sched.h>
-#include <time.h>
-
-#define DEFAULT_TIMEOUT_SEC 300
-
-double benchNowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int benchTimeoutSec(const benchAgent_t* agent) {
-  return agent->args.timeoutSec > 0 ? agent->args.timeoutSec : DEFAULT_TIMEOUT_SEC;
-}
-
-int benchSync(benchAgent_t* agent, int engine) {
-  double deadline = benchNowSec() + benchTimeoutSec(agent);
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    for (unsigned long polls = 0;; polls++) {
-      cudaError_t status = cudaStreamQuery(agent->streams[gpu]);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        benchFail(agent, "waiting for rank %d's stream: %s (%s)", agent->firstRank + gpu, cudaGetErrorName(status),
-                  cudaGetErrorString(status));
-        return -1;
-      }
-      if ((polls & 255) == 255) {
-        char text[600];
-        if (agent->engines[engine].ops->asyncError(agent, engine, gpu, text, sizeof(text))) {
-          benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine],
-                    agent->firstRank + gpu, text);
-          benchAbortEngine(agent, engine);
-          return -1;
-        }
-        if (benchNowSec() > deadline) {
-          benchFail(agent, "%s did not complete on rank %d within %d s (-T changes the bound); aborting",
-                    agent->engineNames[engine], agent->firstRank + gpu, benchTimeoutSec(agent));
-          benchAbortEngine(agent, engine);
-          return -1;
-        }
-      }
-      sched_yield();
-    }
-  }
-  return 0;
-}
 
 int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count) {
   const benchEngineOps_t* ops = agent->engines[engine].ops;

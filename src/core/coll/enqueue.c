@@ -11,6 +11,7 @@
 #include "check.h"
 #include "comm.h"
 #include "cudawrap.h"
+#include "datatype.h"
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"
@@ -22,12 +23,6 @@
 #include <string.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
-
-const char* fcclTypeName(fcclDataType_t type) {
-  static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",     "uint64",
-                                      "float16", "float32", "float64", "bfloat16", "float8e4m3"};
-  return (int)type >= 0 && type < fcclNumTypes ? names[type] : "unknown";
-}
 
 fcclResult_t fcclEnqueueEnterDevice(struct fcclComm* comm, struct fcclCallDevice* cd) {
   CUDACHECK(cudaGetDevice(&cd->saved));

@@ -3,7 +3,7 @@
 #include "fingerprint.h"
 
 #include "algo.h"
-#include "enqueue.h"
+#include "datatype.h"
 
 #include <stdio.h>
 #include <string.h>

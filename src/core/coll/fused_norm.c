@@ -10,6 +10,7 @@
 #include "algo.h"
 #include "check.h"
 #include "comm.h"
+#include "datatype.h"
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The peer-mapping registry and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
+ * The table of peer mappings and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
  * injected (fake operations that count what they do), so reference counts, keys, offsets, concurrent users,
  * statistics, slot agreement and re-initialisation (the next communicator created while the previous one lives) run
  * in CI. A communicator with a fake
@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- fake registry operations ---- */
+/* ---- fake map and unmap operations ---- */
 
 #define FAKE_MAX_OPEN 4096
 
@@ -29,11 +29,11 @@ struct fakeOps {
   pthread_mutex_t lock;
   int opens, closes;
   int failNextOpen;
-  int doubleOpen;                       /* a key opened while already open: the registry's job is to prevent it */
-  struct fcclRegKey open[FAKE_MAX_OPEN]; /* keys open now (kind 0: free entry) */
+  int doubleOpen;                       /* a key opened while already open: the table's job is to prevent it */
+  struct fcclMappingKey open[FAKE_MAX_OPEN]; /* keys open now (kind 0: free entry) */
 };
 
-static fcclResult_t fakeOpen(void* ctx, const struct fcclRegKey* key, size_t size, const void* arg, void** base,
+static fcclResult_t fakeOpen(void* ctx, const struct fcclMappingKey* key, size_t size, const void* arg, void** base,
                              void** opaque) {
   struct fakeOps* fake = ctx;
   (void)arg;
@@ -58,7 +58,7 @@ static fcclResult_t fakeOpen(void* ctx, const struct fcclRegKey* key, size_t siz
   return res;
 }
 
-static fcclResult_t fakeClose(void* ctx, const struct fcclRegKey* key, size_t size, void* base, void* opaque) {
+static fcclResult_t fakeClose(void* ctx, const struct fcclMappingKey* key, size_t size, void* base, void* opaque) {
   struct fakeOps* fake = ctx;
   (void)key;
   (void)size;
@@ -71,25 +71,25 @@ static fcclResult_t fakeClose(void* ctx, const struct fcclRegKey* key, size_t si
   return fcclSuccess;
 }
 
-static struct fcclRegistry* newRegistry(struct fakeOps* fake) {
+static struct fcclMappings* newMappings(struct fakeOps* fake) {
   memset(fake, 0, sizeof(*fake));
   pthread_mutex_init(&fake->lock, NULL);
-  struct fcclRegistryOps ops = {.ctx = fake, .open = fakeOpen, .close = fakeClose};
-  struct fcclRegistry* registry = NULL;
-  EXPECT_EQ_INT(fcclRegistryCreate(&ops, &registry), fcclSuccess);
-  return registry;
+  struct fcclMappingsOps ops = {.ctx = fake, .open = fakeOpen, .close = fakeClose};
+  struct fcclMappings* mappings = NULL;
+  EXPECT_EQ_INT(fcclMappingsCreate(&ops, &mappings), fcclSuccess);
+  return mappings;
 }
 
-static void legacyKey(struct fcclRegKey* key, int seed, int importDev) {
+static void legacyKey(struct fcclMappingKey* key, int seed, int importDev) {
   memset(key, 0, sizeof(*key));
-  key->kind = FCCL_REG_LEGACY_IPC;
+  key->kind = FCCL_MAPPING_LEGACY_IPC;
   key->importDev = importDev;
-  for (int i = 0; i < FCCL_REG_ID_BYTES; i++) key->id[i] = (uint8_t)(seed * 31 + i);
+  for (int i = 0; i < FCCL_MAPPING_ID_BYTES; i++) key->id[i] = (uint8_t)(seed * 31 + i);
 }
 
-static void cuMemKey(struct fcclRegKey* key, int pid, uint64_t serial, int importDev) {
+static void cuMemKey(struct fcclMappingKey* key, int pid, uint64_t serial, int importDev) {
   memset(key, 0, sizeof(*key));
-  key->kind = FCCL_REG_CUMEM;
+  key->kind = FCCL_MAPPING_CUMEM;
   key->importDev = importDev;
   struct fcclCuMemId id;
   memset(&id, 0, sizeof(id));
@@ -105,35 +105,35 @@ static void cuMemKey(struct fcclRegKey* key, int pid, uint64_t serial, int impor
 
 static void testRefcounts(void) {
   struct fakeOps fake;
-  struct fcclRegistry* registry = newRegistry(&fake);
-  struct fcclRegKey a, b;
+  struct fcclMappings* mappings = newMappings(&fake);
+  struct fcclMappingKey a, b;
   legacyKey(&a, 1, 0);
   legacyKey(&b, 2, 0);
   void *baseA = NULL, *baseA2 = NULL, *baseB = NULL;
   int found = 1;
 
-  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 4096, &baseA, &found), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRetain(mappings, &a, 4096, &baseA, &found), fcclSuccess);
   EXPECT_EQ_INT(found, 0); /* retain never opens */
   EXPECT_EQ_INT(fake.opens, 0);
 
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &a, 4096, NULL, &baseA), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &a, 4096, NULL, &baseA2), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &a, 4096, NULL, &baseA), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &a, 4096, NULL, &baseA2), fcclSuccess);
   EXPECT(baseA != NULL && baseA == baseA2);
   EXPECT_EQ_INT(fake.opens, 1); /* the second user took a reference, no second open */
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 2);
-  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 4096, &baseA2, &found), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &a), 2);
+  EXPECT_EQ_INT(fcclMappingsRetain(mappings, &a, 4096, &baseA2, &found), fcclSuccess);
   EXPECT_EQ_INT(found, 1);
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 3);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &a), 3);
   /* Retain checks the size like acquire: one identity described with two sizes takes nothing. */
   found = 1;
-  EXPECT_EQ_INT(fcclRegistryRetain(registry, &a, 8192, &baseA2, &found), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsRetain(mappings, &a, 8192, &baseA2, &found), fcclInvalidArgument);
   EXPECT_EQ_INT(found, 0);
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 3);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &a), 3);
 
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &b, 8192, NULL, &baseB), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &b, 8192, NULL, &baseB), fcclSuccess);
   EXPECT(baseB != baseA);
-  struct fcclRegistryStats stats;
-  fcclRegistryGetStats(registry, &stats);
+  struct fcclMappingsStats stats;
+  fcclMappingsGetStats(mappings, &stats);
   EXPECT_EQ_INT(stats.openMappings, 2);
   EXPECT_EQ_INT(stats.references, 4);
   EXPECT_EQ_INT(stats.bytesMapped, 4096 + 8192);
@@ -141,99 +141,99 @@ static void testRefcounts(void) {
   EXPECT_EQ_INT(stats.totalCloses, 0);
 
   /* Same identity described with another size: corrupt input, refused, the mapping untouched. */
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &a, 999, NULL, &baseA2), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &a, 999, NULL, &baseA2), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "4096");
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 3);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &a), 3);
 
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &a), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &a), fcclSuccess);
   EXPECT_EQ_INT(fake.closes, 0); /* still one user */
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &a), fcclSuccess);
   EXPECT_EQ_INT(fake.closes, 1); /* closed at the last release */
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &a), 0);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &a), 0);
   /* Releasing what is not open is an error, never a crash or a negative count. */
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &a), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &a), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not mapped");
 
   /* Re-opening after the last close opens again. */
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &a, 4096, NULL, &baseA), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &a, 4096, NULL, &baseA), fcclSuccess);
   EXPECT_EQ_INT(fake.opens, 3);
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &a), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &b), fcclSuccess);
-  fcclRegistryGetStats(registry, &stats);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &b), fcclSuccess);
+  fcclMappingsGetStats(mappings, &stats);
   EXPECT_EQ_INT(stats.openMappings, 0);
   EXPECT_EQ_INT(stats.references, 0);
   EXPECT_EQ_INT(stats.bytesMapped, 0);
   EXPECT_EQ_INT(stats.totalOpens, stats.totalCloses);
   EXPECT_EQ_INT(fake.doubleOpen, 0);
-  EXPECT_EQ_INT(fcclRegistryDestroy(registry), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclSuccess);
 }
 
 static void testKeys(void) {
   struct fakeOps fake;
-  struct fcclRegistry* registry = newRegistry(&fake);
-  struct fcclRegKey keys[6];
+  struct fcclMappings* mappings = newMappings(&fake);
+  struct fcclMappingKey keys[6];
   legacyKey(&keys[0], 7, 0);
   legacyKey(&keys[1], 7, 1); /* same allocation mapped for another device of this process: its own mapping */
   cuMemKey(&keys[2], 100, 1, 0);
   cuMemKey(&keys[3], 100, 2, 0); /* another allocation of the same exporter */
   cuMemKey(&keys[4], 101, 1, 0); /* same serial, another process */
   memcpy(&keys[5], &keys[2], sizeof(keys[5]));
-  keys[5].kind = FCCL_REG_LEGACY_IPC; /* same bytes, other kind */
+  keys[5].kind = FCCL_MAPPING_LEGACY_IPC; /* same bytes, other kind */
   void* bases[6];
   for (int i = 0; i < 6; i++)
-    EXPECT_EQ_INT(fcclRegistryAcquire(registry, &keys[i], 4096, NULL, &bases[i]), fcclSuccess);
+    EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &keys[i], 4096, NULL, &bases[i]), fcclSuccess);
   EXPECT_EQ_INT(fake.opens, 6);
   for (int i = 0; i < 6; i++)
     for (int j = 0; j < i; j++) EXPECT_MSG(bases[i] != bases[j], "keys %d and %d share a mapping", i, j);
   char text[160];
-  EXPECT_STR_CONTAINS(fcclRegKeyDescribe(&keys[2], text, sizeof(text)), "pid 100");
-  EXPECT_STR_CONTAINS(fcclRegKeyDescribe(&keys[1], text, sizeof(text)), "on dev 1");
-  for (int i = 0; i < 6; i++) EXPECT_EQ_INT(fcclRegistryRelease(registry, &keys[i]), fcclSuccess);
+  EXPECT_STR_CONTAINS(fcclMappingKeyDescribe(&keys[2], text, sizeof(text)), "pid 100");
+  EXPECT_STR_CONTAINS(fcclMappingKeyDescribe(&keys[1], text, sizeof(text)), "on dev 1");
+  for (int i = 0; i < 6; i++) EXPECT_EQ_INT(fcclMappingsRelease(mappings, &keys[i]), fcclSuccess);
   EXPECT_EQ_INT(fake.closes, 6);
-  EXPECT_EQ_INT(fcclRegistryDestroy(registry), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclSuccess);
 }
 
 static void testOffsets(void) {
   struct fakeOps fake;
-  struct fcclRegistry* registry = newRegistry(&fake);
-  struct fcclRegKey key;
+  struct fcclMappings* mappings = newMappings(&fake);
+  struct fcclMappingKey key;
   cuMemKey(&key, 55, 9, 0);
   void* base = NULL;
   void* ptr = NULL;
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, 0, 1, &ptr), fcclInvalidArgument); /* not open */
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &key, 1 << 20, NULL, &base), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, 0, 1, &ptr), fcclInvalidArgument); /* not open */
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &key, 1 << 20, NULL, &base), fcclSuccess);
   /* A pointer inside the allocation travels as (key of the allocation, offset). */
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, 4096, 512, &ptr), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, 4096, 512, &ptr), fcclSuccess);
   EXPECT(ptr == (char*)base + 4096);
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, (1 << 20) - 8, 8, &ptr), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, (1 << 20) - 8, 8, &ptr), fcclSuccess);
   EXPECT(ptr == (char*)base + (1 << 20) - 8);
   ptr = NULL;
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, (1 << 20) - 8, 9, &ptr), fcclInvalidArgument);
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, (size_t)1 << 21, 0, &ptr), fcclInvalidArgument);
-  EXPECT_EQ_INT(fcclRegistryPointer(registry, &key, 16, SIZE_MAX, &ptr), fcclInvalidArgument); /* no overflow */
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, (1 << 20) - 8, 9, &ptr), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, (size_t)1 << 21, 0, &ptr), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsPointer(mappings, &key, 16, SIZE_MAX, &ptr), fcclInvalidArgument); /* no overflow */
   EXPECT(ptr == NULL);
-  EXPECT_EQ_INT(fcclRegistryRelease(registry, &key), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryDestroy(registry), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRelease(mappings, &key), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclSuccess);
 }
 
 static void testFailures(void) {
   struct fakeOps fake;
-  struct fcclRegistry* registry = newRegistry(&fake);
-  struct fcclRegKey key;
+  struct fcclMappings* mappings = newMappings(&fake);
+  struct fcclMappingKey key;
   legacyKey(&key, 3, 0);
   void* base = NULL;
   fake.failNextOpen = 1;
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &key, 4096, NULL, &base), fcclUnhandledCudaError);
-  EXPECT_EQ_INT(fcclRegistryRefs(registry, &key), 0); /* a failed open leaves nothing behind */
-  struct fcclRegistryStats stats;
-  fcclRegistryGetStats(registry, &stats);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &key, 4096, NULL, &base), fcclUnhandledCudaError);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &key), 0); /* a failed open leaves nothing behind */
+  struct fcclMappingsStats stats;
+  fcclMappingsGetStats(mappings, &stats);
   EXPECT_EQ_INT(stats.openMappings, 0);
   EXPECT_EQ_INT(stats.totalOpens, 0);
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &key, 0, NULL, &base), fcclInvalidArgument);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &key, 0, NULL, &base), fcclInvalidArgument);
   /* Destroying with an entry still open closes it and says so. */
-  EXPECT_EQ_INT(fcclRegistryAcquire(registry, &key, 4096, NULL, &base), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryDestroy(registry), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &key, 4096, NULL, &base), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclInvalidUsage);
   EXPECT_EQ_INT(fake.closes, 1);
 }
 
@@ -244,7 +244,7 @@ static void testFailures(void) {
 #define ITERATIONS 20000
 
 struct threadArg {
-  struct fcclRegistry* registry;
+  struct fcclMappings* mappings;
   int index;
   int errors;
   int wrongBase;
@@ -254,39 +254,39 @@ static void* hammer(void* p) {
   struct threadArg* arg = p;
   uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(arg->index + 1);
   int held[KEYS] = {0};
-  struct fcclRegKey keys[KEYS];
+  struct fcclMappingKey keys[KEYS];
   for (int k = 0; k < KEYS; k++) cuMemKey(&keys[k], 1000 + k, (uint64_t)k, 0);
   for (int it = 0; it < ITERATIONS; it++) {
     int k = (int)(testRandom(&state) % KEYS);
     if (held[k] > 0 && (testRandom(&state) & 1)) {
-      if (fcclRegistryRelease(arg->registry, &keys[k]) != fcclSuccess) arg->errors++;
+      if (fcclMappingsRelease(arg->mappings, &keys[k]) != fcclSuccess) arg->errors++;
       held[k]--;
     } else {
       void* base = NULL;
       void* check = NULL;
-      if (fcclRegistryAcquire(arg->registry, &keys[k], 4096 + (size_t)k, NULL, &base) != fcclSuccess) {
+      if (fcclMappingsAcquire(arg->mappings, &keys[k], 4096 + (size_t)k, NULL, &base) != fcclSuccess) {
         arg->errors++;
         continue;
       }
       held[k]++;
       /* While we hold a reference the mapping cannot move or close under us. */
-      if (fcclRegistryPointer(arg->registry, &keys[k], 0, 1, &check) != fcclSuccess || check != base)
+      if (fcclMappingsPointer(arg->mappings, &keys[k], 0, 1, &check) != fcclSuccess || check != base)
         arg->wrongBase++;
     }
   }
   for (int k = 0; k < KEYS; k++)
     while (held[k]-- > 0)
-      if (fcclRegistryRelease(arg->registry, &keys[k]) != fcclSuccess) arg->errors++;
+      if (fcclMappingsRelease(arg->mappings, &keys[k]) != fcclSuccess) arg->errors++;
   return NULL;
 }
 
 static void testThreads(void) {
   struct fakeOps fake;
-  struct fcclRegistry* registry = newRegistry(&fake);
+  struct fcclMappings* mappings = newMappings(&fake);
   pthread_t threads[THREADS];
   struct threadArg args[THREADS];
   for (int t = 0; t < THREADS; t++) {
-    args[t] = (struct threadArg){.registry = registry, .index = t};
+    args[t] = (struct threadArg){.mappings = mappings, .index = t};
     pthread_create(&threads[t], NULL, hammer, &args[t]);
   }
   for (int t = 0; t < THREADS; t++) {
@@ -294,15 +294,15 @@ static void testThreads(void) {
     EXPECT_EQ_INT(args[t].errors, 0);
     EXPECT_EQ_INT(args[t].wrongBase, 0);
   }
-  struct fcclRegistryStats stats;
-  fcclRegistryGetStats(registry, &stats);
+  struct fcclMappingsStats stats;
+  fcclMappingsGetStats(mappings, &stats);
   EXPECT_EQ_INT(stats.openMappings, 0);
   EXPECT_EQ_INT(stats.references, 0);
   EXPECT_EQ_INT(stats.totalOpens, stats.totalCloses);
   EXPECT_EQ_INT(stats.totalOpens, fake.opens);
   EXPECT(fake.opens >= KEYS); /* every key was opened at least once, and closed at every last release */
   EXPECT_EQ_INT(fake.doubleOpen, 0);
-  EXPECT_EQ_INT(fcclRegistryDestroy(registry), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclSuccess);
 }
 
 /* ---- arena bookkeeping ---- */
@@ -319,7 +319,7 @@ static fcclResult_t fakeChunkCreate(void* ctx, int dev, size_t bytes, struct fcc
     return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "fake out of device memory");
   }
   memset(alloc, 0, sizeof(*alloc));
-  alloc->kind = FCCL_REG_CUMEM;
+  alloc->kind = FCCL_MAPPING_CUMEM;
   alloc->dev = dev;
   alloc->size = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   alloc->ptr = calloc(1, 64); /* a unique address stands in for the chunk */
@@ -433,7 +433,7 @@ static void testArena(void) {
 }
 
 /*
- * Re-initialisation on two simulated ranks, each with its own arena and registry (two processes), as an application
+ * Re-initialisation on two simulated ranks, each with its own arena and mappings (two processes), as an application
  * replacing its communicator does it (docs/ipc.md#the-failures-this-rules-out): round i creates comm_i while
  * comm_{i-1} is alive, then destroys comm_{i-1}. Creating a comm runs the transport's steps:
  * publish free bitmaps, take the lowest common slot, map the peer's chunk by its key. The number of open mappings
@@ -443,15 +443,15 @@ struct simRank {
   struct fakeChunks chunks;
   struct fakeOps maps;
   struct fcclArena* arena;
-  struct fcclRegistry* registry;
+  struct fcclMappings* mappings;
 };
 
 struct simComm {
   int slot;
-  struct fcclRegKey peerKey[2];
+  struct fcclMappingKey peerKey[2];
 };
 
-static void chunkKey(const struct fcclIpcAlloc* alloc, int owner, int importDev, struct fcclRegKey* key) {
+static void chunkKey(const struct fcclIpcAlloc* alloc, int owner, int importDev, struct fcclMappingKey* key) {
   cuMemKey(key, 5000 + owner, alloc->serial, importDev);
 }
 
@@ -468,7 +468,7 @@ static int simInit(struct simRank ranks[2], struct simComm* comm) {
     int peer = 1 - r;
     void* base = NULL;
     chunkKey(&chunks[peer], peer, r, &comm->peerKey[r]);
-    if (fcclRegistryAcquire(ranks[r].registry, &comm->peerKey[r], chunks[peer].size, NULL, &base) != fcclSuccess)
+    if (fcclMappingsAcquire(ranks[r].mappings, &comm->peerKey[r], chunks[peer].size, NULL, &base) != fcclSuccess)
       return 0;
   }
   return 1;
@@ -476,7 +476,7 @@ static int simInit(struct simRank ranks[2], struct simComm* comm) {
 
 static int simDestroy(struct simRank ranks[2], struct simComm* comm) {
   int ok = 1;
-  for (int r = 0; r < 2; r++) ok &= fcclRegistryRelease(ranks[r].registry, &comm->peerKey[r]) == fcclSuccess;
+  for (int r = 0; r < 2; r++) ok &= fcclMappingsRelease(ranks[r].mappings, &comm->peerKey[r]) == fcclSuccess;
   for (int r = 0; r < 2; r++) ok &= fcclArenaRelease(ranks[r].arena, comm->slot, 0) == fcclSuccess;
   return ok;
 }
@@ -485,12 +485,12 @@ static void testReinitPattern(void) {
   struct simRank ranks[2];
   for (int r = 0; r < 2; r++) {
     ranks[r].arena = newArena(&ranks[r].chunks, r, 4);
-    ranks[r].registry = newRegistry(&ranks[r].maps);
+    ranks[r].mappings = newMappings(&ranks[r].maps);
   }
   struct simComm comms[2];
   EXPECT(simInit(ranks, &comms[0]));
-  struct fcclRegistryStats afterFirst[2], stats;
-  for (int r = 0; r < 2; r++) fcclRegistryGetStats(ranks[r].registry, &afterFirst[r]);
+  struct fcclMappingsStats afterFirst[2], stats;
+  for (int r = 0; r < 2; r++) fcclMappingsGetStats(ranks[r].mappings, &afterFirst[r]);
   int ok = 1, distinct = 1;
   for (int round = 1; round <= 1000; round++) {
     struct simComm* next = &comms[round % 2];
@@ -502,7 +502,7 @@ static void testReinitPattern(void) {
   EXPECT(ok);
   EXPECT(distinct);
   for (int r = 0; r < 2; r++) {
-    fcclRegistryGetStats(ranks[r].registry, &stats);
+    fcclMappingsGetStats(ranks[r].mappings, &stats);
     EXPECT_EQ_INT(stats.openMappings, afterFirst[r].openMappings);
     EXPECT_EQ_INT(stats.openMappings, 1);
     EXPECT_EQ_INT(stats.totalOpens, 1); /* the peer's chunk was mapped once, in round 0 */
@@ -510,17 +510,17 @@ static void testReinitPattern(void) {
   }
   EXPECT(simDestroy(ranks, &comms[1000 % 2]));
   for (int r = 0; r < 2; r++) {
-    fcclRegistryGetStats(ranks[r].registry, &stats);
+    fcclMappingsGetStats(ranks[r].mappings, &stats);
     EXPECT_EQ_INT(stats.openMappings, 0);
     EXPECT_EQ_INT(ranks[r].chunks.freed, 1); /* the last comm gone: the arena gives its memory back */
     EXPECT_EQ_INT(fcclArenaDestroy(ranks[r].arena), fcclSuccess);
-    EXPECT_EQ_INT(fcclRegistryDestroy(ranks[r].registry), fcclSuccess);
+    EXPECT_EQ_INT(fcclMappingsDestroy(ranks[r].mappings), fcclSuccess);
   }
 
   /* 10,000 init/destroy cycles: mappings back to zero, every chunk freed. */
   for (int r = 0; r < 2; r++) {
     ranks[r].arena = newArena(&ranks[r].chunks, r, 4);
-    ranks[r].registry = newRegistry(&ranks[r].maps);
+    ranks[r].mappings = newMappings(&ranks[r].maps);
   }
   ok = 1;
   for (int cycle = 0; cycle < 10000; cycle++) {
@@ -530,13 +530,13 @@ static void testReinitPattern(void) {
   }
   EXPECT(ok);
   for (int r = 0; r < 2; r++) {
-    fcclRegistryGetStats(ranks[r].registry, &stats);
+    fcclMappingsGetStats(ranks[r].mappings, &stats);
     EXPECT_EQ_INT(stats.openMappings, 0);
     EXPECT_EQ_INT(stats.totalOpens, 10000);
     EXPECT_EQ_INT(stats.totalCloses, 10000);
     EXPECT_EQ_INT(ranks[r].chunks.created, ranks[r].chunks.freed);
     EXPECT_EQ_INT(fcclArenaDestroy(ranks[r].arena), fcclSuccess);
-    EXPECT_EQ_INT(fcclRegistryDestroy(ranks[r].registry), fcclSuccess);
+    EXPECT_EQ_INT(fcclMappingsDestroy(ranks[r].mappings), fcclSuccess);
   }
 }
 
@@ -592,24 +592,24 @@ static void testChunkKeys(void) {
   struct fcclProcessId owner = {.hostHash = 0x1234, .nonce = 0x5678, .pid = 4242};
   struct fcclIpcAlloc alloc;
   memset(&alloc, 0, sizeof(alloc));
-  alloc.kind = FCCL_REG_CUMEM;
+  alloc.kind = FCCL_MAPPING_CUMEM;
   alloc.dev = 3;
   alloc.ptr = (void*)(uintptr_t)0x7f0000000000ull;
   alloc.size = 2u << 20;
   alloc.serial = 17;
-  struct fcclRegKey a, b;
+  struct fcclMappingKey a, b;
   fcclIpcAllocKey(&owner, &alloc, 1, &a);
   fcclIpcAllocKey(&owner, &alloc, 1, &b);
   EXPECT(memcmp(&a, &b, sizeof(a)) == 0); /* exporter and importer build it alike */
   char text[160];
-  EXPECT_STR_CONTAINS(fcclRegKeyDescribe(&a, text, sizeof(text)), "pid 4242 dev 3 serial 17 pieces 1] on dev 1");
+  EXPECT_STR_CONTAINS(fcclMappingKeyDescribe(&a, text, sizeof(text)), "pid 4242 dev 3 serial 17 pieces 1] on dev 1");
   alloc.serial = 18;
   fcclIpcAllocKey(&owner, &alloc, 1, &b);
   EXPECT(memcmp(&a, &b, sizeof(a)) != 0);
-  alloc.kind = FCCL_REG_LEGACY_IPC;
+  alloc.kind = FCCL_MAPPING_LEGACY_IPC;
   memset(&alloc.legacyHandle, 0xab, sizeof(alloc.legacyHandle));
   fcclIpcAllocKey(&owner, &alloc, 0, &b);
-  EXPECT_EQ_INT(b.kind, FCCL_REG_LEGACY_IPC);
+  EXPECT_EQ_INT(b.kind, FCCL_MAPPING_LEGACY_IPC);
   EXPECT_EQ_INT(b.id[0], 0xab);
   EXPECT_EQ_INT(b.id[sizeof(alloc.legacyHandle) - 1], 0xab);
 }
@@ -658,7 +658,7 @@ struct fakeComm {
   struct fakeOps maps;
   struct fakeChunks chunks;
   struct fcclArena* arena;
-  struct fcclRegistry* registry;
+  struct fcclMappings* mappings;
 };
 
 /* A ready communicator of one rank whose transport holds slot 0 of a fake arena (slot 1 is held by another). */
@@ -671,7 +671,7 @@ static void fakeCommCreate(struct fakeComm* fc) {
   comm->asyncError = fcclSuccess;
   snprintf(comm->name, sizeof(comm->name), "fake");
   pthread_mutex_init(&comm->errorLock, NULL);
-  fc->registry = newRegistry(&fc->maps);
+  fc->mappings = newMappings(&fc->maps);
   fc->arena = newArena(&fc->chunks, 0, 4);
   struct fcclTransport* t = calloc(1, sizeof(*t));
   t->peers = calloc(1, sizeof(*t->peers));
@@ -685,7 +685,7 @@ static void fakeCommCreate(struct fakeComm* fc) {
       .ex = {.ctx = &fc->ex, .allGather = fakeAllGather, .barrier = fakeBarrier},
   };
   snprintf(t->name, sizeof(t->name), "fake");
-  t->registry = fc->registry;
+  t->mappings = fc->mappings;
   t->arena = fc->arena;
   t->fdMode = FCCL_FD_MODE_PIDFD;
   int claimed = 0;
@@ -706,7 +706,7 @@ static void fakeTransportFini(struct fakeComm* fc) {
 static void fakeCommDestroy(struct fakeComm* fc) {
   EXPECT_EQ_INT(fcclArenaRelease(fc->arena, 1, 0), fcclSuccess);
   EXPECT_EQ_INT(fcclArenaDestroy(fc->arena), fcclSuccess);
-  EXPECT_EQ_INT(fcclRegistryDestroy(fc->registry), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsDestroy(fc->mappings), fcclSuccess);
   pthread_mutex_destroy(&fc->comm.errorLock);
 }
 
@@ -783,5 +783,5 @@ int main(void) {
   testChunkKeys();
   testForkIdentity();
   testRegisterCollective();
-  return testSummary("registry");
+  return testSummary("mappings");
 }
