@@ -13,7 +13,8 @@
 #include <stdint.h>
 
 #define FCCL_COMM_MAGIC 0x6663636c636f6d6dull /* "fcclcomm": catches stale or foreign handles */
-#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (core/comm/local_group.h) */
+/* destroyed by the user, teardown deferred (core/comm/local_group.h) */
+#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull
 #define FCCL_COMM_NAME_MAX 64
 
 struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owned by the bootstrap layer) */
@@ -49,7 +50,8 @@ struct fcclComm {
   char ncclMissing[256];             /* why there is no NCCL communicator, when nccl is NULL */
   struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM);
                                       * hier path for every call but the all-reduce (and its remainder) */
-  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/engine/hier.c) */
+  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail
+                                      * (core/engine/hier.c) */
 
   /* ---- communicators (core/comm/init_task.c, teardown.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
@@ -58,7 +60,8 @@ struct fcclComm {
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/comm/local_group.h), or NULL */
 
   unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
-  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name (core/comm/shrink.c) */
+  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name
+                            * (core/comm/shrink.c) */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */

@@ -217,9 +217,8 @@ fcclResult_t fcclMappingsPointer(struct fcclMappings* mappings, const struct fcc
     res = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "%s is not mapped",
                      fcclMappingKeyDescribe(key, text, sizeof(text)));
   } else if (offset > entry->size || bytes > entry->size - offset) {
-    res = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
-                     "bytes [%zu, %zu + %zu) lie outside the %zu bytes of %s", offset, offset, bytes, entry->size,
-                     fcclMappingKeyDescribe(key, text, sizeof(text)));
+    res = FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "bytes [%zu, %zu + %zu) lie outside the %zu bytes of %s",
+                     offset, offset, bytes, entry->size, fcclMappingKeyDescribe(key, text, sizeof(text)));
   } else {
     *ptr = (char*)entry->base + offset;
   }

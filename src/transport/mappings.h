@@ -34,7 +34,7 @@ typedef enum {
 struct fcclMappingKey {
   uint32_t kind;                  /* fcclMappingKind_t */
   int32_t importDev;              /* the CUDA device of this process the mapping is made for */
-  uint8_t id[FCCL_MAPPING_ID_BYTES];  /* legacy: cudaIpcMemHandle_t of the allocation base; cuMem: struct fcclCuMemId */
+  uint8_t id[FCCL_MAPPING_ID_BYTES]; /* legacy: cudaIpcMemHandle_t of the allocation base; cuMem: struct fcclCuMemId */
 };
 
 /* A cuMem allocation (or a run of allocations mapped back to back) as its exporter names it. */

@@ -206,9 +206,8 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     }
     if (res == fcclSuccess && *local == fcclSuccess && allClaimed) {
       t->slot = slot;
-      FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)",
-                cfg->name, slot, cfg->cudaDev, t->chunk.serial,
-                t->chunk.kind == FCCL_MAPPING_CUMEM ? "cuMem" : "legacy IPC");
+      FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)", cfg->name,
+                slot, cfg->cudaDev, t->chunk.serial, t->chunk.kind == FCCL_MAPPING_CUMEM ? "cuMem" : "legacy IPC");
       goto exit;
     }
     if (claimed) (void)fcclArenaRelease(t->arena, slot, 0);

@@ -29,7 +29,7 @@ struct fcclTransportRankInfo {
 struct fcclTransportPeer {
   struct fcclTransportRankInfo info;
   int sameProcess;
-  int mapped;                /* a reference on key's mapping is held */
+  int mapped; /* a reference on key's mapping is held */
   struct fcclMappingKey key;
   int borrowed;              /* same process: a reference on the peer arena's chunk is held */
   struct fcclArena* peerArena;
@@ -69,7 +69,7 @@ struct fcclTransport {
 /* One rank's export, as importers need it. */
 struct fcclImportItem {
   int active;               /* 0: nothing to import from this rank (self, same process) */
-  struct fcclMappingKey key;    /* importDev = comm's device */
+  struct fcclMappingKey key; /* importDev = comm's device */
   size_t size;
   int pieces;
   const int32_t* remoteFds; /* cuMem: the exporter's descriptor numbers (pidfd_getfd) */

@@ -255,4 +255,3 @@ int modeUnshared(int rank, int nranks, const struct testArgs* args, int kind) {
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   return 0;
 }
-

@@ -30,7 +30,7 @@ struct graphNode {
  * send buffer), where every rank agrees on in place. */
 static const struct graphNode kGraphNodes[] = {
     {1, 0, {MOVE_ALLGATHER, fcclFloat32, fcclSum, FCCL_MOVE_LL, 0, 1000, 0, 0, 4, 0}},
-    {0, 0, {MOVE_ALLGATHER, fcclBfloat16, fcclSum, MOVE_AUTO, 0, 300001, 0, 2, 6, 0}},   /* graph-registered */
+    {0, 0, {MOVE_ALLGATHER, fcclBfloat16, fcclSum, MOVE_AUTO, 0, 300001, 0, 2, 6, 0}}, /* graph-registered */
     {0, 0, {MOVE_ALLGATHER, fcclInt8, fcclSum, FCCL_MOVE_STAGED, 1, 70001, 0, 3, 0, 0}},
     {0, 0, {MOVE_ALLGATHER, fcclBfloat16, fcclSum, MOVE_AUTO, 1, 200001, 0, 2, 0, 0}},
     {0, 0, {MOVE_REDUCESCATTER, fcclFloat32, fcclSum, MOVE_AUTO, 0, 100003, 0, 4, 8, 0}}, /* graph-registered */
@@ -39,7 +39,7 @@ static const struct graphNode kGraphNodes[] = {
     {0, 0, {MOVE_BROADCAST, fcclFloat32, fcclSum, MOVE_AUTO, 0, 200000, ROOT_LAST, 0, 4, 1}},
     {1, 0, {MOVE_BROADCAST, fcclInt32, fcclSum, FCCL_MOVE_DIRECT, 1, 30001, 0, 4, 0, 0}},
     {0, 0, {MOVE_BROADCAST, fcclBfloat16, fcclSum, FCCL_MOVE_LL, 0, 777, 1, 2, 2, 0}},
-    {0, 0, {MOVE_BROADCAST, fcclFloat32, fcclSum, MOVE_AUTO, 1, 150000, 0, 0, 0, 0}},     /* graph-registered */
+    {0, 0, {MOVE_BROADCAST, fcclFloat32, fcclSum, MOVE_AUTO, 1, 150000, 0, 0, 0, 0}},    /* graph-registered */
     {0, 1, {MOVE_REDUCESCATTER, fcclFloat32, fcclSum, MOVE_AUTO, 0, 5000, 0, 0, 12, 0}}, /* all-reduce */
     /* the copy engines: memcpy nodes between barrier kernels, in and out of place */
     {1, 0, {MOVE_ALLGATHER, fcclBfloat16, fcclSum, FCCL_MOVE_COPY, 0, 100001, 0, 2, 6, 0}},
@@ -70,8 +70,8 @@ static uint64_t graphRegistrations(fcclComm_t comm) {
 }
 
 /* Checks node j's output in p->hostOut against input set `set`; returns 1 when it is wrong. */
-static int graphCheckNode(int rank, int nranks, uint64_t seed, int j, const struct graphPlace* p, int set,
-                          int replay, uint64_t hashIndex, struct collShared* shared) {
+static int graphCheckNode(int rank, int nranks, uint64_t seed, int j, const struct graphPlace* p, int set, int replay,
+                          uint64_t hashIndex, struct collShared* shared) {
   const unsigned char* host = p->hostOut;
   const unsigned char* out = host + COLL_GUARD;
   const size_t size = fcclTypeSize(p->c.type);
@@ -121,9 +121,9 @@ int modeGraph(int rank, int nranks, const struct testArgs* args) {
     c.root = c.root == ROOT_LAST ? nranks - 1 : c.root % nranks;
     place[j].c = c;
     const size_t send = kGraphNodes[j].allReduce ? c.sendOffset + c.count * fcclTypeSize(c.type)
-                                                   : moveSendBytes(&c, nranks);
+                                                 : moveSendBytes(&c, nranks);
     const size_t recv = kGraphNodes[j].allReduce ? c.recvOffset + c.count * fcclTypeSize(c.type)
-                                                   : moveRecvBytes(&c, nranks);
+                                                 : moveRecvBytes(&c, nranks);
     region = send > region ? send : region;
     region = recv > region ? recv : region;
   }
@@ -157,8 +157,7 @@ int modeGraph(int rank, int nranks, const struct testArgs* args) {
     }
     for (int s = 0; s < GRAPH_SETS; s++) {
       EXPECT_EQ_INT(cudaMallocHost(&p->hostIn[s], p->sendElems * size + 16), cudaSuccess);
-      refFillInput(p->c.type, args->seed, (uint64_t)s * GRAPH_NODES + (uint64_t)j, rank, 0, p->hostIn[s],
-                   p->sendElems);
+      refFillInput(p->c.type, args->seed, (uint64_t)s * GRAPH_NODES + (uint64_t)j, rank, 0, p->hostIn[s], p->sendElems);
     }
     EXPECT_EQ_INT(cudaMallocHost(&p->hostOut, p->wholeBytes + 2 * COLL_GUARD), cudaSuccess);
   }
@@ -221,8 +220,8 @@ int modeGraph(int rank, int nranks, const struct testArgs* args) {
     /* Every 100 replays eager calls on another stream: graph and eager calls share the epoch counters. */
     if (replay % 100 == 99) {
       const struct moveCase staged = {MOVE_ALLGATHER, fcclFloat32, fcclSum, FCCL_MOVE_STAGED, 0, 4097, 0, 4, 0, 0};
-      const struct moveCase ll = {MOVE_BROADCAST, fcclBfloat16, fcclSum, FCCL_MOVE_LL, 0, 1000,
-                                  (replay / 100) % nranks, 2, 2, 1};
+      const struct moveCase ll =
+          {MOVE_BROADCAST, fcclBfloat16, fcclSum, FCCL_MOVE_LL, 0, 1000, (replay / 100) % nranks, 2, 2, 1};
       EXPECT_EQ_INT(cudaStreamSynchronize(stream), cudaSuccess);
       bad += moveRunCase(&eager, &staged, 1000000 + eagerCall++);
       bad += moveRunCase(&eager, &ll, 1000000 + eagerCall++);
@@ -263,4 +262,3 @@ int modeGraph(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   return 0;
 }
-

@@ -21,12 +21,12 @@
 struct composeCase {
   fcclDataType_t type;
   fcclRedOp_t op;
-  size_t count;    /* each rank's block: the all-reduce runs nranks x count */
-  int rsForm;      /* MOVE_AUTO or forced */
+  size_t count; /* each rank's block: the all-reduce runs nranks x count */
+  int rsForm;   /* MOVE_AUTO or forced */
   int agForm;
-  int arAlgo;      /* -1 or an all-reduce algorithm */
-  int rsInPlace;   /* the reduce-scatter in place in the input, the all-gather out of place from there; else the
-                    * reduce-scatter into the gathered output, the all-gather in place */
+  int arAlgo;    /* -1 or an all-reduce algorithm */
+  int rsInPlace; /* the reduce-scatter in place in the input, the all-gather out of place from there; else the
+                  * reduce-scatter into the gathered output, the all-gather in place */
 };
 
 /* The all-reduce of the input, then its reduce-scatter and the all-gather of the result, on one stream. The gathered
@@ -84,8 +84,10 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
   }
   if (differ) {
     char a[64], b[64];
-    testFail(__FILE__, __LINE__, "rank %d: %s: %zu of %zu elements differ from the all-reduce's bits, first [%zu]: "
-             "%s after reduce-scatter + all-gather, %s from the all-reduce", rank, what, differ, total, first,
+    testFail(__FILE__, __LINE__,
+             "rank %d: %s: %zu of %zu elements differ from the all-reduce's bits, first [%zu]: "
+             "%s after reduce-scatter + all-gather, %s from the all-reduce",
+             rank, what, differ, total, first,
              refFormat(k->type, refLoadBits(k->type, host + bytes, first), a, sizeof(a)),
              refFormat(k->type, refLoadBits(k->type, host, first), b, sizeof(b)));
     problems++;
@@ -148,8 +150,14 @@ int modeCompose(int rank, int nranks, const struct testArgs* args) {
 
 /* ---- mixed ----------------------------------------------------------------------------------------------------- */
 
-enum { MIXED_ALLGATHER = MOVE_ALLGATHER, MIXED_REDUCESCATTER = MOVE_REDUCESCATTER, MIXED_BROADCAST = MOVE_BROADCAST,
-       MIXED_ALLREDUCE, MIXED_BARRIER, MIXED_KINDS };
+enum {
+  MIXED_ALLGATHER = MOVE_ALLGATHER,
+  MIXED_REDUCESCATTER = MOVE_REDUCESCATTER,
+  MIXED_BROADCAST = MOVE_BROADCAST,
+  MIXED_ALLREDUCE,
+  MIXED_BARRIER,
+  MIXED_KINDS
+};
 #define MIXED_TYPES 4
 static const fcclDataType_t kMixedTypes[MIXED_TYPES] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
 static const size_t kMixedCounts[] = {1, 7, 1000, 4099, 33001, 70001};
@@ -159,12 +167,12 @@ static const size_t kMixedCounts[] = {1, 7, 1000, 4099, 33001, 70001};
 
 /* Call i of the sequence: a pure function of i and the rank count, the same on every rank. */
 struct mixedCall {
-  int what;            /* MIXED_* */
+  int what; /* MIXED_* */
   int registered;
-  int t;               /* kMixedTypes index */
-  struct moveCase c;   /* for an all-reduce: a reduce-scatter case of count (checked as rank 0's block) */
-  size_t poolFirst;    /* elements into the type's input pool where sendbuf starts */
-  int sample;          /* checked at the end: its own output region, after the previous sample's of its kind */
+  int t;             /* kMixedTypes index */
+  struct moveCase c; /* for an all-reduce: a reduce-scatter case of count (checked as rank 0's block) */
+  size_t poolFirst;  /* elements into the type's input pool where sendbuf starts */
+  int sample;        /* checked at the end: its own output region, after the previous sample's of its kind */
 };
 
 static uint64_t mixHash(uint64_t x) {
@@ -336,4 +344,3 @@ int modeMixed(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
   return 0;
 }
-

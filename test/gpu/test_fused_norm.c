@@ -320,8 +320,8 @@ static int modeGraph(struct fusedContext* x) {
       COLL_CHECK_CUDA("graph", cudaGraphLaunch(exec, x->stream));
       /* An eager all-reduce between replays: graph and eager calls share the epochs. */
       if (r % 10 == 9)
-        COLL_CHECK_FCCL("graph", fcclAllReduce(fusedInputOf(x, &c), x->reduced, 1000, fcclFloat32, fcclSum, x->comm,
-                                               x->stream));
+        COLL_CHECK_FCCL("graph",
+                        fcclAllReduce(fusedInputOf(x, &c), x->reduced, 1000, fcclFloat32, fcclSum, x->comm, x->stream));
       COLL_CHECK_CUDA("graph", cudaMemcpyAsync(x->hOutput, x->output, outBytes, cudaMemcpyDeviceToHost, x->stream));
       COLL_CHECK_CUDA("graph", cudaMemcpyAsync(x->hResidualOut, x->residual, c.tokens * row, cudaMemcpyDeviceToHost,
                                                x->stream));
@@ -388,7 +388,6 @@ static int modeNaN(struct fusedContext* x) {
     }
   return (int)call;
 }
-
 
 static int rankMain(int rank, int nranks, void* arg) {
   const struct modeArgs* args = arg;

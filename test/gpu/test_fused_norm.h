@@ -13,7 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 /* One call of the fused norm, as a mode makes it. */
 struct fusedCase {
   fcclDataType_t type;
@@ -35,11 +34,11 @@ struct fusedContext {
   int rank, nranks;
   uint64_t seed;
   cudaStream_t stream;
-  size_t capacity;              /* bytes of each device buffer */
-  int form;                     /* -1: as the public call; FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT where it runs */
-  struct collBuffer plainIn;    /* inputs, plain */
-  struct collBuffer regIn;      /* inputs, registered */
-  void *residual, *weight, *output, *reduced, *scale; /* device */
+  size_t capacity;           /* bytes of each device buffer */
+  int form;                  /* -1: as the public call; FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT where it runs */
+  struct collBuffer plainIn; /* inputs, plain */
+  struct collBuffer regIn;   /* inputs, registered */
+  void *residual, *weight, *output, *reduced, *scale;                           /* device */
   void *hIn, *hResidual, *hWeight, *hOutput, *hReduced, *hResidualOut, *hScale; /* pinned host */
 };
 

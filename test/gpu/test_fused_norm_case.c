@@ -61,8 +61,8 @@ void fusedStoreBits(fcclDataType_t type, void* buffer, size_t i, uint64_t bits) 
 /* What a tensor holds: values of magnitude [lo, lo + span), random sign unless positive, never zero. */
 enum { DATA_INPUT = 1, DATA_RESIDUAL = 2, DATA_WEIGHT = 3 };
 static uint64_t dataBits(fcclDataType_t type, uint64_t seed, uint64_t call, int tensor, int rank, uint64_t index) {
-  const uint64_t r = mix64(seed ^ mix64(call * 0x100000001b3ull ^ ((uint64_t)tensor << 56) ^ ((uint64_t)rank << 48) ^
-                                        mix64(index)));
+  const uint64_t r = mix64(
+      seed ^ mix64(call * 0x100000001b3ull ^ ((uint64_t)tensor << 56) ^ ((uint64_t)rank << 48) ^ mix64(index)));
   const double unit = (double)(r >> 11) / 9007199254740992.0;
   double v = tensor == DATA_WEIGHT ? 0.5 + unit : 0.0625 + 2.0 * unit;
   if (tensor != DATA_WEIGHT && (r & 1)) v = -v;
@@ -118,10 +118,10 @@ static double outAbsolute(fcclDataType_t type) {
 
 /* form: as fcclAllReduceAddRMSNormForm takes it (-1: the public call's choice). */
 void fusedDescribe(const struct fusedCase* c, uint64_t call, int form, char* out, size_t size) {
-  snprintf(out, size, "call %llu: %zu x %zu %s -> %s scale %d%s%s %s eps %g, %s", (unsigned long long)call,
-           c->tokens, c->hidden, refTypeName(c->type), refTypeName(c->out), (int)c->mode,
-           c->residual ? " residual" : "", c->weight ? " weight" : "", c->registered ? "registered" : "plain",
-           (double)c->eps, form < 0 ? "auto" : fcclFusedFormName(form));
+  snprintf(out, size, "call %llu: %zu x %zu %s -> %s scale %d%s%s %s eps %g, %s", (unsigned long long)call, c->tokens,
+           c->hidden, refTypeName(c->type), refTypeName(c->out), (int)c->mode, c->residual ? " residual" : "",
+           c->weight ? " weight" : "", c->registered ? "registered" : "plain", (double)c->eps,
+           form < 0 ? "auto" : fcclFusedFormName(form));
 }
 
 int fusedContextInit(struct fusedContext* x, struct collShared* shared, fcclComm_t comm, int rank, int nranks,
@@ -174,13 +174,13 @@ int fusedUpload(struct fusedContext* x, const struct fusedCase* c, uint64_t call
   struct fusedContext* ctx = x;
   COLL_CHECK_CUDA("upload", cudaMemcpyAsync(fusedInputOf(x, c), x->hIn, n * size, cudaMemcpyHostToDevice, x->stream));
   COLL_CHECK_CUDA("upload", cudaMemcpyAsync(x->residual, x->hResidual, n * size, cudaMemcpyHostToDevice, x->stream));
-  COLL_CHECK_CUDA("upload", cudaMemcpyAsync(x->weight, x->hWeight, c->hidden * size, cudaMemcpyHostToDevice,
-                                            x->stream));
+  COLL_CHECK_CUDA("upload",
+                  cudaMemcpyAsync(x->weight, x->hWeight, c->hidden * size, cudaMemcpyHostToDevice, x->stream));
   COLL_CHECK_CUDA("poison", cudaMemsetAsync(x->output, COLL_POISON, n * size + 64, x->stream));
   COLL_CHECK_CUDA("poison", cudaMemsetAsync(x->scale, COLL_POISON, c->tokens * sizeof(float) + 64, x->stream));
   if (c->mode == fcclScaleStatic)
-    COLL_CHECK_CUDA("scale", cudaMemcpyAsync(x->scale, &c->staticScale, sizeof(float), cudaMemcpyHostToDevice,
-                                             x->stream));
+    COLL_CHECK_CUDA("scale",
+                    cudaMemcpyAsync(x->scale, &c->staticScale, sizeof(float), cudaMemcpyHostToDevice, x->stream));
   return 0;
 }
 
@@ -211,12 +211,11 @@ static int formOf(const struct fusedContext* x, const struct fusedCase* c) {
   return -1;
 }
 
-fcclResult_t fusedCallForm(struct fusedContext* x, const struct fusedCase* c, const void* input,
-                           void* residual, void* output, float* scale, size_t tokens, cudaStream_t stream,
-                           int form) {
-  return fcclAllReduceAddRMSNormForm(input, c->residual ? residual : NULL, c->weight ? x->weight : NULL, output,
-                                     tokens, c->hidden, c->eps, c->type, c->out, c->mode, c->mode ? scale : NULL,
-                                     x->comm, stream, form);
+fcclResult_t fusedCallForm(struct fusedContext* x, const struct fusedCase* c, const void* input, void* residual,
+                           void* output, float* scale, size_t tokens, cudaStream_t stream, int form) {
+  return fcclAllReduceAddRMSNormForm(input, c->residual ? residual : NULL, c->weight ? x->weight : NULL, output, tokens,
+                                     c->hidden, c->eps, c->type, c->out, c->mode, c->mode ? scale : NULL, x->comm,
+                                     stream, form);
 }
 
 fcclResult_t fusedCall(struct fusedContext* x, const struct fusedCase* c, const void* input, void* residual,
@@ -231,8 +230,8 @@ size_t fusedOutRow(const struct fusedCase* c) { return c->hidden * fcclTypeSize(
 static int download(struct fusedContext* x, const struct fusedCase* c) {
   struct fusedContext* ctx = x;
   const size_t n = c->tokens * c->hidden, size = fcclTypeSize(c->type);
-  COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hResidualOut, x->residual, n * size, cudaMemcpyDeviceToHost,
-                                              x->stream));
+  COLL_CHECK_CUDA("download",
+                  cudaMemcpyAsync(x->hResidualOut, x->residual, n * size, cudaMemcpyDeviceToHost, x->stream));
   COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hOutput, x->output, c->tokens * fusedOutRow(c) + 64,
                                               cudaMemcpyDeviceToHost, x->stream));
   COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hReduced, x->reduced, n * size, cudaMemcpyDeviceToHost, x->stream));
@@ -317,10 +316,8 @@ static int checkCase(struct fusedContext* x, const struct fusedCase* c, uint64_t
   }
   free(y);
   /* Without a residual argument the residual buffer is not the call's: it must hold what was uploaded. */
-  if (!c->residual &&
-      memcmp(x->hResidualOut, x->hResidual, c->tokens * c->hidden * fcclTypeSize(t)) != 0) {
-    testFail(__FILE__, __LINE__, "rank %d: %s: the residual buffer changed without a residual argument", x->rank,
-             what);
+  if (!c->residual && memcmp(x->hResidualOut, x->hResidual, c->tokens * c->hidden * fcclTypeSize(t)) != 0) {
+    testFail(__FILE__, __LINE__, "rank %d: %s: the residual buffer changed without a residual argument", x->rank, what);
     problems++;
   }
   /* Nothing written past the output. */

@@ -34,11 +34,11 @@ int fusedModeInvalid(struct fusedContext* x) {
   const fcclScaleMode_t none = fcclScaleNone;
   const float e = 1e-6f;
   /* Each call must fail with fcclInvalidArgument and a message holding word, on the thread and on the comm. */
-#define INVALID(word, call)                                                                                    \
-  do {                                                                                                         \
-    const fcclResult_t r_ = (call);                                                                            \
+#define INVALID(word, call)                                                                                   \
+  do {                                                                                                        \
+    const fcclResult_t r_ = (call);                                                                           \
     EXPECT_MSG(r_ == fcclInvalidArgument, "rank %d: %s returned %s", x->rank, #call, fcclGetErrorString(r_)); \
-    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), (word));                                                       \
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), (word));                                                      \
   } while (0)
   INVALID("input", fcclAllReduceAddRMSNorm(NULL, res, w, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));
   INVALID("output", fcclAllReduceAddRMSNorm(in, res, w, NULL, tokens, hidden, e, bf, bf, none, NULL, comm, s));
@@ -47,33 +47,32 @@ int fusedModeInvalid(struct fusedContext* x) {
   INVALID("eps", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, -1.0f, bf, bf, none, NULL, comm, s));
   INVALID("eps", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, NAN, bf, bf, none, NULL, comm, s));
   INVALID("eps", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, INFINITY, bf, bf, none, NULL, comm, s));
-  INVALID("datatype", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, fcclInt32, fcclInt32, none, NULL,
-                                              comm, s));
-  INVALID("datatype", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, f8, f8, fcclScaleStatic, sc, comm,
-                                              s));
-  INVALID("outtype", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, fcclFloat16, none, NULL, comm,
-                                             s));
+  INVALID("datatype",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, fcclInt32, fcclInt32, none, NULL, comm, s));
+  INVALID("datatype",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, f8, f8, fcclScaleStatic, sc, comm, s));
+  INVALID("outtype", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, fcclFloat16, none, NULL, comm, s));
   INVALID("scaleMode", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, none, NULL, comm, s));
-  INVALID("scaleMode", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, bf, fcclScaleStatic, sc, comm,
-                                               s));
-  INVALID("scaleMode", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, (fcclScaleMode_t)7, sc,
-                                               comm, s));
-  INVALID("scale is NULL", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic, NULL,
-                                                   comm, s));
+  INVALID("scaleMode",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, bf, fcclScaleStatic, sc, comm, s));
+  INVALID("scaleMode",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, (fcclScaleMode_t)7, sc, comm, s));
+  INVALID("scale is NULL",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic, NULL, comm, s));
   INVALID("without an FP8", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, bf, none, sc, comm, s));
   INVALID("input", fcclAllReduceAddRMSNorm(in + 1, res, w, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));
   INVALID("residual", fcclAllReduceAddRMSNorm(in, res + 1, w, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));
-  INVALID("weight", fcclAllReduceAddRMSNorm(in, res, (const char*)w + 1, out, tokens, hidden, e, bf, bf, none, NULL,
-                                            comm, s));
+  INVALID("weight",
+          fcclAllReduceAddRMSNorm(in, res, (const char*)w + 1, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));
   INVALID("scale", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic,
                                            (float*)((char*)sc + 2), comm, s));
-  INVALID("overlaps residual", fcclAllReduceAddRMSNorm(in, in + 512, w, out, tokens, hidden, e, bf, bf, none, NULL,
-                                                       comm, s));
+  INVALID("overlaps residual",
+          fcclAllReduceAddRMSNorm(in, in + 512, w, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));
   INVALID("input", fcclAllReduceAddRMSNorm(in, res, w, in, tokens, hidden, e, bf, bf, none, NULL, comm, s));
-  INVALID("overlaps output", fcclAllReduceAddRMSNorm(in, res, w, res + 256, tokens, hidden, e, bf, bf, none, NULL,
-                                                     comm, s));
-  INVALID("overlap", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic,
-                                             (float*)out, comm, s));
+  INVALID("overlaps output",
+          fcclAllReduceAddRMSNorm(in, res, w, res + 256, tokens, hidden, e, bf, bf, none, NULL, comm, s));
+  INVALID("overlap",
+          fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, f8, fcclScaleDynamic, (float*)out, comm, s));
   INVALID("overflow", fcclAllReduceAddRMSNorm(in, res, w, out, SIZE_MAX / 4, hidden, e, bf, bf, none, NULL, comm, s));
   INVALID("communicator", fcclAllReduceAddRMSNorm(in, res, w, out, tokens, hidden, e, bf, bf, none, NULL, NULL, s));
   INVALID("host", fcclAllReduceAddRMSNorm(x->hIn, res, w, out, tokens, hidden, e, bf, bf, none, NULL, comm, s));

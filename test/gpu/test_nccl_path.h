@@ -31,13 +31,13 @@ struct rankState {
   fcclComm_t comm;
   int rank, nranks;
   uint64_t seed;
-  uint64_t call; /* numbers the inputs: every rank counts the same calls */
-  int hostRanks; /* the hierarchical path's ranks per host (its all-reduce's results), 0 on the others */
+  uint64_t call;        /* numbers the inputs: every rank counts the same calls */
+  int hostRanks;        /* the hierarchical path's ranks per host (its all-reduce's results), 0 on the others */
   int hostsInterleaved; /* the hierarchical path's hosts interleaved: rank r on host r % hosts */
   cudaStream_t stream;
-  void* send;    /* device, capacity bytes each */
+  void* send; /* device, capacity bytes each */
   void* recv;
-  void* host;    /* pinned */
+  void* host; /* pinned */
   size_t capacity;
 };
 

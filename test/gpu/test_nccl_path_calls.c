@@ -24,31 +24,34 @@
 
 /* ---- one rank's calls ---- */
 
-
-#define CHECK_FCCL(what, call)                                                                                    \
-  do {                                                                                                            \
-    fcclResult_t r_ = (call);                                                                                     \
-    if (r_ != fcclSuccess) {                                                                                      \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s: %s", s->rank, (what), #call, fcclGetErrorString(r_),     \
-               fcclGetLastError(NULL));                                                                           \
-      return 1;                                                                                                   \
-    }                                                                                                             \
+#define CHECK_FCCL(what, call)                                                                                \
+  do {                                                                                                        \
+    fcclResult_t r_ = (call);                                                                                 \
+    if (r_ != fcclSuccess) {                                                                                  \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s: %s", s->rank, (what), #call, fcclGetErrorString(r_), \
+               fcclGetLastError(NULL));                                                                       \
+      return 1;                                                                                               \
+    }                                                                                                         \
   } while (0)
 
-#define CHECK_CUDA(what, call)                                                                                    \
-  do {                                                                                                            \
-    cudaError_t e_ = (call);                                                                                      \
-    if (e_ != cudaSuccess) {                                                                                      \
-      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", s->rank, (what), #call, cudaGetErrorString(e_));        \
-      return 1;                                                                                                   \
-    }                                                                                                             \
+#define CHECK_CUDA(what, call)                                                                             \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    if (e_ != cudaSuccess) {                                                                               \
+      testFail(__FILE__, __LINE__, "rank %d: %s: %s: %s", s->rank, (what), #call, cudaGetErrorString(e_)); \
+      return 1;                                                                                            \
+    }                                                                                                      \
   } while (0)
 
 static size_t typeBytes(fcclDataType_t type) {
   switch (type) {
-    case fcclInt8: case fcclUint8: return 1;
-    case fcclFloat16: case fcclBfloat16: return 2;
-    case fcclInt32: case fcclUint32: case fcclFloat32: return 4;
+    case fcclInt8:
+    case fcclUint8: return 1;
+    case fcclFloat16:
+    case fcclBfloat16: return 2;
+    case fcclInt32:
+    case fcclUint32:
+    case fcclFloat32: return 4;
     default: return 8;
   }
 }
@@ -73,10 +76,10 @@ static int download(struct rankState* s, const void* src, size_t bytes) {
   return 0;
 }
 
-static int report(struct rankState* s, const char* what, fcclDataType_t type, fcclRedOp_t op, size_t count,
-                  size_t bad, const char* msg) {
-  EXPECT_MSG(bad == 0, "rank %d: call %llu: %s %s %s x %zu: %zu wrong: %s", s->rank, (unsigned long long)s->call,
-             what, refTypeName(type), refOpName(op), count, bad, msg);
+static int report(struct rankState* s, const char* what, fcclDataType_t type, fcclRedOp_t op, size_t count, size_t bad,
+                  const char* msg) {
+  EXPECT_MSG(bad == 0, "rank %d: call %llu: %s %s %s x %zu: %zu wrong: %s", s->rank, (unsigned long long)s->call, what,
+             refTypeName(type), refOpName(op), count, bad, msg);
   return bad != 0;
 }
 
@@ -87,9 +90,8 @@ int runAllReduce(struct rankState* s, fcclDataType_t type, fcclRedOp_t op, size_
   if (poison(s, s->recv, bytes) || upload(s, type, s->send, 0, count)) return 1;
   CHECK_FCCL("all-reduce", fcclAllReduce(s->send, out, count, type, op, s->comm, s->stream));
   if (download(s, out, bytes)) return 1;
-  const size_t bad =
-      checkReduced(type, op, s->seed, s->call, s->nranks, s->hostRanks, s->hostsInterleaved, 0, s->host, count, msg,
-                   sizeof(msg));
+  const size_t bad = checkReduced(type, op, s->seed, s->call, s->nranks, s->hostRanks, s->hostsInterleaved, 0, s->host,
+                                  count, msg, sizeof(msg));
   s->call++;
   return report(s, inPlace ? "all-reduce in place" : "all-reduce", type, op, count, bad, msg);
 }
@@ -165,8 +167,8 @@ static int runAllToAll(struct rankState* s, fcclDataType_t type, size_t count) {
   if (download(s, s->recv, total)) return 1;
   size_t bad = 0;
   for (int p = 0; p < s->nranks; p++) /* block p came from rank p's block for us */
-    bad += checkMoved(type, s->seed, s->call, p, (uint64_t)s->rank * count, (char*)s->host + (size_t)p * bytes,
-                      count, msg, sizeof(msg));
+    bad += checkMoved(type, s->seed, s->call, p, (uint64_t)s->rank * count, (char*)s->host + (size_t)p * bytes, count,
+                      msg, sizeof(msg));
   s->call++;
   return report(s, "all-to-all", type, fcclSum, count, bad, msg);
 }
@@ -183,8 +185,8 @@ static int runBarrier(struct rankState* s, struct collShared* shared) {
   const int64_t passed = collNowNs();
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   const int64_t entered = __atomic_load_n(&shared->stamps[0][0], __ATOMIC_ACQUIRE);
-  EXPECT_MSG(entered != 0 && passed >= entered, "rank %d: passed the barrier at %lld, rank 0 entered at %lld",
-             s->rank, (long long)passed, (long long)entered);
+  EXPECT_MSG(entered != 0 && passed >= entered, "rank %d: passed the barrier at %lld, rank 0 entered at %lld", s->rank,
+             (long long)passed, (long long)entered);
   return 0;
 }
 
@@ -203,8 +205,8 @@ static int runRegistered(struct rankState* s) {
   /* Every rank makes the same bad call: refused on each (fcclRemoteError where the fccl path's exchange tells a
    * rank of its peers' refusal first). */
   fcclResult_t bad = fcclCommRegister(s->comm, s->send, 0, &a);
-  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register of 0 bytes returned %d",
-             s->rank, bad);
+  EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register of 0 bytes returned %d", s->rank,
+             bad);
   bad = fcclCommRegister(s->comm, s->send, 64, NULL);
   EXPECT_MSG(bad == fcclInvalidArgument || bad == fcclRemoteError, "rank %d: register without a handle returned %d",
              s->rank, bad);
@@ -239,8 +241,7 @@ static int runGraph(struct rankState* s) {
     CHECK_CUDA("replay", cudaGraphLaunch(exec, s->stream));
     if (download(s, s->recv, bytes)) return 1;
     size_t bad = checkReduced(fcclFloat32, fcclSum, s->seed, s->call, s->nranks, s->hostRanks, s->hostsInterleaved, 0,
-                              s->host, count, msg,
-                              sizeof(msg));
+                              s->host, count, msg, sizeof(msg));
     failed |= report(s, "graph all-reduce", fcclFloat32, fcclSum, count, bad, msg);
     if (download(s, recvExchange, bytes)) return 1;
     bad = checkMoved(fcclFloat32, s->seed, s->call, prev, 0, s->host, count, msg, sizeof(msg));
@@ -297,8 +298,8 @@ void stateFini(struct rankState* s) {
 
 /* Every call on random data. Every rank makes the same calls in the same order. */
 int runEverything(struct rankState* s, struct collShared* shared) {
-  static const fcclDataType_t types[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclFloat64, fcclInt32,
-                                         fcclUint8,   fcclInt64};
+  static const fcclDataType_t types[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclFloat64,
+                                         fcclInt32,   fcclUint8,    fcclInt64};
   static const fcclRedOp_t ops[] = {fcclSum, fcclProd, fcclMax, fcclMin, fcclAvg};
   static const size_t counts[] = {1, 7, 1023, 65537};
   int failed = 0;
@@ -343,8 +344,8 @@ static int runHierGraph(struct rankState* s) {
   CHECK_CUDA("capture", cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeGlobal));
   fcclResult_t gathered = fcclAllGather(s->send, s->recv, count, fcclFloat32, s->comm, s->stream);
   fcclResult_t broadcast = fcclBroadcast(broadcastBuf, broadcastBuf, count, fcclFloat32, root, s->comm, s->stream);
-  fcclResult_t scattered =
-      fcclReduceScatter(scatterIn, scatterOut, scatterCount, fcclFloat32, fcclSum, s->comm, s->stream);
+  fcclResult_t scattered = fcclReduceScatter(scatterIn, scatterOut, scatterCount, fcclFloat32, fcclSum, s->comm,
+                                             s->stream);
   CHECK_CUDA("capture", cudaStreamEndCapture(s->stream, &graph));
   EXPECT_MSG(gathered == fcclSuccess && broadcast == fcclSuccess && scattered == fcclSuccess,
              "rank %d: captured calls returned %d %d %d: %s", s->rank, gathered, broadcast, scattered,
@@ -437,8 +438,8 @@ int expectPath(struct rankState* s, fcclPath_t want, const char* reasonPart) {
   fcclPath_t path = fcclNumPaths;
   const char* reason = NULL;
   CHECK_FCCL("path", fcclCommGetPath(s->comm, &path, &reason));
-  EXPECT_MSG(path == want, "rank %d: path %s (%s), expected %s", s->rank, fcclGetPathName(path),
-             reason ? reason : "", fcclGetPathName(want));
+  EXPECT_MSG(path == want, "rank %d: path %s (%s), expected %s", s->rank, fcclGetPathName(path), reason ? reason : "",
+             fcclGetPathName(want));
   if (reasonPart) EXPECT_STR_CONTAINS(reason, reasonPart);
   return path != want;
 }

@@ -142,8 +142,10 @@ static int productOfAnyTree(double g, const double* x, int n, double eps, double
 static int ncclAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* in, int n) {
   if (refCheckElement(type, op, got, in, n)) return 1;
   if (!refTypeIsFloat(type)) return 0;
-  const double eps = type == fcclFloat16 ? 0x1p-11 : type == fcclBfloat16 ? 0x1p-8 : type == fcclFloat32 ? 0x1p-24
-                                                                                                         : 0x1p-53;
+  const double eps = type == fcclFloat16    ? 0x1p-11
+                     : type == fcclBfloat16 ? 0x1p-8
+                     : type == fcclFloat32  ? 0x1p-24
+                                            : 0x1p-53;
   const double maxFinite = type == fcclFloat16 ? 65504.0 : type == fcclFloat64 ? 1.79e308 : 3.38e38;
   const double minNormal = type == fcclFloat16 ? 0x1p-14 : type == fcclFloat64 ? 0x1p-1022 : 0x1p-126;
   const double g = toDouble(type, got);
@@ -202,9 +204,8 @@ static int hierMaxMinAcceptable(fcclDataType_t type, fcclRedOp_t op, uint64_t go
 
 /* Reduced output: element i of this rank's output is the reduction of every rank's input element first + i.
  * hostRanks > 0: the output of the hierarchical all-reduce over hosts of that many ranks (interleaved: as above). */
-size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks,
-                    int hostRanks, int interleaved, uint64_t first, const void* got, size_t count, char* msg,
-                    size_t size) {
+size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks, int hostRanks,
+                    int interleaved, uint64_t first, const void* got, size_t count, char* msg, size_t size) {
   size_t bad = 0;
   uint64_t in[REF_MAX_RANKS];
   msg[0] = '\0';

@@ -9,9 +9,9 @@
 #include "bench.h"
 #include "test.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -22,14 +22,14 @@ void testHalfAndBf16(void) {
   EXPECT_EQ_INT(benchFloatToHalf(1.0f), 0x3c00);
   EXPECT_EQ_INT(benchFloatToHalf(-2.0f), 0xc000);
   EXPECT_EQ_INT(benchFloatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ_INT(benchFloatToHalf(65520.0f), 0x7c00);    /* rounds up to infinity */
-  EXPECT_EQ_INT(benchFloatToHalf(0x1p-24f), 0x0001);    /* smallest subnormal */
-  EXPECT_EQ_INT(benchFloatToHalf(0x1p-26f), 0x0000);    /* below half of it: zero */
+  EXPECT_EQ_INT(benchFloatToHalf(65520.0f), 0x7c00); /* rounds up to infinity */
+  EXPECT_EQ_INT(benchFloatToHalf(0x1p-24f), 0x0001); /* smallest subnormal */
+  EXPECT_EQ_INT(benchFloatToHalf(0x1p-26f), 0x0000); /* below half of it: zero */
   EXPECT_EQ_INT(benchFloatToHalf(0.1f), 0x2e66);
   EXPECT_EQ_INT(benchFloatToHalf(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
   EXPECT_EQ_INT(benchFloatToHalf(-0.0f), 0x8000);
   EXPECT_EQ_INT(benchFloatToBf16(1.0f), 0x3f80);
-  EXPECT_EQ_INT(benchFloatToBf16(1.0f + 0x1p-8f), 0x3f80);  /* tie to even */
+  EXPECT_EQ_INT(benchFloatToBf16(1.0f + 0x1p-8f), 0x3f80); /* tie to even */
   EXPECT_EQ_INT(benchFloatToBf16(1.0f + 0x1p-7f + 0x1p-8f), 0x3f82);
   EXPECT_EQ_INT(benchFloatToBf16(-3.0f), 0xc040);
   int halfMismatch = 0, bfMismatch = 0;
@@ -50,15 +50,39 @@ void testHalfAndBf16(void) {
 static void storeAs(int type, double value, void* dst) {
   switch (type) {
     case benchInt8:
-    case benchUint8: { uint8_t v = (uint8_t)(int64_t)value; memcpy(dst, &v, 1); break; }
+    case benchUint8: {
+      uint8_t v = (uint8_t)(int64_t)value;
+      memcpy(dst, &v, 1);
+      break;
+    }
     case benchInt32:
-    case benchUint32: { uint32_t v = (uint32_t)(int64_t)value; memcpy(dst, &v, 4); break; }
+    case benchUint32: {
+      uint32_t v = (uint32_t)(int64_t)value;
+      memcpy(dst, &v, 4);
+      break;
+    }
     case benchInt64:
-    case benchUint64: { uint64_t v = (uint64_t)(int64_t)value; memcpy(dst, &v, 8); break; }
-    case benchFloat16: { uint16_t v = benchFloatToHalf((float)value); memcpy(dst, &v, 2); break; }
-    case benchFloat32: { float v = (float)value; memcpy(dst, &v, 4); break; }
+    case benchUint64: {
+      uint64_t v = (uint64_t)(int64_t)value;
+      memcpy(dst, &v, 8);
+      break;
+    }
+    case benchFloat16: {
+      uint16_t v = benchFloatToHalf((float)value);
+      memcpy(dst, &v, 2);
+      break;
+    }
+    case benchFloat32: {
+      float v = (float)value;
+      memcpy(dst, &v, 4);
+      break;
+    }
     case benchFloat64: memcpy(dst, &value, 8); break;
-    case benchBfloat16: { uint16_t v = benchFloatToBf16((float)value); memcpy(dst, &v, 2); break; }
+    case benchBfloat16: {
+      uint16_t v = benchFloatToBf16((float)value);
+      memcpy(dst, &v, 2);
+      break;
+    }
   }
 }
 

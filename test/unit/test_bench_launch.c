@@ -9,9 +9,9 @@
 #include "bench.h"
 #include "test.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -135,22 +135,22 @@ void testLaunchVariables(void) {
   static const char* const none[] = {"HOME", "/root", NULL};
   EXPECT_EQ_INT(detect(none, &env, err, sizeof(err)), 0);
   EXPECT_EQ_INT(env.kind, BENCH_LAUNCH_LOCAL);
-  static const char* const torchrun[] = {"WORLD_SIZE", "4", "RANK", "3", "LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2",
-                                         NULL};
+  static const char* const torchrun[] = {"WORLD_SIZE",       "4", "RANK", "3", "LOCAL_RANK", "1",
+                                         "LOCAL_WORLD_SIZE", "2", NULL};
   EXPECT_EQ_INT(detect(torchrun, &env, err, sizeof(err)), 0);
   EXPECT_EQ_INT(env.kind, BENCH_LAUNCH_ENV);
   EXPECT(strcmp(env.source, "torchrun") == 0);
   EXPECT(env.rank == 3 && env.size == 4 && env.localRank == 1 && env.localSize == 2 && !env.fromMpiLauncher);
-  static const char* const openmpi[] = {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1",
-                                        "OMPI_COMM_WORLD_LOCAL_RANK", "1", NULL};
+  static const char* const openmpi[] =
+      {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_LOCAL_RANK", "1", NULL};
   EXPECT_EQ_INT(detect(openmpi, &env, err, sizeof(err)), 0);
   EXPECT(env.kind == BENCH_LAUNCH_ENV && env.fromMpiLauncher && env.rank == 1 && env.localRank == 1);
   EXPECT(strcmp(env.source, "Open MPI") == 0);
   static const char* const slurm[] = {"PMI_SIZE", "8", "PMI_RANK", "5", "SLURM_LOCALID", "1", NULL};
   EXPECT_EQ_INT(detect(slurm, &env, err, sizeof(err)), 0);
   EXPECT(env.rank == 5 && env.size == 8 && env.localRank == 1);
-  static const char* const both[] = {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "0", "WORLD_SIZE", "2",
-                                     "RANK", "1", NULL};
+  static const char* const both[] =
+      {"OMPI_COMM_WORLD_SIZE", "2", "OMPI_COMM_WORLD_RANK", "0", "WORLD_SIZE", "2", "RANK", "1", NULL};
   EXPECT_EQ_INT(detect(both, &env, err, sizeof(err)), 0); /* torchrun's first, as fcclCommInitFromEnv reads them */
   EXPECT(env.rank == 1 && strcmp(env.source, "torchrun") == 0);
   static const char* const noRank[] = {"WORLD_SIZE", "2", NULL};
@@ -161,8 +161,8 @@ void testLaunchVariables(void) {
   EXPECT_STR_CONTAINS(err, "RANK=2 is not below WORLD_SIZE=2");
   static const char* const junk[] = {"WORLD_SIZE", "two", NULL};
   EXPECT_EQ_INT(detect(junk, &env, err, sizeof(err)), -1);
-  static const char* const badLocal[] = {"WORLD_SIZE", "2", "RANK", "0", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2",
-                                         NULL};
+  static const char* const badLocal[] = {"WORLD_SIZE",       "2", "RANK", "0", "LOCAL_RANK", "2",
+                                         "LOCAL_WORLD_SIZE", "2", NULL};
   EXPECT_EQ_INT(detect(badLocal, &env, err, sizeof(err)), -1);
 }
 

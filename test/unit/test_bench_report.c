@@ -9,9 +9,9 @@
 #include "bench.h"
 #include "test.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -157,8 +157,10 @@ void testTimestampsAndMemory(void) {
   c.table.timestamps = 1;
   c.rows[0].timestamp = 1704164645; /* 2024-01-02 03:04:05 UTC */
   char want[2048];
-  int used = snprintf(want, sizeof(want), "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
-                      "          \n", "", "", "", "", "");
+  int used = snprintf(want, sizeof(want),
+                      "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
+                      "          \n",
+                      "", "", "", "", "");
   used += snprintf(want + used, sizeof(want) - used,
                    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
                    "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", 19,
@@ -166,9 +168,9 @@ void testTimestampsAndMemory(void) {
   used += snprintf(want + used, sizeof(want) - used,
                    "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
                    "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 19, "%Y-%m-%d %H:%M:%S");
-  snprintf(want + used, sizeof(want) - used, "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %6s  %6s  %6g%21s\n",
-           8L, 2L, "float", "sum", "    -1", "   6.21", "  0.00", "  0.00", 0.0, "   6.23", "  0.00", "  0.00", 0.0,
-           "2024-01-02 03:04:05");
+  snprintf(want + used, sizeof(want) - used,
+           "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %6s  %6s  %6g%21s\n", 8L, 2L, "float", "sum",
+           "    -1", "   6.21", "  0.00", "  0.00", 0.0, "   6.23", "  0.00", "  0.00", 0.0, "2024-01-02 03:04:05");
   char* text = capture(printStampedTable, &c);
   EXPECT_MSG(strcmp(text, want) == 0, "-S table:\n%s\n--- want ---\n%s", text, want);
   free(text);
@@ -177,8 +179,12 @@ void testTimestampsAndMemory(void) {
   static const struct {
     double bytes;
     const char* text;
-  } amounts[] = {{0, "0.00 B"},           {1536, "1.50 KB"},          {50.0 * (1 << 20), "50.0 MB"},
-                 {512.0 * (1 << 20), "512 MB"}, {1.25 * (1 << 30), "1.25 GB"}, {3000.0 * (1 << 30), "3000 GB"}};
+  } amounts[] = {{0, "0.00 B"},
+                 {1536, "1.50 KB"},
+                 {50.0 * (1 << 20), "50.0 MB"},
+                 {512.0 * (1 << 20), "512 MB"},
+                 {1.25 * (1 << 30), "1.25 GB"},
+                 {3000.0 * (1 << 30), "3000 GB"}};
   for (size_t i = 0; i < sizeof(amounts) / sizeof(amounts[0]); i++) {
     benchFormatMemory(amounts[i].bytes, amount, sizeof(amount));
     EXPECT_MSG(strcmp(amount, amounts[i].text) == 0, "benchFormatMemory(%g) = '%s', want '%s'", amounts[i].bytes,
@@ -190,17 +196,20 @@ void testTimestampsAndMemory(void) {
   const double parts[BENCH_MEM_PARTS] = {1.25 * (1 << 30), 512.0 * (1 << 20), 0};
   benchPrintMemoryReport(out, parts);
   fclose(out);
-  EXPECT_MSG(strcmp(line, "# GPU memory usage     : Initialization 1.25 GB | User-Allocated 512 MB | Collective 0.00 B "
-                          "| Total  1.75 GB\n") == 0, "memory line: %s", line);
+  EXPECT_MSG(strcmp(line,
+                    "# GPU memory usage     : Initialization 1.25 GB | User-Allocated 512 MB | Collective 0.00 B "
+                    "| Total  1.75 GB\n") == 0,
+             "memory line: %s", line);
   free(line);
 
   benchDeviceInfo_t device;
   EXPECT_EQ_INT(benchParseDeviceLine("#  Rank  1 Group  0 Pid  41211 on    h200-x2 device  1 [0000:3b:00] NVIDIA H200",
-                                     &device), 0);
+                                     &device),
+                0);
   EXPECT(device.rank == 1 && device.group == 0 && device.pid == 41211 && device.device == 1);
   EXPECT_MSG(strcmp(device.hostname, "h200-x2") == 0 && strcmp(device.deviceHex, "0000:3b:00") == 0 &&
-             strcmp(device.deviceInfo, "NVIDIA H200") == 0, "parsed '%s' '%s' '%s'", device.hostname,
-             device.deviceHex, device.deviceInfo);
+                 strcmp(device.deviceInfo, "NVIDIA H200") == 0,
+             "parsed '%s' '%s' '%s'", device.hostname, device.deviceHex, device.deviceInfo);
   EXPECT_EQ_INT(benchParseDeviceLine("# Using devices", &device), -1);
   benchFormatTime(1704164645, amount, sizeof(amount));
   EXPECT_MSG(strcmp(amount, "2024-01-02 03:04:05") == 0, "benchFormatTime: %s", amount);

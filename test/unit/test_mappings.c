@@ -29,7 +29,7 @@ struct fakeOps {
   pthread_mutex_t lock;
   int opens, closes;
   int failNextOpen;
-  int doubleOpen;                       /* a key opened while already open: the table's job is to prevent it */
+  int doubleOpen;                            /* a key opened while already open: the table's job is to prevent it */
   struct fcclMappingKey open[FAKE_MAX_OPEN]; /* keys open now (kind 0: free entry) */
 };
 
@@ -270,8 +270,7 @@ static void* hammer(void* p) {
       }
       held[k]++;
       /* While we hold a reference the mapping cannot move or close under us. */
-      if (fcclMappingsPointer(arg->mappings, &keys[k], 0, 1, &check) != fcclSuccess || check != base)
-        arg->wrongBase++;
+      if (fcclMappingsPointer(arg->mappings, &keys[k], 0, 1, &check) != fcclSuccess || check != base) arg->wrongBase++;
     }
   }
   for (int k = 0; k < KEYS; k++)
@@ -350,8 +349,8 @@ static void testChooseSlot(void) {
   uint64_t bitmaps[3 * FCCL_ARENA_BITMAP_WORDS];
   memset(bitmaps, 0xff, sizeof(bitmaps));
   EXPECT_EQ_INT(fcclArenaChooseSlot(bitmaps, 3), 0);
-  bitmaps[0] &= ~1ull;                          /* slot 0 taken on rank 0 */
-  bitmaps[FCCL_ARENA_BITMAP_WORDS] &= ~2ull;    /* slot 1 taken on rank 1 */
+  bitmaps[0] &= ~1ull;                           /* slot 0 taken on rank 0 */
+  bitmaps[FCCL_ARENA_BITMAP_WORDS] &= ~2ull;     /* slot 1 taken on rank 1 */
   bitmaps[2 * FCCL_ARENA_BITMAP_WORDS] &= ~4ull; /* slot 2 taken on rank 2 */
   EXPECT_EQ_INT(fcclArenaChooseSlot(bitmaps, 3), 3);
   EXPECT_EQ_INT(fcclArenaChooseSlot(bitmaps, 1), 1);

@@ -106,8 +106,8 @@ int benchSync(benchAgent_t* agent, int engine) {
       if ((polls & 255) == 255) {
         char text[600];
         if (agent->engines[engine].ops->asyncError(agent, engine, gpu, text, sizeof(text))) {
-          benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine],
-                    agent->firstRank + gpu, text);
+          benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine], agent->firstRank + gpu,
+                    text);
           benchAbortEngine(agent, engine);
           return -1;
         }
@@ -123,7 +123,6 @@ int benchSync(benchAgent_t* agent, int engine) {
   }
   return 0;
 }
-
 
 /* ---- communicators ---------------------------------------------------------------------------------------------- */
 

@@ -46,8 +46,8 @@ fcclResult_t fcclCommNew(const struct fcclCommSettings* settings, int rank, int 
 /* The caller's current device. */
 fcclResult_t fcclCommCurrentDevice(int* dev);
 /* The config, the unknown FCCL_* variables, the device, and a comm with an empty job of kind. */
-fcclResult_t fcclCommPrepare(const fcclConfig_t* config, const char* caller, int rank, int nranks,
-                             fcclInitKind_t kind, struct fcclCommSettings* settings, struct fcclComm** out);
+fcclResult_t fcclCommPrepare(const fcclConfig_t* config, const char* caller, int rank, int nranks, fcclInitKind_t kind,
+                             struct fcclCommSettings* settings, struct fcclComm** out);
 /* Runs the init task, here or on a thread of its own; fcclInProgress for a non-blocking one. */
 fcclResult_t fcclCommStart(struct fcclComm* comm, int blocking, fcclComm_t* out);
 

@@ -111,8 +111,7 @@ static fcclResult_t localPeerAccess(const struct fcclComm* comm, int32_t* grante
   *granted = 1;
   for (int r = 0; r < comm->nranks && *granted; r++) {
     const struct fcclPeerInfo* info = &comm->peerInfo[r];
-    if (r == comm->rank || info->hostHash != mine->hostHash || memcmp(info->gpuUuid, mine->gpuUuid, 16) == 0)
-      continue;
+    if (r == comm->rank || info->hostHash != mine->hostHash || memcmp(info->gpuUuid, mine->gpuUuid, 16) == 0) continue;
     char busId[FCCL_PEER_BUSID_BYTES];
     memcpy(busId, info->busId, sizeof(busId));
     busId[sizeof(busId) - 1] = '\0';
@@ -132,7 +131,9 @@ static fcclResult_t localPeerAccess(const struct fcclComm* comm, int32_t* grante
 /* The path (path.c) from what every rank says: sets comm->path and its reason; *decision says whether to make an
  * NCCL communicator. Collective (one bootstrap all-gather); every rank decides alike. */
 fcclResult_t fcclCommChoosePath(struct fcclComm* comm, struct fcclPathDecision* decision) {
-  struct fcclPathInput in = {.infos = comm->peerInfo, .nranks = comm->nranks, .sassArchs = FCCL_BUILD_SASS_ARCHS,
+  struct fcclPathInput in = {.infos = comm->peerInfo,
+                             .nranks = comm->nranks,
+                             .sassArchs = FCCL_BUILD_SASS_ARCHS,
                              .ptxArch = FCCL_BUILD_PTX_ARCH};
   struct fcclPathRecord* records = calloc((size_t)comm->nranks, sizeof(*records));
   if (!records) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory");

@@ -55,8 +55,8 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
                       "%s: config.timeoutMs is %d: give a positive number of milliseconds or -1 for the default",
                       caller, config->timeoutMs);
   if (config->allowSharedDevice != 0 && config->allowSharedDevice != 1)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.allowSharedDevice is %d, not 0 or 1",
-                      caller, config->allowSharedDevice);
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.allowSharedDevice is %d, not 0 or 1", caller,
+                      config->allowSharedDevice);
   out->blocking = config->blocking;
   if (config->timeoutMs > 0) out->timeoutMs = config->timeoutMs;
   out->allowSharedDevice = config->allowSharedDevice;
@@ -112,8 +112,9 @@ static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id
                                  struct fcclComm** out);
 
 /* How the hierarchical path makes, destroys and reads its host communicator: this layer's calls, handed down. */
-static const struct fcclHierHostOps hierHostOps = {
-    .create = initHostPart, .destroy = fcclCommFreeHostPart, .state = fcclCommAsyncState};
+static const struct fcclHierHostOps hierHostOps = {.create = initHostPart,
+                                                   .destroy = fcclCommFreeHostPart,
+                                                   .state = fcclCommAsyncState};
 
 /* The whole init after the comm exists. Whatever it made stays on comm for fcclCommFree. */
 static fcclResult_t commInitSteps(struct fcclComm* comm) {
@@ -128,8 +129,8 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
   FCCLCHECK(fcclCudaDriverLoad());
   struct fcclInitJob* job = comm->initJob;
   if (job->kind == INIT_TCP)
-    FCCLCHECK(fcclBootstrapTcpInit(&job->id, comm->rank, comm->nranks, comm->timeoutMs, comm->abortFlag,
-                                   &comm->bootstrap));
+    FCCLCHECK(
+        fcclBootstrapTcpInit(&job->id, comm->rank, comm->nranks, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   else if (job->kind == INIT_ENV)
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   FCCLCHECK(fcclCommExchangePeerInfo(comm));
@@ -224,8 +225,8 @@ fcclResult_t fcclCommStart(struct fcclComm* comm, int blocking, fcclComm_t* out)
     return fcclSuccess;
   }
   fcclResult_t started = fcclSuccess;
-  PTHREADCHECKGOTO(pthread_create(&comm->initThread, NULL, initThreadMain, comm), "starting the init thread",
-                   started, noThread);
+  PTHREADCHECKGOTO(pthread_create(&comm->initThread, NULL, initThreadMain, comm), "starting the init thread", started,
+                   noThread);
   comm->initThreadActive = 1;
   *out = comm;
   return fcclInProgress;
@@ -243,8 +244,8 @@ fcclResult_t fcclCommCurrentDevice(int* dev) {
  * What every init on the caller's current device starts with: the config checked, unknown FCCL_* variables warned
  * about, the device read, and the comm made with an empty job of the given kind (the caller fills the job).
  */
-fcclResult_t fcclCommPrepare(const fcclConfig_t* config, const char* caller, int rank, int nranks,
-                             fcclInitKind_t kind, struct fcclCommSettings* settings, struct fcclComm** out) {
+fcclResult_t fcclCommPrepare(const fcclConfig_t* config, const char* caller, int rank, int nranks, fcclInitKind_t kind,
+                             struct fcclCommSettings* settings, struct fcclComm** out) {
   FCCLCHECK(fcclCommResolveConfig(config, caller, settings));
   fcclParamWarnUnknown();
   int dev;
@@ -260,7 +261,8 @@ fcclResult_t fcclCommPrepare(const fcclConfig_t* config, const char* caller, int
 /* struct fcclHierHostOps.create (hier.h). */
 static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
                                  struct fcclComm** out) {
-  struct fcclCommSettings settings = {.blocking = 1, .timeoutMs = parent->timeoutMs,
+  struct fcclCommSettings settings = {.blocking = 1,
+                                      .timeoutMs = parent->timeoutMs,
                                       .allowSharedDevice = parent->allowSharedDevice};
   snprintf(settings.name, sizeof(settings.name), "%s", parent->name);
   struct fcclInitJob* job = calloc(1, sizeof(*job));

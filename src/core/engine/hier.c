@@ -166,11 +166,17 @@ static fcclResult_t ncclStep(struct fcclComm* comm, struct fcclNcclComm* nc, con
 
 /* One step of a hierarchical call on the host communicator: coll's call there, checked and enqueued by fcclEnqueue
  * as any caller's (a collective's hierLaunch -> here -> fcclEnqueue: the recursion docs/design.md declares). */
-static fcclResult_t hostStep(struct fcclHier* h, const struct fcclCollective* coll, const void* sendbuf,
-                             void* recvbuf, size_t count, fcclDataType_t datatype, fcclRedOp_t op, int root,
-                             cudaStream_t stream) {
-  const struct fcclCall step = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                                .datatype = datatype, .op = op, .root = root, .stream = stream, .algo = -1};
+static fcclResult_t hostStep(struct fcclHier* h, const struct fcclCollective* coll, const void* sendbuf, void* recvbuf,
+                             size_t count, fcclDataType_t datatype, fcclRedOp_t op, int root, cudaStream_t stream) {
+  const struct fcclCall step = {.coll = coll,
+                                .sendbuf = sendbuf,
+                                .recvbuf = recvbuf,
+                                .count = count,
+                                .datatype = datatype,
+                                .op = op,
+                                .root = root,
+                                .stream = stream,
+                                .algo = -1};
   return fcclEnqueue(h->host, &step);
 }
 

@@ -29,8 +29,7 @@ struct fcclHierHostOps {
   /* The host communicator of parent: rank of nranks, the ranks of parent's host, met through id; on the fccl path,
    * with parent's device, timeout, name, allowSharedDevice and abort flag. Blocking; the init's error on failure
    * (nothing is left then). */
-  fcclResult_t (*create)(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
-                         struct fcclComm** out);
+  fcclResult_t (*create)(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank, struct fcclComm** out);
   /* Destroys it (collective over its ranks unless the abort flag is set); its error, if any. */
   fcclResult_t (*destroy)(struct fcclComm* host);
   /* Its asynchronous state, as fcclCommGetAsyncError reports it. */
