@@ -5,7 +5,7 @@
  * element) rather than per type and op.
  *
  *   LL      every rank pushes its block as LL packets into its region [parity][me] of every peer's LL area, then
- *           reads the peers' packets from its own slot into its output: one hop, no barrier (ll.cu's argument
+ *           reads the peers' packets from its own slot into its output: one hop, no barrier (allreduce_ll.cu's argument
  *           for the parity).
  *   direct  (registered output) ready (pad A, relaxed, one acquire once seen): every peer reached the call, so
  *           its output may be written; every rank stores its block into every peer's output with 16-byte stores;

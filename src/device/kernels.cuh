@@ -24,6 +24,8 @@ const void* broadcastKernel(int kernel, int elemSize);
 const void* reduceScatterLLKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* reduceScatterDirectKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* reduceScatterStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
+/* The barrier kernel (barrier.cu): it takes the device communicator and a print, no arguments. */
+const void* barrierInstance();
 /* fcclAllReduceAddRMSNorm's one-shot and two-shot forms: per input type (fp16, bf16, fp32), FP8 output or the
  * input's type, and rank bound. */
 const void* fusedNormKernel(fcclDataType_t type, bool fp8, int rankBound);

@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The barrier kernel and the extern "C" launchers. Kernels take the device communicator and the call's arguments
- * by value: a CUDA graph captures them as they were, and everything that changes from call to call (epochs)
- * lives in device memory.
+ * The extern "C" launchers of the kernels, which live in the collectives' files. Kernels take the device
+ * communicator and the call's arguments by value: a CUDA graph captures them as they were, and everything that
+ * changes from call to call (epochs) lives in device memory.
  */
-#include "common.cuh"
 #include "kernels.cuh"
 
 extern "C" {
@@ -12,18 +11,6 @@ extern "C" {
 }
 
 namespace fccl {
-
-/* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
- * no data written in this kernel; work before it on each stream completed before the kernel started. print is
- * FCCL_PRINT_BARRIER for fcclBarrier, the all-reduce's for the barrier before a copy-engine scatter. */
-__global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c, uint32_t print) {
-  gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c, print);
-  postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
-                  epoch);
-  epochEnd(c, epoch);
-}
 
 /* The kernel for (type, op) and the communicator's rank count; NULL when none. */
 static const void* dataKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
@@ -90,7 +77,7 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
      * in another call meets this one's. */
     uint32_t print = args != nullptr ? args->print : FCCL_PRINT_BARRIER;
     void* params[] = {&c, &print};
-    return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
+    return fccl::launch(fccl::barrierInstance(), dim3(1),
                         dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
   }
   const void* function = fccl::dataKernel(kernel, type, op, comm->nranks);
@@ -135,7 +122,7 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
 
 extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {
   cudaFuncAttributes attributes;
-  cudaError_t err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&fccl::barrierKernel));
+  cudaError_t err = cudaFuncGetAttributes(&attributes, fccl::barrierInstance());
   if (err == cudaSuccess) return fcclSuccess;
   (void)cudaGetLastError();
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction)

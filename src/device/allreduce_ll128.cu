@@ -15,7 +15,7 @@
  *
  * Lane l of a warp handles part l % 8 (16 bytes) of line 4 i + l / 8 for the warp's i-th group of 4 lines: parts
  * 0-6 carry two 8-byte units of user data, part 7 one unit and the tag. Double buffering by epoch parity, with
- * the same argument as LL (ll.cu).
+ * the same argument as LL (allreduce_ll.cu).
  */
 #include "common.cuh"
 #include "kernels.cuh"
