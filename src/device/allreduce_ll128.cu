@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceLL128
-FCCL_KERNEL_TABLE(ll128Kernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_KERNEL_TABLE(allReduceLL128)
 
 }  // namespace fccl

@@ -56,8 +56,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceOneshotPush
-FCCL_RANKED_KERNEL_TABLE(oneshotPushKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceOneshotPush)
 
 }  // namespace fccl

@@ -131,8 +131,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceTwoshotStaged
-FCCL_RANKED_KERNEL_TABLE(twoshotStagedKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceTwoshotStaged)
 
 }  // namespace fccl

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
 }
 
 /* The two-shot kernel for (datatype, FP8 output or not, rank bound); NULL for a type without one. */
-const void* fusedNormTwoshotKernel(fcclDataType_t type, bool fp8, int rankBound) {
+const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound) {
 #define FCCL_FUSED_ENTRY_(dt, f8, nr) \
   if (type == dt && fp8 == f8 && rankBound == nr) return reinterpret_cast<const void*>(&fusedNormTwoshot<dt, f8, nr>);
 #define FCCL_FUSED_FOR_BOUNDS_(dt, f8) \

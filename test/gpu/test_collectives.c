@@ -289,8 +289,8 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
   COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
   refFillInput(k->type, ctx->seed, call, rank, 0, ctx->hostIn, total);
   COLL_CHECK_CUDA(what, cudaMemcpyAsync(input, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
-  const int rsAlgo = k->rsForm == MOVE_AUTO ? -1 : FCCL_KERNEL_REDUCESCATTER_LL + k->rsForm;
-  const int agAlgo = k->agForm == MOVE_AUTO ? -1 : FCCL_KERNEL_ALLGATHER_LL + k->agForm;
+  const int rsAlgo = moveAlgo(MOVE_REDUCESCATTER, k->rsForm);
+  const int agAlgo = moveAlgo(MOVE_ALLGATHER, k->agForm);
   COLL_CHECK_FCCL(what, fcclAllReduceAlgo(input, reduced, total, k->type, k->op, ctx->comm, ctx->stream, k->arAlgo));
   char* mine = k->rsInPlace ? input + (size_t)rank * block : gathered + (size_t)rank * block;
   COLL_CHECK_FCCL(what, fcclReduceScatterAlgo(input, mine, k->count, k->type, k->op, ctx->comm, ctx->stream, rsAlgo));
@@ -945,15 +945,15 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
                 "not registered", "RS direct on plain buffers");
   expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_KERNEL_BROADCAST_DIRECT),
                 "not registered", "BC direct on plain buffers");
-  expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_ALLGATHER_COPY), "not registered",
+  expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_FORM_ALLGATHER_COPY), "not registered",
                 "AG copy on plain buffers");
-  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, nranks - 1, comm, s, FCCL_KERNEL_BROADCAST_COPY),
+  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, nranks - 1, comm, s, FCCL_FORM_BROADCAST_COPY),
                 "not registered", "BC copy on plain buffers");
   expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_BROADCAST_LL), "unknown algorithm",
                 "AG with a broadcast kernel");
   expectInvalid(fcclReduceScatterAlgo(in, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_ALGO_TWOSHOT_STAGED),
                 "unknown algorithm", "RS with an all-reduce algorithm");
-  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_KERNEL_COUNT), "unknown algorithm",
+  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_ALGO_IDS), "unknown algorithm",
                 "BC with no kernel");
   expectInvalid(fcclAllReduceAlgo(in, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_KERNEL_REDUCESCATTER_STAGED),
                 "unknown algorithm", "AR with a reduce-scatter kernel");
