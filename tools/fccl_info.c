@@ -195,8 +195,7 @@ static int printAlgoTable(int nranks, int smCount) {
   const char* requestText = fcclParamString(FCCL_PARAM_ALGO);
   const int request = fcclAlgoParseRequest(requestText);
   if (request < 0) {
-    fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot or an algorithm's name\n",
-            requestText);
+    fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of %s\n", requestText, fcclAllReduceAlgos.requestNames);
     return 2;
   }
   fcclSlotLayout layout;
@@ -217,28 +216,27 @@ static int printAlgoTable(int nranks, int smCount) {
 
 /* The --algo table of all-gather, reduce-scatter or broadcast: the form and grid for each block size. */
 static const struct {
-  const char* name;
-  int firstKernel;
+  const fcclAlgoSet* set; /* its forms; set->collective is --collective's name */
   fcclParamId_t param;
 } moveCollectives[] = {
-    {"allgather", FCCL_KERNEL_ALLGATHER_LL, FCCL_PARAM_ALLGATHER_ALGO},
-    {"reducescatter", FCCL_KERNEL_REDUCESCATTER_LL, FCCL_PARAM_REDUCESCATTER_ALGO},
-    {"broadcast", FCCL_KERNEL_BROADCAST_LL, FCCL_PARAM_BROADCAST_ALGO},
+    {&fcclAllGatherAlgos, FCCL_PARAM_ALLGATHER_ALGO},
+    {&fcclReduceScatterAlgos, FCCL_PARAM_REDUCESCATTER_ALGO},
+    {&fcclBroadcastAlgos, FCCL_PARAM_BROADCAST_ALGO},
 };
 
 static int printMoveTable(int which, int nranks, int smCount) {
+  const fcclAlgoSet* set = moveCollectives[which].set;
   const char* variable = fcclParamInfo(moveCollectives[which].param)->name;
   const char* requestText = fcclParamString(moveCollectives[which].param);
-  const int request = fcclMoveParseRequest(requestText, moveCollectives[which].firstKernel);
+  const int request = fcclMoveParseRequest(requestText, set);
   if (request < 0) {
-    fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText,
-            fcclMoveRequestNames(moveCollectives[which].firstKernel));
+    fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText, set->requestNames);
     return 2;
   }
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
   printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n",
-         moveCollectives[which].name, nranks, smCount, variable, requestText[0] ? requestText : "auto",
+         set->collective, nranks, smCount, variable, requestText[0] ? requestText : "auto",
          (unsigned long long)layout.llBytes, (unsigned long long)layout.chunkBytes);
   printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message); FCCL_COPY_MOVE_MIN=%llu "
          "(0: the copy form only when forced)\n", (unsigned long long)fcclDeviceCopyMoveMin());
@@ -246,16 +244,16 @@ static int printMoveTable(int which, int nranks, int smCount) {
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char cells[2][64];
     for (int registered = 0; registered < 2; registered++) {
-      if (fcclAlgoIsCopy(nranks, fcclMoveResolveRequest(request, moveCollectives[which].firstKernel))) {
+      if (fcclAlgoIsCopy(nranks, fcclMoveResolveRequest(request, set))) {
         snprintf(cells[registered], sizeof(cells[registered]), "copy");
         continue;
       }
       fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, &layout, fcclDeviceLL128Auto(),
                                               fcclDeviceCopyScatterMin());
       query.copyMoveMin = fcclDeviceCopyMoveMin();
-      query.forced = fcclMoveResolveRequest(request, moveCollectives[which].firstKernel);
+      query.forced = fcclMoveResolveRequest(request, set);
       fcclAlgoChoice choice;
-      if (fcclMoveSelect(&query, moveCollectives[which].firstKernel, &choice) != fcclSuccess)
+      if (fcclMoveSelect(&query, set, &choice) != fcclSuccess)
         snprintf(cells[registered], sizeof(cells[registered]), "error");
       else
         snprintf(cells[registered], sizeof(cells[registered]), "%s %dx%d", fcclAlgoName(choice.algo),
@@ -298,9 +296,9 @@ int main(int argc, char** argv) {
       case 'c':
         collectiveName = optarg;
         collective = -2;
-        if (strcmp(optarg, "allreduce") == 0) collective = -1;
+        if (strcmp(optarg, fcclAllReduceAlgos.collective) == 0) collective = -1;
         for (int i = 0; i < (int)(sizeof(moveCollectives) / sizeof(moveCollectives[0])); i++)
-          if (strcmp(optarg, moveCollectives[i].name) == 0) collective = i;
+          if (strcmp(optarg, moveCollectives[i].set->collective) == 0) collective = i;
         if (collective == -2) {
           fprintf(stderr, "%s: --collective '%s' is not allreduce, allgather, reducescatter or broadcast\n", argv[0],
                   optarg);

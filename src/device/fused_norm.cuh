@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The arithmetic of one token row of fcclAllReduceAddRMSNorm, shared by its forms (fused_norm.cu: one-shot,
+ * The arithmetic of one token row of fcclAllReduceAddRMSNorm, shared by its forms (fused_norm_oneshot.cu: one-shot,
  * fused_norm_twoshot.cu: two-shot): the rank-order reduction, the residual add, the sum of squares in one fixed
  * order, the norm and the FP8 quantisation. A row's bits depend on its own data only, whichever form runs it and
  * whichever rank or block computes it (docs/fused.md#batch-invariance).

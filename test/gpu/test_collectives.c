@@ -373,15 +373,15 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
                 "not registered", "RS direct on plain buffers");
   expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_KERNEL_BROADCAST_DIRECT),
                 "not registered", "BC direct on plain buffers");
-  expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_ALLGATHER_COPY), "not registered",
+  expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_FORM_ALLGATHER_COPY), "not registered",
                 "AG copy on plain buffers");
-  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, nranks - 1, comm, s, FCCL_KERNEL_BROADCAST_COPY),
+  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, nranks - 1, comm, s, FCCL_FORM_BROADCAST_COPY),
                 "not registered", "BC copy on plain buffers");
   expectInvalid(fcclAllGatherAlgo(in, out, 100, fcclFloat32, comm, s, FCCL_KERNEL_BROADCAST_LL), "unknown algorithm",
                 "AG with a broadcast kernel");
   expectInvalid(fcclReduceScatterAlgo(in, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_ALGO_TWOSHOT_STAGED),
                 "unknown algorithm", "RS with an all-reduce algorithm");
-  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_KERNEL_COUNT), "unknown algorithm",
+  expectInvalid(fcclBroadcastAlgo(in, out, 100, fcclFloat32, 0, comm, s, FCCL_ALGO_IDS), "unknown algorithm",
                 "BC with no kernel");
   expectInvalid(fcclAllReduceAlgo(in, out, 100, fcclFloat32, fcclSum, comm, s, FCCL_KERNEL_REDUCESCATTER_STAGED),
                 "unknown algorithm", "AR with a reduce-scatter kernel");

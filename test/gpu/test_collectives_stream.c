@@ -53,8 +53,8 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
   COLL_CHECK_CUDA(what, cudaMemsetAsync(ctx->recv.base, COLL_POISON, ctx->recv.capacity + 2 * COLL_GUARD, ctx->stream));
   refFillInput(k->type, ctx->seed, call, rank, 0, ctx->hostIn, total);
   COLL_CHECK_CUDA(what, cudaMemcpyAsync(input, ctx->hostIn, bytes, cudaMemcpyHostToDevice, ctx->stream));
-  const int rsAlgo = k->rsForm == MOVE_AUTO ? -1 : FCCL_KERNEL_REDUCESCATTER_LL + k->rsForm;
-  const int agAlgo = k->agForm == MOVE_AUTO ? -1 : FCCL_KERNEL_ALLGATHER_LL + k->agForm;
+  const int rsAlgo = moveAlgo(MOVE_REDUCESCATTER, k->rsForm);
+  const int agAlgo = moveAlgo(MOVE_ALLGATHER, k->agForm);
   COLL_CHECK_FCCL(what, fcclAllReduceAlgo(input, reduced, total, k->type, k->op, ctx->comm, ctx->stream, k->arAlgo));
   char* mine = k->rsInPlace ? input + (size_t)rank * block : gathered + (size_t)rank * block;
   COLL_CHECK_FCCL(what, fcclReduceScatterAlgo(input, mine, k->count, k->type, k->op, ctx->comm, ctx->stream, rsAlgo));

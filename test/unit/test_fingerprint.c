@@ -87,8 +87,8 @@ static void testForms(void) {
   EXPECT(fcclFusedPrint(0, 0, fcclBfloat16, fcclScaleNone, 8, 4096) !=
          fcclFusedPrint(0, 1, fcclBfloat16, fcclScaleNone, 8, 4096));
   /* The copy forms of the all-gather and the broadcast are their collectives. */
-  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_ALLGATHER_COPY, fcclInt8, 0, 5)), "all-gather, int8");
-  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_BROADCAST_COPY, fcclInt8, 0, 5)), "broadcast, int8");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_FORM_ALLGATHER_COPY, fcclInt8, 0, 5)), "all-gather, int8");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_FORM_BROADCAST_COPY, fcclInt8, 0, 5)), "broadcast, int8");
 }
 
 static void testDescribe(void) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduceAddRMSNorm: the all-reduce of a transformer layer's output, the residual add and the RMSNorm in one
- * kernel (src/device/fused_norm.cu; docs/fused.md). Its arguments are not an all-reduce's (rows, a residual, a
+ * kernel (src/device/fused_norm_*.cu; docs/fused.md). Its arguments are not an all-reduce's (rows, a residual, a
  * weight, an output of another type, a scale), so it takes its own path to the stream over the checks that
  * fcclEnqueue shares: every argument first (nothing touches the device before), then the communicator's state,
  * device, stream and buffers, the input's registration, the form (one-shot or two-shot: fusedForm), the grid and
@@ -227,7 +227,7 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
                               c->hidden);
 
   /* One block per row at a time, at most one per SM: the grid depends only on the call's arguments and the GPU,
-   * the same on every rank. A row's result does not depend on it (fused_norm.cu). The two-shot's blocks share
+   * the same on every rank. A row's result does not depend on it (fused_norm.cuh). The two-shot's blocks share
    * the rows of one owner's share of a round. */
   uint64_t rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
   if (chosen == FCCL_FUSED_TWOSHOT) {

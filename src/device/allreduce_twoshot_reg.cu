@@ -129,8 +129,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceTwoshotReg
-FCCL_RANKED_KERNEL_TABLE(twoshotRegKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceTwoshotReg)
 
 }  // namespace fccl

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNorm(fcclDevComm c
 }
 
 /* The kernel for (datatype, FP8 output or not, rank bound); NULL for a type without one. */
-const void* fusedNormKernel(fcclDataType_t type, bool fp8, int rankBound) {
+const void* fusedNormInstance(fcclDataType_t type, bool fp8, int rankBound) {
 #define FCCL_FUSED_ENTRY_(dt, f8, nr) \
   if (type == dt && fp8 == f8 && rankBound == nr) return reinterpret_cast<const void*>(&fusedNorm<dt, f8, nr>);
 #define FCCL_FUSED_FOR_BOUNDS_(dt, f8) \

@@ -6,7 +6,7 @@
  * One flag hop plus the data; no unit is moved twice.
  *
  * Double buffering by epoch parity, as for LL: inbox [e & 1] at call e. Two-shot rounds use parity (e + round) & 1
- * and take care of their own reuse (twoshot_staged.cu).
+ * and take care of their own reuse (allreduce_twoshot_staged.cu).
  */
 #include "common.cuh"
 #include "kernels.cuh"
@@ -56,8 +56,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceOneshotPush
-FCCL_RANKED_KERNEL_TABLE(oneshotPushKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceOneshotPush)
 
 }  // namespace fccl

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
         bases[w] = w == me ? a.sendbuf : bases[w] - myStart * FCCL_UNIT_BYTES;
         resultBases[w] -= myStart * FCCL_UNIT_BYTES;
       }
-      /* Batched loads as in the pulling loop (see oneshot_push.cu). */
+      /* Batched loads as in the pulling loop (see allreduce_oneshot_push.cu). */
       reducePulled<TT, OpTraits<OP>, NR>(
           bases, n, myStart, myStart + r.ownerLen(me), first, stride, a.bytes,
           [&](uint64_t u, const Unit& out) {
@@ -131,8 +131,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceTwoshotStaged
-FCCL_RANKED_KERNEL_TABLE(twoshotStagedKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceTwoshotStaged)
 
 }  // namespace fccl

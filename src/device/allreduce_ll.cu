@@ -77,8 +77,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceLL
-FCCL_KERNEL_TABLE(llKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_KERNEL_TABLE(allReduceLL)
 
 }  // namespace fccl

@@ -15,7 +15,7 @@
  *
  * Lane l of a warp handles part l % 8 (16 bytes) of line 4 i + l / 8 for the warp's i-th group of 4 lines: parts
  * 0-6 carry two 8-byte units of user data, part 7 one unit and the tag. Double buffering by epoch parity, with
- * the same argument as LL (ll.cu).
+ * the same argument as LL (allreduce_ll.cu).
  */
 #include "common.cuh"
 #include "kernels.cuh"
@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceLL128
-FCCL_KERNEL_TABLE(ll128Kernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_KERNEL_TABLE(allReduceLL128)
 
 }  // namespace fccl

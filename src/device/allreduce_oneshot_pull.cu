@@ -58,8 +58,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL allReduceOneshotPull
-FCCL_RANKED_KERNEL_TABLE(oneshotPullKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(allReduceOneshotPull)
 
 }  // namespace fccl
