@@ -235,9 +235,9 @@ static int printMoveTable(int which, int nranks, int smCount) {
   }
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
-  printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n",
-         set->collective, nranks, smCount, variable, requestText[0] ? requestText : "auto",
-         (unsigned long long)layout.llBytes, (unsigned long long)layout.chunkBytes);
+  printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n", set->collective,
+         nranks, smCount, variable, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
+         (unsigned long long)layout.chunkBytes);
   printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message); FCCL_COPY_MOVE_MIN=%llu "
          "(0: the copy form only when forced)\n", (unsigned long long)fcclDeviceCopyMoveMin());
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");

@@ -30,7 +30,7 @@ struct fcclCall {
   fcclRedOp_t op;          /* collectives that reduce */
   int root;                /* collectives with a root; the peer of a send or receive */
   void* stream;
-  int algo;                /* -1: choose (FCCL_ALGO included); else that algorithm of coll->algos exactly (tests) */
+  int algo; /* -1: choose (FCCL_ALGO included); else that algorithm of coll->algos exactly (tests) */
 };
 
 /* What the enqueue path has worked out when a collective's launch runs. */
@@ -54,7 +54,7 @@ struct fcclCollective {
   fcclNcclForm_t ncclForm; /* what NCCL does for it (the NCCL path, and calls with no kernels of fccl's) */
   int ncclOnly;            /* fccl has no kernels for it: NCCL carries it on every path */
   const fcclAlgoSet* algos; /* its forms (algo.h, generated from kernel_list.h), which fcclCall.algo may force;
-                            * NULL: none to choose (the barrier, the collectives NCCL carries) */
+                             * NULL: none to choose (the barrier, the collectives NCCL carries) */
   int peerBuffers;         /* FCCL_PEERS_SEND | FCCL_PEERS_RECV: the buffers peers reach in the direct forms, which
                             * must be registered (on every rank alike) for those forms to run */
   /* 1: sendbuf (recvbuf) holds a block of count elements per rank, nranks x count in all (the reduce-scatter's

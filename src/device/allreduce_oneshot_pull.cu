@@ -28,8 +28,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_READY,
-                epoch)) {
+  if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), true, FCCL_ALGO_ONESHOT_PULL, FCCL_PHASE_READY, epoch)) {
     epochEnd(c, epoch);
     return;
   }

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   peerRegionsInbound<NR>(c, c.layout.inboxOffset, parity, bases);
 #pragma unroll
   for (int w = 0; w < NR; w++)
-    if (w == me) bases[w] = a.sendbuf;  /* constant indices: a bases[me] store would put the array on the stack */
+    if (w == me) bases[w] = a.sendbuf; /* constant indices: a bases[me] store would put the array on the stack */
   for (uint64_t u = first; u < units; u += stride) {
     Unit v;
     IO::load(a.sendbuf, u, a.bytes, v);

@@ -104,14 +104,14 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotReg(fc
       }
       postPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true);
     }
-      /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
+    /* Rank order: our input at [me], the peer's units of our share (in our output at their place, or in our
      * inbox) at [peer]. */
     uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
     bases[0] = me == 0 ? a.sendbuf : arrivedBase;
     bases[1] = me == 0 ? arrivedBase : a.sendbuf;
     for (int part = 0; part < parts; part++) {
-      if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG,
-                    FCCL_PHASE_INBOX, epoch)) {
+      if (waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 2 + part), true, FCCL_ALGO_TWOSHOT_REG, FCCL_PHASE_INBOX,
+                    epoch)) {
         epochEnd(c, epoch);
         return;
       }

@@ -100,15 +100,15 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
         resultBases[w] -= myStart * FCCL_UNIT_BYTES;
       }
       /* Batched loads as in the pulling loop (see allreduce_oneshot_push.cu). */
-      reducePulled<TT, OpTraits<OP>, NR>(
-          bases, n, myStart, myStart + r.ownerLen(me), first, stride, a.bytes,
-          [&](uint64_t u, const Unit& out) {
-            IO::store(a.recvbuf, u, a.bytes, out);
+      reducePulled<TT, OpTraits<OP>, NR>(bases, n, myStart, myStart + r.ownerLen(me), first, stride, a.bytes,
+                                         [&](uint64_t u, const Unit& out) {
+                                           IO::store(a.recvbuf, u, a.bytes, out);
 #pragma unroll
-            for (int p = 0; p < NR; p++)
-              if (p < n && p != me)
-                st_data16(ptr<void>(resultBases[p] + u * FCCL_UNIT_BYTES), out.words[0], out.words[1]);
-          });
+                                           for (int p = 0; p < NR; p++)
+                                             if (p < n && p != me)
+                                               st_data16(ptr<void>(resultBases[p] + u * FCCL_UNIT_BYTES), out.words[0],
+                                                         out.words[1]);
+                                         });
     }
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);

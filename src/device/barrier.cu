@@ -15,8 +15,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c, print);
   postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
-                  epoch);
+  (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER, epoch);
   epochEnd(c, epoch);
 }
 

@@ -28,8 +28,8 @@
 
 namespace fccl {
 
-using fused::normRow;
 using fused::kThreads;
+using fused::normRow;
 
 template <int DT, bool FP8, int NR>
 __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNorm(fcclDevComm c, fcclFusedArgs a) {

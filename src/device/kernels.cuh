@@ -75,30 +75,28 @@ const void* elemSizeInstance(fcclDataType_t type, Make make) {
 }  // namespace fccl
 
 /* kernel##Instance for a kernel templated on (type, op): one instantiation per pair of FCCL_DEVICE_TYPE_OP_LIST. */
-#define FCCL_KERNEL_TABLE(kernel)                                                                          \
-  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t op, int) {                                \
-    return typeOpInstance(type, op, [](auto dt, auto o) {                                                  \
-      return reinterpret_cast<const void*>(&kernel<decltype(dt)::value, decltype(o)::value>);              \
-    });                                                                                                    \
+#define FCCL_KERNEL_TABLE(kernel)                                                             \
+  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t op, int) {                    \
+    return typeOpInstance(type, op, [](auto dt, auto o) {                                     \
+      return reinterpret_cast<const void*>(&kernel<decltype(dt)::value, decltype(o)::value>); \
+    });                                                                                       \
   }
 
 /* The same for kernels templated on (type, op, rank bound): three instantiations per pair. */
-#define FCCL_RANKED_KERNEL_TABLE(kernel)                                                                   \
-  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t op, int rankBound) {                      \
-    return typeOpInstance(type, op, [rankBound](auto dt, auto o) {                                         \
-      return rankBoundInstance(rankBound, [](auto nr) {                                                    \
-        return reinterpret_cast<const void*>(                                                              \
-            &kernel<decltype(dt)::value, decltype(o)::value, decltype(nr)::value>);                        \
-      });                                                                                                  \
-    });                                                                                                    \
+#define FCCL_RANKED_KERNEL_TABLE(kernel)                                                                             \
+  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t op, int rankBound) {                                 \
+    return typeOpInstance(type, op, [rankBound](auto dt, auto o) {                                                   \
+      return rankBoundInstance(rankBound, [](auto nr) {                                                              \
+        return reinterpret_cast<const void*>(&kernel<decltype(dt)::value, decltype(o)::value, decltype(nr)::value>); \
+      });                                                                                                            \
+    });                                                                                                              \
   }
 
 /* The same for kernels that move data without reducing it, templated on the element size only (1, 2, 4, 8). */
-#define FCCL_SIZED_KERNEL_TABLE(kernel)                                                                    \
-  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t, int) {                                   \
-    return elemSizeInstance(type, [](auto es) {                                                            \
-      return reinterpret_cast<const void*>(&kernel<decltype(es)::value>);                                  \
-    });                                                                                                    \
+#define FCCL_SIZED_KERNEL_TABLE(kernel)                                                                           \
+  const void* kernel##Instance(fcclDataType_t type, fcclRedOp_t, int) {                                           \
+    return elemSizeInstance(type,                                                                                 \
+                            [](auto es) { return reinterpret_cast<const void*>(&kernel<decltype(es)::value>); }); \
   }
 
 #endif /* FCCL_DEVICE_KERNELS_CUH_ */

@@ -57,7 +57,7 @@ static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int re
 }
 
 typedef struct {
-  int algo;            /* an fcclDevKernel_t, or a form with no kernel of its own (FCCL_FORM_*; device_host.h) */
+  int algo; /* an fcclDevKernel_t, or a form with no kernel of its own (FCCL_FORM_*; device_host.h) */
   int blocks;
   int threads;
   uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */

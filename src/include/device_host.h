@@ -67,9 +67,7 @@
  */
 #define FCCL_KERNEL_ENUMERATOR4_(id, request, name, kernel) id,
 #define FCCL_KERNEL_ENUMERATOR2_(id, name) id,
-typedef enum {
-  FCCL_KERNEL_LIST(FCCL_KERNEL_ENUMERATOR4_, FCCL_LIST_SKIP3_, FCCL_KERNEL_ENUMERATOR2_)
-} fcclDevKernel_t;
+typedef enum { FCCL_KERNEL_LIST(FCCL_KERNEL_ENUMERATOR4_, FCCL_LIST_SKIP3_, FCCL_KERNEL_ENUMERATOR2_) } fcclDevKernel_t;
 
 /* How many kernels there are: the kernel ids are [0, FCCL_KERNEL_COUNT). A count, not a kernel. */
 #define FCCL_KERNEL_ONE4_(id, request, name, kernel) +1
@@ -93,11 +91,11 @@ enum {
 enum {
   FCCL_PRINT_FORM_FUSED_STAGED = FCCL_ALGO_IDS, /* the fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM:
                                                  * registered) */
-  FCCL_PRINT_FORM_SCATTER_PUSH,         /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
+  FCCL_PRINT_FORM_SCATTER_PUSH,                 /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
   FCCL_PRINT_FORM_SCATTER_INBOX,
   FCCL_PRINT_FORM_SCATTER_COPY,
-  FCCL_PRINT_FORM_FUSED_TWOSHOT_REG,    /* the fused norm's two-shot form, registered input */
-  FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED  /* the same, staged input */
+  FCCL_PRINT_FORM_FUSED_TWOSHOT_REG,   /* the fused norm's two-shot form, registered input */
+  FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED /* the same, staged input */
 };
 /* Forms are [0, FCCL_PRINT_FORMS); form + 1 must fit FCCL_PRINT_FORM_BITS without becoming 0. */
 #define FCCL_PRINT_FORMS (FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED + 1)
@@ -282,7 +280,6 @@ typedef enum {
   FCCL_PHASE_LL128 = 7,   /* LL128 lines of a peer */
   FCCL_PHASE_CONSUMED = 8 /* a peer to have copied a staging round out, before its parity is written again */
 } fcclDevPhase_t;
-
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
 typedef struct {

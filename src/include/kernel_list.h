@@ -25,41 +25,41 @@
 #define FCCL_KERNEL_LIST_H_
 
 /* fcclAllReduce (FCCL_ALGO). */
-#define FCCL_ALLREDUCE_FORMS(KERNEL, COPY)                                                           \
-  KERNEL(FCCL_ALGO_LL, "ll", "ll", allReduceLL)                                                      \
-  KERNEL(FCCL_ALGO_ONESHOT_PUSH, "oneshot_push", "oneshot_push", allReduceOneshotPush)               \
-  KERNEL(FCCL_ALGO_ONESHOT_PULL, "oneshot_pull", "oneshot_pull", allReduceOneshotPull)               \
-  KERNEL(FCCL_ALGO_TWOSHOT_STAGED, "twoshot_staged", "twoshot_staged", allReduceTwoshotStaged)       \
-  KERNEL(FCCL_ALGO_TWOSHOT_REG, "twoshot_reg", "twoshot_reg", allReduceTwoshotReg)                   \
+#define FCCL_ALLREDUCE_FORMS(KERNEL, COPY)                                                     \
+  KERNEL(FCCL_ALGO_LL, "ll", "ll", allReduceLL)                                                \
+  KERNEL(FCCL_ALGO_ONESHOT_PUSH, "oneshot_push", "oneshot_push", allReduceOneshotPush)         \
+  KERNEL(FCCL_ALGO_ONESHOT_PULL, "oneshot_pull", "oneshot_pull", allReduceOneshotPull)         \
+  KERNEL(FCCL_ALGO_TWOSHOT_STAGED, "twoshot_staged", "twoshot_staged", allReduceTwoshotStaged) \
+  KERNEL(FCCL_ALGO_TWOSHOT_REG, "twoshot_reg", "twoshot_reg", allReduceTwoshotReg)             \
   KERNEL(FCCL_ALGO_LL128, "ll128", "ll128", allReduceLL128)
 
 /* fcclAllGather (FCCL_ALLGATHER_ALGO), in FCCL_MOVE_* order. */
-#define FCCL_ALLGATHER_FORMS(KERNEL, COPY)                                                           \
-  KERNEL(FCCL_KERNEL_ALLGATHER_LL, "ll", "allgather_ll", allGatherLL)                                \
-  KERNEL(FCCL_KERNEL_ALLGATHER_DIRECT, "direct", "allgather_direct", allGatherDirect)                \
-  KERNEL(FCCL_KERNEL_ALLGATHER_STAGED, "staged", "allgather_staged", allGatherStaged)                \
+#define FCCL_ALLGATHER_FORMS(KERNEL, COPY)                                            \
+  KERNEL(FCCL_KERNEL_ALLGATHER_LL, "ll", "allgather_ll", allGatherLL)                 \
+  KERNEL(FCCL_KERNEL_ALLGATHER_DIRECT, "direct", "allgather_direct", allGatherDirect) \
+  KERNEL(FCCL_KERNEL_ALLGATHER_STAGED, "staged", "allgather_staged", allGatherStaged) \
   COPY(FCCL_FORM_ALLGATHER_COPY, "copy", "allgather_copy")
 
 /* fcclReduceScatter (FCCL_REDUCESCATTER_ALGO), in FCCL_MOVE_* order: no copy form (a copy cannot reduce). */
-#define FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)                                                       \
-  KERNEL(FCCL_KERNEL_REDUCESCATTER_LL, "ll", "reducescatter_ll", reduceScatterLL)                    \
-  KERNEL(FCCL_KERNEL_REDUCESCATTER_DIRECT, "direct", "reducescatter_direct", reduceScatterDirect)    \
+#define FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)                                                    \
+  KERNEL(FCCL_KERNEL_REDUCESCATTER_LL, "ll", "reducescatter_ll", reduceScatterLL)                 \
+  KERNEL(FCCL_KERNEL_REDUCESCATTER_DIRECT, "direct", "reducescatter_direct", reduceScatterDirect) \
   KERNEL(FCCL_KERNEL_REDUCESCATTER_STAGED, "staged", "reducescatter_staged", reduceScatterStaged)
 
 /* fcclBroadcast (FCCL_BROADCAST_ALGO), in FCCL_MOVE_* order. */
-#define FCCL_BROADCAST_FORMS(KERNEL, COPY)                                                           \
-  KERNEL(FCCL_KERNEL_BROADCAST_LL, "ll", "broadcast_ll", broadcastLL)                                \
-  KERNEL(FCCL_KERNEL_BROADCAST_DIRECT, "direct", "broadcast_direct", broadcastDirect)                \
-  KERNEL(FCCL_KERNEL_BROADCAST_STAGED, "staged", "broadcast_staged", broadcastStaged)                \
+#define FCCL_BROADCAST_FORMS(KERNEL, COPY)                                            \
+  KERNEL(FCCL_KERNEL_BROADCAST_LL, "ll", "broadcast_ll", broadcastLL)                 \
+  KERNEL(FCCL_KERNEL_BROADCAST_DIRECT, "direct", "broadcast_direct", broadcastDirect) \
+  KERNEL(FCCL_KERNEL_BROADCAST_STAGED, "staged", "broadcast_staged", broadcastStaged) \
   COPY(FCCL_FORM_BROADCAST_COPY, "copy", "broadcast_copy")
 
 /* Every kernel and form: the collectives' forms, then the kernels with launchers of their own. */
-#define FCCL_KERNEL_LIST(KERNEL, COPY, OWN)                                                          \
-  FCCL_ALLREDUCE_FORMS(KERNEL, COPY)                                                                 \
-  FCCL_ALLGATHER_FORMS(KERNEL, COPY)                                                                 \
-  FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)                                                             \
-  FCCL_BROADCAST_FORMS(KERNEL, COPY)                                                                 \
-  OWN(FCCL_KERNEL_BARRIER, "barrier")                                                                \
+#define FCCL_KERNEL_LIST(KERNEL, COPY, OWN) \
+  FCCL_ALLREDUCE_FORMS(KERNEL, COPY)        \
+  FCCL_ALLGATHER_FORMS(KERNEL, COPY)        \
+  FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)    \
+  FCCL_BROADCAST_FORMS(KERNEL, COPY)        \
+  OWN(FCCL_KERNEL_BARRIER, "barrier")       \
   OWN(FCCL_KERNEL_FUSED_NORM, "fused_norm")
 
 /* Row macros for expansions that skip a kind of row. */

@@ -426,8 +426,8 @@ static void testMoveTable(void) {
       for (int registered = 0; registered < 2; registered++) {
         const int beyond = registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
         EXPECT_MSG(movePick(1, n, registered, set) == FCCL_MOVE_LL, "%s, %d ranks: 1 byte", set->collective, n);
-        EXPECT_MSG(movePick(llMax, n, registered, set) == FCCL_MOVE_LL, "%s, %d ranks: %llu bytes", set->collective,
-                   n, (unsigned long long)llMax);
+        EXPECT_MSG(movePick(llMax, n, registered, set) == FCCL_MOVE_LL, "%s, %d ranks: %llu bytes", set->collective, n,
+                   (unsigned long long)llMax);
         EXPECT_MSG(movePick(llMax + 1, n, registered, set) == beyond, "%s, %d ranks, registered %d: %llu bytes",
                    set->collective, n, registered, (unsigned long long)llMax + 1);
         EXPECT_MSG(movePick(1ull << 30, n, registered, set) == beyond, "%s, %d ranks: 1 GiB", set->collective, n);

@@ -61,10 +61,10 @@ const char* fcclAlgoName(int algo) {
 #define FCCL_SET_REQUEST3_(id, request, name) request,
 #define FCCL_SET_LISTED4_(id, request, name, kernel) ", " request
 #define FCCL_SET_LISTED3_(id, request, name) ", " request
-#define FCCL_DEFINE_SET_(set, collective, aliases, FORMS)                                                    \
-  static const int set##Forms_[] = {FORMS(FCCL_SET_ALGO4_, FCCL_SET_ALGO3_)};                                \
-  static const char* const set##Requests_[] = {FORMS(FCCL_SET_REQUEST4_, FCCL_SET_REQUEST3_)};               \
-  const fcclAlgoSet set = {collective, (int)(sizeof(set##Forms_) / sizeof(set##Forms_[0])), set##Forms_,    \
+#define FCCL_DEFINE_SET_(set, collective, aliases, FORMS)                                                \
+  static const int set##Forms_[] = {FORMS(FCCL_SET_ALGO4_, FCCL_SET_ALGO3_)};                            \
+  static const char* const set##Requests_[] = {FORMS(FCCL_SET_REQUEST4_, FCCL_SET_REQUEST3_)};           \
+  const fcclAlgoSet set = {collective, (int)(sizeof(set##Forms_) / sizeof(set##Forms_[0])), set##Forms_, \
                            set##Requests_, "auto" aliases FORMS(FCCL_SET_LISTED4_, FCCL_SET_LISTED3_)};
 
 FCCL_DEFINE_SET_(fcclAllReduceAlgos, "allreduce", ", oneshot, twoshot", FCCL_ALLREDUCE_FORMS)
@@ -347,8 +347,7 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, const fcclAlgoSet* set, fccl
   if (form < 0) {
     if (q->bytes <= algoTable[tableRow(q)].llMax && moveApplicable(FCCL_MOVE_LL, q, NULL))
       form = FCCL_MOVE_LL;
-    else if (q->registered && set->count > FCCL_MOVE_COPY && q->copyMoveMin > 0 &&
-             q->bytes >= q->copyMoveMin)
+    else if (q->registered && set->count > FCCL_MOVE_COPY && q->copyMoveMin > 0 && q->bytes >= q->copyMoveMin)
       form = FCCL_MOVE_COPY;
     else
       form = q->registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;

@@ -177,8 +177,8 @@ static void parseRequests(struct fcclDeviceState* s) {
     const char* name = fcclParamString(moves[m].param);
     *moves[m].request = fcclMoveParseRequest(name, moves[m].set);
     if (*moves[m].request < 0) {
-      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of %s; choosing by size", fcclParamInfo(moves[m].param)->name,
-                name, moves[m].set->requestNames);
+      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of %s; choosing by size", fcclParamInfo(moves[m].param)->name, name,
+                moves[m].set->requestNames);
       *moves[m].request = FCCL_MOVE_REQUEST_AUTO;
     }
   }
