@@ -91,7 +91,7 @@ static ncclResult_t collective(const struct fncclOp* op) {
   }
   const int toFccl = comm->engine != NULL && (comm->carried & (1u << op->coll)) &&
                      fncclEngineTakes(op->coll, op->datatype, op->op);
-  if (!toFccl || t->groupToNccl) {
+  if (!toFccl || (t->groupDepth > 0 && t->groupToNccl)) {
     if (t->groupDepth > 0) (void)fncclGroupToNccl();
     result = fncclCollToNccl(comm, op);
   } else if (t->groupDepth > 0) {

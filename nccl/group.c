@@ -165,6 +165,7 @@ static ncclResult_t groupFinish(struct fncclThread* t, ncclResult_t ended) {
     }
   }
   t->opCount = 0;
+  t->groupToNccl = 0;
   if (t->deferredCount > 0) {
     attachCreated(t, ended);
     if (ended == ncclSuccess) windowsAfterGroup(t);
@@ -205,6 +206,7 @@ FNCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   (void)fncclGroupToNccl();
   FNCCL_REAL(result, GroupSimulateEnd, (simInfo));
   if (--t->groupDepth == 0) {
+    t->groupToNccl = 0;
     t->opCount = 0;
     t->deferredCount = 0;
   }
