@@ -44,7 +44,14 @@ ncclResult_t fncclCollToNccl(struct fncclComm* comm, const struct fncclOp* op) {
 }
 
 ncclResult_t fncclCollToFccl(struct fncclComm* comm, const struct fncclOp* op) {
+  /* Under the entry's lock: a revoke or finalize from another thread releases the engine only between launches. */
+  pthread_mutex_lock(&comm->lock);
+  if (comm->engine == NULL) { /* released since the call was routed: NCCL carries it */
+    pthread_mutex_unlock(&comm->lock);
+    return fncclCollToNccl(comm, op);
+  }
   ncclResult_t result = fncclEngineLaunch(comm->engine, op);
+  pthread_mutex_unlock(&comm->lock);
   if (result != ncclSuccess)
     return fncclSetError(result, "%s on communicator %p (rank %d) through fccl: %s", fncclCollName(op->coll),
                          (void*)op->comm, comm->rank, fncclEngineThreadError());

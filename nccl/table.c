@@ -59,6 +59,9 @@ struct fncclComm* fncclTableAdd(ncclComm_t nccl, const struct fncclConfigView* c
   comm->config = *config;
   comm->blocking = fncclConfigBlocking(config);
   comm->clique = clique;
+  /* Its creator attaches it (or marks it waiting for NCCL) before handing it out: a query in between from another
+   * thread answers ncclInProgress and starts nothing. */
+  comm->state = FNCCL_COMM_ATTACHING;
   pthread_mutex_init(&comm->lock, NULL);
   /* An entry still here for this address belongs to a communicator NCCL has freed without this library seeing it
    * (destroyed from inside NCCL, say): the new communicator replaces it. */
