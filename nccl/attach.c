@@ -223,7 +223,7 @@ void fncclAttachJoin(struct fncclComm* comm, int abort) {
   __atomic_store_n(&comm->state, FNCCL_COMM_READY, __ATOMIC_RELEASE);
 }
 
-/* ---- letting go ---------------------------------------------------------------------------------------------------- */
+/* ---- letting go -------------------------------------------------------------------------------------------------- */
 
 /* Takes comm's engine communicator away from it (NULL when it has none). */
 static struct fncclEngineComm* takeEngine(struct fncclComm* comm, const char* why) {

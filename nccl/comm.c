@@ -330,7 +330,7 @@ FNCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 FNCCL_TWIN(ncclCommRevoke);
 
-/* ---- state and errors ---------------------------------------------------------------------------------------------- */
+/* ---- state and errors -------------------------------------------------------------------------------------------- */
 
 FNCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   FNCCL_NEED_REAL(CommGetAsyncError);

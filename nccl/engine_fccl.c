@@ -75,7 +75,7 @@ void fncclEngineLeave(const struct fncclEngineScope* scope) {
   (void)cudaGetLastError();
 }
 
-/* ---- the collectives: one row each; a NULL row is NCCL's ---------------------------------------------------------- */
+/* ---- the collectives: one row each; a NULL row is NCCL's --------------------------------------------------------- */
 
 typedef fcclResult_t (*launchFn)(fcclComm_t comm, const struct fncclOp* op);
 
@@ -164,7 +164,7 @@ ncclResult_t fncclEngineDeregister(struct fncclEngineComm* ec, void* handle) {
   return fromFccl(fcclCommDeregister(ec->fccl, (fcclRegHandle_t)handle));
 }
 
-/* ---- the attach --------------------------------------------------------------------------------------------------- */
+/* ---- the attach -------------------------------------------------------------------------------------------------- */
 
 #define RECORD_MAGIC 0x6e63636cu /* "nccl" */
 #define RECORD_PROTOCOL 1u

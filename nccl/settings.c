@@ -125,7 +125,7 @@ const struct fncclSettings* fncclSettingsGet(void) {
   return &settings;
 }
 
-/* ---- the caller's ncclConfig_t ------------------------------------------------------------------------------------ */
+/* ---- the caller's ncclConfig_t ----------------------------------------------------------------------------------- */
 
 /* Whether config, of config->size bytes, holds the whole of field. */
 #define HAS_FIELD(config, field) \

@@ -10,9 +10,9 @@ shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Every function a header declares: a line starting with its return type and an nccl/pnccl name with "(".
-cat "$@" | tr -d '\r' |
-  sed -n 's/^[[:space:]]*\(__attribute__[^)]*))[[:space:]]*\)\{0,1\}\(ncclResult_t\|const char[[:space:]]*\*\|void\)[[:space:]*]*\(p\{0,1\}nccl[A-Za-z0-9_]*\)[[:space:]]*(.*/\3/p' |
-  sort -u > "$tmp/declared"
+declaration='^[[:space:]]*(__attribute__[^)]*\)\)[[:space:]]*)?(ncclResult_t|const char[[:space:]]*\*|void)'
+declaration="$declaration"'[[:space:]*]*(p?nccl[A-Za-z0-9_]*)[[:space:]]*\(.*'
+cat "$@" | tr -d '\r' | sed -En "s/$declaration/\\3/p" | sort -u > "$tmp/declared"
 # The deprecated ncclResetDebugInit is declared on the line after its attribute: the pattern above finds it there.
 nm -D --defined-only "$lib" | awk '$2 ~ /^[TWi]$/ {print $3}' | sort -u > "$tmp/exported"
 status=0
@@ -34,5 +34,6 @@ soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if readelf -d "$lib" | grep NEEDED | grep -q 'libnccl'; then
   echo "FAIL: $lib links NCCL"; status=1
 fi
-[ $status -eq 0 ] && echo "OK: $(wc -l < "$tmp/declared") functions of the headers exported, SONAME $soname, NCCL not linked"
+[ $status -eq 0 ] &&
+  echo "OK: $(wc -l < "$tmp/declared") functions of the headers exported, SONAME $soname, NCCL not linked"
 exit $status

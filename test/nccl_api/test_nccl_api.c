@@ -4,6 +4,7 @@
  * stand-in NCCL (standin/fake_nccl.c), both writing what reached them to one trace file, which each scenario reads.
  *
  * usage: test_nccl_api SCENARIO bypath|preload
+ *        test_nccl_api gpus          prints the number of visible CUDA devices (0 without a driver)
  *   bypath   the library is opened by path, as PyNccl does (FNCCL_TEST_SHIM names it), and every name is bound on
  *            its handle;
  *   preload  the library is LD_PRELOADed (by the test's environment): names come from the global scope, where the
@@ -145,7 +146,7 @@ static void loadLibrary(const char* mode) {
   }
 }
 
-/* ---- the trace ---------------------------------------------------------------------------------------------------- */
+/* ---- the trace --------------------------------------------------------------------------------------------------- */
 
 static char traceText[1 << 20];
 
@@ -247,7 +248,7 @@ static char buf[4096];
 #define RECV ((void*)(buf + 2048))
 #define STREAM ((cudaStream_t)(uintptr_t)0x5)
 
-/* ---- scenarios ---------------------------------------------------------------------------------------------------- */
+/* ---- scenarios --------------------------------------------------------------------------------------------------- */
 
 static void scenarioVersion(void) {
   int version = 0;
@@ -828,6 +829,10 @@ static const struct {
 };
 
 int main(int argc, char** argv) {
+  if (argc == 2 && strcmp(argv[1], "gpus") == 0) { /* for the scripts of the gpu suite: the visible GPUs */
+    printf("%d\n", testGpuCount());
+    return 0;
+  }
   if (argc != 3 || (strcmp(argv[2], "bypath") != 0 && strcmp(argv[2], "preload") != 0)) {
     fprintf(stderr, "usage: %s SCENARIO bypath|preload\n", argv[0]);
     return 2;

@@ -285,7 +285,7 @@ EXPORT ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
 }
 ALIAS(ncclCommUserRank);
 
-/* ---- registration ------------------------------------------------------------------------------------------------- */
+/* ---- registration ------------------------------------------------------------------------------------------------ */
 
 EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   if (!valid(comm) || !handle) return ncclInvalidArgument;
@@ -345,7 +345,7 @@ EXPORT ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 }
 ALIAS(ncclRedOpDestroy);
 
-/* ---- collectives --------------------------------------------------------------------------------------------------- */
+/* ---- collectives ------------------------------------------------------------------------------------------------- */
 
 /* NCCL's check before a call: the communicator's state, asked through the exported name. */
 static ncclResult_t ready(ncclComm_t comm) {
