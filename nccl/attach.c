@@ -11,8 +11,9 @@
  *
  * fccl's teardown is collective too. The communicators of one clique (one NCCL communicator's ranks) that one thread
  * attached together form a local group: the first of them destroyed or finalized takes the others' fccl state down
- * with it, side by side (their NCCL communicators are still alive, so the exchanges run), and an abort of one
- * aborts the others' fccl state, so that no later teardown waits for a rank that is gone.
+ * with it, side by side (their NCCL communicators are still alive, so the exchanges run). After an abort of one,
+ * the others' teardowns are local (an abort of fccl's state), so that none waits for a rank that is gone; they are
+ * not aborted at once, since fccl's abort waits for its device's work, which may be their NCCL kernels.
  */
 #include "internal.h"
 
@@ -24,6 +25,7 @@
 struct fncclLocalGroup {
   pthread_mutex_t lock;
   int count;   /* members still in the table */
+  int aborted; /* a member was aborted: the others' teardowns are local too */
   int size;
   struct fncclComm* members[]; /* NULL once freed */
 };
@@ -238,11 +240,6 @@ static struct fncclEngineComm* takeEngine(struct fncclComm* comm, const char* wh
   return engine;
 }
 
-static void releaseOne(struct fncclComm* comm, void* context) {
-  struct fncclEngineComm* engine = context ? (struct fncclEngineComm*)context : takeEngine(comm, "fccl released");
-  if (engine) fncclEngineRelease(engine, 0);
-}
-
 struct collectiveRelease {
   struct fncclComm* comm;
   struct fncclEngineComm* engine;
@@ -254,42 +251,84 @@ static void releaseMember(struct fncclComm* comm, void* context) {
     if (all[i].comm == comm) fncclEngineRelease(all[i].engine, 0);
 }
 
+/* The engines to release: comm's, and for a collective teardown those of every member of its local group (unless
+ * one was aborted); taken away from them. *count of them, the list NULL-ended. */
+static struct collectiveRelease* takeEngines(struct fncclComm* comm, int abort, int* count) {
+  struct fncclLocalGroup* group = comm->localGroup;
+  *count = 0;
+  if (group && abort) __atomic_store_n(&group->aborted, 1, __ATOMIC_RELEASE);
+  if (group && __atomic_load_n(&group->aborted, __ATOMIC_ACQUIRE)) group = NULL; /* each member by itself now */
+  const int size = group ? group->size : 1;
+  struct collectiveRelease* taken = calloc((size_t)size + 1, sizeof(*taken));
+  if (group) pthread_mutex_lock(&group->lock);
+  for (int i = 0; i < size; i++) {
+    struct fncclComm* member = group ? group->members[i] : comm;
+    if (!member) continue;
+    const char* why = abort ? "aborted" : (group ? "released with its local group" : "fccl released");
+    /* Without memory for the list the engine stays attached: leaked rather than released under a caller's feet. */
+    struct fncclEngineComm* engine = taken ? takeEngine(member, why) : NULL;
+    if (engine) taken[(*count)++] = (struct collectiveRelease){.comm = member, .engine = engine};
+  }
+  if (group) pthread_mutex_unlock(&group->lock);
+  return taken;
+}
+
 void fncclDetach(struct fncclComm* comm, int abort) {
   struct fncclLocalGroup* group = comm->localGroup;
-  if (group == NULL) {
-    struct fncclEngineComm* engine = takeEngine(comm, abort ? "aborted" : "fccl released");
-    if (!engine) return;
-    if (abort) {
-      fncclEngineRelease(engine, 1); /* local, no device work waited for */
-    } else {
-      struct eachJob job = {.comm = comm, .fn = releaseOne, .context = engine};
-      runScoped(&job);
-    }
+  if (abort || (group && __atomic_load_n(&group->aborted, __ATOMIC_ACQUIRE))) {
+    fncclDetachFinish(fncclDetachBegin(comm));
     return;
   }
-  /* The members of the group that still have fccl, taken under the group's lock. */
-  pthread_mutex_lock(&group->lock);
-  struct fncclComm** members = calloc((size_t)group->size + 1, sizeof(*members));
-  struct collectiveRelease* engines = calloc((size_t)group->size + 1, sizeof(*engines));
   int count = 0;
-  for (int i = 0; i < group->size && members && engines; i++) {
-    struct fncclComm* member = group->members[i];
-    if (!member) continue;
-    struct fncclEngineComm* engine = takeEngine(member, abort ? "aborted with its local group"
-                                                              : "released with its local group");
-    if (!engine) continue;
-    members[count] = member;
-    engines[count] = (struct collectiveRelease){.comm = member, .engine = engine};
-    count++;
+  struct collectiveRelease* taken = takeEngines(comm, 0, &count);
+  struct fncclComm** members = calloc((size_t)count + 1, sizeof(*members));
+  if (count > 0 && members) {
+    for (int i = 0; i < count; i++) members[i] = taken[i].comm;
+    fncclEachComm(members, count, releaseMember, taken); /* collective: side by side */
+  } else {
+    for (int i = 0; i < count; i++) fncclEngineRelease(taken[i].engine, 0);
   }
-  pthread_mutex_unlock(&group->lock);
-  if (abort) {
-    for (int i = 0; i < count; i++) fncclEngineRelease(engines[i].engine, 1);
-  } else if (count > 0) {
-    fncclEachComm(members, count, releaseMember, engines);
-  }
-  free(engines);
   free(members);
+  free(taken);
+}
+
+/*
+ * An abort runs beside NCCL's own: fccl's abort waits for the device's work to end, and NCCL's frees device memory,
+ * which waits for it too. Each stops its own kernels at once, so each wait ends once both have started; one after
+ * the other, the first could wait for the other's kernels, stuck on a dead peer.
+ */
+struct fncclRelease {
+  struct collectiveRelease* taken;
+  int count;
+  pthread_t thread;
+  int threaded;
+};
+
+static void* abortThread(void* arg) {
+  struct fncclRelease* release = arg;
+  for (int i = 0; i < release->count; i++) fncclEngineRelease(release->taken[i].engine, 1);
+  return NULL;
+}
+
+struct fncclRelease* fncclDetachBegin(struct fncclComm* comm) {
+  struct fncclRelease* release = calloc(1, sizeof(*release));
+  if (!release) return NULL;
+  release->taken = takeEngines(comm, 1, &release->count);
+  if (release->count == 0) {
+    free(release->taken);
+    free(release);
+    return NULL;
+  }
+  release->threaded = pthread_create(&release->thread, NULL, abortThread, release) == 0;
+  if (!release->threaded) abortThread(release); /* no thread: here, before NCCL's abort */
+  return release;
+}
+
+void fncclDetachFinish(struct fncclRelease* release) {
+  if (!release) return;
+  if (release->threaded) pthread_join(release->thread, NULL);
+  free(release->taken);
+  free(release);
 }
 
 /* Drops comm from its local group; the last member frees the group. */

@@ -232,15 +232,17 @@ FNCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, in
   childConfig(config, parent, &view);
   const uint64_t clique = cliqueOfChild(parent, -2);
   if (parent) fncclTableRelease();
+  struct fncclRelease* aborting = NULL;
   if (parent && (shrinkFlags & NCCL_SHRINK_ABORT)) {
     /* NCCL first stops the parent's work: fccl's kernels on it stop too, at once. The application does not use
      * the parent concurrently with its shrink. */
     fncclAttachJoin(parent, 1);
-    fncclDetach(parent, 1);
+    aborting = fncclDetachBegin(parent);
   }
   const int inGroup = fncclInGroup();
   if (inGroup) (void)fncclGroupToNccl();
   FNCCL_REAL(result, CommShrink, (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+  fncclDetachFinish(aborting);
   fncclGroupNoteError(result);
   return created(result, newcomm, &view, clique, inGroup);
 }
@@ -303,9 +305,12 @@ FNCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     struct fncclComm* entry = fncclTableRemove(comm);
     if (entry) {
       fncclAttachJoin(entry, 1);
-      fncclDetach(entry, 1);
+      struct fncclRelease* aborting = fncclDetachBegin(entry);
+      FNCCL_REAL(result, CommAbort, (comm));
+      fncclDetachFinish(aborting);
       logCounts(entry, "aborted");
       fncclCommFree(entry);
+      return result;
     }
   }
   FNCCL_REAL(result, CommAbort, (comm));
@@ -322,7 +327,10 @@ FNCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
       fncclTableRelease();
       /* Revoked work stops: fccl's kernels too; what is left of the communicator (shrink, destroy) is NCCL's. */
       fncclAttachJoin(entry, 1);
-      fncclDetach(entry, 1);
+      struct fncclRelease* aborting = fncclDetachBegin(entry);
+      FNCCL_REAL(result, CommRevoke, (comm, revokeFlags));
+      fncclDetachFinish(aborting);
+      return result;
     }
   }
   FNCCL_REAL(result, CommRevoke, (comm, revokeFlags));

@@ -280,9 +280,15 @@ void fncclEachComm(struct fncclComm** comms, int count, void (*fn)(struct fncclC
                    void* context);
 /* A non-blocking communicator that NCCL reports ready: starts its attach on a thread. Called with comm->lock. */
 void fncclAttachStart(struct fncclComm* comm);
-/* Releases fccl's state of comm: with abort, at once and for every member of its local group; otherwise the
- * collective teardown, together with the members of its clique in its local group. comm->engine is NULL after. */
+/* Releases fccl's state of comm: with abort (or after a member of its local group was aborted), at once and locally;
+ * otherwise the collective teardown, together with the other members of its local group. comm->engine is NULL
+ * after. */
 void fncclDetach(struct fncclComm* comm, int abort);
+/* An abort of comm's fccl state (and its local group's) on a thread of its own, started before NCCL's abort,
+ * revoke or aborting shrink and finished after it (attach.c says why); NULL when there is nothing to abort. */
+struct fncclRelease;
+struct fncclRelease* fncclDetachBegin(struct fncclComm* comm);
+void fncclDetachFinish(struct fncclRelease* release);
 /* Drops comm from its local group (when its entry is freed); the last member frees the group. */
 void fncclLocalGroupLeave(struct fncclComm* comm);
 /* Waits for a running attach thread (after setting abortFlag when abort is set). */

@@ -8,6 +8,10 @@
  *   FAKE_ENGINE_ATTACH_WAIT_MS=N  the attach waits N ms (polling the abort flag) before it decides
  *   FAKE_ENGINE_ASYNC_ERROR=code  the attached communicator reports this NCCL result code as its error
  *   FAKE_ENGINE_FAIL_LAUNCH=N     the N-th launch (from 1) fails with ncclInvalidArgument
+ *   FAKE_ABORT_HANDSHAKE=1        an abort waits (5 s at most) until the stand-in NCCL's abort, revoke or shrink of
+ *                                 the communicator has started, as fccl's abort waits for the device's work, NCCL's
+ *                                 kernels included (the stand-in NCCL's waits for this abort in turn); one that waited
+ *                                 in vain writes "fccl release-waited-in-vain"
  */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -126,9 +130,33 @@ const char* fncclEngineCommError(struct fncclEngineComm* ec) {
 
 const char* fncclEngineThreadError(void) { return threadError; }
 
+/* Whether the stand-in NCCL's abort, revoke or shrink of comm appears in the trace within 5 s. */
+static int awaitNcclAbort(ncclComm_t comm) {
+  const char* path = getenv("FNCCL_TEST_TRACE");
+  char lines[3][96];
+  snprintf(lines[0], sizeof(lines[0]), "nccl CommAbort comm=%p ", (void*)comm);
+  snprintf(lines[1], sizeof(lines[1]), "nccl CommRevoke comm=%p ", (void*)comm);
+  snprintf(lines[2], sizeof(lines[2]), "nccl CommShrink comm=%p ", (void*)comm);
+  for (int waited = 0; path && waited < 5000; waited++) {
+    FILE* file = fopen(path, "r");
+    char line[600];
+    int found = 0;
+    while (file && !found && fgets(line, sizeof(line), file))
+      for (int i = 0; i < 3 && !found; i++) found = strncmp(line, lines[i], strlen(lines[i])) == 0;
+    if (file) fclose(file);
+    if (found) return 1;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  return 0;
+}
+
 void fncclEngineRelease(struct fncclEngineComm* ec, int abort) {
   if (!ec) return;
   trace("release comm=%p abort=%d", (void*)ec->comm, abort);
+  if (abort && envInt("FAKE_ABORT_HANDSHAKE", 0)) {
+    if (!awaitNcclAbort(ec->comm)) trace("release-waited-in-vain comm=%p", (void*)ec->comm);
+  }
   free(ec);
 }
 

@@ -546,30 +546,45 @@ static void scenarioInitAll(void) {
 }
 
 static void scenarioAbort(void) {
-  ncclComm_t comms[2] = {NULL, NULL};
-  EXPECT_EQ_INT(api.CommInitAll(comms, 2, NULL), ncclSuccess);
+  /* FAKE_ABORT_HANDSHAKE=1: fccl's abort and NCCL's each wait for the other to have started, as each waits for the
+   * device's work, the other's kernels included: they must run side by side. */
+  ncclComm_t comm = oneRank();
   traceClear();
-  EXPECT_EQ_INT(api.CommAbort(comms[0]), ncclSuccess);
-  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comms[0]);
-  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comms[1]); /* its local group goes with it */
-  EXPECT_BEFORE(traceFind("fccl release comm=%p", (void*)comms[0]), traceFind("nccl CommAbort"));
-  EXPECT_EQ_INT(api.CommDestroy(comms[1]), ncclSuccess);
-  EXPECT_NO_TRACE("fccl release abort=0");
+  EXPECT_EQ_INT(api.CommAbort(comm), ncclSuccess);
+  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comm);
+  EXPECT_TRACE("nccl CommAbort comm=%p", (void*)comm);
+  EXPECT_NO_TRACE("fccl release-waited-in-vain");
+  EXPECT_NO_TRACE("nccl abort-waited-in-vain");
 
   /* a non-blocking communicator aborted while its attach runs: the attach gives up, the abort returns */
   setenv("FAKE_ENGINE_ATTACH_WAIT_MS", "600000", 1);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t comm = NULL;
+  comm = NULL;
   EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, &config), ncclInProgress);
   ncclResult_t state = ncclSuccess;
   for (int i = 0; i < 10; i++) EXPECT_EQ_INT(api.CommGetAsyncError(comm, &state), ncclSuccess);
   EXPECT_EQ_INT(state, ncclInProgress); /* NCCL is ready after 3 queries; the attach is not */
   traceClear();
+  unsetenv("FAKE_ABORT_HANDSHAKE"); /* no fccl state to abort: NCCL's abort waits for none */
   EXPECT_EQ_INT(api.CommAbort(comm), ncclSuccess);
   EXPECT_TRACE("fccl attach-aborted comm=%p", (void*)comm);
   EXPECT_TRACE("nccl CommAbort comm=%p", (void*)comm);
   unsetenv("FAKE_ENGINE_ATTACH_WAIT_MS");
+}
+
+static void scenarioAbortGroup(void) {
+  /* An abort of one member of a local group aborts that member's fccl state only (the others' may wait for their
+   * NCCL kernels); their later teardowns are local aborts, never the collective teardown waiting for the gone. */
+  ncclComm_t comms[2] = {NULL, NULL};
+  EXPECT_EQ_INT(api.CommInitAll(comms, 2, NULL), ncclSuccess);
+  traceClear();
+  EXPECT_EQ_INT(api.CommAbort(comms[0]), ncclSuccess);
+  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comms[0]);
+  EXPECT_NO_TRACE("fccl release comm=%p", (void*)comms[1]);
+  EXPECT_EQ_INT(api.CommDestroy(comms[1]), ncclSuccess);
+  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comms[1]);
+  EXPECT_NO_TRACE("fccl release abort=0");
 }
 
 static void scenarioNonBlocking(void) {
@@ -685,7 +700,10 @@ static void scenarioSplit(void) {
   ncclComm_t shrunk = NULL;
   traceClear();
   EXPECT_EQ_INT(api.CommShrink(parent, NULL, 0, &shrunk, NULL, NCCL_SHRINK_ABORT), ncclSuccess);
-  EXPECT_BEFORE(traceFind("fccl release comm=%p abort=1", (void*)parent), traceFind("nccl CommShrink"));
+  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)parent);
+  EXPECT_TRACE("nccl CommShrink comm=%p", (void*)parent);
+  EXPECT_NO_TRACE("fccl release-waited-in-vain");
+  EXPECT_NO_TRACE("nccl abort-waited-in-vain");
   EXPECT_TRACE("fccl attach comm=%p", (void*)shrunk);
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 92, ncclFloat32, ncclSum, parent, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl AllReduce comm=%p count=92", (void*)parent);
@@ -779,7 +797,10 @@ static void scenarioLifecycle(void) {
   comm = oneRank();
   traceClear();
   EXPECT_EQ_INT(api.CommRevoke(comm, 0), ncclSuccess);
-  EXPECT_BEFORE(traceFind("fccl release comm=%p abort=1", (void*)comm), traceFind("nccl CommRevoke"));
+  EXPECT_TRACE("fccl release comm=%p abort=1", (void*)comm);
+  EXPECT_TRACE("nccl CommRevoke comm=%p", (void*)comm);
+  EXPECT_NO_TRACE("fccl release-waited-in-vain");
+  EXPECT_NO_TRACE("nccl abort-waited-in-vain");
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 3, ncclFloat32, ncclSum, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl AllReduce comm=%p", (void*)comm);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
@@ -822,7 +843,7 @@ static const struct {
 } scenarios[] = {
     {"version", scenarioVersion},     {"config", scenarioConfig},         {"route", scenarioRoute},
     {"group", scenarioGroup},         {"launchfail", scenarioLaunchFail}, {"initall", scenarioInitAll},
-    {"abort", scenarioAbort},         {"nonblocking", scenarioNonBlocking}, {"asyncerror", scenarioAsyncError},
+    {"abort", scenarioAbort},         {"abortgroup", scenarioAbortGroup}, {"nonblocking", scenarioNonBlocking}, {"asyncerror", scenarioAsyncError},
     {"passthrough", scenarioPassthrough}, {"split", scenarioSplit},       {"window", scenarioWindow},
     {"disable", scenarioDisable},     {"disableall", scenarioDisableAll}, {"refused", scenarioRefused},
     {"lifecycle", scenarioLifecycle}, {"missing", scenarioMissing},       {"product", scenarioProduct},

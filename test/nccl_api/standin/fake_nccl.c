@@ -12,7 +12,9 @@
  *    FAKE_NCCL_PENDING_POLLS queries of ncclCommGetAsyncError (default 3), and a collective on it before then
  *    fails with ncclInvalidArgument;
  *  - a communicator made inside a group is ready at the group's end.
- * FAKE_NCCL_VERSION sets the version it reports (default 22809).
+ * FAKE_NCCL_VERSION sets the version it reports (default 22809). With FAKE_ABORT_HANDSHAKE=1 its abort, revoke and
+ * aborting shrink wait (5 s at most) until the engine's abort of the communicator has started, as NCCL's abort waits
+ * for the device's work, fccl's kernels included; one that waited in vain writes "nccl abort-waited-in-vain".
  */
 #include <fcntl.h>
 #include <nccl.h>
@@ -67,6 +69,25 @@ static int envInt(const char* name, int fallback) {
 }
 
 static int valid(const struct ncclComm* comm) { return comm && comm->magic == FAKE_MAGIC; }
+
+/* The handshake of aborts (see above): waits for the engine's abort line of comm. */
+static void abortHandshake(const struct ncclComm* comm) {
+  if (!envInt("FAKE_ABORT_HANDSHAKE", 0)) return;
+  const char* path = getenv("FNCCL_TEST_TRACE");
+  char wanted[64];
+  snprintf(wanted, sizeof(wanted), "comm=%p abort=1", (void*)comm);
+  for (int waited = 0; path && waited < 5000; waited++) {
+    FILE* file = fopen(path, "r");
+    char line[600];
+    int found = 0;
+    while (file && !found && fgets(line, sizeof(line), file)) found = strncmp(line, "fccl release", 12) == 0 &&
+                                                                       strstr(line, wanted);
+    if (file) fclose(file);
+    if (found) return;
+    usleep(1000);
+  }
+  trace("abort-waited-in-vain comm=%p", (void*)comm);
+}
 
 static ncclComm_t makeComm(int rank, int nranks, int blocking) {
   struct ncclComm* comm = calloc(1, sizeof(*comm));
@@ -216,6 +237,7 @@ EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int 
   *newcomm = makeComm(0, comm->nranks - excludeRanksCount, config ? blockingOf(config) : comm->blocking);
   trace("CommShrink comm=%p exclude=%d flags=%d newcomm=%p", (void*)comm, excludeRanksCount, shrinkFlags,
         (void*)*newcomm);
+  if (shrinkFlags & NCCL_SHRINK_ABORT) abortHandshake(comm);
   return ncclSuccess;
 }
 ALIAS(ncclCommShrink);
@@ -250,7 +272,8 @@ ALIAS(ncclCommDestroy);
 
 EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (!valid(comm)) return ncclInvalidArgument;
-  trace("CommAbort comm=%p", (void*)comm);
+  trace("CommAbort comm=%p ", (void*)comm);
+  abortHandshake(comm);
   comm->magic = 0;
   free(comm);
   return ncclSuccess;
@@ -260,6 +283,7 @@ ALIAS(ncclCommAbort);
 EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   if (!valid(comm)) return ncclInvalidArgument;
   trace("CommRevoke comm=%p flags=%d", (void*)comm, revokeFlags);
+  abortHandshake(comm);
   return ncclSuccess;
 }
 ALIAS(ncclCommRevoke);
