@@ -23,9 +23,14 @@
 
 #include "engine.h"
 
+struct standinRegistration {
+  struct standinRegistration* next;
+};
+
 struct fncclEngineComm {
   ncclComm_t comm;
   int rank;
+  struct standinRegistration* registrations; /* released with the communicator, as fccl's are */
 };
 
 static void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -153,7 +158,14 @@ static int awaitNcclAbort(ncclComm_t comm) {
 
 void fncclEngineRelease(struct fncclEngineComm* ec, int abort) {
   if (!ec) return;
-  trace("release comm=%p abort=%d", (void*)ec->comm, abort);
+  int live = 0;
+  while (ec->registrations) {
+    struct standinRegistration* next = ec->registrations->next;
+    free(ec->registrations);
+    ec->registrations = next;
+    live++;
+  }
+  trace("release comm=%p abort=%d registrations=%d", (void*)ec->comm, abort, live);
   if (abort && envInt("FAKE_ABORT_HANDSHAKE", 0)) {
     if (!awaitNcclAbort(ec->comm)) trace("release-waited-in-vain comm=%p", (void*)ec->comm);
   }
@@ -162,12 +174,20 @@ void fncclEngineRelease(struct fncclEngineComm* ec, int abort) {
 
 ncclResult_t fncclEngineRegister(struct fncclEngineComm* ec, void* buff, size_t size, void** handle) {
   trace("register comm=%p buff=%p size=%zu", (void*)ec->comm, buff, size);
-  *handle = malloc(1);
-  return *handle ? ncclSuccess : ncclSystemError;
+  struct standinRegistration* registration = calloc(1, sizeof(*registration));
+  if (!registration) return ncclSystemError;
+  registration->next = ec->registrations;
+  ec->registrations = registration;
+  *handle = registration;
+  return ncclSuccess;
 }
 
 ncclResult_t fncclEngineDeregister(struct fncclEngineComm* ec, void* handle) {
   trace("deregister comm=%p", (void*)ec->comm);
+  struct standinRegistration** link = &ec->registrations;
+  while (*link && *link != handle) link = &(*link)->next;
+  if (!*link) return ncclInvalidArgument;
+  *link = (*link)->next;
   free(handle);
   return ncclSuccess;
 }

@@ -743,7 +743,9 @@ static void scenarioWindow(void) {
   EXPECT_EQ_INT(api.GroupEnd(), ncclSuccess);
   for (int i = 0; i < 2; i++)
     EXPECT_BEFORE(traceFind("nccl GroupEnd"), traceFind("fccl register comm=%p", (void*)comms[i]));
+  /* windows left registered are fccl's to release with its communicators */
   for (int i = 0; i < 2; i++) EXPECT_EQ_INT(api.CommDestroy(comms[i]), ncclSuccess);
+  for (int i = 0; i < 2; i++) EXPECT_TRACE("fccl release comm=%p registrations=1", (void*)comms[i]);
 }
 
 static void scenarioDisable(void) {
