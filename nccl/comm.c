@@ -268,8 +268,9 @@ FNCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     struct fncclComm* entry = fncclTableFind(comm);
     if (entry) {
       fncclTableRelease(); /* finalize is not concurrent with other calls on comm, but for queries */
-      /* fccl's teardown exchanges over the NCCL communicator: before NCCL's finalize. */
-      fncclAttachJoin(entry, 0);
+      /* fccl's teardown exchanges over the NCCL communicator: before NCCL's finalize. An attach still running is
+       * given up: every rank is tearing the communicator down. */
+      fncclAttachJoin(entry, 1);
       fncclDetach(entry, 0);
       logCounts(entry, "finalized");
     }
@@ -285,7 +286,7 @@ FNCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!FNCCL_PASSTHROUGH()) {
     struct fncclComm* entry = fncclTableRemove(comm);
     if (entry) {
-      fncclAttachJoin(entry, 0);
+      fncclAttachJoin(entry, 1); /* as in finalize */
       fncclDetach(entry, 0);
       logCounts(entry, "destroyed");
       fncclCommFree(entry);
