@@ -96,6 +96,11 @@ FCCL_PARAM(HOSTID, FCCL_PARAM_STRING, "",
            "The host identity this process reports instead of its host name and boot id (tests: processes of one "
            "machine that act as several hosts; pair it with NCCL_HOSTID). Empty: the real identity.")
 
-/* ---- language bindings ---- */
+/* ---- language bindings and the NCCL API library ---- */
 FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
            "Path of libfccl.so.0 for the Python layer (python/fccl) to load; the library itself does not use it.")
+FCCL_PARAM(NCCL_LIBRARY, FCCL_PARAM_STRING, "",
+           "Path of the real libnccl.so.2 for libfccl-nccl (docs/nccl-api.md) to forward to; libfccl ignores it.")
+FCCL_PARAM(NCCL_API_DISABLE, FCCL_PARAM_STRING, "",
+           "libfccl-nccl: collectives to leave to NCCL (allreduce, allgather, reducescatter, broadcast, reduce) or "
+           "all; libfccl ignores it.")
