@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Connections a bootstrap listener holds before they said who they are: read as they arrive, bounded in number
+ * Connections a bootstrap listener holds before they proved the secret: read as they arrive, bounded in number
  * (the rest wait in the kernel's backlog), strangers closed by idle age when room is needed, refusals logged at a
  * bounded rate. tcp.h has the rules; docs/bootstrap.md#strangers the reasons.
  */
@@ -44,6 +44,7 @@ int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now) {
   fcclWireReaderInit(&conn->reader);
   conn->acceptedMs = now;
   conn->activeMs = now;
+  conn->challenged = 0;
   return p->count++;
 }
 
@@ -143,7 +144,7 @@ void fcclTcpPendingClose(struct fcclTcpPending* p) {
   logSummary(p, fcclTimeMs(), NULL);
 }
 
-int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64_t secret, const char* what,
+int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, const char* what,
                             struct fcclWireRingHello* hello) {
   char why[256] = "";
   int err = 0;
@@ -166,10 +167,12 @@ int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64
   } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, hello, why,
                                     sizeof(why)) != FCCL_WIRE_OK) {
     fcclTcpPendingRefuse(p, i, fcclLogWarn, "invalid %s: %s", what, why);
-  } else if (hello->secret != secret) {
-    fcclTcpPendingRefuse(p, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello->rank);
   } else {
     return 1;
   }
   return 0;
+}
+
+int fcclTcpSendFresh(int fd, const uint8_t* frame, size_t size) {
+  return fcclSocketTrySend(fd, frame, size) == (long)size;
 }

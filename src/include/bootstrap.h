@@ -21,7 +21,9 @@
 #include <stdint.h>
 
 /* Bumped whenever a frame's layout or meaning changes; ranks and roots of different versions refuse each other. */
-#define FCCL_BOOTSTRAP_PROTOCOL_VERSION 1u
+#define FCCL_BOOTSTRAP_PROTOCOL_VERSION 2u
+/* A communicator's secret: the key of the MACs by which ranks and root prove they hold it (never sent). */
+#define FCCL_BOOTSTRAP_SECRET_BYTES 32
 /* Upper bound on nranks accepted by the bootstrap (and so by fcclCommInitRank). */
 #define FCCL_BOOTSTRAP_MAX_RANKS 4096
 
@@ -119,10 +121,10 @@ fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
- * Same with a fixed listen address (bound as given) and secret (fcclCommInitFromEnv's rank 0). The id is written
- * to id.
+ * Same with a fixed listen address (bound as given) and secret (FCCL_BOOTSTRAP_SECRET_BYTES: fcclCommInitFromEnv's
+ * rank 0). The id is written to id.
  */
-fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, uint64_t secret,
+fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, const uint8_t* secret,
                                     int timeoutMs, fcclUniqueId* id);
 
 /* Whether id looks like one from fcclGetUniqueId of this protocol version (fcclInvalidArgument saying why). */
@@ -152,7 +154,8 @@ struct fcclEnvLaunch {
   int localRank;   /* -1 when the launcher did not say */
   char addr[256];  /* host:port where rank 0 listens */
   const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
-  uint64_t secret; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random for a single rank */
+  uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random
+                                               * for a single rank */
 };
 
 /*
@@ -162,8 +165,12 @@ struct fcclEnvLaunch {
  */
 fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch);
 
-/* The wire secret of a launch: a hash of FCCL_COMM_SECRET's text, the rendezvous address and the world size. */
-uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks);
+/*
+ * The secret of a launch: HMAC-SHA256 keyed with FCCL_COMM_SECRET's text over the protocol version, the rendezvous
+ * address and the world size. fcclSystemError when libcrypto is missing.
+ */
+fcclResult_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks,
+                                    uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]);
 
 /* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr (bound to exactly that address);
  * every rank then joins it with launch->secret. */

@@ -9,6 +9,7 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "socket.h"
+#include "tcp.h"
 #include "test.h"
 #include "test_bootstrap_util.h"
 #include "wire.h"
@@ -90,7 +91,7 @@ static void floodStart(struct flood* f, const union fcclSocketAddress* target) {
   /* A hello that would be refused (wrong secret) if it ever arrived whole; it never does in time. */
   struct fcclWireHello hello;
   memset(&hello, 0, sizeof(hello));
-  hello.secret = 0x5eed;
+  hello.nonce[0] = 0x5e;
   hello.rank = 0;
   hello.nranks = 2;
   hello.timeoutMs = 1000;
@@ -258,14 +259,18 @@ static int ringFloodProcess(int proc, int nprocs, void* arg) {
     struct fcclWireId wid;
     memset(&wid, 0, sizeof(wid));
     wid.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION;
-    if (getrandom(&wid.secret, sizeof(wid.secret), 0) != (ssize_t)sizeof(wid.secret)) return 1;
+    if (getrandom(wid.secret, sizeof(wid.secret), 0) != (ssize_t)sizeof(wid.secret)) return 1;
     wid.rootAddr = bound;
     fcclUniqueId id;
     fcclWireEncodeId((uint8_t*)id.internal, &wid);
     bootPublishId(shared, &id);
     int rankFd[2] = {-1, -1};
     union fcclSocketAddress listeners[2];
+    uint8_t nonces[2 * FCCL_WIRE_NONCE_BYTES];
+    struct fcclWireChallenge challenge;
+    EXPECT_EQ_INT(getrandom(challenge.nonce, sizeof(challenge.nonce), 0), (ssize_t)sizeof(challenge.nonce));
     for (int n = 0; n < nranks; n++) {
+      /* The root's side of the handshake (docs/bootstrap.md#the-handshake), as tcp_root.c does it. */
       int fd = -1;
       struct pollfd p = {.fd = listenFd, .events = POLLIN};
       union fcclSocketAddress peer;
@@ -274,22 +279,37 @@ static int ringFloodProcess(int proc, int nprocs, void* arg) {
       if (fd < 0) return 1;
       uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES];
       EXPECT_EQ_INT(fcclSocketRecvAll(fd, frame, sizeof(frame), bootNowMs() + 10000, NULL, "a rank"), fcclSuccess);
+      const uint8_t* payload = frame + FCCL_WIRE_HEADER_BYTES;
       struct fcclWireHello hello;
-      EXPECT_EQ_INT(fcclWireParseHello(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_HELLO_BYTES, &hello, NULL, 0),
-                    FCCL_WIRE_OK);
+      EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &hello, NULL, 0), FCCL_WIRE_OK);
       if (hello.rank < 0 || hello.rank >= nranks || rankFd[hello.rank] >= 0) return 1;
+      EXPECT_EQ_INT(fcclTcpHandshakeMac(wid.secret, 1, payload, challenge.nonce, challenge.mac), fcclSuccess);
+      uint8_t reply[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_CHALLENGE_BYTES];
+      EXPECT_EQ_INT(fcclSocketSendAll(fd, reply, fcclWireEncodeChallenge(reply, &challenge), bootNowMs() + 5000, NULL,
+                                      "a rank"),
+                    fcclSuccess);
+      uint8_t proof[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROOF_BYTES], expected[FCCL_WIRE_MAC_BYTES];
+      EXPECT_EQ_INT(fcclSocketRecvAll(fd, proof, sizeof(proof), bootNowMs() + 10000, NULL, "a rank"), fcclSuccess);
+      EXPECT_EQ_INT(fcclTcpHandshakeMac(wid.secret, 0, payload, challenge.nonce, expected), fcclSuccess);
+      EXPECT(memcmp(expected, proof + FCCL_WIRE_HEADER_BYTES, sizeof(expected)) == 0);
       rankFd[hello.rank] = fd;
       listeners[hello.rank] = hello.listenAddr;
+      memcpy(nonces + hello.rank * FCCL_WIRE_NONCE_BYTES, hello.nonce, FCCL_WIRE_NONCE_BYTES);
     }
     static struct flood floods[2];
     for (int r = 0; r < nranks; r++) floodStart(&floods[r], &listeners[r]);
     for (int64_t end = bootNowMs() + 300; bootNowMs() < end;)
       for (int r = 0; r < nranks; r++) floodStep(&floods[r]);
-    size_t size = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)nranks * FCCL_WIRE_ADDR_BYTES;
-    uint8_t welcome[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_FIXED_BYTES + 2 * FCCL_WIRE_ADDR_BYTES];
-    fcclWireEncodeWelcome(welcome, listeners, nranks);
-    for (int r = 0; r < nranks; r++)
+    uint8_t welcome[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_BYTES(2)];
+    size_t size = fcclWireEncodeWelcome(welcome, listeners, nonces, nranks);
+    uint8_t* mac = welcome + size - FCCL_WIRE_MAC_BYTES;
+    for (int r = 0; r < nranks; r++) {
+      const uint8_t* body = welcome + FCCL_WIRE_HEADER_BYTES;
+      EXPECT_EQ_INT(fcclTcpWelcomeMac(wid.secret, nonces + r * FCCL_WIRE_NONCE_BYTES, challenge.nonce, body,
+                                      (size_t)(mac - body), mac),
+                    fcclSuccess);
       EXPECT_EQ_INT(fcclSocketSendAll(rankFd[r], welcome, size, bootNowMs() + 5000, NULL, "a rank"), fcclSuccess);
+    }
     /* Flood on while the ranks connect their ring, until both are done (their listeners close then). */
     int64_t end = bootNowMs() + FLOOD_MAX_MS;
     while ((!__atomic_load_n(&shared->flags[1], __ATOMIC_ACQUIRE) ||
