@@ -64,9 +64,9 @@ static fcclResult_t listenAddress(const struct fcclBootstrap* b, union fcclSocke
 /* Reads pending connection i: 1 when it is a watched lower rank's hello with its proof (its link is then in links,
  * and it has this rank's ack). */
 static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, const uint8_t* key,
-                         struct fcclTcpPending* pending, int i, int64_t now, int* links) {
+                         struct fcclTcpPending* pending, int i, int* links) {
   struct fcclWireRingHello hello;
-  if (!fcclTcpPendingReadHello(pending, i, now, "peer link's hello", &hello)) return 0;
+  if (!fcclTcpPendingReadHello(pending, i, "peer link's hello", &hello)) return 0;
   if (hello.nranks != b->nranks || hello.rank < 0 || hello.rank >= b->rank || !watched[hello.rank] ||
       links[hello.rank] >= 0) {
     fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d is not a peer link this rank waits for",
@@ -105,17 +105,13 @@ static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* wa
   while (missing > 0) {
     const int64_t now = fcclTimeMs();
     for (int i = pending->count - 1; i >= 0 && missing > 0; i--)
-      missing -= handlePending(b, watched, key, pending, i, now, links);
+      missing -= handlePending(b, watched, key, pending, i, links);
     for (int accepted = 0; missing > 0 && accepted < 2 * FCCL_TCP_PENDING_MAX; accepted++) {
       const int i = fcclTcpPendingAccept(pending, now);
-      if (i < 0) {
-        const int before = pending->count;
-        fcclTcpPendingEvict(pending, now);
-        if (pending->count == before) break;
-        continue;
-      }
-      missing -= handlePending(b, watched, key, pending, i, now, links);
+      if (i < 0) break;
+      missing -= handlePending(b, watched, key, pending, i, links);
     }
+    fcclTcpPendingExpire(pending, now);
     if (missing == 0) break;
     if (fcclAborted(b->abortFlag)) {
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "rank %d aborted while its peer links were made", b->rank);

@@ -69,17 +69,15 @@ fcclResult_t fcclTcpLinkMac(const uint8_t* key, uint16_t type, int lower, int hi
 
 /*
  * The connections a listener (the root's, a rank's ring listener, a peer link listener) has accepted but that have
- * not proven the secret yet. Any local process can connect, so a stranger must never take the place of a rank that
- * proves the secret: each frame is read as it arrives (a rank sends its first frame right after connecting, so it
- * is usually there by the time the connection is accepted); at most FCCL_TCP_PENDING_MAX are held, the rest wait in
- * the kernel's backlog (the listener is not polled meanwhile); and while the table is full and the backlog is not
- * empty, the stranger idle longest (silent for FCCL_TCP_EVICT_IDLE_MS), or one whose frame is still incomplete
- * FCCL_TCP_EVICT_SLOW_MS after it was accepted, is closed to make room. Lines about refused connections are
- * rate-limited. docs/bootstrap.md#strangers
+ * not proven the secret yet. Any local process can connect, so a stranger must cost the ranks nothing: each frame
+ * is read as it arrives (a rank sends its first frame right after connecting, so it is usually there by the time
+ * the connection is accepted); every connection has FCCL_TCP_HANDSHAKE_MS from its accept to finish its handshake,
+ * whatever it sends meanwhile; at most FCCL_TCP_PENDING_MAX are held, and when the table is full and more wait in
+ * the kernel's backlog, the oldest is closed to make room for the next. A rank whose connection is closed that way
+ * connects again. Lines about refused connections are rate-limited. docs/bootstrap.md#strangers
  */
 #define FCCL_TCP_PENDING_MAX 64
-#define FCCL_TCP_EVICT_IDLE_MS 100
-#define FCCL_TCP_EVICT_SLOW_MS 1000
+#define FCCL_TCP_HANDSHAKE_MS 1000
 /* Refusals logged one by one; after that one line per FCCL_TCP_REFUSAL_SUMMARY_MS says how many more there were. */
 #define FCCL_TCP_REFUSALS_LOGGED 8
 #define FCCL_TCP_REFUSAL_SUMMARY_MS 2000
@@ -89,7 +87,6 @@ struct fcclTcpConn {
   union fcclSocketAddress peer;
   struct fcclWireReader reader;
   int64_t acceptedMs;
-  int64_t activeMs;           /* when its last byte came (or when it was accepted) */
   int challenged;             /* root: its hello was answered with the challenge; its proof is awaited */
   struct fcclWireHello hello; /* root: that hello, parsed */
   uint8_t helloPayload[FCCL_WIRE_HELLO_BYTES]; /* root: and as it came, which the proofs cover */
@@ -109,14 +106,15 @@ struct fcclTcpPending {
 void fcclTcpPendingInit(struct fcclTcpPending* p, int listenFd, const char* owner);
 
 /*
- * Accepts one queued connection when there is room; returns its index, or -1 when nothing was accepted (no room,
- * none queued, or a failed accept, after which the listener rests for a while). Read its frame at once.
+ * Accepts one queued connection; returns its index, or -1 when nothing was accepted (none queued, or a failed
+ * accept, after which the listener rests for a while). With the table full, the oldest connection is closed first
+ * when another is queued. Read the new connection's frame at once.
  */
 int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now);
 
-/* fcclWireReaderProgress on connection i, keeping its activity time. */
-fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int64_t now, int* err,
-                                        fcclWireStatus_t* status, char* why, size_t whySize);
+/* fcclWireReaderProgress on connection i. */
+fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status,
+                                        char* why, size_t whySize);
 
 /*
  * Reads connection i as a ring hello (the ring's and the peer links' first frame): 1 when one arrived whole, with
@@ -124,8 +122,7 @@ fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int64_t
  * more is to come or the connection was refused (closed early, malformed, another message). what names the frame
  * in the refusal's log line ("ring hello").
  */
-int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, const char* what,
-                            struct fcclWireRingHello* hello);
+int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, const char* what, struct fcclWireRingHello* hello);
 
 /* Removes connection i and returns its descriptor (the caller owns it now). Indices of the others may change. */
 int fcclTcpPendingTake(struct fcclTcpPending* p, int i);
@@ -134,12 +131,12 @@ int fcclTcpPendingTake(struct fcclTcpPending* p, int i);
 void fcclTcpPendingRefuse(struct fcclTcpPending* p, int i, fcclLogLevel_t level, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* When the table is full and more connections are queued, closes the strangers described above to make room. */
-void fcclTcpPendingEvict(struct fcclTcpPending* p, int64_t now);
+/* Closes every connection that has had FCCL_TCP_HANDSHAKE_MS since its accept. */
+void fcclTcpPendingExpire(struct fcclTcpPending* p, int64_t now);
 
 /*
- * Fills fds with the listener (fd -1 while there is no room or it rests) followed by every held connection, in
- * index order: fds[1 + i] is connection i. fds needs 1 + FCCL_TCP_PENDING_MAX entries; returns how many it filled.
+ * Fills fds with the listener (fd -1 while it rests) followed by every held connection, in index order: fds[1 + i]
+ * is connection i. fds needs 1 + FCCL_TCP_PENDING_MAX entries; returns how many it filled.
  */
 int fcclTcpPendingPollFds(const struct fcclTcpPending* p, struct pollfd* fds, int64_t now);
 

@@ -271,10 +271,10 @@ static fcclResult_t connectNext(const struct ringSetup* s) {
 
 /* Reads connection i of the ring listener: 1 when it is prev's ring hello with prev's proof (t->fdPrev is then set,
  * and prev has this rank's ack). */
-static int ringHandlePending(const struct ringSetup* s, struct fcclTcpPending* pending, int i, int64_t now) {
+static int ringHandlePending(const struct ringSetup* s, struct fcclTcpPending* pending, int i) {
   const int n = s->b->nranks, rank = s->b->rank, prev = (rank - 1 + n) % n;
   struct fcclWireRingHello hello;
-  if (!fcclTcpPendingReadHello(pending, i, now, "ring hello", &hello)) return 0;
+  if (!fcclTcpPendingReadHello(pending, i, "ring hello", &hello)) return 0;
   if (hello.nranks != n || hello.rank != prev) {
     fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d connected where rank %d of %d belongs",
                          (int)hello.rank, (int)hello.nranks, prev, n);
@@ -343,18 +343,14 @@ static fcclResult_t ringSetupLoop(const struct ringSetup* s, int listenFd) {
   /* Until prev is in and next acked, and no frame from next is half read (the operations read from a boundary). */
   while (t->fdPrev < 0 || !acked || fromNext.got > 0) {
     int64_t now = fcclTimeMs();
-    for (int i = pending->count - 1; i >= 0 && t->fdPrev < 0; i--) ringHandlePending(s, pending, i, now);
+    for (int i = pending->count - 1; i >= 0 && t->fdPrev < 0; i--) ringHandlePending(s, pending, i);
     /* New connections, each read at once: prev's ring hello is usually there by the time it is accepted. */
     for (int accepted = 0; t->fdPrev < 0 && accepted < 2 * FCCL_TCP_PENDING_MAX; accepted++) {
       int i = fcclTcpPendingAccept(pending, now);
-      if (i < 0) {
-        int before = pending->count;
-        fcclTcpPendingEvict(pending, now); /* a full table with more waiting: strangers make room */
-        if (pending->count == before) break;
-        continue;
-      }
-      ringHandlePending(s, pending, i, now);
+      if (i < 0) break;
+      ringHandlePending(s, pending, i);
     }
+    fcclTcpPendingExpire(pending, now);
 
     int err = 0;
     fcclWireStatus_t status;

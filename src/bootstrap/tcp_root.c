@@ -200,12 +200,12 @@ static void rootCheckProof(struct rootState* st, int index) {
   rootAdmit(st, fcclTcpPendingTake(&st->pending, index), &admitted);
 }
 
-static void rootHandlePending(struct rootState* st, int index, int64_t now) {
+static void rootHandlePending(struct rootState* st, int index) {
   for (;;) { /* a rank that connects again sends its proof with its hello: both may be here */
     char why[256] = "";
     int err = 0;
     fcclWireStatus_t status = FCCL_WIRE_OK;
-    fcclWireReadResult_t rr = fcclTcpPendingRead(&st->pending, index, now, &err, &status, why, sizeof(why));
+    fcclWireReadResult_t rr = fcclTcpPendingRead(&st->pending, index, &err, &status, why, sizeof(why));
     struct fcclTcpConn* conn = &st->pending.conns[index];
     switch (rr) {
       case FCCL_READ_MORE: return;
@@ -239,7 +239,7 @@ static void rootAccept(struct rootState* st, int64_t now) {
   for (int n = 0; n < ROOT_ACCEPT_BURST; n++) {
     int index = fcclTcpPendingAccept(&st->pending, now);
     if (index < 0) return;
-    rootHandlePending(st, index, now);
+    rootHandlePending(st, index);
   }
 }
 
@@ -386,7 +386,7 @@ static void* rootMain(void* arg) {
       fds = grown;
       fdsCap = need;
     }
-    /* fd -1 is ignored by poll: the listener while it has no room or rests, ranks that have not arrived */
+    /* fd -1 is ignored by poll: the listener while it rests, ranks that have not arrived */
     const int npending = st->pending.count;
     nfds_t nfds = (nfds_t)fcclTcpPendingPollFds(&st->pending, fds, now);
     for (int r = 0; r < st->nranks; r++) fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN};
@@ -404,13 +404,11 @@ static void* rootMain(void* arg) {
         if (p->fd >= 0 && st->ranks[r].fd == p->fd && p->revents) rootCheckRank(st, r);
       }
       for (int i = npending - 1; i >= 0; i--)
-        if (fds[1 + i].revents) rootHandlePending(st, i, now);
+        if (fds[1 + i].revents) rootHandlePending(st, i);
       if (fds[0].revents) rootAccept(st, now);
     }
-    /* A full table with connections waiting behind it: strangers make room, and the waiting are taken at once. */
-    int before = st->pending.count;
-    fcclTcpPendingEvict(&st->pending, now);
-    if (st->pending.count < before) rootAccept(st, now);
+    /* Connections that had their time without proving the secret. */
+    fcclTcpPendingExpire(&st->pending, now);
   }
 
   fcclTcpPendingClose(&st->pending);
