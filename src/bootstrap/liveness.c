@@ -243,8 +243,9 @@ fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watc
   }
   FCCLCHECKGOTO(acceptLinks(b, watched, cards[me].key, listenFd, deadline, links), res, out);
   FCCLCHECKGOTO(readAcks(b, watched, cards, deadline, links), res, out);
+  /* A link carries one byte at most: the user timeout cannot meet a closed window there (socket.h). */
   for (int r = 0; r < n; r++)
-    if (links[r] >= 0) fcclSocketSetKeepalive(links[r], keepaliveMs);
+    if (links[r] >= 0) fcclSocketSetKeepalive(links[r], keepaliveMs, 1);
 out:
   fcclSocketClose(&listenFd);
   free(cards);

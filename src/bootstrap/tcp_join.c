@@ -164,7 +164,7 @@ static fcclResult_t joinRoot(struct rootLink* link, const uint8_t* secret, const
                           link->rank, link->rootText);
       if (res != fcclSuccess) return res;
     }
-    fcclSocketSetKeepalive(link->fd, keepaliveMs);
+    fcclSocketSetKeepalive(link->fd, keepaliveMs, 1);
     uint8_t frames[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES + FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROOF_BYTES];
     size_t size = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES;
     memcpy(frames, helloFrame, size);
@@ -530,8 +530,10 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
       goto fail;
     }
     fcclSocketClose(&listenFd);
-    fcclSocketSetKeepalive(t->fdNext, keepaliveMs);
-    fcclSocketSetKeepalive(t->fdPrev, keepaliveMs);
+    /* The receiving end gets the kernel's user timeout: it only ever sends small notices, so a closed window never
+     * stalls it. The sending end must not (socket.h: a live rank slow to read would abort it). */
+    fcclSocketSetKeepalive(t->fdNext, keepaliveMs, 0);
+    fcclSocketSetKeepalive(t->fdPrev, keepaliveMs, 1);
   }
   /* The root (when it runs in this process) has finished or is about to: every rank had its welcome. */
   fcclTcpRootClaim(wid.secret);
