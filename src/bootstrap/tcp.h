@@ -157,14 +157,15 @@ struct fcclTcpState {
   int fdPrev; /* from (rank - 1) % nranks: we receive */
   uint8_t secret[FCCL_WIRE_SECRET_BYTES];
   uint32_t seq;
+  int prevPartial;     /* a small frame to prev was sent in part: no notice may follow it on that connection */
   fcclResult_t broken; /* an earlier operation failed: the ring is out of step */
 };
 
 extern const struct fcclBootstrapOps fcclTcpRingOps;
 
 /*
- * How much longer than its own timeout a rank waits for the root's verdict, so that the root (which knows who is
- * missing) reports first (docs/bootstrap.md#failures): a quarter of the timeout plus 100 ms, at most 2 s.
+ * How much longer than a wait's own bound a rank waits for a peer that knows more to speak first: for the root's
+ * verdict on missing ranks, and for an answer to a ring probe. A quarter of the timeout plus 100 ms, at most 2 s.
  */
 static inline int fcclTcpGraceMs(int timeoutMs) {
   int grace = timeoutMs / 4 + 100;

@@ -134,6 +134,8 @@ fcclWireStatus_t fcclWireParseHeader(const uint8_t* buf, size_t size, struct fcc
     case FCCL_WIRE_RING_ACK: minimum = maximum = FCCL_WIRE_RING_HELLO_BYTES; break;
     case FCCL_WIRE_CHALLENGE: minimum = maximum = FCCL_WIRE_CHALLENGE_BYTES; break;
     case FCCL_WIRE_PROOF: minimum = maximum = FCCL_WIRE_PROOF_BYTES; break;
+    case FCCL_WIRE_PROBE:
+    case FCCL_WIRE_PROBE_ACK: minimum = maximum = FCCL_WIRE_PROBE_BYTES; break;
     case FCCL_WIRE_ERROR:
       minimum = FCCL_WIRE_ERROR_FIXED_BYTES;
       maximum = FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX;
@@ -252,6 +254,23 @@ fcclWireStatus_t fcclWireParseRingHello(const uint8_t* payload, size_t size, str
   hello->nranks = (int32_t)get32(payload + 4);
   memcpy(hello->mac, payload + 8, FCCL_WIRE_MAC_BYTES);
   return checkRankFields(hello->rank, hello->nranks, why, whySize);
+}
+
+/* ---- probe and probe ack ---- */
+
+size_t fcclWireEncodeProbe(uint8_t* out, uint16_t type, uint32_t seq, int32_t rank) {
+  fcclWireEncodeHeader(out, type, FCCL_WIRE_PROBE_BYTES, seq);
+  put32(out + FCCL_WIRE_HEADER_BYTES, (uint32_t)rank);
+  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROBE_BYTES;
+}
+
+fcclWireStatus_t fcclWireParseProbe(const uint8_t* payload, size_t size, int32_t* rank, char* why, size_t whySize) {
+  if (size != FCCL_WIRE_PROBE_BYTES)
+    return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "probe of %zu bytes, expected %d", size, FCCL_WIRE_PROBE_BYTES);
+  *rank = (int32_t)get32(payload);
+  if (*rank < 0 || *rank >= FCCL_BOOTSTRAP_MAX_RANKS)
+    return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "probe from rank %d", (int)*rank);
+  return FCCL_WIRE_OK;
 }
 
 /* ---- error ---- */
@@ -383,6 +402,11 @@ fcclWireStatus_t fcclWireParseMessage(const uint8_t* buf, size_t size, char* why
     case FCCL_WIRE_CHALLENGE: {
       struct fcclWireChallenge challenge;
       return fcclWireParseChallenge(payload, header.length, &challenge, why, whySize);
+    }
+    case FCCL_WIRE_PROBE:
+    case FCCL_WIRE_PROBE_ACK: {
+      int32_t rank;
+      return fcclWireParseProbe(payload, header.length, &rank, why, whySize);
     }
     case FCCL_WIRE_ERROR: {
       struct fcclWireError error;

@@ -26,6 +26,7 @@
 #define FCCL_WIRE_CHALLENGE_BYTES (FCCL_WIRE_NONCE_BYTES + FCCL_WIRE_MAC_BYTES)
 #define FCCL_WIRE_PROOF_BYTES FCCL_WIRE_MAC_BYTES
 #define FCCL_WIRE_RING_HELLO_BYTES (4 + 4 + FCCL_WIRE_MAC_BYTES) /* ring hello and ring ack */
+#define FCCL_WIRE_PROBE_BYTES 4                                  /* probe and probe ack */
 #define FCCL_WIRE_ERROR_TEXT_MAX 512
 #define FCCL_WIRE_ERROR_FIXED_BYTES 16
 #define FCCL_WIRE_WELCOME_FIXED_BYTES 8
@@ -50,7 +51,9 @@ typedef enum {
   FCCL_WIRE_CHALLENGE = 7,  /* root -> rank: the root's nonce and its proof over the hello */
   FCCL_WIRE_PROOF = 8,      /* rank -> root: the rank's proof over the hello and the root's nonce */
   FCCL_WIRE_RING_ACK = 9,   /* the accepting end of a ring connection or peer link -> the connecting end: its MAC */
-  FCCL_WIRE_TYPE_MAX = 9
+  FCCL_WIRE_PROBE = 10,     /* ring, backwards: "I wait for your data of operation seq: are you waiting too?" */
+  FCCL_WIRE_PROBE_ACK = 11, /* ring, forwards: "yes, I am waiting for my own previous rank" */
+  FCCL_WIRE_TYPE_MAX = 11
 } fcclWireType_t;
 
 typedef enum {
@@ -119,6 +122,8 @@ fcclWireStatus_t fcclWireParseChallenge(const uint8_t* payload, size_t size, str
 /* A ring hello or a ring ack (the same layout). */
 fcclWireStatus_t fcclWireParseRingHello(const uint8_t* payload, size_t size, struct fcclWireRingHello* hello,
                                         char* why, size_t whySize);
+/* A probe or a probe ack: the sender's rank. */
+fcclWireStatus_t fcclWireParseProbe(const uint8_t* payload, size_t size, int32_t* rank, char* why, size_t whySize);
 fcclWireStatus_t fcclWireParseError(const uint8_t* payload, size_t size, struct fcclWireError* error, char* why,
                                     size_t whySize);
 /*
@@ -141,6 +146,8 @@ size_t fcclWireEncodeChallenge(uint8_t* out, const struct fcclWireChallenge* cha
 size_t fcclWireEncodeProof(uint8_t* out, const uint8_t mac[FCCL_WIRE_MAC_BYTES]);
 /* type: FCCL_WIRE_RING_HELLO or FCCL_WIRE_RING_ACK. */
 size_t fcclWireEncodeRingHello(uint8_t* out, uint16_t type, const struct fcclWireRingHello* hello);
+/* type: FCCL_WIRE_PROBE or FCCL_WIRE_PROBE_ACK, for operation seq. */
+size_t fcclWireEncodeProbe(uint8_t* out, uint16_t type, uint32_t seq, int32_t rank);
 /* Text longer than FCCL_WIRE_ERROR_TEXT_MAX is cut. out needs FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX. */
 size_t fcclWireEncodeError(uint8_t* out, const struct fcclWireError* error);
 /*

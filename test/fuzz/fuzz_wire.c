@@ -24,7 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)fcclWireParseRingHello(data, size, &ring, why, sizeof(why));
   struct fcclWireChallenge challenge;
   (void)fcclWireParseChallenge(data, size, &challenge, why, sizeof(why));
-
+  int32_t rank;
+  if (fcclWireParseProbe(data, size, &rank, why, sizeof(why)) == FCCL_WIRE_OK &&
+      (rank < 0 || rank >= FCCL_BOOTSTRAP_MAX_RANKS))
+    __builtin_trap();
   struct fcclWireError error;
   if (fcclWireParseError(data, size, &error, why, sizeof(why)) == FCCL_WIRE_OK &&
       strlen(error.text) > FCCL_WIRE_ERROR_TEXT_MAX)

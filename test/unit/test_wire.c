@@ -74,7 +74,8 @@ static void testHeader(void) {
       {FCCL_WIRE_CHALLENGE, FCCL_WIRE_CHALLENGE_BYTES + 1, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_PROOF, FCCL_WIRE_PROOF_BYTES, FCCL_WIRE_OK},
       {FCCL_WIRE_PROOF, 8, FCCL_WIRE_BAD_LENGTH}, /* no room for a short secret in its place */
-
+      {FCCL_WIRE_PROBE, FCCL_WIRE_PROBE_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_PROBE_ACK, FCCL_WIRE_PROBE_BYTES + 4, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES, FCCL_WIRE_OK},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX, FCCL_WIRE_OK},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX + 1, FCCL_WIRE_BAD_LENGTH},
@@ -193,7 +194,7 @@ static void testRingHelloAndError(void) {
   fcclWireEncodeRingHello(frame, FCCL_WIRE_RING_ACK, &ring);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
 
-  /* The challenge and the proof carry MACs. */
+  /* The challenge and the proof carry MACs, the probes a rank. */
   struct fcclWireChallenge challenge, challengeParsed;
   for (int i = 0; i < FCCL_WIRE_NONCE_BYTES; i++) challenge.nonce[i] = (uint8_t)i;
   for (int i = 0; i < FCCL_WIRE_MAC_BYTES; i++) challenge.mac[i] = (uint8_t)(255 - i);
@@ -207,6 +208,16 @@ static void testRingHelloAndError(void) {
   EXPECT_EQ_INT(size, FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROOF_BYTES);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
   EXPECT(memcmp(frame + FCCL_WIRE_HEADER_BYTES, challenge.mac, FCCL_WIRE_MAC_BYTES) == 0);
+  size = fcclWireEncodeProbe(frame, FCCL_WIRE_PROBE, 17, 5);
+  struct fcclWireHeader header;
+  EXPECT_EQ_INT(fcclWireParseHeader(frame, size, &header, why, sizeof(why)), FCCL_WIRE_OK);
+  EXPECT_EQ_INT(header.seq, 17);
+  int32_t from = -1;
+  EXPECT_EQ_INT(fcclWireParseProbe(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_PROBE_BYTES, &from, why, sizeof(why)),
+                FCCL_WIRE_OK);
+  EXPECT_EQ_INT(from, 5);
+  fcclWireEncodeProbe(frame, FCCL_WIRE_PROBE_ACK, 17, -1);
+  EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
 
   struct fcclWireError error, parsed;
   memset(&error, 0, sizeof(error));
@@ -336,7 +347,7 @@ static void testMessageFraming(void) {
 /* A mutation run: valid frames with random bytes changed must parse or be refused, never crash (ASan checks). */
 static void testMutations(void) {
   uint64_t state = testSeed();
-  enum { KINDS = 5 };
+  enum { KINDS = 6 };
   uint8_t frames[KINDS][FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
   size_t sizes[KINDS];
   struct fcclWireHello hello = validHello();
@@ -352,6 +363,7 @@ static void testMutations(void) {
   sizes[3] = fcclWireEncodeWelcome(frames[3], addrs, nonces, 3);
   struct fcclWireChallenge challenge = {.nonce = {3}, .mac = {4}};
   sizes[4] = fcclWireEncodeChallenge(frames[4], &challenge);
+  sizes[5] = fcclWireEncodeProbe(frames[5], FCCL_WIRE_PROBE_ACK, 3, 1);
   int accepted = 0, refused = 0;
   for (int iter = 0; iter < 200000; iter++) {
     int which = (int)(testRandom(&state) % KINDS);
