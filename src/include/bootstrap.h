@@ -202,8 +202,10 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
  * "fccl-share-<name>": pids[i] and ranks[i] are member i's process and rank (ranks for messages only; several members
  * may share a process), me is this member's index, member 0 holds *id on entry, the others receive it. Each side
  * checks the other's process by SO_PEERCRED (a process that is not a member is refused and never sees the id), so
- * the name needs no secret; every member must be in this pid namespace. Bounded by timeoutMs; no abort flag (it
- * serves communicators that already failed).
+ * the name needs no secret; every member must be in this pid namespace. A process that is not a member is dropped at
+ * connect, and members are served side by side, each connection for at most a second, so neither strangers nor a
+ * silent member hold up the others. Bounded by timeoutMs; no abort flag (it serves communicators that already
+ * failed).
  * @return fcclSuccess; fcclTimeout naming the members that did not come; fcclSystemError (a socket failed, the name
  *         is taken); fcclRemoteError (the server is not member 0's process); fcclInvalidArgument (bad n or me).
  */
