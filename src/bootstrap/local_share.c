@@ -6,11 +6,13 @@
  * stranger never sees the id. Any local process can connect to an abstract socket and read its name in
  * /proc/net/unix, so strangers must cost the members nothing: member 0 drops a connection whose process is not a
  * member the moment it accepts it, and serves the members' connections side by side, each for a bounded time, so a
- * slow or silent one holds up nobody.
+ * slow or silent one holds up nobody. And the name of each attempt is a MAC that only members can compute
+ * (fcclBootstrapShareName), so a stranger cannot take the name of a retry before the members do.
  */
 #include "bootstrap.h"
 
 #include "check.h"
+#include "crypto.h"
 #include "debug.h"
 #include "socket.h"
 
@@ -247,4 +249,22 @@ fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, cons
     return FCCL_ERROR(fcclInvalidArgument, FCCL_LOG_SUBSYS, "unique id share: bad arguments (n %d, me %d)", n, me);
   if (n == 1) return fcclSuccess;
   return me == 0 ? serve(name, pids, ranks, n, id, timeoutMs) : fetch(name, pids, ranks, me, id, timeoutMs);
+}
+
+fcclResult_t fcclBootstrapShareName(const struct fcclBootstrap* bootstrap, const void* context, size_t contextBytes,
+                                    unsigned attempt, char* name, size_t size) {
+  if (!context || !name || size < 2 * FCCL_SHARE_NAME_BYTES + 1)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_LOG_SUBSYS, "unique id share name: bad arguments");
+  uint8_t key[FCCL_BOOTSTRAP_SECRET_BYTES];
+  size_t keyBytes = 0;
+  if (bootstrap && bootstrap->ops && bootstrap->ops->secret && bootstrap->ops->secret(bootstrap, key) == 0)
+    keyBytes = sizeof(key);
+  uint8_t attemptBytes[4];
+  for (int i = 0; i < 4; i++) attemptBytes[i] = (uint8_t)(attempt >> (8 * i));
+  static const char label[] = "fccl unique id share";
+  const struct fcclMacPart parts[] = {{label, sizeof(label)}, {context, contextBytes}, {attemptBytes, 4}};
+  uint8_t mac[FCCL_MAC_BYTES];
+  FCCLCHECK(fcclMac(key, keyBytes, parts, 3, mac));
+  for (int i = 0; i < FCCL_SHARE_NAME_BYTES; i++) snprintf(name + 2 * i, 3, "%02x", mac[i]);
+  return fcclSuccess;
 }

@@ -399,8 +399,17 @@ static int tcpLocalAddress(const struct fcclBootstrap* b, void* addr) {
   return 0;
 }
 
+/* The secret the ranks proved to each other: other layers derive names from it that only the ranks can compute. */
+static int tcpSecret(const struct fcclBootstrap* b, uint8_t* out) {
+  const struct fcclTcpState* t = b->impl;
+  if (t == NULL) return -1;
+  memcpy(out, t->secret, sizeof(t->secret));
+  return 0;
+}
+
 const struct fcclBootstrapOps fcclTcpRingOps = {.name = "tcp",
                                                 .allGather = tcpAllGather,
                                                 .barrier = tcpBarrier,
                                                 .destroy = tcpDestroy,
-                                                .localAddress = tcpLocalAddress};
+                                                .localAddress = tcpLocalAddress,
+                                                .secret = tcpSecret};

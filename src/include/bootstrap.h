@@ -38,6 +38,9 @@ struct fcclBootstrapOps {
   /* The address this rank reaches its peers from (union fcclSocketAddress*, port 0); 0 when it has one. NULL for
    * methods without sockets of their own. */
   int (*localAddress)(const struct fcclBootstrap* bootstrap, void* addr);
+  /* The communicator's secret (FCCL_BOOTSTRAP_SECRET_BYTES into out), which only its ranks hold; 0 when it has one.
+   * NULL for methods without one (the application's callbacks, NCCL). */
+  int (*secret)(const struct fcclBootstrap* bootstrap, uint8_t* out);
 };
 
 struct fcclBootstrap {
@@ -202,15 +205,26 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
  * "fccl-share-<name>": pids[i] and ranks[i] are member i's process and rank (ranks for messages only; several members
  * may share a process), me is this member's index, member 0 holds *id on entry, the others receive it. Each side
  * checks the other's process by SO_PEERCRED (a process that is not a member is refused and never sees the id), so
- * the name needs no secret; every member must be in this pid namespace. A process that is not a member is dropped at
- * connect, and members are served side by side, each connection for at most a second, so neither strangers nor a
- * silent member hold up the others. Bounded by timeoutMs; no abort flag (it serves communicators that already
- * failed).
+ * the name needs no secret (fcclBootstrapShareName makes one nobody else can take first); every member must be in
+ * this pid namespace. A process that is not a member is dropped at connect, and members are served side by side,
+ * each connection for at most a second, so neither strangers nor a silent member hold up the others. Bounded by
+ * timeoutMs; no abort flag (it serves communicators that already failed).
  * @return fcclSuccess; fcclTimeout naming the members that did not come; fcclSystemError (a socket failed, the name
  *         is taken); fcclRemoteError (the server is not member 0's process); fcclInvalidArgument (bad n or me).
  */
 fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, const int32_t* ranks, int n, int me,
                                      fcclUniqueId* id, int timeoutMs);
+
+/*
+ * A name for fcclBootstrapLocalShare that every member computes alike and a process that is not a member cannot:
+ * 2 * FCCL_SHARE_NAME_BYTES hex digits of HMAC-SHA256 keyed with the bootstrap's secret (when its method has one;
+ * bootstrap may be NULL) over context (what only the members know and agree on: the communicator's salts, say) and
+ * the attempt's number, so that seeing one attempt's name (in /proc/net/unix) tells nothing of the next one's.
+ * name needs 2 * FCCL_SHARE_NAME_BYTES + 1 bytes. fcclSystemError when libcrypto is missing.
+ */
+#define FCCL_SHARE_NAME_BYTES 16
+fcclResult_t fcclBootstrapShareName(const struct fcclBootstrap* bootstrap, const void* context, size_t contextBytes,
+                                    unsigned attempt, char* name, size_t size);
 
 /* ---- peer information (peer_info.c) -------------------------------------------------------------------------- */
 
