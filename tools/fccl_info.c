@@ -133,6 +133,10 @@ static void printPath(int count) {
         records[dev].peerAccess = 0;
     }
     (void)cudaGetLastError();
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) mps = 0;
+    (void)cudaGetLastError();
+    records[dev].mps = mps != 0;
     records[dev].ncclLoaded = fcclNcclLoaded(NULL);
     records[dev].ncclHost = 1;
   }
