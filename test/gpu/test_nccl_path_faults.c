@@ -99,8 +99,17 @@ int rankVanished(int rank, int nranks, struct testArgs* args) {
     testFail(__FILE__, __LINE__, "rank %d: could not enter its network namespace", rank);
     return 1;
   }
+  /* NCCL takes only an interface the kernel reports running (up at both ends), which may come a moment after the
+   * wire was laid: without it, NCCL's init finds no interface in the namespace. */
+  char why[128];
+  if (testWireWaitRunning(args->wire, rank, 10000, why, sizeof(why)) != 0) {
+    testFail(__FILE__, __LINE__, "rank %d: its end of the wire is not running after 10 s: %s", rank, why);
+    return 1;
+  }
   setenv("FCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* fccl's bootstrap and peer links over the pair */
-  setenv("NCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* and NCCL's */
+  char ncclIfname[24];
+  snprintf(ncclIfname, sizeof(ncclIfname), "=%s", args->wire->end[rank]); /* '=': that name exactly */
+  setenv("NCCL_SOCKET_IFNAME", ncclIfname, 1);                            /* and NCCL's */
   setIdentity(rank, FCCL_HOST_PER_RANK, "nccl");
   const int keepaliveMs = (int)fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
