@@ -36,6 +36,9 @@
  *                 stopped answering): each rank's fcclCommGetAsyncError reports fcclRemoteError naming the other
  *                 from the peer link's keepalive, within its bound, and fcclCommAbort returns with NCCL's kernel
  *                 stopped. Skipped where the wire cannot be laid (it needs what root has).
+ *   ncclinitfail  NCCL path: rank 1's ncclCommInitRankConfig fails at once (NCCL_SOCKET_IFNAME names no interface)
+ *                 while rank 0's is under way: rank 0 returns fcclRemoteError naming rank 1 instead of waiting in
+ *                 NCCL's rendezvous, rank 1 its own cause (test_nccl_path_faults.c).
  *   mps           rank 1's GPU faked as shared through CUDA MPS (no MPS server): the NCCL path, the reason says
  *                 why, an all-reduce checked; FCCL_PATH=fccl refused on every rank with fcclInvalidUsage.
  *   hierabort     hierarchical path, 4 ranks: the first host's all-reduce, which the second host never joins (its
@@ -205,6 +208,7 @@ static int rankMain(int rank, int nranks, void* arg) {
     return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK, "nccl", "deadhosts");
   if (strcmp(args->mode, "hierdead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_PAIR, NULL, "hierdead");
   if (strcmp(args->mode, "vanishedhosts") == 0) return rankVanished(rank, nranks, args);
+  if (strcmp(args->mode, "ncclinitfail") == 0) return rankNcclInitFails(rank, nranks, args);
   if (strcmp(args->mode, "mps") == 0) return rankMps(rank, nranks, args);
   return 2;
 }
@@ -219,13 +223,13 @@ int main(int argc, char** argv) {
               strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0 ||
               strcmp(args.mode, "hierrefused") == 0 || strcmp(args.mode, "hierabort") == 0 ||
               strcmp(args.mode, "hierdead") == 0 || strcmp(args.mode, "vanishedhosts") == 0 ||
-              strcmp(args.mode, "mps") == 0;
+              strcmp(args.mode, "ncclinitfail") == 0 || strcmp(args.mode, "mps") == 0;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
     fprintf(stderr,
             "usage: %s nccl|hosts|many|hier|hierinterleaved|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|"
-            "abort|hierabort|dead|deadhosts|hierdead|vanishedhosts|mps [nranks 2..%d]\n",
+            "abort|hierabort|dead|deadhosts|hierdead|vanishedhosts|ncclinitfail|mps [nranks 2..%d]\n",
             argv[0], REF_MAX_RANKS);
     return 2;
   }
