@@ -570,6 +570,11 @@ typedef struct {
   uint64_t commGraphRegistrations; /**< buffers this communicator registered for captured CUDA graphs
                                         (FCCL_GRAPH_REGISTER), held until each graph is destroyed and the
                                         communicator's next collective call (0 when comm is NULL) */
+  uint64_t arenaBytes;    /**< device memory of fccl's own shared buffers in this process, every device: one chunk
+                               per communicator slot alive at once, kept until the device's last communicator goes */
+  uint64_t arenaChunks;   /**< the chunks of arenaBytes */
+  uint64_t commPeerBytes; /**< bytes of other processes' shared buffers this communicator's slot lives in, mapped
+                               here (its share of bytesMapped; 0 when comm is NULL) */
 } fcclMemStats_t;
 
 /**

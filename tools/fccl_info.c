@@ -5,6 +5,9 @@
  *                        for no GPU worded as fccl-topo words them: tools/common/cuda_status.h)
  *                        and the path (fccl's kernels or NCCL) a communicator of one rank per visible GPU takes
  *   fccl-info --params   also every environment parameter with its current value and default
+ *   fccl-info --memory   also what a communicator costs in device memory: its slot for 2 to 8 ranks, and on the
+ *                        first GPU a communicator of one rank, then a second beside it, as fcclCommGetMemStats
+ *                        reports them (docs/ipc.md)
  *   fccl-info --algo N [--collective NAME] [--sms S]
  *                        which algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB (the
  *                        all-reduce, or the collective NAME: allgather, reducescatter, broadcast),
@@ -130,6 +133,10 @@ static void printPath(int count) {
         records[dev].peerAccess = 0;
     }
     (void)cudaGetLastError();
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) mps = 0;
+    (void)cudaGetLastError();
+    records[dev].mps = mps != 0;
     records[dev].ncclLoaded = fcclNcclLoaded(NULL);
     records[dev].ncclHost = 1;
   }
@@ -147,6 +154,64 @@ static void printPath(int count) {
   }
   free(infos);
   free(records);
+}
+
+static double mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
+
+/* One communicator of one rank on the current device, with its statistics; NULL (and why, printed) on failure. */
+static fcclComm_t memoryComm(const char* name, fcclMemStats_t* stats) {
+  fcclUniqueId id;
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.commName = name;
+  fcclComm_t comm = NULL;
+  if (fcclGetUniqueId(&id) != fcclSuccess || fcclCommInitRankConfig(&comm, 1, id, 0, &config) != fcclSuccess) {
+    printf("  %s: no communicator: %s\n", name, fcclGetLastError(NULL));
+    return NULL;
+  }
+  memset(stats, 0, sizeof(*stats));
+  stats->size = sizeof(*stats);
+  if (fcclCommGetMemStats(comm, stats) != fcclSuccess) {
+    printf("  %s: no statistics: %s\n", name, fcclGetLastError(NULL));
+    (void)fcclCommDestroy(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+/* --memory: each communicator takes one slot of fccl's shared buffers on its GPU (one chunk, by default) and maps
+ * its peers' (docs/ipc.md); measured on the first GPU with communicators of one rank, whose slot has no LL128 area. */
+static void printMemory(int count) {
+  printf(
+      "\nMemory per rank (slot: fccl's shared buffers of one communicator; its chunk adds 4 KiB of check words and "
+      "is rounded up to the allocation granularity, 2 MiB; each peer's chunk is mapped too):\n");
+  for (int nranks = 2; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++)
+    printf("  %d ranks: slot %.1f MiB\n", nranks, mib(fcclDeviceSlotBytes(nranks)));
+  if (count < 1) {
+    printf("memory (measured) : no GPU\n");
+    return;
+  }
+  if (cudaSetDevice(0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    printf("memory (measured) : GPU 0 cannot be used\n");
+    return;
+  }
+  fcclMemStats_t first, second;
+  fcclComm_t a = memoryComm("fccl-info-first", &first);
+  if (!a) return;
+  printf(
+      "memory (measured) : GPU 0, a first communicator of 1 rank (slot %.1f MiB): %.1f MiB of its own; the process's "
+      "arenas %.1f MiB in %llu chunk(s)\n",
+      mib(fcclDeviceSlotBytes(1)), mib(first.commDeviceBytes), mib(first.arenaBytes),
+      (unsigned long long)first.arenaChunks);
+  fcclComm_t b = memoryComm("fccl-info-second", &second);
+  if (b) {
+    printf(
+        "memory (measured) : GPU 0, a second beside it: %.1f MiB of its own; the process's arenas %.1f MiB in %llu "
+        "chunk(s)\n",
+        mib(second.commDeviceBytes), mib(second.arenaBytes), (unsigned long long)second.arenaChunks);
+    (void)fcclCommDestroy(b);
+  }
+  (void)fcclCommDestroy(a);
 }
 
 static void printParams(void) {
@@ -272,9 +337,11 @@ static int parseCount(const char* text, int lo, int hi) {
 
 static void usage(FILE* out, const char* program) {
   fprintf(out,
-          "usage: %s [--params] | --algo NRANKS [--collective NAME] [--sms N]\n"
+          "usage: %s [--params] [--memory] | --algo NRANKS [--collective NAME] [--sms N]\n"
           "  (none)          version, build configuration, CUDA driver and runtime, the GPUs and their peer access\n"
           "  -p, --params    also every environment parameter: value, default, what it does\n"
+          "  -m, --memory    also the device memory of a communicator: its slot for 2..8 ranks, and measured on the\n"
+          "                  first GPU (a communicator of one rank, then a second beside it)\n"
           "  -a, --algo N    the all-reduce algorithm and grid a call of N ranks gets at each size (only that)\n"
           "  -c, --collective NAME  with --algo: allreduce (default), allgather, reducescatter or broadcast\n"
           "  -s, --sms S     with --algo: decide for S SMs (default: the first GPU's, or 132 without one)\n"
@@ -283,16 +350,20 @@ static void usage(FILE* out, const char* program) {
 }
 
 int main(int argc, char** argv) {
-  static const struct option longOptions[] = {
-      {"params", no_argument, NULL, 'p'}, {"algo", required_argument, NULL, 'a'},
-      {"sms", required_argument, NULL, 's'}, {"collective", required_argument, NULL, 'c'},
-      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  int showParams = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
+  static const struct option longOptions[] = {{"params", no_argument, NULL, 'p'},
+                                              {"memory", no_argument, NULL, 'm'},
+                                              {"algo", required_argument, NULL, 'a'},
+                                              {"sms", required_argument, NULL, 's'},
+                                              {"collective", required_argument, NULL, 'c'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {NULL, 0, NULL, 0}};
+  int showParams = 0, showMemory = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
   const char* collectiveName = NULL;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":pa:s:c:h", longOptions, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":pma:s:c:h", longOptions, NULL)) != -1;) {
     switch (c) {
       case 'p': showParams = 1; break;
+      case 'm': showMemory = 1; break;
       case 'c':
         collectiveName = optarg;
         collective = -2;
@@ -347,6 +418,7 @@ int main(int argc, char** argv) {
   const int gpus = printDevices();
   printNccl();
   printPath(gpus);
+  if (showMemory) printMemory(gpus);
   if (showParams) printParams();
   return 0;
 }

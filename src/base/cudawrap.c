@@ -48,6 +48,31 @@ fcclResult_t fcclCudaDriverLoad(void) {
   return fcclSuccess;
 }
 
+/* -1: the device's own answer; 0 or 1: fcclCudaFakeMpsForTest's. */
+static int fakeMps = -1;
+
+void fcclCudaFakeMpsForTest(int value) { __atomic_store_n(&fakeMps, value, __ATOMIC_RELEASE); }
+
+fcclResult_t fcclCudaDeviceMpsEnabled(int cudaDev, int* enabled) {
+  *enabled = 0;
+  FCCLCHECK(fcclCudaDriverLoad());
+  CUdevice device;
+  CUCHECK(cuDeviceGet(&device, cudaDev));
+  int value = 0;
+  const CUresult got = pfn_cuDeviceGetAttribute(&value, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device);
+  if (got == CUDA_ERROR_INVALID_VALUE) {
+    /* A driver older than the attribute (CUDA 11.x): it cannot tell, and says so in the log. */
+    FCCL_INFO(FCCL_SUBSYS_INIT, "device %d: the driver does not report whether MPS shares it; taken as not", cudaDev);
+    value = 0;
+  } else if (got != CUDA_SUCCESS) {
+    return fcclCuError(got, "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MPS_ENABLED)", FCCL_SUBSYS_INIT, __FILE__,
+                       __LINE__);
+  }
+  const int fake = __atomic_load_n(&fakeMps, __ATOMIC_ACQUIRE);
+  *enabled = fake >= 0 ? fake : value != 0;
+  return fcclSuccess;
+}
+
 fcclResult_t fcclCuError(CUresult error, const char* call, fcclSubsys_t subsys, const char* file, int line) {
   const char* name = "unknown";
   const char* text = "";

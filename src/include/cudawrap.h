@@ -74,4 +74,14 @@ fcclResult_t fcclCudaDriverLoad(void);
 /* Describes a failed driver call once (FCCL_ERROR's way) under subsys. */
 fcclResult_t fcclCuError(CUresult error, const char* call, fcclSubsys_t subsys, const char* file, int line);
 
+/*
+ * Whether contexts on device cudaDev are shared through CUDA MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): *enabled 1 or
+ * 0, and 0 where the driver does not know the attribute. Loads the driver's entry points.
+ */
+fcclResult_t fcclCudaDeviceMpsEnabled(int cudaDev, int* enabled);
+
+/* Tests only: makes fcclCudaDeviceMpsEnabled answer value (0 or 1) for every device of this process, as a GPU under
+ * an MPS server would, without starting one; -1 gives the device's own answer back. */
+void fcclCudaFakeMpsForTest(int value);
+
 #endif /* FCCL_CUDAWRAP_H_ */

@@ -29,7 +29,7 @@ FCCL_PARAM(CUMEM_ENABLE, FCCL_PARAM_INT, "1",
            "0: cudaMalloc and legacy CUDA IPC.")
 FCCL_PARAM(FD_PASSING, FCCL_PARAM_STRING, "auto",
            "How cuMem file descriptors reach peer processes: auto (pidfd_getfd, else a Unix socket), pidfd, socket.")
-FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "4",
+FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "1",
            "Communicator slots per shared-buffer chunk of the per-device arena (1..32); equal on every rank.")
 
 /* ---- collectives ---- */

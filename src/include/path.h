@@ -23,7 +23,7 @@ struct fcclPathRecord {
   int32_t request;    /* this rank's FCCL_PATH (fcclPathRequest_t); -1: it did not parse */
   int32_t p2pDisable; /* this rank's FCCL_P2P_DISABLE != 0 */
   int32_t ncclComm;   /* this rank's FCCL_NCCL_COMM (fcclNcclCommMode_t); -1: it did not parse */
-  int32_t reserved;
+  int32_t mps;        /* 1: this rank's GPU shares its contexts through CUDA MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) */
 };
 
 typedef enum {

@@ -128,10 +128,14 @@ struct fcclTransportStats {
   uint64_t bytesMapped;
   uint64_t totalOpens;
   uint64_t totalCloses;
+  /* the process's own shared buffers (every arena) */
+  uint64_t arenaChunks;
+  uint64_t arenaBytes;
   /* one transport (0 for NULL) */
   uint64_t registrations;      /* live user registrations */
   uint64_t graphRegistrations; /* buffers held by captured graphs */
-  uint64_t deviceBytes;        /* its share of its arena chunk: its slot and the slot's check words */
+  uint64_t deviceBytes;        /* its share of its arena chunk as allocated: its slot and the slot's check words */
+  uint64_t peerBytes;          /* the other processes' chunks its slot lives in, as mapped here */
 };
 
 /* A consistent snapshot; transport may be NULL (process-wide numbers only). Any thread; never loads the driver. */

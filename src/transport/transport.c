@@ -227,9 +227,11 @@ exit:
   return res;
 }
 
-/* Classifies every peer and maps (or borrows) its chunk. */
+/* Classifies every peer and maps (or borrows) its chunk. The result is the collective import's; *kept, this rank's
+ * own bookkeeping after it. */
 static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const struct exportRecord* exports,
-                             struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes) {
+                             struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes,
+                             fcclResult_t* kept) {
   const struct fcclTransportParams* cfg = &t->cfg;
   const int nranks = cfg->nranks, me = cfg->rank;
   char a[96], b[96];
@@ -289,12 +291,31 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
   int myFd = t->chunk.exportFd;
   fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_MAPPING_CUMEM ? 1 : 0, local, sock);
   if (res != fcclSuccess) return res;
+  /* Each mapping's reference goes to the peer's arena, which holds one per chunk for as long as a communicator of
+   * this process uses the arena: a later communicator over these ranks finds its chunk mapped (docs/ipc.md). A
+   * failure here is this rank's alone: it is carried into the next step (the P2P check), which every rank takes. */
+  *kept = fcclSuccess;
   for (int p = 0; p < nranks; p++) {
     if (!items[p].active) continue;
-    t->peers[p].mapped = items[p].held;
-    t->peers[p].key = items[p].key;
-    t->peers[p].chunkBase = items[p].base;
-    items[p].held = 0; /* owned by the peer entry from here on */
+    struct fcclTransportPeer* peer = &t->peers[p];
+    peer->key = items[p].key;
+    peer->mappedBytes = items[p].size;
+    peer->chunkBase = items[p].base;
+    items[p].held = 0;
+    struct fcclPeerArenaId id;
+    memset(&id, 0, sizeof(id));
+    id.hostHash = peer->info.hostHash;
+    id.processNonce = peer->info.processNonce;
+    id.pid = peer->info.pid;
+    id.dev = peer->info.dev;
+    id.slotBytes = fcclArenaSlotBytes(t->arena);
+    id.importDev = cfg->cudaDev;
+    fcclResult_t used = fcclPeerArenaUse(t->mappings, &id, &peer->remoteArena);
+    if (used == fcclSuccess)
+      used = fcclPeerArenaKeep(peer->remoteArena, &peer->key);
+    else
+      (void)fcclMappingsRelease(t->mappings, &peer->key);
+    if (*kept == fcclSuccess) *kept = used;
   }
   return fcclSuccess;
 }
@@ -382,8 +403,8 @@ exit:
 static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
   for (int p = 0; p < t->cfg.nranks; p++) {
     struct fcclTransportPeer* peer = &t->peers[p];
-    fcclResult_t released = peer->mapped ? fcclMappingsRelease(t->mappings, &peer->key) : fcclSuccess;
-    peer->mapped = 0;
+    fcclResult_t released = peer->remoteArena ? fcclPeerArenaDone(peer->remoteArena) : fcclSuccess;
+    peer->remoteArena = NULL;
     fcclResult_t returned = peer->borrowed ? fcclArenaUnborrow(peer->peerArena, t->slot) : fcclSuccess;
     peer->borrowed = 0;
     if (*res == fcclSuccess) *res = released != fcclSuccess ? released : returned;
@@ -453,10 +474,11 @@ fcclResult_t fcclTransportInit(const struct fcclTransportParams* params, struct 
   for (int r = 0; r < nranks; r++) seed ^= fcclMix64(hellos[r].random + (uint64_t)r);
   t->tagSeed = seed;
 
-  FCCLCHECKGOTO(mapPeers(t, local, exports, &sock, items, pieceSizes), res, releaseSlot);
+  fcclResult_t kept = fcclSuccess;
+  FCCLCHECKGOTO(mapPeers(t, local, exports, &sock, items, pieceSizes, &kept), res, releaseSlot);
   for (int p = 0; p < nranks; p++)
     t->peers[p].slot = (char*)t->peers[p].chunkBase + fcclArenaSlotOffset(t->arena, t->slot);
-  FCCLCHECKGOTO(checkP2P(t, fcclSuccess, seed), res, releaseSlot);
+  FCCLCHECKGOTO(checkP2P(t, kept, seed), res, releaseSlot);
 
   fcclFdSocketClose(&sock);
   fcclIpcRestoreDevice(previous);
@@ -546,8 +568,11 @@ void fcclTransportGetStats(struct fcclTransport* t, struct fcclTransportStats* s
     stats->totalOpens = rs.totalOpens;
     stats->totalCloses = rs.totalCloses;
   }
+  fcclArenaProcessStats(&stats->arenaChunks, &stats->arenaBytes);
   if (!t) return;
   stats->registrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
   stats->graphRegistrations = __atomic_load_n(&t->nGraphRegistrations, __ATOMIC_RELAXED);
-  stats->deviceBytes = fcclArenaChunkBytes(t->arena) / (size_t)fcclArenaSlotsPerChunk(t->arena);
+  /* The chunk as allocated (rounded up to the granularity), shared by its slots. Fixed once init returned. */
+  stats->deviceBytes = t->chunk.size / (size_t)fcclArenaSlotsPerChunk(t->arena);
+  for (int p = 0; p < t->cfg.nranks; p++) stats->peerBytes += t->peers[p].mappedBytes;
 }

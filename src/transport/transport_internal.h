@@ -29,8 +29,10 @@ struct fcclTransportRankInfo {
 struct fcclTransportPeer {
   struct fcclTransportRankInfo info;
   int sameProcess;
-  int mapped; /* a reference on key's mapping is held */
+  struct fcclPeerArena* remoteArena; /* another process: its arena, in use by this communicator, which keeps the
+                                        mapping of key (the chunk of this communicator's slot) */
   struct fcclMappingKey key;
+  uint64_t mappedBytes;      /* the size of that mapping */
   int borrowed;              /* same process: a reference on the peer arena's chunk is held */
   struct fcclArena* peerArena;
   void* chunkBase;           /* the peer's chunk, as comm's device addresses it */

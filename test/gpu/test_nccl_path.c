@@ -36,6 +36,11 @@
  *                 stopped answering): each rank's fcclCommGetAsyncError reports fcclRemoteError naming the other
  *                 from the peer link's keepalive, within its bound, and fcclCommAbort returns with NCCL's kernel
  *                 stopped. Skipped where the wire cannot be laid (it needs what root has).
+ *   ncclinitfail  NCCL path: rank 1's ncclCommInitRankConfig fails at once (NCCL_SOCKET_IFNAME names no interface)
+ *                 while rank 0's is under way: rank 0 returns fcclRemoteError naming rank 1 instead of waiting in
+ *                 NCCL's rendezvous, rank 1 its own cause (test_nccl_path_faults.c).
+ *   mps           rank 1's GPU faked as shared through CUDA MPS (no MPS server): the NCCL path, the reason says
+ *                 why, an all-reduce checked; FCCL_PATH=fccl refused on every rank with fcclInvalidUsage.
  *   hierabort     hierarchical path, 4 ranks: the first host's all-reduce, which the second host never joins (its
  *                 NCCL step across hosts waits), is stopped by fcclCommAbort on both of its ranks, promptly.
  *   hierdead      hierarchical path, 4 ranks: rank 1 exits; every other rank's fcclCommGetAsyncError reports an error
@@ -49,6 +54,7 @@
  */
 #include "test_nccl_path.h"
 
+#include "cudawrap.h"
 #include "param.h"
 #include "test.h"
 #include "test_allreduce_common.h"
@@ -162,6 +168,33 @@ static int rankP2pMissing(int rank, int nranks, struct testArgs* args) {
   return testSummary("p2pmissing");
 }
 
+/* A GPU shared through CUDA MPS, faked (fcclCudaFakeMpsForTest; no MPS server is started): rank 1's answer takes
+ * the communicator to NCCL, whose calls work; FCCL_PATH=fccl is refused on every rank, naming rank 1 and MPS. */
+static int rankMps(int rank, int nranks, struct testArgs* args) {
+  setIdentity(rank, FCCL_HOST_ONE, NULL);
+  if (rank == 1) fcclCudaFakeMpsForTest(1);
+  fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
+  if (!comm) return 1;
+  struct rankState state, *s = &state;
+  if (stateInit(s, comm, rank, nranks, args->seed) == 0 &&
+      expectPath(s, fcclPathNccl, "rank 1's GPU shares its contexts through CUDA MPS") == 0)
+    runAllReduce(s, fcclFloat32, fcclSum, 4099, 0);
+  stateFini(s);
+  EXPECT_EQ_INT(fcclCommDestroy(comm), fcclSuccess);
+  setenv("FCCL_PATH", "fccl", 1);
+  fcclParamResetForTest();
+  fcclUniqueId id;
+  if (!collShareId(args->shared, rank, 1, &id)) return 1;
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = nranks > args->gpus;
+  config.timeoutMs = 60000;
+  comm = NULL;
+  EXPECT_EQ_INT(fcclCommInitRankConfig(&comm, nranks, id, rank, &config), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1's GPU shares its contexts through CUDA MPS");
+  EXPECT(comm == NULL);
+  return testSummary("mps");
+}
+
 static int rankMain(int rank, int nranks, void* arg) {
   struct testArgs* args = arg;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
@@ -175,6 +208,8 @@ static int rankMain(int rank, int nranks, void* arg) {
     return rankDead(rank, nranks, args, FCCL_HOST_PER_RANK, "nccl", "deadhosts");
   if (strcmp(args->mode, "hierdead") == 0) return rankDead(rank, nranks, args, FCCL_HOST_PER_PAIR, NULL, "hierdead");
   if (strcmp(args->mode, "vanishedhosts") == 0) return rankVanished(rank, nranks, args);
+  if (strcmp(args->mode, "ncclinitfail") == 0) return rankNcclInitFails(rank, nranks, args);
+  if (strcmp(args->mode, "mps") == 0) return rankMps(rank, nranks, args);
   return 2;
 }
 
@@ -187,13 +222,14 @@ int main(int argc, char** argv) {
   int known = strcmp(args.mode, "p2pmissing") == 0 || strcmp(args.mode, "abort") == 0 ||
               strcmp(args.mode, "dead") == 0 || strcmp(args.mode, "deadhosts") == 0 ||
               strcmp(args.mode, "hierrefused") == 0 || strcmp(args.mode, "hierabort") == 0 ||
-              strcmp(args.mode, "hierdead") == 0 || strcmp(args.mode, "vanishedhosts") == 0;
+              strcmp(args.mode, "hierdead") == 0 || strcmp(args.mode, "vanishedhosts") == 0 ||
+              strcmp(args.mode, "ncclinitfail") == 0 || strcmp(args.mode, "mps") == 0;
   for (size_t i = 0; i < sizeof(kEverything) / sizeof(kEverything[0]); i++)
     known |= strcmp(args.mode, kEverything[i].name) == 0;
   if (!known || nranks < 2 || nranks > REF_MAX_RANKS) {
     fprintf(stderr,
             "usage: %s nccl|hosts|many|hier|hierinterleaved|hierforced|hierrefused|p2pdisable|fcclp2p|p2pmissing|"
-            "abort|hierabort|dead|deadhosts|hierdead|vanishedhosts [nranks 2..%d]\n",
+            "abort|hierabort|dead|deadhosts|hierdead|vanishedhosts|ncclinitfail|mps [nranks 2..%d]\n",
             argv[0], REF_MAX_RANKS);
     return 2;
   }

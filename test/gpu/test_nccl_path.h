@@ -74,5 +74,6 @@ int expectPath(struct rankState* s, fcclPath_t want, const char* reasonPart);
 int rankAbort(int rank, int nranks, struct testArgs* args, int hier);
 int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts, const char* path, const char* name);
 int rankVanished(int rank, int nranks, struct testArgs* args);
+int rankNcclInitFails(int rank, int nranks, struct testArgs* args);
 
 #endif /* FCCL_TEST_NCCL_PATH_H_ */

@@ -89,6 +89,41 @@ int rankDead(int rank, int nranks, struct testArgs* args, int fcclHosts, const c
   return testSummary(name);
 }
 
+/*
+ * One rank's ncclCommInitRankConfig fails at once: its NCCL_SOCKET_IFNAME names no interface, so NCCL's bootstrap
+ * finds none ("Bootstrap : no socket interface found"). The other rank's NCCL init is then under way, waiting in
+ * NCCL's rendezvous for a rank that will never come: it must not stay there. Every rank returns an error (rank 1
+ * its own cause, rank 0 fcclRemoteError naming rank 1) and no communicator; rank 0's NCCL communicator is aborted.
+ */
+int rankNcclInitFails(int rank, int nranks, struct testArgs* args) {
+  setIdentity(rank, FCCL_HOST_ONE, "nccl");
+  if (rank == 1) setenv("NCCL_SOCKET_IFNAME", "=fccl-no-such-if", 1);
+  fcclUniqueId id;
+  if (!collShareId(args->shared, rank, 0, &id)) return 1;
+  EXPECT_EQ_INT(cudaSetDevice(rank % args->gpus), cudaSuccess);
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = nranks > args->gpus;
+  config.timeoutMs = 120000; /* the bound: the test's own is 540 s */
+  fcclComm_t comm = NULL;
+  const int64_t start = collNowNs();
+  const fcclResult_t res = fcclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  printf("rank %d: init returned %s after %.0f ms: %s\n", rank, fcclGetErrorString(res),
+         (double)(collNowNs() - start) / 1e6, fcclGetLastError(NULL));
+  EXPECT(comm == NULL);
+  if (rank == 1) {
+    EXPECT_MSG(res != fcclSuccess && res != fcclRemoteError, "rank 1: %s: %s", fcclGetErrorString(res),
+               fcclGetLastError(NULL));
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "ncclCommInitRankConfig failed");
+  } else {
+    EXPECT_EQ_INT(res, fcclRemoteError);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 1 could not create its NCCL communicator");
+  }
+  /* Rank 1 stays until rank 0's init has returned: its process's end, seen by rank 0's monitor, would otherwise race
+   * the error rank 0 is to report with another (true, but not the one this test looks for). */
+  EXPECT_EQ_INT(testShmBarrier(args->shared->shm, rank), TEST_SHM_OK);
+  return testSummary("ncclinitfail");
+}
+
 /* How long a rank waits for its error after the cut: the keepalive, the monitor's poll and the kernel's probe timer,
  * with room for a loaded machine; the time taken is printed. */
 #define VANISHED_SEEN_MS(keepaliveMs) ((keepaliveMs) + 3000)
@@ -99,8 +134,17 @@ int rankVanished(int rank, int nranks, struct testArgs* args) {
     testFail(__FILE__, __LINE__, "rank %d: could not enter its network namespace", rank);
     return 1;
   }
+  /* NCCL takes only an interface the kernel reports running (up at both ends), which may come a moment after the
+   * wire was laid: without it, NCCL's init finds no interface in the namespace. */
+  char why[128];
+  if (testWireWaitRunning(args->wire, rank, 10000, why, sizeof(why)) != 0) {
+    testFail(__FILE__, __LINE__, "rank %d: its end of the wire is not running after 10 s: %s", rank, why);
+    return 1;
+  }
   setenv("FCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* fccl's bootstrap and peer links over the pair */
-  setenv("NCCL_SOCKET_IFNAME", args->wire->end[rank], 1); /* and NCCL's */
+  char ncclIfname[24];
+  snprintf(ncclIfname, sizeof(ncclIfname), "=%s", args->wire->end[rank]); /* '=': that name exactly */
+  setenv("NCCL_SOCKET_IFNAME", ncclIfname, 1);                            /* and NCCL's */
   setIdentity(rank, FCCL_HOST_PER_RANK, "nccl");
   const int keepaliveMs = (int)fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);

@@ -2,8 +2,8 @@
 /*
  * The table of peer mappings and the shared-buffer arena without a GPU: map/unmap and chunk allocation are
  * injected (fake operations that count what they do), so reference counts, keys, offsets, concurrent users,
- * statistics, slot agreement and re-initialisation (the next communicator created while the previous one lives) run
- * in CI. A communicator with a fake
+ * statistics, slot agreement, the importer's hold on a peer's arena and re-initialisation (the next communicator
+ * created while the previous one lives) run in CI. A communicator with a fake
  * exchange covers the collective bookkeeping of registration and teardown that needs no device.
  */
 #include "arena.h"
@@ -448,10 +448,22 @@ struct simRank {
 struct simComm {
   int slot;
   struct fcclMappingKey peerKey[2];
+  struct fcclPeerArena* peerArena[2];
 };
 
 static void chunkKey(const struct fcclIpcAlloc* alloc, int owner, int importDev, struct fcclMappingKey* key) {
   cuMemKey(key, 5000 + owner, alloc->serial, importDev);
+}
+
+/* Rank `owner`'s arena as rank r maps it (struct fcclPeerArenaId): the simulated ranks are processes 5000, 5001. */
+static void peerArenaId(int owner, int r, struct fcclPeerArenaId* id) {
+  memset(id, 0, sizeof(*id));
+  id->hostHash = 1;
+  id->processNonce = 77;
+  id->pid = 5000 + owner;
+  id->dev = owner;
+  id->slotBytes = 100000;
+  id->importDev = r;
 }
 
 static int simInit(struct simRank ranks[2], struct simComm* comm) {
@@ -463,27 +475,101 @@ static int simInit(struct simRank ranks[2], struct simComm* comm) {
     int claimed = 0;
     if (fcclArenaClaim(ranks[r].arena, comm->slot, &claimed, &chunks[r]) != fcclSuccess || !claimed) return 0;
   }
+  /* As the transport does: a reference is retained where the chunk is mapped already, else the chunk is mapped;
+   * either way the reference goes to the peer's arena, which keeps one per chunk. */
   for (int r = 0; r < 2; r++) {
-    int peer = 1 - r;
+    int peer = 1 - r, found = 0;
     void* base = NULL;
     chunkKey(&chunks[peer], peer, r, &comm->peerKey[r]);
-    if (fcclMappingsAcquire(ranks[r].mappings, &comm->peerKey[r], chunks[peer].size, NULL, &base) != fcclSuccess)
+    if (fcclMappingsRetain(ranks[r].mappings, &comm->peerKey[r], chunks[peer].size, &base, &found) != fcclSuccess)
       return 0;
+    if (!found &&
+        fcclMappingsAcquire(ranks[r].mappings, &comm->peerKey[r], chunks[peer].size, NULL, &base) != fcclSuccess)
+      return 0;
+    struct fcclPeerArenaId id;
+    peerArenaId(peer, r, &id);
+    if (fcclPeerArenaUse(ranks[r].mappings, &id, &comm->peerArena[r]) != fcclSuccess) return 0;
+    if (fcclPeerArenaKeep(comm->peerArena[r], &comm->peerKey[r]) != fcclSuccess) return 0;
   }
   return 1;
 }
 
 static int simDestroy(struct simRank ranks[2], struct simComm* comm) {
   int ok = 1;
-  for (int r = 0; r < 2; r++) ok &= fcclMappingsRelease(ranks[r].mappings, &comm->peerKey[r]) == fcclSuccess;
+  for (int r = 0; r < 2; r++) ok &= fcclPeerArenaDone(comm->peerArena[r]) == fcclSuccess;
   for (int r = 0; r < 2; r++) ok &= fcclArenaRelease(ranks[r].arena, comm->slot, 0) == fcclSuccess;
   return ok;
+}
+
+/* A peer's arena as the importer holds it: each chunk's mapping kept once, whatever number of communicators use
+ * it, until the last of them is done. */
+static void testPeerArena(void) {
+  struct fakeOps fake;
+  struct fcclMappings* mappings = newMappings(&fake);
+  struct fcclPeerArenaId id;
+  peerArenaId(1, 0, &id);
+  struct fcclPeerArena *a = NULL, *b = NULL;
+  struct fcclMappingKey chunk0, chunk1;
+  cuMemKey(&chunk0, 5001, 1, 0);
+  cuMemKey(&chunk1, 5001, 2, 0);
+  void* base = NULL;
+  EXPECT_EQ_INT(fcclPeerArenaUse(mappings, &id, &a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &chunk0, 4096, NULL, &base), fcclSuccess);
+  EXPECT_EQ_INT(fcclPeerArenaKeep(a, &chunk0), fcclSuccess);
+  EXPECT_EQ_INT(fcclPeerArenaUse(mappings, &id, &b), fcclSuccess);
+  EXPECT(a == b);
+  /* A second communicator in the same chunk: its reference is handed over and dropped, the mapping stays one. */
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &chunk0, 4096, NULL, &base), fcclSuccess);
+  EXPECT_EQ_INT(fcclPeerArenaKeep(b, &chunk0), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &chunk0), 1);
+  EXPECT_EQ_INT(fcclMappingsAcquire(mappings, &chunk1, 4096, NULL, &base), fcclSuccess);
+  EXPECT_EQ_INT(fcclPeerArenaKeep(b, &chunk1), fcclSuccess);
+  int arenas = 0, chunks = 0;
+  fcclPeerArenaCounts(&arenas, &chunks);
+  EXPECT_EQ_INT(arenas, 1);
+  EXPECT_EQ_INT(chunks, 2);
+  /* The first communicator is done: both chunks stay mapped for the one left, whichever chunk it uses. */
+  EXPECT_EQ_INT(fcclPeerArenaDone(a), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &chunk0), 1);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &chunk1), 1);
+  EXPECT_EQ_INT(fake.closes, 0);
+  /* Another owner's arena, or the same owner's for another device of this process, is another one. */
+  struct fcclPeerArenaId other = id;
+  other.importDev = 1;
+  struct fcclPeerArena* c = NULL;
+  EXPECT_EQ_INT(fcclPeerArenaUse(mappings, &other, &c), fcclSuccess);
+  EXPECT(c != b);
+  EXPECT_EQ_INT(fcclPeerArenaDone(c), fcclSuccess);
+  /* The last one done: every mapping released, the arena forgotten. */
+  EXPECT_EQ_INT(fcclPeerArenaDone(b), fcclSuccess);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &chunk0), 0);
+  EXPECT_EQ_INT(fcclMappingsRefs(mappings, &chunk1), 0);
+  EXPECT_EQ_INT(fake.closes, 2);
+  fcclPeerArenaCounts(&arenas, &chunks);
+  EXPECT_EQ_INT(arenas, 0);
+  EXPECT_EQ_INT(chunks, 0);
+  EXPECT_EQ_INT(fcclMappingsDestroy(mappings), fcclSuccess);
+}
+
+/* The process's arenas put one slot in a chunk by default: a first communicator allocates only the slot it uses
+ * (plus its check words, within the allocation granularity), not a chunk of slots for communicators to come. */
+static void testProcessArenaDefault(void) {
+  const size_t slotBytes = (size_t)38 << 20;
+  struct fcclArena* arena = NULL;
+  EXPECT_EQ_INT(fcclArenaProcess(0, slotBytes, &arena), fcclSuccess);
+  if (!arena) return;
+  EXPECT_EQ_INT(fcclArenaSlotsPerChunk(arena), 1);
+  EXPECT(fcclArenaChunkBytes(arena) < slotBytes + ((size_t)2 << 20));
+  uint64_t chunks = 1, bytes = 1;
+  fcclArenaProcessStats(&chunks, &bytes);
+  EXPECT_EQ_INT(chunks, 0); /* nothing is allocated before a communicator claims a slot */
+  EXPECT_EQ_INT(bytes, 0);
 }
 
 static void testReinitPattern(void) {
   struct simRank ranks[2];
   for (int r = 0; r < 2; r++) {
-    ranks[r].arena = newArena(&ranks[r].chunks, r, 4);
+    ranks[r].arena = newArena(&ranks[r].chunks, r, 1);
     ranks[r].mappings = newMappings(&ranks[r].maps);
   }
   struct simComm comms[2];
@@ -502,23 +588,25 @@ static void testReinitPattern(void) {
   EXPECT(distinct);
   for (int r = 0; r < 2; r++) {
     fcclMappingsGetStats(ranks[r].mappings, &stats);
-    EXPECT_EQ_INT(stats.openMappings, afterFirst[r].openMappings);
-    EXPECT_EQ_INT(stats.openMappings, 1);
-    EXPECT_EQ_INT(stats.totalOpens, 1); /* the peer's chunk was mapped once, in round 0 */
-    EXPECT_EQ_INT(ranks[r].chunks.created, 1);
+    EXPECT_EQ_INT(afterFirst[r].openMappings, 1); /* a first communicator maps one chunk of its peer's, its slot's */
+    EXPECT_EQ_INT(stats.openMappings, 2);
+    /* The peer's two chunks (two communicators live at once) were mapped once each, in rounds 0 and 1: a comm made
+     * again takes a slot whose chunk its peer's arena keeps mapped. */
+    EXPECT_EQ_INT(stats.totalOpens, 2);
+    EXPECT_EQ_INT(ranks[r].chunks.created, 2);
   }
   EXPECT(simDestroy(ranks, &comms[1000 % 2]));
   for (int r = 0; r < 2; r++) {
     fcclMappingsGetStats(ranks[r].mappings, &stats);
     EXPECT_EQ_INT(stats.openMappings, 0);
-    EXPECT_EQ_INT(ranks[r].chunks.freed, 1); /* the last comm gone: the arena gives its memory back */
+    EXPECT_EQ_INT(ranks[r].chunks.freed, 2); /* the last comm gone: the arena gives its memory back */
     EXPECT_EQ_INT(fcclArenaDestroy(ranks[r].arena), fcclSuccess);
     EXPECT_EQ_INT(fcclMappingsDestroy(ranks[r].mappings), fcclSuccess);
   }
 
   /* 10,000 init/destroy cycles: mappings back to zero, every chunk freed. */
   for (int r = 0; r < 2; r++) {
-    ranks[r].arena = newArena(&ranks[r].chunks, r, 4);
+    ranks[r].arena = newArena(&ranks[r].chunks, r, 1);
     ranks[r].mappings = newMappings(&ranks[r].maps);
   }
   ok = 1;
@@ -552,6 +640,15 @@ static void testPublicArguments(void) {
   EXPECT_EQ_INT(stats.size, sizeof(stats));
   EXPECT_EQ_INT(stats.openMappings, 0); /* nothing was ever mapped in this process */
   EXPECT_EQ_INT(stats.commRegistrations, 0);
+  EXPECT_EQ_INT(stats.arenaBytes, 0); /* nor allocated */
+  EXPECT_EQ_INT(stats.arenaChunks, 0);
+  EXPECT_EQ_INT(stats.commPeerBytes, 0);
+  /* A caller of the struct before the arena's fields. */
+  memset(&stats, 0xff, sizeof(stats));
+  stats.size = offsetof(fcclMemStats_t, arenaBytes);
+  EXPECT_EQ_INT(fcclCommGetMemStats(NULL, &stats), fcclSuccess);
+  EXPECT_EQ_INT(stats.commGraphRegistrations, 0);
+  EXPECT(stats.arenaBytes == UINT64_MAX && stats.commPeerBytes == UINT64_MAX);
   /* An older caller's smaller struct: the fields beyond its size are not written. */
   memset(&stats, 0xff, sizeof(stats));
   stats.size = offsetof(fcclMemStats_t, totalOpens);
@@ -777,6 +874,8 @@ int main(void) {
   testThreads();
   testChooseSlot();
   testArena();
+  testPeerArena();
+  testProcessArenaDefault();
   testReinitPattern();
   testPublicArguments();
   testChunkKeys();

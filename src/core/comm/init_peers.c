@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The init task's steps with its peers (init_task.c): every rank's information gathered and checked, the peer
- * processes watched for their end (monitor.c), and the path every rank decides alike (path.c). Each step is
- * collective over the communicator's bootstrap.
+ * processes watched for their end (monitor.c), and the path every rank decides alike (path.c; a GPU shared through
+ * CUDA MPS is one of its inputs). Each step is collective over the communicator's bootstrap.
  */
 #include "init.h"
 
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
+#include "cudawrap.h"
 #include "fccl_build_config.h"
 #include "monitor.h"
 #include "ncclwrap.h"
@@ -152,6 +153,10 @@ fcclResult_t fcclCommChoosePath(struct fcclComm* comm, struct fcclPathDecision* 
     mine->p2pDisable = in.p2pDisable;
   }
   fcclResult_t res = localPeerAccess(comm, &mine->peerAccess);
+  /* Whether this GPU is shared through CUDA MPS travels in the record: every rank decides with every GPU's. */
+  int mps = 0;
+  if (res == fcclSuccess) res = fcclCudaDeviceMpsEnabled(comm->cudaDev, &mps);
+  mine->mps = mps;
   mine->ncclLoaded = fcclNcclLoaded(&in.ncclWhy);
   /* NCCL reads NCCL_HOSTID itself (not a parameter of fccl's): the host NCCL will see this process on. */
   mine->ncclHost = fcclPathNcclHost(getenv("NCCL_HOSTID"), fcclPeerMachineHash());
