@@ -223,10 +223,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
         fprintf(stderr, "%s: could not count the GPUs (the probe process failed)\n", program);
       return 2;
     }
-    if (nDevices == 0) {
-      fprintf(stderr, "%s: no GPU to run on: %s. The benchmark needs at least one CUDA GPU.\n", program, msg);
-      return 2;
-    }
+    if (nDevices == 0) return toolReportNoGpu(program, msg);
     if (benchPlanLocal(args, nDevices, &process.layout, err, sizeof(err)) != 0) {
       fprintf(stderr, "%s: %s\n", program, err);
       return 2;
@@ -280,11 +277,13 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
             useMpi ? " (-g works with MPI)" : "");
     return 2;
   }
-  int nVisible = 0;
-  if (cudaGetDeviceCount(&nVisible) != cudaSuccess || nVisible == 0) {
-    (void)cudaGetLastError();
-    fprintf(stderr, "%s: rank %d: no GPU to run on\n", program, process.env.rank);
-    return 2;
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  const int nVisible = cuda.deviceCount;
+  if (nVisible == 0) {
+    char reason[320];
+    snprintf(reason, sizeof(reason), "rank %d: %s", process.env.rank, cuda.noGpu);
+    return toolReportNoGpu(program, reason);
   }
   process.layout.nProcs = process.env.size;
   process.layout.nThreads = 1;
