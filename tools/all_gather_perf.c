@@ -19,19 +19,14 @@ static benchCounts_t allGatherCounts(size_t count, int nranks) {
   return (benchCounts_t){count, count * (size_t)nranks};
 }
 
-static int allGatherLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
-                           int type, int op, int root) {
-  return agent->engines[engine].ops->allGather(agent, engine, gpu, send, recv, count, type, op, root);
-}
-
 static const benchCollective_t allGather = {
     .program = "all_gather_perf",
+    .call = BENCH_CALL_ALL_GATHER,
     .busFactor = allGatherBusFactor,
     .counts = allGatherCounts,
-    .sizeIsLargest = 1,
+    .perRank = 1,
     .hasRoot = 0,
     .hasOp = 0,
-    .launch = allGatherLaunch,
     .result = benchAllGatherResult, /* rank q's block at q x count */
 };
 

@@ -18,19 +18,14 @@ static benchCounts_t reduceScatterCounts(size_t count, int nranks) {
   return (benchCounts_t){count * (size_t)nranks, count};
 }
 
-static int reduceScatterLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
-                               int type, int op, int root) {
-  return agent->engines[engine].ops->reduceScatter(agent, engine, gpu, send, recv, count, type, op, root);
-}
-
 static const benchCollective_t reduceScatter = {
     .program = "reduce_scatter_perf",
+    .call = BENCH_CALL_REDUCE_SCATTER,
     .busFactor = reduceScatterBusFactor,
     .counts = reduceScatterCounts,
-    .sizeIsLargest = 1,
+    .perRank = 1,
     .hasRoot = 0,
     .hasOp = 1,
-    .launch = reduceScatterLaunch,
     .result = benchReduceScatterResult, /* rank r: block r of the reduction */
 };
 
