@@ -611,7 +611,7 @@ void benchPrintUsage(FILE* out, const char* program, unsigned takes) {
   fprintf(out,
           "fccl's own:\n"
           "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
-          "  --compare nccl            run NCCL %s and print it beside fccl\n"
+          "  --compare nccl            %s\n"
           "  --path fccl|nccl|hier|auto  which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
@@ -622,7 +622,8 @@ void benchPrintUsage(FILE* out, const char* program, unsigned takes) {
           "  -h,--help                 this text\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",
-          takes & BENCH_TAKES_DATA ? "on the same buffers" : "beside it");
+          takes & BENCH_TAKES_DATA ? "run NCCL on the same buffers and print it beside fccl"
+                                   : "time NCCL's usual stand-in (an all-reduce of one float) beside fccl");
 }
 
 size_t benchSweepNext(const benchArgs_t* args, size_t bytes) {

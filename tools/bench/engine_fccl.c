@@ -4,6 +4,8 @@
  */
 #include "runtime_internal.h"
 
+#include "collective.h"
+
 #include "fccl.h"
 
 #include <stdio.h>
@@ -214,10 +216,13 @@ static int fcclAllToAllOp(benchAgent_t* agent, int engine, int gpu, const void* 
 }
 
 /* One thread driving several GPUs: on the fccl path the collectives only enqueue (fccl.h: Blocks: no), so no
- * bracket is needed; on the NCCL path NCCL's first call between ranks connects them and needs every rank's call,
- * so the launches of all local GPUs go in one group, as with NCCL itself. */
+ * bracket is needed; on the NCCL path, and for the calls NCCL carries on every path (send/recv, all-to-all), NCCL's
+ * first call between ranks connects them and needs every rank's call, so the launches of all local GPUs go in one
+ * group, as with NCCL itself. */
 static int ncclPathGroup(benchAgent_t* agent, int engine) {
   if (agent->nLocal < 2) return 0;
+  const benchCollective_t* collective = agent->test->collective;
+  if (collective && (collective->call == BENCH_CALL_SEND_RECV || collective->call == BENCH_CALL_ALL_TO_ALL)) return 1;
   fcclPath_t path;
   return fcclCommGetPath(commOf(agent, engine, 0), &path, NULL) == fcclSuccess && path == fcclPathNccl;
 }

@@ -101,7 +101,7 @@ void benchPrintHeader(benchAgent_t* agent) {
     printf(" \n");
   }
   if (args->runCycles == 0)
-    printf("# Run cycles: until SIGINT or SIGTERM (-N 0); the run stops after the row in flight\n");
+    printf("# Run cycles: until SIGINT or SIGTERM (-N 0), which stop the run after the measurement in flight\n");
   if (strcmp(FCCL_BUILD_TYPE, "debug") == 0)
     printf("# Warning: a debug build (-O0): these are not the times of an optimised fccl; ./scripts/bench measures "
            "a release build\n");
