@@ -2,7 +2,8 @@
 /*
  * all_gather_perf: nccl-tests' all-gather benchmark for fccl, with the same flags, table columns and bus-bandwidth
  * factor ((n - 1) / n); algbw counts the gathered buffer, as nccl-tests does. Sizes (-b, -e and the size column)
- * are the gathered buffer's, as nccl-tests has them: each rank sends 1/nranks of the size (docs/benchmark.md). With
+ * are the gathered buffer's, as nccl-tests has them: each rank sends 1/nranks of the size, rounded down to 16 bytes,
+ * and the count column is that sendcount (docs/benchmark.md). With
  * --compare nccl the same sizes run through ncclAllGather on the same buffers; -R 1/2 registers them with both
  * libraries. Every element is checked bit for bit (-c).
  *
@@ -25,6 +26,8 @@ static const benchCollective_t allGather = {
     .busFactor = allGatherBusFactor,
     .counts = allGatherCounts,
     .perRank = 1,
+    .alignBytes = 16, /* nccl-tests 2.19: a rank's block rounded down to 16 bytes, the count column shows it */
+    .countIsCall = 1,
     .hasRoot = 0,
     .hasOp = 0,
     .result = benchAllGatherResult, /* rank q's block at q x count */

@@ -522,6 +522,20 @@ void testSizes(void) {
   EXPECT_EQ_INT(benchCountOf(8, benchFloat64), 1);
   EXPECT_EQ_INT(benchCountOf(7, benchFloat32), 1);
   EXPECT_EQ_INT(benchCountOf(1, benchBfloat16), 0);
+  /* A call's count against nccl-tests' own rule (2.19, all_gather.cu and alltoall.cu): (count / nranks) &
+   * ~(16 / eltSize - 1); without perRank the size's elements (all_reduce.cu, broadcast.cu). */
+  for (int type = 0; type < BENCH_NUM_TYPES; type++) {
+    for (int nranks = 1; nranks <= 9; nranks++) {
+      for (size_t bytes = 0; bytes < 5000; bytes += 7) {
+        const size_t elt = benchTypeSize(type), count = bytes / elt;
+        EXPECT_EQ_INT(benchCallCount(bytes, type, nranks, 1, 16), (count / (size_t)nranks) & ~(16 / elt - 1));
+        EXPECT_EQ_INT(benchCallCount(bytes, type, nranks, 0, 0), count);
+      }
+    }
+  }
+  EXPECT_EQ_INT(benchCallCount(8, benchFloat32, 2, 1, 16), 0); /* 8 B on 2 ranks: nccl-tests' size-0 row */
+  EXPECT_EQ_INT(benchCallCount(1 << 20, benchFloat32, 8, 1, 16), 32768);
+  EXPECT_EQ_INT(benchCallCount(100, benchInt8, 3, 1, 0), 33);
   EXPECT(fabs(benchAlgBw(1000000000, 1.0) - 1.0) < 1e-12);
   EXPECT(fabs(benchAlgBw(256 << 20, 856.6e-6) - 313.37) < 0.01);
   EXPECT(benchAllReduceBusFactor(1) == 0.0);

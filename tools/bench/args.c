@@ -655,6 +655,15 @@ size_t benchCountOf(size_t bytes, int type) {
   return size ? bytes / size : 0;
 }
 
+size_t benchCallCount(size_t bytes, int type, int nranks, int perRank, int alignBytes) {
+  size_t count = benchCountOf(bytes, type);
+  if (perRank && nranks > 0) count /= (size_t)nranks;
+  const size_t size = benchTypeSize(type);
+  const size_t unit = alignBytes > 0 && size > 0 ? (size_t)alignBytes / size : 1;
+  if (unit > 1) count -= count % unit;
+  return count;
+}
+
 double benchAlgBw(size_t bytes, double seconds) { return seconds > 0 ? (double)bytes / 1.0e9 / seconds : 0.0; }
 
 double benchAllReduceBusFactor(int nranks) { return nranks > 0 ? 2.0 * (nranks - 1) / nranks : 0.0; }

@@ -120,6 +120,10 @@ size_t benchSweepNext(const benchArgs_t* args, size_t bytes);
 int benchSweepLength(const benchArgs_t* args);
 /* Elements of `type` in `bytes`, as nccl-tests counts them (rounded down). */
 size_t benchCountOf(size_t bytes, int type);
+/* A call's count for a sweep size, as nccl-tests (2.19) computes it: the size's elements, or (perRank) a rank's share
+ * of them rounded down to whole alignBytes (16 for the all-gather, reduce-scatter, all-to-all, gather and scatter;
+ * 0: not rounded). */
+size_t benchCallCount(size_t bytes, int type, int nranks, int perRank, int alignBytes);
 
 /* Algorithm bandwidth in GB/s (1e9 bytes per second) for bytes moved in seconds. */
 double benchAlgBw(size_t bytes, double seconds);

@@ -37,21 +37,11 @@ unsigned benchCollectiveTakes(const benchCollective_t* collective) {
          (collective->hasRoot ? BENCH_TAKES_ROOT : 0);
 }
 
-/* The call's count for a size of bytes, as nccl-tests computes it: the size's elements, or (per rank) their share,
- * rounded down to whole alignBytes. */
-static size_t callCountOf(const benchCollective_t* collective, size_t bytes, int type, int nranks) {
-  size_t count = benchCountOf(bytes, type);
-  if (collective->perRank) count /= (size_t)nranks;
-  const size_t unit = collective->alignBytes > 0 ? (size_t)collective->alignBytes / benchTypeSize(type) : 1;
-  if (unit > 1) count -= count % unit;
-  return count;
-}
-
 static collCall_t makeCall(const benchAgent_t* agent, size_t bytes, int type, int op, int root, int inPlace) {
   collCall_t call;
   memset(&call, 0, sizeof(call));
   call.collective = agent->test->collective;
-  call.count = callCountOf(call.collective, bytes, type, agent->nranks);
+  call.count = benchCallCount(bytes, type, agent->nranks, call.collective->perRank, call.collective->alignBytes);
   call.elems = call.collective->counts(call.count, agent->nranks);
   call.bytes = (call.elems.send > call.elems.recv ? call.elems.send : call.elems.recv) * benchTypeSize(type);
   call.type = type;
