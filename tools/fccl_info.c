@@ -402,6 +402,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   fcclParamWarnUnknown();
+  if (algoRanks > 0 && showParams) {
+    /* --algo prints its table and nothing else: --params beside it would be ignored, so it is refused. */
+    fprintf(stderr, "%s: --params and --algo are alternatives (try --help)\n", argv[0]);
+    return 2;
+  }
   if (algoRanks > 0) {
     if (smCount <= 0) smCount = defaultSmCount();
     return collective >= 0 ? printMoveTable(collective, algoRanks, smCount) : printAlgoTable(algoRanks, smCount);

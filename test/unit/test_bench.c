@@ -70,6 +70,8 @@ static void expectArgs(const char* what, const benchArgs_t* got, const benchArgs
   EXPECT_FIELD(shareGpu);
   EXPECT_FIELD(injectCorruption);
   EXPECT_FIELD(progress);
+  EXPECT_FIELD(perIterTiming);
+  EXPECT_FIELD(perIterSkip);
 #undef EXPECT_FIELD
   const char* paths[2][2] = {{got->jsonPath, want->jsonPath}, {got->csvPath, want->csvPath}};
   for (int i = 0; i < 2; i++)
@@ -97,14 +99,15 @@ void testDefaultsAndFlags(void) {
   want.op = benchSum;
   want.average = 1;
   want.progress = -1;
+  want.takes = BENCH_TAKES_ALL;
   expectArgs("defaults", &args, &want);
   const benchArgs_t defaults = want;
 
   /* A typical nccl-tests command line, every flag it shares with fccl (-z goes with eager launches: below). */
-  int status = parse(&args, err, sizeof(err), "-b", "8", "-e", "128M", "-f", "2", "-g", "2", "-t", "3", "-n",
-                     "50", "-w", "10", "-N", "3", "-c", "0", "-d", "bfloat16", "-o", "all", "-G", "20", "-a", "3",
-                     "-T", "30", "-u", "3", "-R", "2", "-J", "out.json", "-p", "1", "-C", "1", "-S", "1", "-M", "1",
-                     "-r", "0", "-I", "0", "-K", "0", "-y", "0", "-D", "0", NULL);
+  int status = parse(&args, err, sizeof(err), "-b", "8", "-e", "128M", "-f", "2", "-g", "2", "-t", "3", "-n", "50",
+                     "-w", "10", "-N", "3", "-c", "0", "-d", "bfloat16", "-o", "all", "-G", "20", "-a", "3", "-T", "30",
+                     "-u", "3", "-R", "2", "-J", "out.json", "-p", "1", "-C", "1", "-S", "1", "-M", "1", "-r", "0",
+                     "-I", "0", "-K", "0", "-y", "0", "-D", "0", "-x", "0", "-V", "16", NULL);
   EXPECT_EQ_INT(status, BENCH_PARSE_OK);
   want.minBytes = 8;
   want.maxBytes = 128 << 20;
@@ -253,20 +256,24 @@ static const badFlags_t badFlags[] = {
     {{"-z", "4"}, "-z: 0 (off), 1 (wait and barrier), 2 (wait, no barrier) or 3"},
     {{"-z", "-1"}, "not -1"},
     {{"-z", "1", "-G", "5"}, "-z 1 with -G 5: a CUDA graph launches its operations with no host in between"},
-    {{"-G", "5", "--blocking", "3"}, "use one or the other"},
-    {{"-N", "0"}, "-N 0 (run forever) is not supported: give a number of cycles, 1 to 100000"},
-    {{"-N", "-1"}, "1 to 100000"},
-    {{"--run_cycles", "100001"}, "1 to 100000"},
+    {{"-G", "5", "--blocking", "2"}, "use one or the other"},
+    {{"-N", "-1"}, "0 (until SIGINT or SIGTERM) to 100000"},
+    {{"--run_cycles", "100001"}, "0 (until SIGINT or SIGTERM) to 100000"},
     {{"-S", "2"}, "0 or 1"},
     {{"-M", "2"}, "0 or 1"},
     {{"--memory=3"}, "0 or 1"},
-    /* nccl-tests' flags fccl's benchmark does not have: a clear refusal, not "unknown flag" */
-    {{"-I", "1"}, "-I 1: per-iteration timing (nccl-tests' i_min, i_max, i_p99, i_cv% columns) is not supported"},
-    {{"-K", "10"}, "-K 10: skipping iterations of the per-iteration statistics is not supported"},
+    /* nccl-tests' flags for NCCL alone: their default accepted, other values refused with the reason */
+    {{"-I", "2"}, "-I: 0 or 1, not 2"},
+    {{"-K", "x"}, "not an integer"},
     {{"-y", "1"}, "-y 1: the NULL stream is not supported"},
-    {{"-x", "0"}, "-x: NCCL's CTA policy is not supported"},
+    {{"-x", "1"},
+     "-x 1: NCCL's CTA policies (1 efficiency, 2 zero) are not supported: fccl's communicators have none; "
+     "only -x 0"},
+    {{"--cta_policy", "2"}, "only --cta_policy 0 (NCCL's default policy)"},
     {{"-D", "1"}, "-D 1: NCCL's device-API implementations are not supported"},
-    {{"-V", "16"}, "-V: the CTA count of NCCL's device-API implementations (-D) is not supported"},
+    {{"-V", "32"},
+     "-V 32: the CTA count of NCCL's device-API implementations (-D above 0) is not supported; only "
+     "-V 16 (nccl-tests' default)"},
     {{"-C", "-1"}, "0 or 1"},
     {{"-p", "7"}, "0 or 1"},
     {{"--progress", "2"}, "0 or 1"},
@@ -303,11 +310,151 @@ void testFlagErrors(void) {
   char* text = NULL;
   size_t len = 0;
   FILE* out = open_memstream(&text, &len);
-  benchPrintUsage(out, "all_reduce_perf");
+  benchPrintUsage(out, "all_reduce_perf", BENCH_TAKES_ALL);
   fclose(out);
   EXPECT_STR_CONTAINS(text, "USAGE: all_reduce_perf");
   EXPECT_STR_CONTAINS(text, "--compare nccl");
   EXPECT_STR_CONTAINS(text, "-G,--cudagraph");
+  EXPECT_STR_CONTAINS(text, "-I,--per_iter_timing");
+  free(text);
+}
+
+/* -I, -K, -N 0, and what nccl-tests (2.19) resolves with a warning instead of an error: the same changes, its words. */
+void testPerIterAndForever(void) {
+  benchArgs_t args;
+  char err[256] = "";
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-I", "1", "-K", "5", "-n", "50", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterTiming, 1);
+  EXPECT_EQ_INT(args.perIterSkip, 5);
+  EXPECT_MSG(args.notice[0] == '\0', "a notice for a valid -I -K: %s", args.notice);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--per_iter_timing=1", "--per_iter_skip", "0", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterTiming, 1);
+  /* -I under -G: off, as nccl-tests turns it off. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-I", "1", "-G", "10", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterTiming, 0);
+  EXPECT_STR_CONTAINS(args.notice, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.\n");
+  /* -z 3 under -G: off, where -z 1 and 2 stay refused. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-z", "3", "-G", "5", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.blocking, BENCH_BLOCKING_OFF);
+  EXPECT_EQ_INT(args.graphLaunches, 5);
+  EXPECT_STR_CONTAINS(args.notice, "blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling.");
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-z", "2", "-G", "5", NULL), BENCH_PARSE_ERROR);
+  EXPECT_STR_CONTAINS(err, "use one or the other");
+  /* -K out of range, or without -I: 0. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-I", "1", "-K", "20", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterSkip, 0);
+  EXPECT_STR_CONTAINS(args.notice, "per-iteration skip (-K) must be between 0 and 19. Disabling.");
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-I", "1", "-K", "-1", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterSkip, 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-K", "3", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.perIterSkip, 0);
+  EXPECT_STR_CONTAINS(args.notice, "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.");
+  /* Both -I and -K resolved under -G: two lines, in nccl-tests' order. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-I", "1", "-K", "2", "-G", "1", NULL), BENCH_PARSE_OK);
+  EXPECT_MSG(strcmp(args.notice,
+                    "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.\n"
+                    "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.\n") == 0,
+             "notice: %s", args.notice);
+  /* -N 0: until a signal. */
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "-N", "0", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.runCycles, 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--run_cycles=0", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.runCycles, 0);
+}
+
+/* Parses argv[1..] for a program that honours takes. */
+static int parseFor(unsigned takes, benchArgs_t* args, char* err, size_t errLen, const char* flag, const char* value) {
+  char* argv[3] = {"program", (char*)flag, (char*)value};
+  benchArgsDefaults(args);
+  args->takes = takes;
+  return benchParseArgs(value ? 3 : 2, argv, args, err, errLen);
+}
+
+static char* usageOf(const char* program, unsigned takes) {
+  char* text = NULL;
+  size_t len = 0;
+  FILE* out = open_memstream(&text, &len);
+  benchPrintUsage(out, program, takes);
+  fclose(out);
+  return text;
+}
+
+/* Each program honours what it lists: barrier_perf (not one of nccl-tests') refuses the flags it has no use for;
+ * nccl-tests' programs accept every nccl-tests flag, as nccl-tests' do, and list the ones without effect apart. */
+void testProgramFlags(void) {
+  static const struct {
+    const char* flag;
+    const char* value;
+  } notBarrier[] = {{"-b", "8"},     {"-e", "64M"}, {"-i", "1"},  {"-f", "2"},         {"-c", "1"},
+                    {"-d", "float"}, {"-o", "sum"}, {"-r", "0"},  {"-u", "1"},         {"-R", "1"},
+                    {"-I", "1"},     {"-K", "0"},   {"-p", "1"},  {"-m", "1"},         {"-y", "0"},
+                    {"-x", "0"},     {"-D", "0"},   {"-V", "16"}, {"--minbytes", "8"}, {"--inject-corruption", NULL}};
+  benchArgs_t args;
+  char err[256];
+  for (size_t i = 0; i < sizeof(notBarrier) / sizeof(notBarrier[0]); i++) {
+    EXPECT_MSG(parseFor(0, &args, err, sizeof(err), notBarrier[i].flag, notBarrier[i].value) == BENCH_PARSE_ERROR,
+               "barrier_perf took %s", notBarrier[i].flag);
+    EXPECT_STR_CONTAINS(err, "does not apply to this program (see --help)");
+    EXPECT_EQ_INT(parseFor(BENCH_TAKES_ALL, &args, err, sizeof(err), notBarrier[i].flag, notBarrier[i].value),
+                  BENCH_PARSE_OK);
+  }
+  static const struct {
+    const char* flag;
+    const char* value;
+  } everyone[] = {{"-n", "5"},           {"-w", "2"},      {"-N", "0"},           {"-z", "1"},
+                  {"-G", "2"},           {"-a", "2"},      {"-T", "9"},           {"-C", "1"},
+                  {"-S", "1"},           {"-M", "1"},      {"-t", "2"},           {"-g", "2"},
+                  {"-J", "x.json"},      {"-np", "2"},     {"--compare", "nccl"}, {"--csv", "x.csv"},
+                  {"--share-gpu", NULL}, {"--hosts", "2"}, {"--path", "nccl"},    {"--progress", "0"}};
+  for (size_t i = 0; i < sizeof(everyone) / sizeof(everyone[0]); i++)
+    EXPECT_MSG(parseFor(0, &args, err, sizeof(err), everyone[i].flag, everyone[i].value) == BENCH_PARSE_OK,
+               "barrier_perf refused %s: %s", everyone[i].flag, err);
+  /* An nccl-tests program without op or root (all_gather_perf) accepts -o and -r as nccl-tests' does; a value is
+   * still checked. */
+  const unsigned allGather = BENCH_TAKES_DATA | BENCH_TAKES_PER_ITER | BENCH_TAKES_NCCL_TESTS;
+  EXPECT_EQ_INT(parseFor(allGather, &args, err, sizeof(err), "-o", "prod"), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(parseFor(allGather, &args, err, sizeof(err), "-r", "1"), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(parseFor(allGather, &args, err, sizeof(err), "-o", "mean"), BENCH_PARSE_ERROR);
+  EXPECT_EQ_INT(parseFor(allGather, &args, err, sizeof(err), "-x", "2"), BENCH_PARSE_ERROR);
+
+  /* --help lists what the program honours, and under "without effect" what it only accepts. */
+  char* text = usageOf("barrier_perf", 0);
+  EXPECT_STR_CONTAINS(text, "USAGE: barrier_perf");
+  static const char* const absent[] = {"--minbytes",       "--datatype",    "--op",
+                                       "--root",           "--check",       "--unalign",
+                                       "--local_register", "--per_iter",    "--parallel_init",
+                                       "--agg_iters",      "--stream_null", "--cta_policy",
+                                       "--device_",        "without effect"};
+  for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+    EXPECT_MSG(strstr(text, absent[i]) == NULL, "barrier_perf --help lists %s:\n%s", absent[i], text);
+  static const char* const present[] = {"-n,--iters",
+                                        "-w,--warmup_iters",
+                                        "-N,--run_cycles",
+                                        "-z,--blocking",
+                                        "-G,--cudagraph",
+                                        "-a,--average",
+                                        "-T,--timeout",
+                                        "-C,--report_cputime",
+                                        "-S,--report_timestamps",
+                                        "-M,--memory_report",
+                                        "-J,--output_file",
+                                        "--compare nccl",
+                                        "--csv",
+                                        "--share-gpu",
+                                        "--hosts",
+                                        "-np,--nprocs"};
+  for (size_t i = 0; i < sizeof(present) / sizeof(present[0]); i++) EXPECT_STR_CONTAINS(text, present[i]);
+  free(text);
+  text = usageOf("all_gather_perf", allGather);
+  EXPECT_STR_CONTAINS(text, "-b,--minbytes");
+  EXPECT_STR_CONTAINS(text, "-I,--per_iter_timing");
+  EXPECT_MSG(strstr(text, "  -o,--op <op|all>") == NULL && strstr(text, "  -r,--root <rank>") == NULL,
+             "all_gather_perf --help lists -o or -r as honoured:\n%s", text);
+  EXPECT_STR_CONTAINS(text, "-o,--op (all_gather_perf has no reduction)");
+  EXPECT_STR_CONTAINS(text, "-r,--root (all_gather_perf has no root)");
+  free(text);
+  text = usageOf("broadcast_perf", allGather | BENCH_TAKES_ROOT);
+  EXPECT_STR_CONTAINS(text, "  -r,--root <rank>");
   free(text);
 }
 
@@ -375,6 +522,20 @@ void testSizes(void) {
   EXPECT_EQ_INT(benchCountOf(8, benchFloat64), 1);
   EXPECT_EQ_INT(benchCountOf(7, benchFloat32), 1);
   EXPECT_EQ_INT(benchCountOf(1, benchBfloat16), 0);
+  /* A call's count against nccl-tests' own rule (2.19, all_gather.cu and alltoall.cu): (count / nranks) &
+   * ~(16 / eltSize - 1); without perRank the size's elements (all_reduce.cu, broadcast.cu). */
+  for (int type = 0; type < BENCH_NUM_TYPES; type++) {
+    for (int nranks = 1; nranks <= 9; nranks++) {
+      for (size_t bytes = 0; bytes < 5000; bytes += 7) {
+        const size_t elt = benchTypeSize(type), count = bytes / elt;
+        EXPECT_EQ_INT(benchCallCount(bytes, type, nranks, 1, 16), (count / (size_t)nranks) & ~(16 / elt - 1));
+        EXPECT_EQ_INT(benchCallCount(bytes, type, nranks, 0, 0), count);
+      }
+    }
+  }
+  EXPECT_EQ_INT(benchCallCount(8, benchFloat32, 2, 1, 16), 0); /* 8 B on 2 ranks: nccl-tests' size-0 row */
+  EXPECT_EQ_INT(benchCallCount(1 << 20, benchFloat32, 8, 1, 16), 32768);
+  EXPECT_EQ_INT(benchCallCount(100, benchInt8, 3, 1, 0), 33);
   EXPECT(fabs(benchAlgBw(1000000000, 1.0) - 1.0) < 1e-12);
   EXPECT(fabs(benchAlgBw(256 << 20, 856.6e-6) - 313.37) < 0.01);
   EXPECT(benchAllReduceBusFactor(1) == 0.0);
@@ -395,12 +556,15 @@ void testSizes(void) {
 int main(void) {
   testDefaultsAndFlags();
   testFlagErrors();
+  testPerIterAndForever();
+  testProgramFlags();
   testWritable();
   testSizes();
   testFloatColumns();
   testTable();
   testTimestampsAndMemory();
   testCsvAndJson();
+  testPerIter();
   testHalfAndBf16();
   testChecker();
   testCheckerResults();
@@ -409,5 +573,6 @@ int main(void) {
   testPlan();
   testPlanHosts();
   testForkLauncher();
+  testStopOnSignal();
   return testSummary("bench");
 }

@@ -16,6 +16,8 @@ int parse(benchArgs_t* args, char* err, size_t errLen, ...) __attribute__((senti
 /* test_bench.c: flags and the size sweep (args.c) */
 void testDefaultsAndFlags(void);
 void testFlagErrors(void);
+void testPerIterAndForever(void);
+void testProgramFlags(void);
 void testWritable(void);
 void testSizes(void);
 /* test_bench_report.c */
@@ -23,6 +25,7 @@ void testFloatColumns(void);
 void testTable(void);
 void testTimestampsAndMemory(void);
 void testCsvAndJson(void);
+void testPerIter(void);
 /* test_bench_checker.c */
 void testHalfAndBf16(void);
 void testChecker(void);
@@ -33,5 +36,6 @@ void testLaunchVariables(void);
 void testPlan(void);
 void testPlanHosts(void);
 void testForkLauncher(void);
+void testStopOnSignal(void);
 
 #endif /* FCCL_TEST_BENCH_H_ */

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -308,4 +309,122 @@ void testForkLauncher(void) {
   EXPECT_EQ_INT(errno, ETIMEDOUT);
   seconds = secondsSince(&start);
   EXPECT_MSG(seconds >= 0.9 && seconds < 10, "the hanging probe was given up after %.1f s, not 1", seconds);
+}
+
+/* ---- the exchange of many values, and -N 0's stop on a signal ---------------------------------------------------- */
+
+static void* gatherRegion;
+
+/* 600 doubles per agent: three pieces of the exchange's slot; every agent must get every agent's, in order. */
+static int gatherRank(int rank, int nranks, void* arg) {
+  (void)arg;
+  benchOob_t oob;
+  benchOobShmInit(&oob, gatherRegion, rank, 20);
+  enum { N = 600 };
+  double mine[N], all[3 * N];
+  for (int i = 0; i < N; i++) mine[i] = rank * 1000.0 + i;
+  if (benchOobGatherDoubles(&oob, mine, N, all) != 0) return 10;
+  for (int a = 0; a < nranks; a++)
+    for (int i = 0; i < N; i++)
+      if (all[(size_t)a * N + i] != a * 1000.0 + i) return 11;
+  /* n = 0 is one exchange too: the barrier after it pairs with everyone's. */
+  if (benchOobGatherDoubles(&oob, mine, 0, all) != 0 || benchOobBarrier(&oob) != 0) return 12;
+  return 0;
+}
+
+enum { STOP_RANKS = 3, STOP_MAX_ROUNDS = 200000 };
+
+typedef struct {
+  void* region;     /* the exchange */
+  int raiseAtRound; /* the round at which rank 1 signals itself; -1: never (the launcher gets the signal) */
+} stopRun_t;
+
+/* A rank of a -N 0 run: a round of 1 ms of work, then the agreement of every rank (benchStopAgreed's reduction of
+ * the flag); afterwards every rank must have stopped at the same round, and at (or one after) the one the signal came
+ * in when it was this rank's own. */
+static int stopRank(int proc, void* arg) {
+  const stopRun_t* run = (const stopRun_t*)arg;
+  benchOob_t oob;
+  benchOobShmInit(&oob, run->region, proc, 20);
+  int round = 0;
+  for (; round < STOP_MAX_ROUNDS; round++) {
+    struct timespec work = {0, 1000 * 1000};
+    nanosleep(&work, NULL);
+    if (proc == 1 && round == run->raiseAtRound) kill(getpid(), SIGINT);
+    double stop = benchStopRequested(run->region) ? 1 : 0;
+    if (benchOobReduce(&oob, &stop, 1, BENCH_REDUCE_MAX) != 0) return 20;
+    if (stop > 0) break;
+  }
+  double rounds[STOP_RANKS];
+  double mine = round;
+  if (round == STOP_MAX_ROUNDS || benchOobGatherDoubles(&oob, &mine, 1, rounds) != 0) return 21;
+  for (int r = 0; r < STOP_RANKS; r++)
+    if (rounds[r] != round) return 22;
+  if (run->raiseAtRound >= 0 && round != run->raiseAtRound) return 23;
+  return 0;
+}
+
+/* The launcher of a -N 0 run, in a child of the test (the handlers are per process): it installs the handlers, with
+ * the exchange or without (as under torchrun), and runs the ranks. Exits with benchForkRun's status. */
+static void stopLauncher(int withRegion, int raiseAtRound) {
+  stopRun_t run = {benchShmCreate(STOP_RANKS), raiseAtRound};
+  if (!run.region) _exit(30);
+  benchStopOnSignals(withRegion ? run.region : NULL);
+  _exit(benchForkRun(STOP_RANKS, stopRank, &run, benchShmAbort, 5));
+}
+
+/* Waits for pid at most seconds; its wait status, or -1 (killed after the bound). */
+static int waitBounded(pid_t pid, int seconds) {
+  int status = 0;
+  for (int waited = 0; waited < seconds * 100; waited++) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+void testStopOnSignal(void) {
+  gatherRegion = benchShmCreate(3);
+  int codes[3];
+  EXPECT_EQ_INT(testForkRanks(3, gatherRank, NULL, 60, codes), 0);
+  for (int r = 0; r < 3; r++) EXPECT_MSG(codes[r] == 0, "gather rank %d exited %d", r, codes[r]);
+  benchShmDestroy(gatherRegion);
+
+  /* SIGTERM to the launcher alone (kill PID, a job scheduler): the exchange's flag stops every rank at one round,
+   * and the launcher returns 0 instead of dying of the signal. */
+  fflush(stdout);
+  pid_t launcher = fork();
+  if (launcher == 0) stopLauncher(1, -1);
+  struct timespec running = {0, 300 * 1000 * 1000};
+  nanosleep(&running, NULL);
+  kill(launcher, SIGTERM);
+  int status = waitBounded(launcher, 30);
+  EXPECT_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+             "SIGTERM to the launcher: wait status %#x (exit %d)", status,
+             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+
+  /* SIGINT to one rank process alone, without the exchange's flag (the torchrun case): the agreement stops all of
+   * them at that rank's round. */
+  launcher = fork();
+  if (launcher == 0) stopLauncher(0, 40);
+  status = waitBounded(launcher, 30);
+  EXPECT_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+             "SIGINT to rank 1: wait status %#x (exit %d)", status, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+
+  /* The first signal only asks; the second ends the process at once (the handler resets itself). */
+  pid_t twice = fork();
+  if (twice == 0) {
+    benchStopOnSignals(NULL);
+    if (benchStopRequested(NULL) || benchStopSignal() != 0) _exit(40);
+    raise(SIGINT);
+    if (!benchStopRequested(NULL) || benchStopSignal() != SIGINT) _exit(41);
+    raise(SIGINT);
+    _exit(42); /* not reached */
+  }
+  status = waitBounded(twice, 30);
+  EXPECT_MSG(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+             "two SIGINTs: wait status %#x (exit %d)", status, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }

@@ -62,7 +62,7 @@ typedef struct {
 
 static void makeRows(tableCase_t* c, int nEngines) {
   memset(c, 0, sizeof(*c));
-  c->table = (benchTable_t){"all_reduce_perf", nEngines, {"fccl", "nccl"}, 0, 0};
+  c->table = (benchTable_t){"all_reduce_perf", nEngines, {"fccl", "nccl"}, 0, 0, 0};
   c->rows[0] = (benchRow_t){.bytes = 8, .count = 2, .type = benchFloat32, .op = benchSum, .root = -1};
   fillMeasure(&c->rows[0].m[0][0], 8, 6.21, 2, 0);
   fillMeasure(&c->rows[0].m[0][1], 8, 6.23, 2, 0);
@@ -261,11 +261,12 @@ void testCsvAndJson(void) {
   makeRows(&c, 2);
   char* text = capture(writeCsvCase, &c);
   static const char* const csv =
-      "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong\n"
-      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,out-of-place,6.210,0.0013,0.0013,0\n"
-      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,in-place,6.230,0.0013,0.0013,0\n"
-      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,out-of-place,12.420,0.0006,0.0006,0\n"
-      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,in-place,9.345,0.0009,0.0009,3\n";
+      "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,wrong,"
+      "i_min_us,i_max_us,i_p99_us,i_cv_pct\n"
+      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,out-of-place,6.210,0.0013,0.0013,0,,,,\n"
+      "all_reduce_perf,fccl,registered,20,2,8,2,float,sum,in-place,6.230,0.0013,0.0013,0,,,,\n"
+      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,out-of-place,12.420,0.0006,0.0006,0,,,,\n"
+      "all_reduce_perf,nccl,symmetric,20,2,8,2,float,sum,in-place,9.345,0.0009,0.0009,3,,,,\n";
   EXPECT_MSG(strcmp(text, csv) == 0, "csv:\n%s\n--- want ---\n%s", text, csv);
   free(text);
 
@@ -316,4 +317,135 @@ void testCsvAndJson(void) {
   benchRow_t row = {.bytes = 64u << 20, .count = 32u << 20, .type = benchBfloat16, .op = benchSum, .root = -1};
   benchFormatProgress(line, sizeof(line), 3, 28, &row, "nccl in-place");
   EXPECT_MSG(strcmp(line, "[ 3/28] bfloat16 sum 64 MiB nccl in-place") == 0, "progress: %s", line);
+}
+
+/* ---- -I ------------------------------------------------------------------------------------------------------- */
+
+static void printPerIterTable(FILE* out, void* ctx) {
+  tableCase_t* c = (tableCase_t*)ctx;
+  benchPrintTableHeader(out, &c->table);
+  benchPrintRow(out, &c->table, &c->rows[0]);
+}
+
+static void writePerIterJson(FILE* out, void* ctx) {
+  tableCase_t* c = (tableCase_t*)ctx;
+  toolJson_t json;
+  toolJsonInit(&json, out, BENCH_JSON_WRAP_DEPTH);
+  toolJsonBeginArray(&json, NULL);
+  benchJsonRow(&json, &c->table, &c->rows[0], 4);
+  toolJsonEnd(&json);
+}
+
+/* nccl-tests' per-iteration statistics and columns (src/util.cu: computeIterStats, writePerIterReport and the -I
+ * header of writeResultHeader), against the same numbers worked out here and text made with its printf formats. */
+void testPerIter(void) {
+  /* Ten samples: sorted 1..10 (us), the mean 5.5, the population standard deviation sqrt(8.25). */
+  const double times[10] = {7, 3, 10, 1, 9, 2, 8, 4, 6, 5};
+  benchIterStats_t st;
+  EXPECT_EQ_INT(benchIterStatsCompute(times, 10, 0, &st), 0);
+  EXPECT(st.valid && st.skipped == 0 && st.nTimes == 10 && st.timesUs == times);
+  EXPECT(st.minUs == 1 && st.maxUs == 10 && st.avgUs == 5.5);
+  EXPECT_MSG(st.p50Us == 6, "p50 %g: nccl-tests takes sorted[n / 2]", st.p50Us);
+  EXPECT_MSG(st.p95Us == 10 && st.p99Us == 10, "p95 %g p99 %g: nearest rank, ceil(10 p / 100) - 1 = 9", st.p95Us,
+             st.p99Us);
+  EXPECT(fabs(st.stdevUs - sqrt(8.25)) < 1e-12);
+  EXPECT(fabs(st.cvPct - sqrt(8.25) / 5.5 * 100.0) < 1e-9);
+  /* -K 4: the statistics of the last six (sorted 2, 4, 5, 6, 8, 9), the series whole. */
+  EXPECT_EQ_INT(benchIterStatsCompute(times, 10, 4, &st), 0);
+  EXPECT(st.skipped == 4 && st.nTimes == 10 && st.minUs == 2 && st.maxUs == 9 && st.p50Us == 6);
+  EXPECT(fabs(st.avgUs - 34.0 / 6.0) < 1e-12);
+  /* 200 samples 1..200: p95 is the 190th, p99 the 198th; p50 the 101st. */
+  double many[200];
+  for (int i = 0; i < 200; i++) many[i] = 200 - i;
+  EXPECT_EQ_INT(benchIterStatsCompute(many, 200, 0, &st), 0);
+  EXPECT_MSG(st.p95Us == 190 && st.p99Us == 198 && st.p50Us == 101, "p50 %g p95 %g p99 %g", st.p50Us, st.p95Us,
+             st.p99Us);
+  EXPECT_EQ_INT(benchIterStatsCompute(times, 10, 10, &st), -1); /* nothing left */
+  const double zeros[2] = {0, 0};
+  EXPECT_EQ_INT(benchIterStatsCompute(zeros, 2, 0, &st), 0);
+  EXPECT(st.cvPct == 0);
+
+  /* The table: nccl-tests' -I header, then each placement's four i_* columns. */
+  tableCase_t c;
+  makeRows(&c, 1);
+  c.table.perIter = 1;
+  const double iters[4] = {6.0, 6.5, 7.25, 12.0};
+  EXPECT_EQ_INT(benchIterStatsCompute(iters, 4, 0, &c.rows[0].m[0][0].iter), 0);
+  EXPECT_EQ_INT(benchIterStatsCompute(iters, 4, 1, &c.rows[0].m[0][1].iter), 0);
+  const benchIterStats_t* o = &c.rows[0].m[0][0].iter;
+  const benchIterStats_t* i = &c.rows[0].m[0][1].iter;
+  char want[4096], cells[8][16];
+  const double values[8] = {o->minUs, o->maxUs, o->p99Us, o->cvPct, i->minUs, i->maxUs, i->p99Us, i->cvPct};
+  for (int k = 0; k < 8; k++) benchFormatFloat(values[k], 7, cells[k], sizeof(cells[k]));
+  int used = snprintf(want, sizeof(want), "#\n");
+  used += snprintf(want + used, sizeof(want) - used,
+                   "# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                         "
+                   "       in-place (+ per-iteration)\n",
+                   "", "", "", "", "");
+  used += snprintf(want + used, sizeof(want) - used,
+                   "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  "
+                   "%7s  %7s %*s\n",
+                   "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max",
+                   "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", 0, "");
+  used += snprintf(want + used, sizeof(want) - used,
+                   "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  "
+                   "%7s  %7s %*s\n",
+                   "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
+                   "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", 0, "");
+  snprintf(want + used, sizeof(want) - used,
+           "%12li  %12li  %8s  %6s  %6s  %7s  %6s  %6s  %6g  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6g  %7s  %7s  %7s  "
+           "%7s\n",
+           8L, 2L, "float", "sum", "    -1", "   6.21", "  0.00", "  0.00", 0.0, cells[0], cells[1], cells[2], cells[3],
+           "   6.23", "  0.00", "  0.00", 0.0, cells[4], cells[5], cells[6], cells[7]);
+  char* text = capture(printPerIterTable, &c);
+  EXPECT_MSG(strcmp(text, want) == 0, "-I table:\n%s\n--- want ---\n%s", text, want);
+  free(text);
+
+  /* The JSON: nccl-tests' "<placement>_per_iter" after each placement, per-process series with several processes. */
+  const double processes[8] = {6.0, 6.5, 7.0, 12.0, 5.0, 6.25, 7.25, 11.0};
+  c.rows[0].m[0][0].iter.processUs = processes;
+  c.rows[0].m[0][0].iter.nProcesses = 2;
+  text = capture(writePerIterJson, &c);
+  EXPECT_STR_CONTAINS(text,
+                      "\"nwrong\": 0},\n    \"out_of_place_per_iter\": {\"skipped_iterations\": 0, "
+                      "\"min_us\": 6, \"max_us\": 12, \"avg_us\": 7.9375, \"p50_us\": 7.25, \"p95_us\": 12, "
+                      "\"p99_us\": 12, ");
+  EXPECT_STR_CONTAINS(text,
+                      "\"times_us\": [6, 6.5, 7.25, 12], \"per_process_max_times_us\": [[6, 6.5, 7, 12], "
+                      "[5, 6.25, 7.25, 11]]},\n    \"in_place\": {");
+  EXPECT_STR_CONTAINS(text, "\"in_place_per_iter\": {\"skipped_iterations\": 1, \"min_us\": 6.5, ");
+  free(text);
+
+  /* The CSV fills the i_* columns. */
+  text = capture(writeCsvCase, &c);
+  EXPECT_STR_CONTAINS(text, ",out-of-place,6.210,0.0013,0.0013,0,6.000,12.000,12.000,");
+  free(text);
+
+  /* A placement not run (an all-to-all in place): N/A throughout, null in the JSON, left out of the CSV and of the
+   * footer's averages. */
+  makeRows(&c, 1);
+  memset(&c.rows[0].m[0][1], 0, sizeof(c.rows[0].m[0][1]));
+  text = capture(printPerIterTable, &c);
+  EXPECT_STR_CONTAINS(text, "       0      N/A     N/A     N/A    N/A\n");
+  free(text);
+  text = capture(writePerIterJson, &c);
+  EXPECT_STR_CONTAINS(text, "\"in_place\": null");
+  free(text);
+  text = capture(writeCsvCase, &c);
+  EXPECT_MSG(strstr(text, "in-place") == NULL, "csv has the placement not run:\n%s", text);
+  free(text);
+  benchSummary_t summary;
+  benchSummarize(&c.table, c.rows, 1, &summary);
+  EXPECT(fabs(summary.avgBusBw[0] - c.rows[0].m[0][0].busBw) < 1e-12);
+
+  /* The footer's sums row by row equal the ones over all rows. */
+  makeRows(&c, 2);
+  benchSummaryAcc_t acc;
+  memset(&acc, 0, sizeof(acc));
+  for (int r = 0; r < 2; r++) benchSummaryAdd(&c.table, &acc, &c.rows[r]);
+  benchSummary_t added, whole;
+  benchSummaryFinish(&c.table, &acc, &added);
+  benchSummarize(&c.table, c.rows, 2, &whole);
+  EXPECT(memcmp(&added, &whole, sizeof(added)) == 0);
+  EXPECT_EQ_INT(acc.rows, 2);
 }

@@ -105,12 +105,24 @@ static int destroyOne(benchAgent_t* agent, int gpu, void* arg) {
 /* ---- the life --------------------------------------------------------------------------------------------------- */
 
 static int setUpAgent(benchAgent_t* agent) {
+  /* -I between shared events (not -z 3, which times each iteration between its own start and stop). */
+  const int iterEvents = agent->args.perIterTiming && agent->args.graphLaunches == 0 &&
+                                 agent->args.blocking != BENCH_BLOCKING_EXCLUDE_BARRIER
+                             ? agent->args.iters + 1
+                             : 0;
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
     BENCH_CHECK_CUDA(agent, cudaFree(NULL)); /* create the context now, so it is not counted as a communicator's */
     BENCH_CHECK_CUDA(agent, cudaStreamCreateWithFlags(&agent->streams[gpu], cudaStreamNonBlocking));
     BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->start[gpu]));
     BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->stop[gpu]));
+    if (iterEvents == 0) continue;
+    agent->iterEvents[gpu] = (cudaEvent_t*)calloc((size_t)iterEvents, sizeof(cudaEvent_t));
+    if (!agent->iterEvents[gpu]) {
+      benchFail(agent, "out of memory for %d events", iterEvents);
+      return -1;
+    }
+    for (int e = 0; e < iterEvents; e++) BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->iterEvents[gpu][e]));
   }
   BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   return 0;
@@ -121,7 +133,13 @@ static void tearDownAgent(benchAgent_t* agent) {
     if (cudaSetDevice(agent->devices[gpu]) != cudaSuccess) continue;
     if (agent->start[gpu]) cudaEventDestroy(agent->start[gpu]);
     if (agent->stop[gpu]) cudaEventDestroy(agent->stop[gpu]);
+    for (int e = 0; agent->iterEvents[gpu] && e <= agent->args.iters; e++)
+      if (agent->iterEvents[gpu][e]) cudaEventDestroy(agent->iterEvents[gpu][e]);
     if (agent->streams[gpu]) cudaStreamDestroy(agent->streams[gpu]);
+  }
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    free(agent->iterEvents[gpu]);
+    agent->iterEvents[gpu] = NULL;
   }
   if (agent->staging) cudaFreeHost(agent->staging);
   agent->staging = NULL;
@@ -159,11 +177,11 @@ int benchRunAgent(benchAgent_t* agent) {
   int buffersMade = 0;
   if (status == 0 && memoryReport) status = usedPerGpu(agent, used[0]);
   if (status == 0 && agent->test->collective) {
-    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the size is
-     * the larger buffer's, how many times maxBytes / nranks). */
+    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the call's
+     * count is a rank's share, how many times maxBytes / nranks: nccl-tests' rounding only makes it smaller). */
     const benchCollective_t* collective = agent->test->collective;
     benchCounts_t per = collective->counts(1, agent->nranks);
-    const size_t scale = collective->sizeIsLargest ? (size_t)agent->nranks : 1;
+    const size_t scale = collective->perRank ? (size_t)agent->nranks : 1;
     status = benchFitMaxBytes(agent, (int)((per.send + per.recv + scale - 1) / scale));
     size_t bytes[2] = {agent->args.maxBytes / scale * per.send, agent->args.maxBytes / scale * per.recv};
     for (int i = 0; i < 2; i++) {

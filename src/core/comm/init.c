@@ -88,7 +88,11 @@ FCCL_API fcclResult_t fcclCommInitAll(fcclComm_t* comms, int ndev, const int* de
   FCCL_REQUIRE(ndev >= 1 && ndev <= FCCL_LOCAL_GROUP_MAX, "fcclCommInitAll: ndev %d outside 1..%d", ndev,
                FCCL_LOCAL_GROUP_MAX);
   int count = 0;
-  CUDACHECK(cudaGetDeviceCount(&count));
+  cudaError_t countErr = cudaGetDeviceCount(&count);
+  if (countErr != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FCCL_CUDA_INIT_FAILED(countErr, "cudaGetDeviceCount"); /* no driver or no GPU, in fccl's words */
+  }
   for (int i = 0; i < ndev; i++) {
     int dev = devlist ? devlist[i] : i;
     FCCL_REQUIRE(dev >= 0 && dev < count, "fcclCommInitAll: device %d (entry %d) is not one of the %d visible", dev,
@@ -173,8 +177,7 @@ FCCL_API fcclResult_t fcclCommInitFromEnv(fcclComm_t* comm, const fcclConfig_t* 
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count < 1) {
       (void)cudaGetLastError();
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "fcclCommInitFromEnv: no CUDA device (%s)",
-                       err != cudaSuccess ? cudaGetErrorString(err) : "none visible");
+      res = FCCL_CUDA_INIT_FAILED(err != cudaSuccess ? err : cudaErrorNoDevice, "cudaGetDeviceCount");
     } else {
       dev = job->launch.localRank % count;
       err = cudaSetDevice(dev);

@@ -236,8 +236,11 @@ noThread:
 }
 
 fcclResult_t fcclCommCurrentDevice(int* dev) {
-  CUDACHECK(cudaGetDevice(dev));
-  return fcclSuccess;
+  /* The first CUDA call of an init: without a driver or a GPU it says so in fccl's words (cudawrap.h). */
+  cudaError_t err = cudaGetDevice(dev);
+  if (err == cudaSuccess) return fcclSuccess;
+  (void)cudaGetLastError();
+  return FCCL_CUDA_INIT_FAILED(err, "cudaGetDevice");
 }
 
 /*
