@@ -24,7 +24,7 @@
 /* Inputs up to this size are assembled on the stack; larger ones (a welcome of many ranks) on the heap. */
 #define MAC_STACK_BYTES 1024
 
-typedef struct evp_md_st fcclEvpMd; /* OpenSSL's EVP_MD, opaque */
+typedef struct evp_md_st fcclEvpMd;               /* OpenSSL's EVP_MD, opaque */
 #define OPENSSL_INIT_NO_ATEXIT_FLAG 0x00080000ull /* OPENSSL_INIT_NO_ATEXIT of openssl/crypto.h */
 
 struct cryptoTable {

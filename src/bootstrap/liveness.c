@@ -91,8 +91,8 @@ static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, 
 }
 
 /* Accepts the links of the watched lower ranks. */
-static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* watched, const uint8_t* key,
-                                int listenFd, int64_t deadline, int* links) {
+static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* watched, const uint8_t* key, int listenFd,
+                                int64_t deadline, int* links) {
   int missing = 0;
   for (int r = 0; r < b->rank; r++) missing += watched[r] != 0;
   if (missing == 0) return fcclSuccess;

@@ -85,7 +85,7 @@ struct shareConn {
   int fd;
   int pid;
   int64_t acceptedMs;
-  size_t got; /* hello bytes read */
+  size_t got;  /* hello bytes read */
   size_t sent; /* id bytes written */
   struct shareHello hello;
 };
@@ -159,9 +159,8 @@ static fcclResult_t serve(const char* name, const int32_t* pids, const int32_t* 
     struct pollfd fds[1 + SHARE_MAX_CONNS];
     fds[0] = (struct pollfd){.fd = count < SHARE_MAX_CONNS ? listenFd : -1, .events = POLLIN};
     for (int i = 0; i < count; i++)
-      fds[1 + i] = (struct pollfd){.fd = conns[i].fd, .events = (short)(conns[i].got < sizeof(conns[i].hello)
-                                                                            ? POLLIN
-                                                                            : POLLOUT)};
+      fds[1 + i] = (struct pollfd){.fd = conns[i].fd,
+                                   .events = (short)(conns[i].got < sizeof(conns[i].hello) ? POLLIN : POLLOUT)};
     if (poll(fds, (nfds_t)(1 + count), SHARE_POLL_MS) < 0 && errno != EINTR) break;
     const int64_t now = fcclTimeMs();
     /* Members' connections, side by side; one that had its time goes (its member connects again). */

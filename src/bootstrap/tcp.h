@@ -113,8 +113,8 @@ void fcclTcpPendingInit(struct fcclTcpPending* p, int listenFd, const char* owne
 int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now);
 
 /* fcclWireReaderProgress on connection i. */
-fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status,
-                                        char* why, size_t whySize);
+fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status, char* why,
+                                        size_t whySize);
 
 /*
  * Reads connection i as a ring hello (the ring's and the peer links' first frame): 1 when one arrived whole, with

@@ -29,14 +29,14 @@ static fcclResult_t labelledMac(const uint8_t* key, size_t keyBytes, const char*
 fcclResult_t fcclTcpHandshakeMac(const uint8_t* secret, int fromRoot, const uint8_t* helloPayload,
                                  const uint8_t* rootNonce, uint8_t* mac) {
   const struct fcclMacPart parts[] = {{helloPayload, FCCL_WIRE_HELLO_BYTES}, {rootNonce, FCCL_WIRE_NONCE_BYTES}};
-  return labelledMac(secret, FCCL_WIRE_SECRET_BYTES, fromRoot ? "fccl root proof" : "fccl rank proof", parts, 2,
-                     mac);
+  return labelledMac(secret, FCCL_WIRE_SECRET_BYTES, fromRoot ? "fccl root proof" : "fccl rank proof", parts, 2, mac);
 }
 
 fcclResult_t fcclTcpWelcomeMac(const uint8_t* secret, const uint8_t* rankNonce, const uint8_t* rootNonce,
                                const uint8_t* body, size_t bodyBytes, uint8_t* mac) {
-  const struct fcclMacPart parts[] = {
-      {rankNonce, FCCL_WIRE_NONCE_BYTES}, {rootNonce, FCCL_WIRE_NONCE_BYTES}, {body, bodyBytes}};
+  const struct fcclMacPart parts[] = {{rankNonce, FCCL_WIRE_NONCE_BYTES},
+                                      {rootNonce, FCCL_WIRE_NONCE_BYTES},
+                                      {body, bodyBytes}};
   return labelledMac(secret, FCCL_WIRE_SECRET_BYTES, "fccl welcome", parts, 3, mac);
 }
 

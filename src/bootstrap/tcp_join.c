@@ -143,9 +143,9 @@ static fcclResult_t rootError(const struct rootLink* link, const uint8_t* payloa
  * connects again and, knowing the root's nonce by then, sends its proof with its hello, so the root can admit it the
  * moment it accepts it.
  */
-static fcclResult_t joinRoot(struct rootLink* link, const uint8_t* secret, const uint8_t* helloFrame,
-                             int64_t deadline, int64_t verdictDeadline, int64_t keepaliveMs,
-                             struct fcclWireHeader* header, uint8_t** welcome) {
+static fcclResult_t joinRoot(struct rootLink* link, const uint8_t* secret, const uint8_t* helloFrame, int64_t deadline,
+                             int64_t verdictDeadline, int64_t keepaliveMs, struct fcclWireHeader* header,
+                             uint8_t** welcome) {
   const uint8_t* helloPayload = helloFrame + FCCL_WIRE_HEADER_BYTES;
   uint8_t rootNonce[FCCL_WIRE_NONCE_BYTES];
   int knowNonce = 0;
@@ -314,8 +314,8 @@ static fcclResult_t ringNextFrame(const struct ringSetup* s, struct fcclWireRead
   FCCLCHECK(fcclTcpRingMac(s->t->secret, FCCL_WIRE_RING_ACK, nonceOf(s, rank), next, n, expected));
   if (!fcclMacEqual(expected, ack.mac))
     return fcclTcpRingFail(s->t, rank, fcclRemoteError, next, 0,
-                           "the listener of rank %d cannot prove the communicator's secret (it is not rank %d's)",
-                           next, next);
+                           "the listener of rank %d cannot prove the communicator's secret (it is not rank %d's)", next,
+                           next);
   *acked = 1;
   fcclWireReaderInit(reader);
   return fcclSuccess;
@@ -426,8 +426,8 @@ fcclResult_t fcclBootstrapCheckUniqueId(const fcclUniqueId* id) {
   return fcclSuccess;
 }
 
-fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, int timeoutMs,
-                                  volatile int* abortFlag, struct fcclBootstrap** out) {
+fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, int timeoutMs, volatile int* abortFlag,
+                                  struct fcclBootstrap** out) {
   if (id == NULL || out == NULL)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap: NULL unique id or output");
   if (nranks < 1 || nranks > FCCL_BOOTSTRAP_MAX_RANKS)
@@ -440,8 +440,7 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   struct fcclWireId wid;
   char why[256];
   fcclWireStatus_t status = fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, why, sizeof(why));
-  if (status != FCCL_WIRE_OK)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
+  if (status != FCCL_WIRE_OK) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
   FCCLCHECK(fcclCryptoCheck());
 
   fcclResult_t res = fcclSuccess;
@@ -499,8 +498,8 @@ fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, 
   /* 2. Every rank's address and nonce, or the root's verdict. */
   struct fcclWireHeader header;
   const int64_t verdictDeadline = deadline + fcclTcpGraceMs(timeoutMs);
-  FCCLCHECKGOTO(joinRoot(&link, t->secret, helloFrame, deadline, verdictDeadline, keepaliveMs, &header, &welcome),
-                res, fail);
+  FCCLCHECKGOTO(joinRoot(&link, t->secret, helloFrame, deadline, verdictDeadline, keepaliveMs, &header, &welcome), res,
+                fail);
   addrs = calloc((size_t)nranks, sizeof(*addrs));
   nonces = malloc((size_t)nranks * FCCL_WIRE_NONCE_BYTES);
   if (!addrs || !nonces) {

@@ -45,9 +45,10 @@ int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now) {
     int oldest = 0;
     for (int i = 1; i < p->count; i++)
       if (p->conns[i].acceptedMs < p->conns[oldest].acceptedMs) oldest = i;
-    fcclTcpPendingRefuse(p, oldest, fcclLogWarn, "the oldest of %d connections still without proof of the secret, "
-                         "%lld ms after its accept, while others wait", FCCL_TCP_PENDING_MAX,
-                         (long long)(now - p->conns[oldest].acceptedMs));
+    fcclTcpPendingRefuse(p, oldest, fcclLogWarn,
+                         "the oldest of %d connections still without proof of the secret, "
+                         "%lld ms after its accept, while others wait",
+                         FCCL_TCP_PENDING_MAX, (long long)(now - p->conns[oldest].acceptedMs));
   }
   int fd;
   union fcclSocketAddress peer;
@@ -65,8 +66,8 @@ int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now) {
   return p->count++;
 }
 
-fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status,
-                                        char* why, size_t whySize) {
+fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status, char* why,
+                                        size_t whySize) {
   struct fcclTcpConn* conn = &p->conns[i];
   return fcclWireReaderProgress(&conn->reader, conn->fd, err, status, why, whySize);
 }
@@ -130,7 +131,7 @@ void fcclTcpPendingExpire(struct fcclTcpPending* p, int64_t now) {
     if (now - conn->acceptedMs >= FCCL_TCP_HANDSHAKE_MS)
       fcclTcpPendingRefuse(p, i, fcclLogWarn, "no proof of the secret %lld ms after its accept (%s)",
                            (long long)(now - conn->acceptedMs),
-                           conn->challenged    ? "challenged, no proof"
+                           conn->challenged   ? "challenged, no proof"
                            : conn->reader.got ? "its first message incomplete"
                                               : "silent");
   }

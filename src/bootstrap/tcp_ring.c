@@ -151,8 +151,8 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
     if (outPending(&toNext) && sendOff == 0) {
       if (outFlush(t->fdNext, &toNext) < 0)
         return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
-                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)",
-                               next, op, seq, strerror(errno));
+                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next,
+                               op, seq, strerror(errno));
       progressed = 1;
     }
     /* Send: step s forwards the chunk received at step s - 1 (step 0: our own). */
@@ -177,8 +177,8 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
                                next, op, seq);
       if (rc < 0)
         return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
-                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)",
-                               next, op, seq, strerror(errno));
+                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next,
+                               op, seq, strerror(errno));
       sendOff += (size_t)rc;
       progressed = 1;
       if (sendOff == frameSize) {
@@ -206,8 +206,7 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
             return fcclTcpRingRelay(t, rank, nextAtBoundary, smallPayload, small.length, prev, op);
           int32_t from;
           char why[128];
-          if (fcclWireParseProbe(smallPayload, small.length, &from, why, sizeof(why)) != FCCL_WIRE_OK ||
-              from != prev)
+          if (fcclWireParseProbe(smallPayload, small.length, &from, why, sizeof(why)) != FCCL_WIRE_OK || from != prev)
             return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
                                    "rank %d sent a malformed probe ack during bootstrap %s #%u", prev, op, seq);
           if (small.seq == seq && probeAt >= 0 && prevAnswered == 0) prevAnswered = fcclTimeMs(); /* else stale */
@@ -256,8 +255,8 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
                                  "rank %d sent a malformed frame during bootstrap %s #%u: %s", prev, op, seq, why);
         if (h.type == FCCL_WIRE_ERROR || h.type == FCCL_WIRE_PROBE_ACK) {
           if (h.length > FCCL_WIRE_SMALL_MAX)
-            return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
-                                   "rank %d sent an oversized %s", prev, opName(h.type));
+            return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary, "rank %d sent an oversized %s", prev,
+                                   opName(h.type));
           small = h;
           recvSmall = 1;
           continue;
@@ -289,15 +288,14 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
         return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
                                "rank %d closed its connection during bootstrap %s #%u", next, op, seq);
       if (rr == FCCL_READ_MALFORMED)
-        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s",
-                               next, why);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next,
+                               why);
       const uint8_t* payload = backward.buf + FCCL_WIRE_HEADER_BYTES;
       if (backward.header.type == FCCL_WIRE_ERROR)
         return fcclTcpRingRelay(t, rank, 0, payload, backward.header.length, next, op);
       int32_t from;
       if (backward.header.type != FCCL_WIRE_PROBE ||
-          fcclWireParseProbe(payload, backward.header.length, &from, why, sizeof(why)) != FCCL_WIRE_OK ||
-          from != next)
+          fcclWireParseProbe(payload, backward.header.length, &from, why, sizeof(why)) != FCCL_WIRE_OK || from != next)
         return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0, "rank %d sent an unexpected %s backwards during %s",
                                next, opName(backward.header.type), op);
       /* Next waits for us, in this operation or (done with it) in the next one: say we are here, and if we wait

@@ -307,8 +307,8 @@ static void rootWelcome(struct rootState* st) {
   for (int r = 0; r < st->nranks; r++) {
     char what[32];
     snprintf(what, sizeof(what), "rank %d", r);
-    if (fcclTcpWelcomeMac(st->root->secret, st->ranks[r].hello.nonce, st->root->nonce, body,
-                          (size_t)(mac - body), mac) != fcclSuccess ||
+    if (fcclTcpWelcomeMac(st->root->secret, st->ranks[r].hello.nonce, st->root->nonce, body, (size_t)(mac - body),
+                          mac) != fcclSuccess ||
         fcclSocketSendAll(st->ranks[r].fd, frame, size, sendDeadline, &rootsStop, what) != fcclSuccess)
       fcclSocketClose(&st->ranks[r].fd); /* that rank is gone; its ring neighbours will report it */
   }

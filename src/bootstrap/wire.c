@@ -343,8 +343,7 @@ fcclWireStatus_t fcclWireParseWelcome(const uint8_t* payload, size_t size, union
     union fcclSocketAddress scratch;
     fcclWireStatus_t status = decodeAddr(entry, addrs ? &addrs[r] : &scratch, count == 1, why, whySize);
     if (status != FCCL_WIRE_OK) return status;
-    if (nonces)
-      memcpy(nonces + (size_t)r * FCCL_WIRE_NONCE_BYTES, entry + FCCL_WIRE_ADDR_BYTES, FCCL_WIRE_NONCE_BYTES);
+    if (nonces) memcpy(nonces + (size_t)r * FCCL_WIRE_NONCE_BYTES, entry + FCCL_WIRE_ADDR_BYTES, FCCL_WIRE_NONCE_BYTES);
   }
   *nranks = (int)count;
   return FCCL_WIRE_OK;

@@ -158,7 +158,7 @@ struct fcclEnvLaunch {
   char addr[256];  /* host:port where rank 0 listens */
   const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
   uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random
-                                               * for a single rank */
+                                                * for a single rank */
 };
 
 /*

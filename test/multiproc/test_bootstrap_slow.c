@@ -23,8 +23,8 @@
 #define STOP_MS 8000
 #define BIG_CHUNK (16u << 20) /* far beyond loopback's socket buffers */
 #define SMALL_CHUNK (1u << 20)
-#define FLAG_PID 40           /* of struct bootShared's flags: rank 2's pid */
-#define FLAG_STOPS 41         /* how many stops rank 0 has seen through */
+#define FLAG_PID 40   /* of struct bootShared's flags: rank 2's pid */
+#define FLAG_STOPS 41 /* how many stops rank 0 has seen through */
 
 static uint64_t seed;
 
@@ -72,8 +72,8 @@ static int stoppedAllGather(struct bootShared* shared, struct fcclBootstrap* b, 
   for (int r = 0; r < NRANKS && res == fcclSuccess; r++)
     for (size_t i = 0; i < chunk; i++) wrong += data[(size_t)r * chunk + i] != bootByte(seed, op, r, i);
   EXPECT_EQ_INT(wrong, 0);
-  printf("rank %d: an all-gather of %zu KiB per rank, rank 2 stopped for %d ms: %s after %lld ms\n", rank,
-         chunk >> 10, STOP_MS, res == fcclSuccess ? "complete" : "FAILED", (long long)(bootNowMs() - start));
+  printf("rank %d: an all-gather of %zu KiB per rank, rank 2 stopped for %d ms: %s after %lld ms\n", rank, chunk >> 10,
+         STOP_MS, res == fcclSuccess ? "complete" : "FAILED", (long long)(bootNowMs() - start));
   if (rank == 0) pthread_join(thread, NULL);
   free(data);
   return res != fcclSuccess || wrong != 0;

@@ -104,8 +104,7 @@ static void squatPort(struct squat* sq, int listenFd) {
       struct fcclWireHello hello;
       const uint8_t* base = sq->captured + conns[i].start;
       if (!conns[i].answered && conns[i].got >= FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES) {
-        if (fcclWireParseHello(base + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_HELLO_BYTES, &hello, NULL, 0) ==
-                FCCL_WIRE_OK &&
+        if (fcclWireParseHello(base + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_HELLO_BYTES, &hello, NULL, 0) == FCCL_WIRE_OK &&
             hello.rank == 2) {
           sq->rank2Start = conns[i].start;
           sq->rank2Bytes = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES;

@@ -468,8 +468,8 @@ static int dripFlood(struct dripShared* sh) {
     for (int64_t end = bootNowMs() + 500; bootNowMs() < end;) dripStep(&d, fds); /* all queued before the ranks */
     testShmPost(&sh->flooding[t], 1);
     for (int64_t end = bootNowMs() + 2 * DRIP_RANK_TIMEOUT_MS;
-         bootNowMs() < end && !(__atomic_load_n(&sh->done[t][0], __ATOMIC_ACQUIRE) &&
-                                __atomic_load_n(&sh->done[t][1], __ATOMIC_ACQUIRE));)
+         bootNowMs() < end &&
+         !(__atomic_load_n(&sh->done[t][0], __ATOMIC_ACQUIRE) && __atomic_load_n(&sh->done[t][1], __ATOMIC_ACQUIRE));)
       dripStep(&d, fds);
     printf("trial %d: %d drippers, closed by the root and reconnected %ld times\n", t, d.count, d.reopened);
     for (int i = 0; i < d.count; i++)
@@ -524,8 +524,7 @@ static void testRootDrippers(void) {
   sh->shm = shm;
   int codes[3];
   int failed = testShmForkRanks(shm, dripProcess, sh, 110, codes);
-  EXPECT_MSG(failed == 0, "drippers: %d processes failed (exit codes %d %d %d)", failed, codes[0], codes[1],
-             codes[2]);
+  EXPECT_MSG(failed == 0, "drippers: %d processes failed (exit codes %d %d %d)", failed, codes[0], codes[1], codes[2]);
   int met = 0;
   for (int t = 0; t < DRIP_TRIALS; t++) met += sh->succeeded[t][0] && sh->succeeded[t][1];
   EXPECT_MSG(met == DRIP_TRIALS, "%d of %d rendezvous through %d drippers completed", met, DRIP_TRIALS, sh->drippers);

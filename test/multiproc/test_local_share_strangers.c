@@ -32,7 +32,7 @@ struct shared {
   int results[ROUNDS][3];
   fcclUniqueId got[ROUNDS][3];
   int membersDone;
-  int strangerNames;       /* share names the stranger went for */
+  int strangerNames;        /* share names the stranger went for */
   long strangerConnections; /* connections it made */
   int becameNobody;
 };
@@ -130,11 +130,12 @@ static void* member(void* arg) {
   static const int32_t ranks[3] = {0, 1, 3};
   char name[64];
   fcclUniqueId id;
-  if (a->member == 0) id = a->s->sent;
-  else memset(&id, 0, sizeof(id));
-  a->s->results[a->round][a->member] = (int)fcclBootstrapLocalShare(roundName(a->round, name, sizeof(name)),
-                                                                    a->s->pids, ranks, 3, a->member, &id,
-                                                                    SHARE_TIMEOUT_MS);
+  if (a->member == 0)
+    id = a->s->sent;
+  else
+    memset(&id, 0, sizeof(id));
+  a->s->results[a->round][a->member] = (int)fcclBootstrapLocalShare(roundName(a->round, name, sizeof(name)), a->s->pids,
+                                                                    ranks, 3, a->member, &id, SHARE_TIMEOUT_MS);
   a->s->got[a->round][a->member] = id;
   return NULL;
 }
@@ -178,8 +179,7 @@ int main(void) {
   /* The region's barriers are the two members' (processes 0 and 1); the stranger (process 2) takes no part. */
   int codes[3];
   int failed = testForkRanks(3, process, s, 90, codes);
-  EXPECT_MSG(failed == 0, "%d processes failed (exit codes %d %d, stranger %d)", failed, codes[0], codes[1],
-             codes[2]);
+  EXPECT_MSG(failed == 0, "%d processes failed (exit codes %d %d, stranger %d)", failed, codes[0], codes[1], codes[2]);
   int complete = 0;
   for (int round = 0; round < ROUNDS; round++) {
     int all = 1;

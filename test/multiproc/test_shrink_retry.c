@@ -39,8 +39,8 @@ struct shared {
   int flags[8];
   int first[2], retry[2];
   char retryError[2][256];
-  int squats;       /* names the stranger bound */
-  char seen[256];   /* the first share name it saw */
+  int squats;     /* names the stranger bound */
+  char seen[256]; /* the first share name it saw */
   int becameNobody;
 };
 
@@ -140,8 +140,7 @@ static int survivor(int rank, struct shared* s) {
   if (rank == 1) (void)testShmWait(s->shm, &s->flags[FLAG_FIRST_DONE_0], 1, 10000, "member 0's first attempt");
   s->first[rank] = (int)fcclCommShrink(&f.comm, exclude, 1, &newcomm, NULL, FCCL_SHRINK_DEFAULT);
   testShmPost(&s->flags[rank == 0 ? FLAG_FIRST_DONE_0 : FLAG_FIRST_DONE_1], 1);
-  EXPECT_EQ_INT(testShmWait(s->shm, &s->flags[FLAG_FIRST_DONE_1], 1, 10000, "member 1's first attempt"),
-                TEST_SHM_OK);
+  EXPECT_EQ_INT(testShmWait(s->shm, &s->flags[FLAG_FIRST_DONE_1], 1, 10000, "member 1's first attempt"), TEST_SHM_OK);
   EXPECT_EQ_INT(testShmWait(s->shm, &s->flags[FLAG_SQUATTED], 1, 15000, "the stranger"), TEST_SHM_OK);
   /* The retry, with the stranger holding every name it could think of. */
   fcclResult_t res = fcclCommShrink(&f.comm, exclude, 1, &newcomm, NULL, FCCL_SHRINK_DEFAULT);
@@ -192,12 +191,10 @@ int main(void) {
   int codes[3];
   /* The region's barriers are the two survivors' (processes 0 and 1); the stranger (process 2) takes no part. */
   int failed = testForkRanks(3, process, s, 60, codes);
-  EXPECT_MSG(failed == 0, "%d processes failed (exit codes %d %d, stranger %d)", failed, codes[0], codes[1],
-             codes[2]);
+  EXPECT_MSG(failed == 0, "%d processes failed (exit codes %d %d, stranger %d)", failed, codes[0], codes[1], codes[2]);
   EXPECT_MSG(s->seen[0] != '\0', "the stranger saw no share name: the test did not test anything");
   for (int m = 0; m < 2; m++) {
-    EXPECT_MSG(s->first[m] == fcclTimeout, "member %d: first attempt returned %d, expected a timeout", m,
-               s->first[m]);
+    EXPECT_MSG(s->first[m] == fcclTimeout, "member %d: first attempt returned %d, expected a timeout", m, s->first[m]);
     EXPECT_MSG(s->retry[m] == fcclUnhandledCudaError, "member %d: the retry's rendezvous failed (%d): %s", m,
                s->retry[m], s->retryError[m]);
     EXPECT_STR_CONTAINS(s->retryError[m], "cannot make device -1 current");

@@ -53,8 +53,7 @@ static struct {
   FN(ncclResult_t, RedOpDestroy, (ncclRedOp_t, ncclComm_t))
   FN(ncclResult_t, AllReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, AllGather, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
-  FN(ncclResult_t, ReduceScatter,
-     (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
+  FN(ncclResult_t, ReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Broadcast, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Bcast, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Reduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))
@@ -404,8 +403,9 @@ static void scenarioRoute(void) {
   void* nccl = dlopen(getenv("FCCL_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
   EXPECT(nccl != NULL);
   if (nccl) {
-    ncclResult_t (*realInit)(ncclComm_t*, int, ncclUniqueId, int) =
-        (ncclResult_t(*)(ncclComm_t*, int, ncclUniqueId, int))dlsym(nccl, "pncclCommInitRank");
+    ncclResult_t (*realInit)(ncclComm_t*, int, ncclUniqueId,
+                             int) = (ncclResult_t(*)(ncclComm_t*, int, ncclUniqueId, int))dlsym(nccl,
+                                                                                                "pncclCommInitRank");
     ncclComm_t stranger = NULL;
     EXPECT_EQ_INT(realInit(&stranger, 1, newId(), 0), ncclSuccess);
     traceClear();
@@ -511,8 +511,8 @@ static void scenarioInitAll(void) {
   traceClear();
   EXPECT_EQ_INT(api.CommDestroy(comms[0]), ncclSuccess);
   for (int i = 0; i < 3; i++) EXPECT_TRACE("fccl release comm=%p abort=0", (void*)comms[i]);
-  EXPECT_BEFORE(traceFind("fccl release comm=%p", (void*)comms[0]), traceFind("nccl CommDestroy comm=%p",
-                                                                               (void*)comms[0]));
+  EXPECT_BEFORE(traceFind("fccl release comm=%p", (void*)comms[0]),
+                traceFind("nccl CommDestroy comm=%p", (void*)comms[0]));
   EXPECT_EQ_INT(api.CommDestroy(comms[1]), ncclSuccess);
   EXPECT_EQ_INT(api.CommDestroy(comms[2]), ncclSuccess);
   EXPECT_EQ_INT(traceCount("fccl release"), 3);
@@ -843,12 +843,13 @@ static const struct {
   const char* name;
   void (*run)(void);
 } scenarios[] = {
-    {"version", scenarioVersion},     {"config", scenarioConfig},         {"route", scenarioRoute},
-    {"group", scenarioGroup},         {"launchfail", scenarioLaunchFail}, {"initall", scenarioInitAll},
-    {"abort", scenarioAbort},         {"abortgroup", scenarioAbortGroup}, {"nonblocking", scenarioNonBlocking}, {"asyncerror", scenarioAsyncError},
-    {"passthrough", scenarioPassthrough}, {"split", scenarioSplit},       {"window", scenarioWindow},
-    {"disable", scenarioDisable},     {"disableall", scenarioDisableAll}, {"refused", scenarioRefused},
-    {"lifecycle", scenarioLifecycle}, {"missing", scenarioMissing},       {"product", scenarioProduct},
+    {"version", scenarioVersion},       {"config", scenarioConfig},           {"route", scenarioRoute},
+    {"group", scenarioGroup},           {"launchfail", scenarioLaunchFail},   {"initall", scenarioInitAll},
+    {"abort", scenarioAbort},           {"abortgroup", scenarioAbortGroup},   {"nonblocking", scenarioNonBlocking},
+    {"asyncerror", scenarioAsyncError}, {"passthrough", scenarioPassthrough}, {"split", scenarioSplit},
+    {"window", scenarioWindow},         {"disable", scenarioDisable},         {"disableall", scenarioDisableAll},
+    {"refused", scenarioRefused},       {"lifecycle", scenarioLifecycle},     {"missing", scenarioMissing},
+    {"product", scenarioProduct},
 };
 
 int main(int argc, char** argv) {

@@ -33,8 +33,7 @@ static void testVectors(void) {
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", "case 2");
   memset(key, 0xaa, sizeof(key));
   memset(data, 0xdd, sizeof(data));
-  expectMac(key, 20, data, sizeof(data), "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
-            "case 3");
+  expectMac(key, 20, data, sizeof(data), "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe", "case 3");
   const char* longKeyText = "Test Using Larger Than Block-Size Key - Hash Key First";
   expectMac(key, 131, longKeyText, strlen(longKeyText),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54", "case 6");

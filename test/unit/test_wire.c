@@ -200,8 +200,8 @@ static void testRingHelloAndError(void) {
   for (int i = 0; i < FCCL_WIRE_MAC_BYTES; i++) challenge.mac[i] = (uint8_t)(255 - i);
   size = fcclWireEncodeChallenge(frame, &challenge);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
-  EXPECT_EQ_INT(fcclWireParseChallenge(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_CHALLENGE_BYTES, &challengeParsed,
-                                       why, sizeof(why)),
+  EXPECT_EQ_INT(fcclWireParseChallenge(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_CHALLENGE_BYTES, &challengeParsed, why,
+                                       sizeof(why)),
                 FCCL_WIRE_OK);
   EXPECT(memcmp(&challenge, &challengeParsed, sizeof(challenge)) == 0);
   size = fcclWireEncodeProof(frame, challenge.mac);

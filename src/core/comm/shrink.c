@@ -64,8 +64,8 @@ static fcclResult_t rendezvousName(const struct fcclComm* comm, const char* excl
     for (int b = 0; b < 4; b++) context[5 * r + b] = (uint8_t)(comm->peerInfo[r].salt >> (8 * b));
     context[5 * r + 4] = excluded[r] != 0;
   }
-  fcclResult_t res =
-      fcclBootstrapShareName(comm->bootstrap, context, (size_t)comm->nranks * 5, comm->shrinks, name, size);
+  fcclResult_t res = fcclBootstrapShareName(comm->bootstrap, context, (size_t)comm->nranks * 5, comm->shrinks, name,
+                                            size);
   free(context);
   return res;
 }

@@ -80,8 +80,8 @@ static void abortHandshake(const struct ncclComm* comm) {
     FILE* file = fopen(path, "r");
     char line[600];
     int found = 0;
-    while (file && !found && fgets(line, sizeof(line), file)) found = strncmp(line, "fccl release", 12) == 0 &&
-                                                                       strstr(line, wanted);
+    while (file && !found && fgets(line, sizeof(line), file))
+      found = strncmp(line, "fccl release", 12) == 0 && strstr(line, wanted);
     if (file) fclose(file);
     if (found) return;
     usleep(1000);
@@ -121,10 +121,10 @@ EXPORT ncclResult_t pncclGetVersion(int* version) {
 ALIAS(ncclGetVersion);
 
 EXPORT const char* pncclGetErrorString(ncclResult_t result) {
-  static const char* const names[] = {"fake-nccl: success",        "fake-nccl: cuda error",
-                                      "fake-nccl: system error",   "fake-nccl: internal error",
+  static const char* const names[] = {"fake-nccl: success",          "fake-nccl: cuda error",
+                                      "fake-nccl: system error",     "fake-nccl: internal error",
                                       "fake-nccl: invalid argument", "fake-nccl: invalid usage",
-                                      "fake-nccl: remote error",   "fake-nccl: in progress"};
+                                      "fake-nccl: remote error",     "fake-nccl: in progress"};
   return (int)result >= 0 && (int)result < 8 ? names[result] : "fake-nccl: unknown";
 }
 ALIAS(ncclGetErrorString);
@@ -223,15 +223,16 @@ ALIAS(ncclCommInitAll);
 EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   (void)key;
   if (!valid(comm) || !newcomm) return ncclInvalidArgument;
-  *newcomm = color == NCCL_SPLIT_NOCOLOR ? NULL : makeComm(comm->rank, comm->nranks, config ? blockingOf(config)
-                                                                                              : comm->blocking);
+  *newcomm = color == NCCL_SPLIT_NOCOLOR
+                 ? NULL
+                 : makeComm(comm->rank, comm->nranks, config ? blockingOf(config) : comm->blocking);
   trace("CommSplit comm=%p color=%d newcomm=%p", (void*)comm, color, (void*)*newcomm);
   return *newcomm && !(*newcomm)->blocking && groupDepth == 0 ? ncclInProgress : ncclSuccess;
 }
 ALIAS(ncclCommSplit);
 
-EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                                    ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                                    ncclConfig_t* config, int shrinkFlags) {
   (void)excludeRanksList;
   if (!valid(comm) || !newcomm) return ncclInvalidArgument;
   *newcomm = makeComm(0, comm->nranks - excludeRanksCount, config ? blockingOf(config) : comm->blocking);
@@ -327,13 +328,11 @@ EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
 }
 ALIAS(ncclCommDeregister);
 
-EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
-                                            int winFlags) {
+EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   if (!valid(comm) || !win || comm->windows == 64) return ncclInvalidArgument;
   *win = (ncclWindow_t)malloc(1);
   comm->windowList[comm->windows++] = *win;
-  trace("CommWindowRegister comm=%p buff=%p size=%zu win=%p flags=%d", (void*)comm, buff, size, (void*)*win,
-        winFlags);
+  trace("CommWindowRegister comm=%p buff=%p size=%zu win=%p flags=%d", (void*)comm, buff, size, (void*)*win, winFlags);
   return ncclSuccess;
 }
 ALIAS(ncclCommWindowRegister);
@@ -380,17 +379,17 @@ static ncclResult_t ready(ncclComm_t comm) {
   return state == ncclSuccess ? ncclSuccess : ncclInvalidArgument;
 }
 
-#define COLL_CHECK(comm)                              \
-  do {                                                \
-    ncclResult_t ready_ = ready(comm);                \
-    if (ready_ != ncclSuccess) return ready_;         \
+#define COLL_CHECK(comm)                      \
+  do {                                        \
+    ncclResult_t ready_ = ready(comm);        \
+    if (ready_ != ncclSuccess) return ready_; \
   } while (0)
 
 EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   COLL_CHECK(comm);
-  trace("AllReduce comm=%p send=%p recv=%p count=%zu type=%d op=%d stream=%p", (void*)comm, sendbuff, recvbuff,
-        count, (int)datatype, (int)op, (void*)stream);
+  trace("AllReduce comm=%p send=%p recv=%p count=%zu type=%d op=%d stream=%p", (void*)comm, sendbuff, recvbuff, count,
+        (int)datatype, (int)op, (void*)stream);
   return ncclSuccess;
 }
 ALIAS(ncclAllReduce);
@@ -404,9 +403,8 @@ EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t 
 }
 ALIAS(ncclAllGather);
 
-EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                       cudaStream_t stream) {
+EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   COLL_CHECK(comm);
   trace("ReduceScatter comm=%p send=%p recv=%p count=%zu type=%d op=%d stream=%p", (void*)comm, sendbuff, recvbuff,
         recvcount, (int)datatype, (int)op, (void*)stream);
@@ -417,8 +415,8 @@ ALIAS(ncclReduceScatter);
 EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    int root, ncclComm_t comm, cudaStream_t stream) {
   COLL_CHECK(comm);
-  trace("Broadcast comm=%p send=%p recv=%p count=%zu type=%d root=%d stream=%p", (void*)comm, sendbuff, recvbuff,
-        count, (int)datatype, root, (void*)stream);
+  trace("Broadcast comm=%p send=%p recv=%p count=%zu type=%d root=%d stream=%p", (void*)comm, sendbuff, recvbuff, count,
+        (int)datatype, root, (void*)stream);
   return ncclSuccess;
 }
 ALIAS(ncclBroadcast);
@@ -451,8 +449,8 @@ EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t c
 ALIAS(ncclAlltoAll);
 
 /* Made of broadcasts through the exported name: a collective NCCL composes of another of its calls. */
-EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                int root, ncclComm_t comm, cudaStream_t stream) {
+EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t comm, cudaStream_t stream) {
   COLL_CHECK(comm);
   trace("Gather comm=%p count=%zu type=%d root=%d", (void*)comm, count, (int)datatype, root);
   for (int r = 0; r < comm->nranks; r++) {
@@ -463,8 +461,8 @@ EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t cou
 }
 ALIAS(ncclGather);
 
-EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                 int root, ncclComm_t comm, cudaStream_t stream) {
+EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
   (void)sendbuff;
   (void)recvbuff;
   (void)stream;
