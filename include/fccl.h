@@ -31,6 +31,7 @@ extern "C" {
 #define FCCL_MAJOR 0
 #define FCCL_MINOR 1
 #define FCCL_PATCH 0
+#define FCCL_SUFFIX "" /**< NCCL_SUFFIX's counterpart: "" for a release. */
 /** Version as one integer, comparable: major * 10000 + minor * 100 + patch. */
 #define FCCL_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define FCCL_VERSION_CODE FCCL_VERSION(FCCL_MAJOR, FCCL_MINOR, FCCL_PATCH)
@@ -66,6 +67,8 @@ FCCL_API const char* fcclGetErrorString(fcclResult_t result);
 struct fcclComm;
 /** Opaque communicator handle. */
 typedef struct fcclComm* fcclComm_t;
+/** No communicator: what fcclCommSplit gives a rank of FCCL_SPLIT_NOCOLOR (NCCL_COMM_NULL's counterpart). */
+#define FCCL_COMM_NULL NULL
 
 /**
  * The cause of the most recent failure, in words, with the source file and line where it was detected.
@@ -124,6 +127,7 @@ typedef struct {
 } fcclConfig_t;
 
 #define FCCL_CONFIG_UNDEF_INT (-1)
+#define FCCL_CONFIG_UNDEF_PTR NULL
 #define FCCL_CONFIG_INITIALIZER \
   { sizeof(fcclConfig_t), FCCL_CONFIG_MAGIC, FCCL_VERSION_CODE, 1, FCCL_CONFIG_UNDEF_INT, NULL, 0 }
 
@@ -319,18 +323,24 @@ FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
  * Collectives
  * ------------------------------------------------------------------------------------------------------------- */
 
-/** Data types; values match NCCL's. fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no
- *  infinities, largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
+/** Data types; values match NCCL's, and so do NCCL's other names for five of them (fcclChar, fcclInt, fcclHalf,
+ *  fcclFloat, fcclDouble). fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no infinities,
+ *  largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
 typedef enum {
   fcclInt8 = 0,
+  fcclChar = 0,
   fcclUint8 = 1,
   fcclInt32 = 2,
+  fcclInt = 2,
   fcclUint32 = 3,
   fcclInt64 = 4,
   fcclUint64 = 5,
   fcclFloat16 = 6,
+  fcclHalf = 6,
   fcclFloat32 = 7,
+  fcclFloat = 7,
   fcclFloat64 = 8,
+  fcclDouble = 8,
   fcclBfloat16 = 9,
   fcclFloat8e4m3 = 10,
   fcclNumTypes = 11
@@ -649,6 +659,10 @@ FCCL_API fcclResult_t fcclRecv(void* recvbuf, size_t count, fcclDataType_t datat
  * Thread safety, blocking, graph capture: as fcclSend. Collective: yes, the same count and type on every rank.
  */
 FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                   fcclComm_t comm, void* stream);
+
+/** fcclAllToAll spelled as NCCL spells it (ncclAlltoAll): the same call, arguments and codes. */
+FCCL_API fcclResult_t fcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                    fcclComm_t comm, void* stream);
 
 /**
