@@ -4,11 +4,12 @@
  * one). Every child is checked against the rule (the ranks of a color, by key, then by parent rank): its count,
  * rank, device and path, an all-reduce of values that say which parent rank sent them (exact in float) and an
  * all-gather of the members' parent ranks, which must come in child order. Modes (argv[1], argv[2] the rank count):
- *   fccl [N]  fccl's kernels (4 ranks by default): one color with keys reversed; two colors; three colors and a rank
- *             of FCCL_SPLIT_NOCOLOR (FCCL_COMM_NULL); a split of a child; splits that map nothing new (the process's
+ *   fccl [N]  fccl's kernels (4 ranks by default), keys reversed: one color; two colors; three colors and a rank of
+ *             FCCL_SPLIT_NOCOLOR (FCCL_COMM_NULL); a split of a child; splits that map nothing new (the process's
  *             mapping opens stay as they were, the references grow); non-blocking splits (a child polled, a
- *             FCCL_SPLIT_NOCOLOR rank polling its parent); the parent destroyed before its child; children finalized
- *             (blocking, and non-blocking as inherited from the parent) and then destroyed.
+ *             FCCL_SPLIT_NOCOLOR rank polling its parent); equal keys (parent order) for a child that outlives its
+ *             destroyed parent; children finalized (blocking, and non-blocking as the child's config says) and then
+ *             destroyed.
  *   nccl [N]  FCCL_PATH=nccl, every rank its own NCCL host (NCCL_HOSTID): the same splits, whose children are on the
  *             NCCL path with the NCCL communicator split from the parent's.
  *   hier      4 ranks as 2 hosts of 2 (FCCL_HOSTID): the hierarchical parent split by host gives children on fccl's
@@ -244,7 +245,7 @@ static void splits(struct rank* r, fcclComm_t parent, fcclPath_t childPath) {
   }
   fcclComm_t two = splitChecked(r, parent, whole, n, colorParity, keyNegative, childPath, "two colors", NULL, NULL);
   if (two) EXPECT_EQ_INT(fcclCommDestroy(two), fcclSuccess);
-  fcclComm_t three = splitChecked(r, parent, whole, n, colorThreeOrNone, keyEqual, childPath,
+  fcclComm_t three = splitChecked(r, parent, whole, n, colorThreeOrNone, keyNegative, childPath,
                                   "three colors and FCCL_SPLIT_NOCOLOR", NULL, NULL);
   if (three) EXPECT_EQ_INT(fcclCommDestroy(three), fcclSuccess);
 
