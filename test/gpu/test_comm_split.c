@@ -243,7 +243,12 @@ static void splits(struct rank* r, fcclComm_t parent, fcclPath_t childPath) {
     if (nested) EXPECT_EQ_INT(fcclCommDestroy(nested), fcclSuccess);
     EXPECT_EQ_INT(fcclCommDestroy(reversed), fcclSuccess);
   }
+  /* Two colors: children of fewer ranks take the parent's slot size too (test_split_layout), so map nothing new. */
+  const uint64_t opensBeforeTwo = opens();
   fcclComm_t two = splitChecked(r, parent, whole, n, colorParity, keyNegative, childPath, "two colors", NULL, NULL);
+  if (fccl)
+    EXPECT_MSG(opens() == opensBeforeTwo, "rank %d: the two-color split opened %llu mappings", r->rank,
+               (unsigned long long)(opens() - opensBeforeTwo));
   if (two) EXPECT_EQ_INT(fcclCommDestroy(two), fcclSuccess);
   fcclComm_t three = splitChecked(r, parent, whole, n, colorThreeOrNone, keyNegative, childPath,
                                   "three colors and FCCL_SPLIT_NOCOLOR", NULL, NULL);

@@ -293,11 +293,12 @@ static fcclResult_t childJoin(struct fcclComm* child) {
   __atomic_store_n(&child->rank, sc->plan.rank, __ATOMIC_RELEASE);
   fcclLogSetContext(child->rank, child->cudaDev);
   FCCLCHECK(fcclSplitPeerInfo(parent, &sc->plan, child->allowSharedDevice, &child->peerInfo));
-  /* The parent's slot size where it holds the child's layout: the child's slot then comes from the chunks of the
-   * parent's arena, which every peer has mapped already. The same on every rank: the parent's ranks agreed on it. */
+  /* The parent's slot size where it holds the child's layout (with nearly all its staging: sizes differ by rank
+   * count only by rounding): the child's slot then comes from the chunks of the parent's arena, which every peer has
+   * mapped already. The same on every rank: the parent's ranks agreed on their slot and FCCL_STAGING_BYTES. */
   if (parent->transport) {
     const size_t parentSlot = fcclTransportSlotBytes(parent->transport);
-    if (parentSlot >= fcclDeviceSlotBytes(child->nranks)) job->slotBytes = parentSlot;
+    if (fcclDeviceSlotHolds(child->nranks, parentSlot)) job->slotBytes = parentSlot;
   }
   return fcclBootstrapTcpInit(&sc->plan.id, child->rank, child->nranks, child->timeoutMs, child->abortFlag,
                               &child->bootstrap);
