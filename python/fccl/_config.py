@@ -11,11 +11,13 @@ from ._library import version
 @dataclass
 class Config:
     """fcclConfig_t, started like FCCL_CONFIG_INITIALIZER. timeout_ms -1 means FCCL_BOOTSTRAP_TIMEOUT; with
-    blocking False the init returns at once and Communicator.async_error() is InProgress until it is done."""
+    blocking False the init returns at once and Communicator.async_error() is InProgress until it is done.
+    split_share: NCCL's splitShare for the NCCL communicators of split()'s children (None: NCCL's default)."""
     blocking: bool = True
     timeout_ms: int = _CONFIG_UNDEF_INT
     comm_name: Optional[str] = None
     allow_shared_device: bool = False
+    split_share: Optional[bool] = None
 
     def _struct(self):
         """The C struct; it holds the only reference to the encoded name, so it must live while the call runs."""
@@ -27,6 +29,7 @@ class Config:
         config.timeoutMs = int(self.timeout_ms)
         config.commName = self.comm_name.encode() if self.comm_name is not None else None
         config.allowSharedDevice = 1 if self.allow_shared_device else 0
+        config.splitShare = _CONFIG_UNDEF_INT if self.split_share is None else (1 if self.split_share else 0)
         return config
 
 

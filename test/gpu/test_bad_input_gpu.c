@@ -9,7 +9,9 @@
  * registrations of such buffers, of size 0 and with no handle; deregistering an unknown handle and one released
  * already; fcclMemFree of memory fcclMemAlloc did not return, and twice; fcclCommInitAll with a device listed twice
  * or not visible; argument errors made from a child of fork(); calls made while the stream is captured that may
- * not be. With two GPUs or more, one process also destroys a member of an fcclCommInitAll group and calls it again.
+ * not be; calls on the victim while a non-blocking split of it waits for the other rank (refused: the split holds
+ * it); calls on a finalized child of the victim. With two GPUs or more, one process also destroys a member of an
+ * fcclCommInitAll group and calls it again.
  * Exits 77 without a GPU. docs/errors.md says what each result means.
  */
 #include "fccl.h"
@@ -35,12 +37,14 @@ struct shared {
   struct testShm* shm;
   int idsReady;
   fcclUniqueId ids[2];
+  int busyTried; /* rank 0 has made its calls on the victim while its split waited for rank 1 */
 };
 
 /* What the cases work with, on one rank. */
 struct ctx {
   int rank, nranks, dev;
   fcclComm_t victim, witness;
+  struct shared* shared;
   cudaStream_t stream;
   float* send; /* COUNT floats of device memory, and COUNT more after them (registrations use both) */
   float* recv;
@@ -309,7 +313,77 @@ static fcclResult_t duringCapture(struct ctx* c) {
   return fcclSuccess; /* what each call returned is checked above; the table checks that both comms work after */
 }
 
-/* ---- the table ---- */
+/* Waits (at most 60 s) for a non-blocking child to be ready; its state. */
+static fcclResult_t waitReady(fcclComm_t comm) {
+  fcclResult_t state = fcclInProgress;
+  for (int64_t end = nowMs() + 60000; state == fcclInProgress && nowMs() < end;) {
+    if (fcclCommGetAsyncError(comm, &state) != fcclSuccess) return fcclInternalError;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  return state;
+}
+
+/*
+ * While a non-blocking split of the victim waits for rank 1 (which splits only once rank 0 is done), rank 0's calls
+ * on the victim are refused with fcclInvalidUsage and its state reads fcclInProgress; the split then completes on
+ * both ranks and its child works. What each call returned is checked here.
+ */
+static fcclResult_t splitBusy(struct ctx* c) {
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = INIT_TIMEOUT_MS;
+  config.allowSharedDevice = gpus < NRANKS;
+  fcclComm_t child = NULL, other = NULL;
+  if (c->rank == 0) {
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 3, 0, &child, &config), fcclInProgress);
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 4, 0, &other, NULL), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "split (fcclCommSplit) has not finished");
+    EXPECT(other == NULL);
+    fcclResult_t state = fcclSuccess;
+    EXPECT_EQ_INT(fcclCommGetAsyncError(c->victim, &state), fcclSuccess);
+    EXPECT_EQ_INT(state, fcclInProgress);
+    EXPECT_EQ_INT(fcclAllReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, c->victim, c->stream), fcclInvalidUsage);
+    fcclRegHandle_t handle = NULL;
+    EXPECT_EQ_INT(fcclCommRegister(c->victim, c->send, COUNT * sizeof(float), &handle), fcclInvalidUsage);
+    EXPECT_EQ_INT(fcclCommFinalize(c->victim), fcclInvalidUsage);
+    testShmPost(&c->shared->busyTried, 1);
+  } else {
+    if (testShmWait(c->shared->shm, &c->shared->busyTried, 1, 60000, "rank 0's calls") != TEST_SHM_OK)
+      return fcclInternalError;
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 3, 0, &child, &config), fcclInProgress);
+  }
+  EXPECT_EQ_INT(waitReady(child), fcclSuccess);
+  int count = 0;
+  EXPECT_EQ_INT(fcclCommCount(child, &count), fcclSuccess);
+  EXPECT_EQ_INT(count, NRANKS);
+  if (child) checkedAllReduce(c, child, "the busy split's child");
+  EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
+  return fcclSuccess;
+}
+
+/* A child of the victim, finalized: its calls are refused but destroy, which is then local; the victim works on. */
+static fcclResult_t finalizedChild(struct ctx* c) {
+  fcclComm_t child = NULL, grandchild = NULL;
+  fcclResult_t res = fcclCommSplit(c->victim, 0, c->rank, &child, NULL);
+  EXPECT_MSG(res == fcclSuccess, "rank %d: split: %s", c->rank, fcclGetLastError(NULL));
+  if (res != fcclSuccess) return res;
+  EXPECT_EQ_INT(fcclCommFinalize(child), fcclSuccess);
+  EXPECT_EQ_INT(fcclAllReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, child, c->stream), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "was finalized");
+  fcclRegHandle_t handle = NULL;
+  EXPECT_EQ_INT(fcclCommRegister(child, c->send, COUNT * sizeof(float), &handle), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclCommSplit(child, 0, 0, &grandchild, NULL), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclCommFinalize(child), fcclInvalidUsage);
+  fcclResult_t state = fcclInternalError;
+  EXPECT_EQ_INT(fcclCommGetAsyncError(child, &state), fcclSuccess);
+  EXPECT_EQ_INT(state, fcclSuccess);
+  int count = 0;
+  EXPECT_EQ_INT(fcclCommCount(child, &count), fcclSuccess);
+  EXPECT_EQ_INT(count, NRANKS);
+  EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
+  return fcclSuccess;
+}
 
 #define ANY_ERROR (-1) /* any documented error code (with a message); for calls whose result CUDA decides */
 
@@ -343,6 +417,8 @@ static const struct gpuCase cases[] = {
     {"fcclCommInitAll with a device not visible", initAllInvisible, 1, {ARG, 0}, "is not one of"},
     {"argument errors from a child of fork()", forkedChild, 1, {ARG, 0}, "unknown datatype"},
     {"calls that may not be captured, during capture", duringCapture, 1, {fcclSuccess, 0}, NULL},
+    {"calls on a communicator while a split of it runs", splitBusy, 1, {fcclSuccess, 0}, NULL},
+    {"calls on a finalized communicator", finalizedChild, 1, {fcclSuccess, 0}, NULL},
 };
 #undef ARG
 #undef REMOTE
@@ -363,7 +439,7 @@ static fcclConfig_t rankConfig(const char* name) {
 static int rankMain(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct shared* shared = arg;
-  struct ctx c = {.rank = rank, .nranks = nranks, .dev = rank % gpus};
+  struct ctx c = {.rank = rank, .nranks = nranks, .dev = rank % gpus, .shared = shared};
   EXPECT_EQ_INT(cudaSetDevice(c.dev), cudaSuccess);
   if (rank == 0) {
     EXPECT_EQ_INT(fcclGetUniqueId(&shared->ids[0]), fcclSuccess);

@@ -34,6 +34,7 @@ struct fixture {
   struct fcclComm* failed;  /* init failed with fcclTimeout */
   struct fcclComm* dead;    /* torn down: magic cleared, memory kept by this test */
   struct fcclComm* deferred; /* destroyed by the user, its fcclCommInitAll group still alive */
+  struct fcclComm* finalized; /* fcclCommFinalize has run */
   fcclComm_t out;           /* output of init calls: must stay SENTINEL */
   float device[4];          /* stands for a buffer: never reached */
 };
@@ -94,6 +95,7 @@ static fcclConfig_t configWith(int field, long value) {
     case 2: config.blocking = (int)value; break;
     case 3: config.timeoutMs = (int)value; break;
     case 4: config.allowSharedDevice = (int)value; break;
+    case 5: config.splitShare = (int)value; break;
   }
   return config;
 }
@@ -138,6 +140,7 @@ CASE(configBlocking) { return initWithConfig(2, 2); }
 CASE(configTimeoutZero) { return initWithConfig(3, 0); }
 CASE(configTimeoutNegative) { return initWithConfig(3, -5); }
 CASE(configShared) { return initWithConfig(4, 7); }
+CASE(configSplitShare) { return initWithConfig(5, 2); }
 CASE(configGarbage) {
   fcclConfig_t config;
   memset(&config, 0xa5, sizeof(config)); /* never initialised */
@@ -307,6 +310,39 @@ CASE(recvNullBuffer) { return fcclRecv(NULL, 4, fcclFloat32, 0, fx.live, NULL); 
 CASE(recvDead) { return fcclRecv(fx.device, 4, fcclFloat32, 0, fx.dead, NULL); }
 CASE(allToAllOverlap) { return fcclAllToAll(fx.device, (char*)fx.device + 4, 2, fcclFloat32, fx.live, NULL); }
 CASE(allToAllNullRecv) { return fcclAllToAll(fx.device, NULL, 2, fcclFloat32, fx.live, NULL); }
+CASE(alltoAllNullComm) { return fcclAlltoAll(fx.device, fx.device, 1, fcclFloat32, NULL, NULL); }
+CASE(alltoAllFinalized) { return fcclAlltoAll(fx.device, (char*)fx.device + 8, 1, fcclFloat32, fx.finalized, NULL); }
+CASE(allReduceFinalized) { return fcclAllReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.finalized, NULL); }
+
+CASE(splitNull) { return fcclCommSplit(NULL, 0, 0, &fx.out, NULL); }
+CASE(splitDead) { return fcclCommSplit(fx.dead, 0, 0, &fx.out, NULL); }
+CASE(splitDeferred) { return fcclCommSplit(fx.deferred, 0, 0, &fx.out, NULL); }
+CASE(splitNullNew) { return fcclCommSplit(fx.live, 0, 0, NULL, NULL); }
+CASE(splitColorNegative) { return fcclCommSplit(fx.live, -2, 0, &fx.out, NULL); }
+CASE(splitColorMin) { return fcclCommSplit(fx.live, INT32_MIN, 0, &fx.out, NULL); }
+CASE(splitConfigMagic) {
+  fcclConfig_t config = configWith(1, 0);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitConfigShare) {
+  fcclConfig_t config = configWith(5, 7);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitPending) { return fcclCommSplit(fx.pending, 0, 0, &fx.out, NULL); }
+CASE(splitFailed) { return fcclCommSplit(fx.failed, FCCL_SPLIT_NOCOLOR, 0, &fx.out, NULL); }
+CASE(splitFinalized) { return fcclCommSplit(fx.finalized, 0, 0, &fx.out, NULL); }
+CASE(splitNoPeers) { return fcclCommSplit(fx.live, 0, 0, &fx.out, NULL); }
+CASE(finalizeNull) { return fcclCommFinalize(NULL); }
+CASE(finalizeDead) { return fcclCommFinalize(fx.dead); }
+CASE(finalizeDeferred) { return fcclCommFinalize(fx.deferred); }
+CASE(finalizePending) { return fcclCommFinalize(fx.pending); }
+CASE(finalizeFailed) { return fcclCommFinalize(fx.failed); }
+CASE(finalizeTwice) { return fcclCommFinalize(fx.finalized); }
+CASE(finalizeNoPeers) { return fcclCommFinalize(fx.live); }
+CASE(registerFinalized) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(fx.finalized, fx.device, sizeof(fx.device), &handle);
+}
 CASE(groupEndUnstarted) { return fcclGroupEnd(); }
 CASE(pathNullOut) { return fcclCommGetPath(fx.live, NULL, NULL); }
 CASE(pathDead) {
@@ -376,6 +412,7 @@ static const struct badCase cases[] = {
     {"fcclCommInitRankConfig", "config.timeoutMs 0", configTimeoutZero, ARG, "config.timeoutMs is 0"},
     {"fcclCommInitRankConfig", "config.timeoutMs -5", configTimeoutNegative, ARG, "config.timeoutMs is -5"},
     {"fcclCommInitRankConfig", "config.allowSharedDevice 7", configShared, ARG, "allowSharedDevice is 7"},
+    {"fcclCommInitRankConfig", "config.splitShare 2", configSplitShare, ARG, "config.splitShare is 2"},
     {"fcclCommInitRankConfig", "config never initialised", configGarbage, ARG, "FCCL_CONFIG_INITIALIZER"},
     {"fcclCommInitAll", "NULL comms", initAllNull, ARG, "comms is NULL"},
     {"fcclCommInitAll", "ndev 0", initAllZero, ARG, "ndev 0 outside 1..64"},
@@ -456,6 +493,29 @@ static const struct badCase cases[] = {
     {"fcclRecv", "a torn-down handle", recvDead, ARG, "invalid communicator handle"},
     {"fcclAllToAll", "overlapping buffers", allToAllOverlap, ARG, "overlap"},
     {"fcclAllToAll", "NULL recvbuf", allToAllNullRecv, ARG, "recvbuf is NULL with count 2"},
+    {"fcclAlltoAll", "NULL comm", alltoAllNullComm, ARG, "invalid communicator handle"},
+    {"fcclAlltoAll", "a finalized communicator", alltoAllFinalized, USAGE, "was finalized"},
+    {"fcclAllReduce", "a finalized communicator", allReduceFinalized, USAGE, "was finalized"},
+    {"fcclCommRegister", "a finalized communicator", registerFinalized, USAGE, "was finalized"},
+    {"fcclCommSplit", "NULL comm", splitNull, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "a torn-down handle", splitDead, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "a destroyed group member", splitDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "NULL newcomm", splitNullNew, ARG, "newcomm is NULL"},
+    {"fcclCommSplit", "color -2", splitColorNegative, ARG, "color -2 is negative"},
+    {"fcclCommSplit", "color INT32_MIN", splitColorMin, ARG, "FCCL_SPLIT_NOCOLOR (-1)"},
+    {"fcclCommSplit", "config.magic 0", splitConfigMagic, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommSplit", "config.splitShare 7", splitConfigShare, ARG, "config.splitShare is 7"},
+    {"fcclCommSplit", "non-blocking init still running", splitPending, USAGE, "has not finished"},
+    {"fcclCommSplit", "init failed (fcclTimeout)", splitFailed, fcclTimeout, "failed earlier"},
+    {"fcclCommSplit", "a finalized communicator", splitFinalized, USAGE, "was finalized"},
+    {"fcclCommSplit", "no peers' information", splitNoPeers, USAGE, "init has not finished"},
+    {"fcclCommFinalize", "NULL comm", finalizeNull, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "a torn-down handle", finalizeDead, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "a destroyed group member", finalizeDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "non-blocking init still running", finalizePending, USAGE, "has not finished"},
+    {"fcclCommFinalize", "init failed (fcclTimeout)", finalizeFailed, fcclTimeout, "failed earlier"},
+    {"fcclCommFinalize", "finalized twice", finalizeTwice, USAGE, "was finalized"},
+    {"fcclCommFinalize", "no bootstrap", finalizeNoPeers, USAGE, "init has not finished"},
     {"fcclGroupEnd", "no group started", groupEndUnstarted, USAGE, "fcclGroupEnd"},
     {"fcclCommGetPath", "NULL path", pathNullOut, ARG, "path is NULL"},
     {"fcclCommGetPath", "a torn-down handle", pathDead, ARG, "invalid communicator handle"},
@@ -502,6 +562,9 @@ static void expectHandlesIntact(const char* where) {
              where);
   EXPECT_MSG(fx.dead->magic == 0 && fx.deferred->magic == FCCL_COMM_MAGIC_DEFERRED, "%s: a stale handle changed",
              where);
+  EXPECT_MSG(fx.finalized->finalized == 2 && fx.finalized->asyncError == fcclSuccess && fx.live->finalized == 0 &&
+                 fx.live->splitActive == 0,
+             "%s: a split or finalize changed a handle", where);
   EXPECT_MSG(fx.out == SENTINEL, "%s: an output was written on failure", where);
 }
 
@@ -560,6 +623,8 @@ int main(void) {
   fx.failed = fakeComm(FCCL_COMM_MAGIC, fcclTimeout);
   fx.dead = fakeComm(0, fcclSuccess);
   fx.deferred = fakeComm(FCCL_COMM_MAGIC_DEFERRED, fcclSuccess);
+  fx.finalized = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
+  fx.finalized->finalized = 2;
 
   int failed = runTable("here");
   printf("%zu bad calls: %d failed checks\n", sizeof(cases) / sizeof(cases[0]), failed);
@@ -591,7 +656,7 @@ int main(void) {
   EXPECT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the table failed in a forked child (status %d)", status);
   printf("the same calls in a forked child: %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "FAILED");
 
-  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred};
+  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred, fx.finalized};
   for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) freeComm(handles[i]);
   return testSummary("bad_input");
 }
