@@ -24,10 +24,22 @@ const void* broadcastKernel(int kernel, int elemSize);
 const void* reduceScatterLLKernel(fcclDataType_t type, fcclRedOp_t op);
 const void* reduceScatterDirectKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
 const void* reduceScatterStagedKernel(fcclDataType_t type, fcclRedOp_t op, int rankBound);
-/* fcclAllReduceAddRMSNorm's one-shot and two-shot forms: per input type (fp16, bf16, fp32), FP8 output or the
- * input's type, and rank bound. */
-const void* fusedNormKernel(fcclDataType_t type, bool fp8, int rankBound);
-const void* fusedNormTwoshotKernel(fcclDataType_t type, bool fp8, int rankBound);
+/* fcclAllReduceAddRMSNorm: the kernel of a call of input type `type` (fp16, bf16, fp32), FP8 output or the input's
+ * type, on nranks ranks, in args.form (fused_norm.cu), its threads per block and the most blocks it takes (the
+ * kernels with flags: one epoch counter per block); kernel NULL when there is none. */
+struct FusedLaunch {
+  const void* kernel;
+  unsigned threads;
+  int maxBlocks;
+};
+FusedLaunch fusedNormLaunch(fcclDataType_t type, bool fp8, int nranks, const fcclFusedArgs& args);
+/* Its kernel of one rank (fused_norm_local.cu), its two-shot form and its previous one-shot kernel
+ * (FCCL_FUSED_ONESHOT_LEGACY, kFusedLegacyThreads per block), per input type, FP8 output or not, rank bound and,
+ * for the row kernel, vector path (fcclFusedVectorizable). */
+const void* fusedNormLocalKernel(fcclDataType_t type, bool fp8, bool vec);
+const void* fusedNormTwoshotKernel(fcclDataType_t type, bool fp8, int rankBound, bool vec);
+const void* fusedNormLegacyKernel(fcclDataType_t type, bool fp8, int rankBound);
+constexpr unsigned kFusedLegacyThreads = 512;
 
 /*
  * The rank bound a pulling kernel is compiled for: the smallest of 2, 4 and 8 that holds nranks. Its register

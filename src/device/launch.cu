@@ -114,23 +114,19 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
   if ((args->print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) == 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without the call's fingerprint");
   const bool fp8 = outtype == fcclFloat8e4m3;
-  const int bound = fccl::fcclRankBound(comm->nranks);
-  const void* function = nullptr;
-  if (fp8 || outtype == datatype) {
-    if (args->form == FCCL_FUSED_ONESHOT) function = fccl::fusedNormKernel(datatype, fp8, bound);
-    if (args->form == FCCL_FUSED_TWOSHOT) function = fccl::fusedNormTwoshotKernel(datatype, fp8, bound);
-  }
-  if (function == nullptr)
+  fccl::FusedLaunch kernel = {nullptr, 0, 0};
+  if (fp8 || outtype == datatype) kernel = fccl::fusedNormLaunch(datatype, fp8, comm->nranks, *args);
+  if (kernel.kernel == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
                       "no fused norm kernel for type %d, output type %d, form %d", (int)datatype, (int)outtype,
                       (int)args->form);
-  if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS)
+  if (blocks < 1 || blocks > kernel.maxBlocks)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm grid %d outside [1, %d]", blocks,
-                      FCCL_DEVICE_MAX_BLOCKS);
+                      kernel.maxBlocks);
   fcclDevComm c = *comm;
   fcclFusedArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(function, dim3(blocks), dim3(FCCL_FUSED_THREADS), params, pdl, stream, "fused norm");
+  return fccl::launch(kernel.kernel, dim3(blocks), dim3(kernel.threads), params, pdl, stream, "fused norm");
 }
 
 extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {
