@@ -35,15 +35,13 @@ extern "C" int fusedNormRefLaunch(const void* reduced, void* residual, const voi
   if (tokens == 0) return 0;
   const uint64_t rowBytes = (uint64_t)hidden * 2;
   if (hidden == 0 || rowBytes > FCCL_FUSED_MAX_ROW_BYTES) return -1;
-  fcclFusedShape shape = fcclFusedShapeMake(rowBytes, rowThreads, blockThreads);
-  if (rowThreads == 0) {
-    /* The library's: its rows per block for this token count on this GPU, as fcclAllReduceAddRMSNorm launches. */
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return -1;
-    shape = fcclFusedShapeFor(rowBytes, tokens, sms);
-  }
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return -1;
+  /* The library's: its rows per block for this token count on this GPU, as fcclAllReduceAddRMSNorm launches. */
+  const fcclFusedShape shape = rowThreads == 0 ? fcclFusedShapeFor(rowBytes, tokens, sms)
+                                               : fcclFusedShapeMake(rowBytes, rowThreads, blockThreads);
   if (shape.rowThreads == 0) return -1;
   fcclFusedArgs a = {};
   a.input = (uint64_t)(uintptr_t)reduced;
@@ -54,9 +52,12 @@ extern "C" int fusedNormRefLaunch(const void* reduced, void* residual, const voi
   a.hidden = hidden;
   a.eps = eps;
   a.scaleMode = fcclScaleNone;
-  /* A block per batch of rowsPerBlock rows, as the library's one-rank form launches. */
+  /* Batches of rowsPerBlock rows over as many blocks as stay resident, as the library's one-rank form launches. */
   const uint64_t batches = (tokens + shape.rowsPerBlock - 1) / shape.rowsPerBlock;
-  const unsigned blocks = (unsigned)(batches < 0x7fffffffu ? batches : 0x7fffffffu);
+  const uint64_t perSm =
+      shape.blockThreads < FCCL_FUSED_RESIDENT_THREADS ? FCCL_FUSED_RESIDENT_THREADS / shape.blockThreads : 1;
+  const uint64_t resident = (uint64_t)(sms > 0 ? sms : 1) * perSm;
+  const unsigned blocks = (unsigned)(batches < resident ? batches : resident);
   if (fcclFusedVectorizable(&a, rowBytes, 1))
     addRmsNorm<true><<<blocks, shape.blockThreads, 0, (cudaStream_t)stream>>>(a, shape.rowThreads);
   else

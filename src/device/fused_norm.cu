@@ -7,7 +7,7 @@
  * residual and normalises it from registers, in an order that depends on the row's size only, so that a row's bits
  * depend on nothing but its own data: not on the token count, the grid or the form (docs/fused.md#batch-invariance).
  *
- *   one rank  (fused_norm_local.cu) no peers and no flags: rows in batches over a grid as large as the call needs.
+ *   one rank  (fused_norm_local.cu) no peers and no flags: rows in batches, no staging rounds.
  *   registered (the input lies in registered memory on every rank) each group pulls its rows from every rank's
  *          input in place, as the one-shot pull does:
  *     ready  (pad A step 1, relaxed post, one acquire load once seen) a peer reached the call: its input is final.

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduceAddRMSNorm on one rank: the all-reduce of one rank is its input, so the call is the residual add and
- * the RMSNorm of the row kernel (fused_norm.cuh), with no peers, no flags and no staging, over a grid of a block per
- * batch of rows (core/coll/fused_norm.c). Its rows' bits are those of every other form (docs/fused.md#batch-invariance).
+ * the RMSNorm of the row kernel (fused_norm.cuh), with no peers, no flags and no staging, over as many blocks as stay
+ * resident, each taking batch after batch of rows (core/coll/fused_norm.c). Its rows' bits are those of every other
+ * form (docs/fused.md#batch-invariance).
  */
 #include "fused_norm.cuh"
 #include "kernels.cuh"

@@ -148,17 +148,17 @@ static int legacyKernelAsked(void) {
 /*
  * Blocks of a call of `rows` rows at a time (the form's rows in one round, or all of them), dealt out in batches of
  * the shape's rowsPerBlock (fused_norm.cuh; fewer rows per block than a block holds when rows are few:
- * fcclFusedShapeFor). One rank posts no flags: a block per batch, as many as CUDA takes. The forms with flags take
- * at most as many blocks as stay resident together (FCCL_FUSED_RESIDENT_THREADS per SM), each with its epoch counter
- * (FCCL_DEVICE_MAX_BLOCKS). A row's result does not depend on the grid; the grid depends only on the call's arguments
- * and the GPU, so it is the same on every rank.
+ * fcclFusedShapeFor). At most as many blocks as stay resident together (FCCL_FUSED_RESIDENT_THREADS per SM): each
+ * takes batch after batch, its groups each on their own row, so that an SM never waits for a block to end and the
+ * next to start with no load in flight. The forms with flags also need every block resident at once, and an epoch
+ * counter each (FCCL_DEVICE_MAX_BLOCKS); one rank (local) posts no flags. A row's result does not depend on the
+ * grid; the grid depends only on the call's arguments and the GPU, so it is the same on every rank.
  */
 static int fusedBlocks(const struct fcclComm* comm, uint64_t rows, const fcclFusedShape* shape, int local) {
   const uint64_t batches = (rows + shape->rowsPerBlock - 1) / shape->rowsPerBlock;
-  if (local) return (int)minU64(maxU64(batches, 1), INT_MAX);
   const uint64_t perSm = maxU64(FCCL_FUSED_RESIDENT_THREADS / shape->blockThreads, 1);
   const uint64_t sms = comm->device->smCount > 0 ? (uint64_t)comm->device->smCount : 1;
-  return (int)maxU64(minU64(batches, minU64(sms * perSm, FCCL_DEVICE_MAX_BLOCKS)), 1);
+  return (int)maxU64(minU64(batches, minU64(sms * perSm, local ? INT_MAX : FCCL_DEVICE_MAX_BLOCKS)), 1);
 }
 
 /*
