@@ -121,7 +121,8 @@ static double timeGraph(int rank, fcclComm_t comm, cudaStream_t stream, const st
                                     fcclBfloat16, fcclScaleNone, NULL, comm, stream);
       continue;
     }
-    if (path == PATH_PAIR) res = fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream);
+    if (path == PATH_PAIR)
+      res = fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream);
     if (res == fcclSuccess)
       ref = fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f,
                                shape.rowThreads, shape.blockThreads, stream);
@@ -235,7 +236,8 @@ static int runSize(int rank, fcclComm_t comm, cudaStream_t stream, const struct 
   const double gb = localBytes(tokens, hidden) / 1e3; /* GB/s from microseconds */
   const struct shapeChoice library = {0, 0};
   const char* same = "-";
-  if (referenceRows(rank, comm, stream, b, tokens, hidden) || checkRows(rank, comm, stream, b, tokens, hidden, NULL, &same))
+  if (referenceRows(rank, comm, stream, b, tokens, hidden) ||
+      checkRows(rank, comm, stream, b, tokens, hidden, NULL, &same))
     return 1;
   CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
   const double fused = timeGraph(rank, comm, stream, o, b, tokens, hidden, PATH_FUSED, library);

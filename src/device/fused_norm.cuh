@@ -108,9 +108,9 @@ __device__ __forceinline__ float groupReduce(float v, const RowGroup& g, float* 
 
 /*
  * Unit u of a row, for the row kernel. VEC (fcclFusedVectorizable): every base is 16-byte aligned and the row a
- * whole number of units, so each access is one 16-byte C++ access: the compiler may issue a thread's loads back to back (the flags' asm,
- * with its memory clobber, still orders them), and the weight, read-only for the call, goes through the
- * non-coherent cache. Otherwise UnitIO's aligned-or-element-wise access, zeros past the row's end.
+ * whole number of units, so each access is one 16-byte C++ access: the compiler may issue a thread's loads back to
+ * back (the flags' asm, with its memory clobber, still orders them), and the weight, read-only for the call, goes
+ * through the non-coherent cache. Otherwise UnitIO's aligned-or-element-wise access, zeros past the row's end.
  */
 template <class TT, bool VEC>
 struct RowIO {
