@@ -477,9 +477,9 @@ typedef enum {
  *         writes overlapping another; tokens x hidden overflowing a size or more rounds than a call can count; a
  *         row that does not fit a staging chunk; a buffer or stream of another device or a host buffer);
  *         fcclInvalidUsage (the communicator's init did not finish, or it is on the NCCL or hierarchical path:
- *         fcclCommGetPath; there the all-reduce and the norm are separate calls); fcclUnhandledCudaError (the launch failed);
- *         an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched. On an argument
- *         error nothing is launched and fcclGetLastError says which argument.
+ *         fcclCommGetPath; there the all-reduce and the norm are separate calls); fcclUnhandledCudaError (the
+ *         launch failed); an error an earlier kernel recorded (fcclTimeout), in which case nothing is launched. On
+ *         an argument error nothing is launched and fcclGetLastError says which argument.
  * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
  * fcclCommAbort). Collective: yes, the same tokens, hidden, eps, types and scale mode on every rank, in the same
  * order as the communicator's other collectives. Graph capture: yes; replays are correct any number of times
@@ -570,6 +570,11 @@ typedef struct {
   uint64_t commGraphRegistrations; /**< buffers this communicator registered for captured CUDA graphs
                                         (FCCL_GRAPH_REGISTER), held until each graph is destroyed and the
                                         communicator's next collective call (0 when comm is NULL) */
+  uint64_t arenaBytes;    /**< device memory of fccl's own shared buffers in this process, every device: one chunk
+                               per communicator slot alive at once, kept until the device's last communicator goes */
+  uint64_t arenaChunks;   /**< the chunks of arenaBytes */
+  uint64_t commPeerBytes; /**< bytes of other processes' shared buffers this communicator's slot lives in, mapped
+                               here (its share of bytesMapped; 0 when comm is NULL) */
 } fcclMemStats_t;
 
 /**

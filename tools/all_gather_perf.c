@@ -2,7 +2,8 @@
 /*
  * all_gather_perf: nccl-tests' all-gather benchmark for fccl, with the same flags, table columns and bus-bandwidth
  * factor ((n - 1) / n); algbw counts the gathered buffer, as nccl-tests does. Sizes (-b, -e and the size column)
- * are the gathered buffer's, as nccl-tests has them: each rank sends 1/nranks of the size (docs/benchmark.md). With
+ * are the gathered buffer's, as nccl-tests has them: each rank sends 1/nranks of the size, rounded down to 16 bytes,
+ * and the count column is that sendcount (docs/benchmark.md). With
  * --compare nccl the same sizes run through ncclAllGather on the same buffers; -R 1/2 registers them with both
  * libraries. Every element is checked bit for bit (-c).
  *
@@ -19,19 +20,16 @@ static benchCounts_t allGatherCounts(size_t count, int nranks) {
   return (benchCounts_t){count, count * (size_t)nranks};
 }
 
-static int allGatherLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
-                           int type, int op, int root) {
-  return agent->engines[engine].ops->allGather(agent, engine, gpu, send, recv, count, type, op, root);
-}
-
 static const benchCollective_t allGather = {
     .program = "all_gather_perf",
+    .call = BENCH_CALL_ALL_GATHER,
     .busFactor = allGatherBusFactor,
     .counts = allGatherCounts,
-    .sizeIsLargest = 1,
+    .perRank = 1,
+    .alignBytes = 16, /* nccl-tests 2.19: a rank's block rounded down to 16 bytes, the count column shows it */
+    .countIsCall = 1,
     .hasRoot = 0,
     .hasOp = 0,
-    .launch = allGatherLaunch,
     .result = benchAllGatherResult, /* rank q's block at q x count */
 };
 

@@ -17,18 +17,13 @@ static benchCounts_t allReduceCounts(size_t count, int nranks) {
   return (benchCounts_t){count, count};
 }
 
-static int allReduceLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
-                           int type, int op, int root) {
-  return agent->engines[engine].ops->allReduce(agent, engine, gpu, send, recv, count, type, op, root);
-}
-
 static const benchCollective_t allReduce = {
     .program = "all_reduce_perf",
+    .call = BENCH_CALL_ALL_REDUCE,
     .busFactor = benchAllReduceBusFactor, /* 2 (n - 1) / n */
     .counts = allReduceCounts,
     .hasRoot = 0,
     .hasOp = 1,
-    .launch = allReduceLaunch,
     .result = benchAllReduceResult, /* every rank holds the reduction */
 };
 

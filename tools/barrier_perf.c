@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * barrier_perf: the latency of fcclBarrier, launched eagerly and (with -G) replayed from a CUDA graph, beside NCCL's
- * usual stand-in for a barrier (an all-reduce of one float) with --compare nccl. Same flags and launch as
- * all_reduce_perf (-n, -w, -N, -z, -G, -C, -S, -M, -T, -np, -J, --csv, ...); sizes do not apply.
+ * usual stand-in for a barrier (an all-reduce of one float) with --compare nccl. The launch and the flags of
+ * all_reduce_perf that apply to it (-t, -g, -n, -w, -N, -z, -G, -a, -T, -C, -S, -M, -J, -np, --csv, ...); the others
+ * (sizes, types, ops, root, checks, buffers, -I) are refused.
  *
  *   barrier_perf -n 1000 -w 100 -G 10 --compare nccl
  */
@@ -35,10 +36,11 @@ static int measureMode(benchAgent_t* agent, barrierCtx_t* ctx, int launches, bar
   agent->args.graphLaunches = launches;
   int status = 0;
   for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
-    double cpuUs = 0;
+    benchTiming_t timing;
+    memset(&timing, 0, sizeof(timing));
     status = benchRunOnce(agent, engine, launchBarrier, ctx, 1);
-    if (status == 0) status = benchTimeLoop(agent, engine, launchBarrier, ctx, &result->timeUs[engine], &cpuUs);
-    if (status == 0 && agent->args.cputime) result->timeUs[engine] = cpuUs;
+    if (status == 0) status = benchTimeLoop(agent, engine, launchBarrier, ctx, &timing);
+    result->timeUs[engine] = agent->args.cputime ? timing.cpuUs : timing.timeUs;
   }
   agent->args.graphLaunches = saved;
   result->mode = launches > 0 ? "graph" : "eager";
@@ -47,7 +49,7 @@ static int measureMode(benchAgent_t* agent, barrierCtx_t* ctx, int launches, bar
   return status;
 }
 
-static void printResults(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
+static void printHeader(benchAgent_t* agent) {
   char names[BENCH_MAX_ENGINES][16];
   for (int engine = 0; engine < agent->nEngines; engine++)
     snprintf(names[engine], sizeof(names[engine]), "%s", agent->engineNames[engine]);
@@ -59,65 +61,84 @@ static void printResults(benchAgent_t* agent, const barrierResult_t* results, in
   if (agent->nEngines > 1) printf("  %9s  %7s", "(us)", "(x)");
   if (stamps) printf(" %19s", BENCH_TIME_FORMAT);
   printf("\n");
-  for (int r = 0; r < nResults; r++) {
-    char time[32];
-    benchFormatFloat(results[r].timeUs[0], 9, time, sizeof(time));
-    printf("  %7s  %8d  %8d  %9s", results[r].mode, agent->args.iters,
-           results[r].launches > 0 ? results[r].launches : 1, time);
-    if (agent->nEngines > 1) {
-      char other[32], ratio[32];
-      benchFormatFloat(results[r].timeUs[1], 9, other, sizeof(other));
-      benchFormatFloat(results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0, 7, ratio,
-                       sizeof(ratio));
-      printf("  %9s  %7s", other, ratio);
-    }
-    if (stamps) {
-      char when[32];
-      benchFormatTime(results[r].timestamp, when, sizeof(when));
-      printf("%21s", when);
-    }
-    printf("\n");
+}
+
+static void printResult(benchAgent_t* agent, const barrierResult_t* result) {
+  char time[32];
+  benchFormatFloat(result->timeUs[0], 9, time, sizeof(time));
+  printf("  %7s  %8d  %8d  %9s", result->mode, agent->args.iters, result->launches > 0 ? result->launches : 1, time);
+  if (agent->nEngines > 1) {
+    char other[32], ratio[32];
+    benchFormatFloat(result->timeUs[1], 9, other, sizeof(other));
+    benchFormatFloat(result->timeUs[0] > 0 ? result->timeUs[1] / result->timeUs[0] : 0, 7, ratio, sizeof(ratio));
+    printf("  %9s  %7s", other, ratio);
   }
+  if (agent->args.timestamps) {
+    char when[32];
+    benchFormatTime(result->timestamp, when, sizeof(when));
+    printf("%21s", when);
+  }
+  printf("\n");
+}
+
+static void printFooter(benchAgent_t* agent) {
   if (agent->nEngines > 1)
     printf("# %s's barrier stand-in: an all-reduce of one float; speedup = %s time / %s time\n",
            agent->engineNames[1], agent->engineNames[1], agent->engineNames[0]);
   printf("#\n# Collective test concluded: barrier_perf\n");
 }
 
-static int writeCsv(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
-  FILE* file = benchOpenOutput(agent, agent->args.csvPath);
-  if (!file) return -1;
-  benchCsvHeader(file);
-  for (int r = 0; r < nResults; r++)
-    for (int engine = 0; engine < agent->nEngines; engine++)
-      fprintf(file, "barrier_perf,%s,none,%d,%d,0,0,none,none,none,%.3f,0,0,-1\n", agent->engineNames[engine],
-              results[r].launches, agent->nranks, results[r].timeUs[engine]);
-  return benchCloseOutput(agent, file, agent->args.csvPath);
-}
-
-static int writeJson(benchAgent_t* agent, const barrierResult_t* results, int nResults) {
-  toolJson_t json;
-  FILE* file = benchJsonStart(agent, &json);
-  if (!file) return -1;
-  for (int r = 0; r < nResults; r++) {
-    toolJsonBeginObject(&json, NULL);
-    toolJsonString(&json, "mode", results[r].mode);
-    toolJsonInt(&json, "iterations", agent->args.iters);
-    toolJsonInt(&json, "graph_launches", results[r].launches);
-    toolJsonInt(&json, "cycle", results[r].cycle);
+/* One result in -J and --csv, as it comes. */
+static void writeResult(benchAgent_t* agent, benchOutputs_t* outputs, const barrierResult_t* result) {
+  for (int engine = 0; outputs->csv && engine < agent->nEngines; engine++)
+    fprintf(outputs->csv, "barrier_perf,%s,none,%d,%d,0,0,none,none,none,%.3f,0,0,-1,,,,\n", agent->engineNames[engine],
+            result->launches, agent->nranks, result->timeUs[engine]);
+  if (outputs->json) {
+    toolJson_t* json = &outputs->writer;
+    toolJsonBeginObject(json, NULL);
+    toolJsonString(json, "mode", result->mode);
+    toolJsonInt(json, "iterations", agent->args.iters);
+    toolJsonInt(json, "graph_launches", result->launches);
+    toolJsonInt(json, "cycle", result->cycle);
     for (int engine = 0; engine < agent->nEngines; engine++) {
-      toolJsonBeginObject(&json, agent->engineNames[engine]);
-      toolJsonDouble(&json, "time", results[r].timeUs[engine]);
-      toolJsonEnd(&json);
+      toolJsonBeginObject(json, agent->engineNames[engine]);
+      toolJsonDouble(json, "time", result->timeUs[engine]);
+      toolJsonEnd(json);
     }
     if (agent->nEngines > 1)
-      toolJsonDouble(&json, "speedup", results[r].timeUs[0] > 0 ? results[r].timeUs[1] / results[r].timeUs[0] : 0);
-    toolJsonEnd(&json);
+      toolJsonDouble(json, "speedup", result->timeUs[0] > 0 ? result->timeUs[1] / result->timeUs[0] : 0);
+    toolJsonEnd(json);
   }
-  char endTime[32];
-  benchNowText(endTime, sizeof(endTime));
-  benchJsonEnd(&json, NULL, NULL, endTime);
-  return benchCloseOutput(agent, file, agent->args.jsonPath);
+  benchOutputsFlush(outputs);
+}
+
+/* Eager, then graph with -G; -N times (-N 0: until a signal, every rank stopping after the same line). */
+static int measureCycles(benchAgent_t* agent, barrierCtx_t* ctx, benchOutputs_t* outputs) {
+  const int forever = agent->args.runCycles == 0;
+  int status = 0, lines = 0, cycle = 0;
+  for (; (forever || cycle < agent->args.runCycles) && status == 0; cycle++) {
+    for (int graph = 0; graph < (agent->args.graphLaunches > 0 ? 2 : 1) && status == 0; graph++) {
+      barrierResult_t result;
+      memset(&result, 0, sizeof(result));
+      result.cycle = cycle;
+      status = measureMode(agent, ctx, graph ? agent->args.graphLaunches : 0, &result);
+      if (status != 0) break;
+      lines++;
+      if (agent->output) {
+        printResult(agent, &result);
+        writeResult(agent, outputs, &result);
+      }
+    }
+    if (status == 0 && forever) {
+      const int agreed = benchStopAgreed(agent);
+      if (agreed < 0) status = -1;
+      if (agreed > 0) {
+        if (agent->output) printf("# Stopped on a signal (-N 0) after %d lines, in cycle %d\n", lines, cycle);
+        break;
+      }
+    }
+  }
+  return status;
 }
 
 static int runBarrier(benchAgent_t* agent) {
@@ -138,29 +159,15 @@ static int runBarrier(benchAgent_t* agent) {
     status = benchLaunchAll(agent, engine, launchBarrier, &ctx, 0, agent->args.warmupIters);
     if (status == 0) status = benchSync(agent, engine);
   }
-  /* Eager, then graph with -G; -N times. */
-  const int perCycle = agent->args.graphLaunches > 0 ? 2 : 1;
-  barrierResult_t* results = (barrierResult_t*)calloc((size_t)perCycle * (size_t)agent->args.runCycles,
-                                                      sizeof(barrierResult_t));
-  if (!results && status == 0) {
-    benchFail(agent, "out of memory");
-    status = -1;
+  benchOutputs_t outputs;
+  memset(&outputs, 0, sizeof(outputs));
+  if (status == 0) status = benchOutputsOpen(agent, &outputs);
+  if (status == 0) {
+    if (agent->output) printHeader(agent);
+    status = measureCycles(agent, &ctx, &outputs);
+    if (status == 0 && agent->output) printFooter(agent);
+    if (benchOutputsClose(agent, &outputs, NULL, NULL, status == 0 ? NULL : agent->error) != 0) status = -1;
   }
-  int nResults = 0;
-  for (int cycle = 0; cycle < agent->args.runCycles && status == 0; cycle++) {
-    results[nResults].cycle = cycle;
-    status = measureMode(agent, &ctx, 0, &results[nResults++]);
-    if (status == 0 && perCycle > 1) {
-      results[nResults].cycle = cycle;
-      status = measureMode(agent, &ctx, agent->args.graphLaunches, &results[nResults++]);
-    }
-  }
-  if (status == 0 && agent->output) {
-    printResults(agent, results, nResults);
-    if (agent->args.csvPath) status = writeCsv(agent, results, nResults);
-    if (status == 0 && agent->args.jsonPath) status = writeJson(agent, results, nResults);
-  }
-  free(results);
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     if (!ctx.scratch[gpu]) continue;
     cudaSetDevice(agent->devices[gpu]);
@@ -171,6 +178,8 @@ static int runBarrier(benchAgent_t* agent) {
 }
 
 int main(int argc, char** argv) {
-  static const benchTest_t test = {"barrier_perf", runBarrier, NULL};
+  /* Not one of nccl-tests' programs: it takes no sizes, types, ops, root or per-iteration statistics, and refuses
+   * them (its --help lists what it takes). */
+  static const benchTest_t test = {"barrier_perf", runBarrier, NULL, 0};
   return benchMain(argc, argv, &test);
 }

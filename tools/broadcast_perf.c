@@ -21,18 +21,13 @@ static benchCounts_t broadcastCounts(size_t count, int nranks) {
   return (benchCounts_t){count, count};
 }
 
-static int broadcastLaunch(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
-                           int type, int op, int root) {
-  return agent->engines[engine].ops->broadcast(agent, engine, gpu, send, recv, count, type, op, root);
-}
-
 static const benchCollective_t broadcast = {
     .program = "broadcast_perf",
+    .call = BENCH_CALL_BROADCAST,
     .busFactor = broadcastBusFactor,
     .counts = broadcastCounts,
     .hasRoot = 1,
     .hasOp = 0,
-    .launch = broadcastLaunch,
     .result = benchBroadcastResult, /* root's input on every rank */
 };
 

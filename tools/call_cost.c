@@ -12,6 +12,7 @@
  * Prints one line per step: median and minimum nanoseconds per call over the batches. FCCL_ALGO is set to ll
  * unless given: a one-rank all-reduce would otherwise be a plain copy, not the kernel launch of a real call.
  */
+#include "cuda_status.h"
 #include "fccl.h"
 #include "fccl_build_config.h"
 
@@ -275,11 +276,10 @@ int main(int argc, char** argv) {
     return refuse(argv[0], problem);
   }
   setenv("FCCL_ALGO", "ll", 0);
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
-    fprintf(stderr, "fccl-call-cost: no CUDA GPU to run on\n");
-    return 2;
-  }
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  const int count = cuda.deviceCount;
+  if (count < 1) return toolReportNoGpu("fccl-call-cost", cuda.noGpu);
   if (device >= count) {
     fprintf(stderr, "fccl-call-cost: device %d is not one of the %d visible\n", device, count);
     return 2;

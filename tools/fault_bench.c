@@ -17,10 +17,12 @@
  * each survivor's error (min/median/max over trials and survivors) and the median time from the kill until the system
  * had ended the victim (waitpid: the floor of any detection, as the driver releases the victim's GPU context first);
  * -J writes the same as JSON. Exits 0 when every
- * check of every trial held, 1 when one failed, 2 for bad arguments, 77 without a GPU.
+ * check of every trial held, 1 when one failed, 2 for bad arguments or without a GPU (the tools' one message and
+ * status for that: tools/common/cuda_status.h).
  */
 #include "fccl.h"
 
+#include "cuda_status.h"
 #include "options.h"
 
 #include <cuda_runtime.h>
@@ -403,19 +405,6 @@ static pid_t forkRank(struct board* b, enum scenario scenario, int rank, int nra
   _exit(failed ? 1 : 0);
 }
 
-static int gpuCount(struct board* b) {
-  pid_t pid = fork(); /* CUDA is never initialised in this process: its children could not use it after a fork */
-  if (pid == 0) {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-    b->gpus = count;
-    _exit(0);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 0;
-  return b->gpus;
-}
-
 /* Waits for pid until deadlineNs, then kills it; its exit status (-1 when killed here or on a wait failure). */
 static int reap(pid_t pid, int64_t deadlineNs) {
   int status = 0;
@@ -591,10 +580,13 @@ int main(int argc, char** argv) {
     perror("fccl-faultbench: mmap");
     return 1;
   }
-  const int gpus = gpuCount(b);
+  /* Asked in a child: this process forks the ranks and never initialises CUDA itself. */
+  toolCudaStatus_t cuda;
+  toolCudaQueryInChild(&cuda, 60);
+  const int gpus = cuda.deviceCount;
   if (gpus < 1) {
-    printf("fccl-faultbench: no CUDA device\n");
-    return 77;
+    munmap(b, sizeof(*b));
+    return toolReportNoGpu("fccl-faultbench", cuda.noGpu);
   }
   FILE* json = jsonPath ? fopen(jsonPath, "w") : NULL;
   if (jsonPath && !json) {

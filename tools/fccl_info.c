@@ -5,6 +5,9 @@
  *                        for no GPU worded as fccl-topo words them: tools/common/cuda_status.h)
  *                        and the path (fccl's kernels or NCCL) a communicator of one rank per visible GPU takes
  *   fccl-info --params   also every environment parameter with its current value and default
+ *   fccl-info --memory   also what a communicator costs in device memory: its slot for 2 to 8 ranks, and on the
+ *                        first GPU a communicator of one rank, then a second beside it, as fcclCommGetMemStats
+ *                        reports them (docs/ipc.md)
  *   fccl-info --algo N [--collective NAME] [--sms S]
  *                        which algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB (the
  *                        all-reduce, or the collective NAME: allgather, reducescatter, broadcast),
@@ -70,7 +73,8 @@ static int printDevices(void) {
     cudaDeviceGetPCIBusId(busId, sizeof(busId), dev);
     printf("  [%d] %s  cc %d.%d  %d SMs  %.1f GiB  pci %s  uuid ", dev, prop.name, prop.major, prop.minor,
            prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), busId);
-    for (int i = 0; i < 16; i++) printf("%02x%s", (unsigned char)prop.uuid.bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
+    for (int i = 0; i < 16; i++)
+      printf("%02x%s", (unsigned char)prop.uuid.bytes[i], (i == 3 || i == 5 || i == 7 || i == 9) ? "-" : "");
     printf("\n");
     for (int peer = 0; peer < count; peer++) {
       if (peer == dev) continue;
@@ -129,6 +133,10 @@ static void printPath(int count) {
         records[dev].peerAccess = 0;
     }
     (void)cudaGetLastError();
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, dev) != cudaSuccess) mps = 0;
+    (void)cudaGetLastError();
+    records[dev].mps = mps != 0;
     records[dev].ncclLoaded = fcclNcclLoaded(NULL);
     records[dev].ncclHost = 1;
   }
@@ -146,6 +154,64 @@ static void printPath(int count) {
   }
   free(infos);
   free(records);
+}
+
+static double mib(uint64_t bytes) { return (double)bytes / 1048576.0; }
+
+/* One communicator of one rank on the current device, with its statistics; NULL (and why, printed) on failure. */
+static fcclComm_t memoryComm(const char* name, fcclMemStats_t* stats) {
+  fcclUniqueId id;
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.commName = name;
+  fcclComm_t comm = NULL;
+  if (fcclGetUniqueId(&id) != fcclSuccess || fcclCommInitRankConfig(&comm, 1, id, 0, &config) != fcclSuccess) {
+    printf("  %s: no communicator: %s\n", name, fcclGetLastError(NULL));
+    return NULL;
+  }
+  memset(stats, 0, sizeof(*stats));
+  stats->size = sizeof(*stats);
+  if (fcclCommGetMemStats(comm, stats) != fcclSuccess) {
+    printf("  %s: no statistics: %s\n", name, fcclGetLastError(NULL));
+    (void)fcclCommDestroy(comm);
+    return NULL;
+  }
+  return comm;
+}
+
+/* --memory: each communicator takes one slot of fccl's shared buffers on its GPU (one chunk, by default) and maps
+ * its peers' (docs/ipc.md); measured on the first GPU with communicators of one rank, whose slot has no LL128 area. */
+static void printMemory(int count) {
+  printf(
+      "\nMemory per rank (slot: fccl's shared buffers of one communicator; its chunk adds 4 KiB of check words and "
+      "is rounded up to the allocation granularity, 2 MiB; each peer's chunk is mapped too):\n");
+  for (int nranks = 2; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++)
+    printf("  %d ranks: slot %.1f MiB\n", nranks, mib(fcclDeviceSlotBytes(nranks)));
+  if (count < 1) {
+    printf("memory (measured) : no GPU\n");
+    return;
+  }
+  if (cudaSetDevice(0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    printf("memory (measured) : GPU 0 cannot be used\n");
+    return;
+  }
+  fcclMemStats_t first, second;
+  fcclComm_t a = memoryComm("fccl-info-first", &first);
+  if (!a) return;
+  printf(
+      "memory (measured) : GPU 0, a first communicator of 1 rank (slot %.1f MiB): %.1f MiB of its own; the process's "
+      "arenas %.1f MiB in %llu chunk(s)\n",
+      mib(fcclDeviceSlotBytes(1)), mib(first.commDeviceBytes), mib(first.arenaBytes),
+      (unsigned long long)first.arenaChunks);
+  fcclComm_t b = memoryComm("fccl-info-second", &second);
+  if (b) {
+    printf(
+        "memory (measured) : GPU 0, a second beside it: %.1f MiB of its own; the process's arenas %.1f MiB in %llu "
+        "chunk(s)\n",
+        mib(second.commDeviceBytes), mib(second.arenaBytes), (unsigned long long)second.arenaChunks);
+    (void)fcclCommDestroy(b);
+  }
+  (void)fcclCommDestroy(a);
 }
 
 static void printParams(void) {
@@ -194,8 +260,7 @@ static int printAlgoTable(int nranks, int smCount) {
   const char* requestText = fcclParamString(FCCL_PARAM_ALGO);
   const int request = fcclAlgoParseRequest(requestText);
   if (request < 0) {
-    fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot or an algorithm's name\n",
-            requestText);
+    fprintf(stderr, "fccl-info: FCCL_ALGO=%s is not one of %s\n", requestText, fcclAllReduceAlgos.requestNames);
     return 2;
   }
   fcclSlotLayout layout;
@@ -216,45 +281,44 @@ static int printAlgoTable(int nranks, int smCount) {
 
 /* The --algo table of all-gather, reduce-scatter or broadcast: the form and grid for each block size. */
 static const struct {
-  const char* name;
-  int firstKernel;
+  const fcclAlgoSet* set; /* its forms; set->collective is --collective's name */
   fcclParamId_t param;
 } moveCollectives[] = {
-    {"allgather", FCCL_KERNEL_ALLGATHER_LL, FCCL_PARAM_ALLGATHER_ALGO},
-    {"reducescatter", FCCL_KERNEL_REDUCESCATTER_LL, FCCL_PARAM_REDUCESCATTER_ALGO},
-    {"broadcast", FCCL_KERNEL_BROADCAST_LL, FCCL_PARAM_BROADCAST_ALGO},
+    {&fcclAllGatherAlgos, FCCL_PARAM_ALLGATHER_ALGO},
+    {&fcclReduceScatterAlgos, FCCL_PARAM_REDUCESCATTER_ALGO},
+    {&fcclBroadcastAlgos, FCCL_PARAM_BROADCAST_ALGO},
 };
 
 static int printMoveTable(int which, int nranks, int smCount) {
+  const fcclAlgoSet* set = moveCollectives[which].set;
   const char* variable = fcclParamInfo(moveCollectives[which].param)->name;
   const char* requestText = fcclParamString(moveCollectives[which].param);
-  const int request = fcclMoveParseRequest(requestText, moveCollectives[which].firstKernel);
+  const int request = fcclMoveParseRequest(requestText, set);
   if (request < 0) {
-    fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText,
-            fcclMoveRequestNames(moveCollectives[which].firstKernel));
+    fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText, set->requestNames);
     return 2;
   }
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
-  printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n",
-         moveCollectives[which].name, nranks, smCount, variable, requestText[0] ? requestText : "auto",
-         (unsigned long long)layout.llBytes, (unsigned long long)layout.chunkBytes);
+  printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n", set->collective,
+         nranks, smCount, variable, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
+         (unsigned long long)layout.chunkBytes);
   printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message); FCCL_COPY_MOVE_MIN=%llu "
          "(0: the copy form only when forced)\n", (unsigned long long)fcclDeviceCopyMoveMin());
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char cells[2][64];
     for (int registered = 0; registered < 2; registered++) {
-      if (fcclAlgoIsCopy(nranks, fcclMoveResolveRequest(request, moveCollectives[which].firstKernel))) {
+      if (fcclAlgoIsCopy(nranks, fcclMoveResolveRequest(request, set))) {
         snprintf(cells[registered], sizeof(cells[registered]), "copy");
         continue;
       }
       fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, &layout, fcclDeviceLL128Auto(),
                                               fcclDeviceCopyScatterMin());
       query.copyMoveMin = fcclDeviceCopyMoveMin();
-      query.forced = fcclMoveResolveRequest(request, moveCollectives[which].firstKernel);
+      query.forced = fcclMoveResolveRequest(request, set);
       fcclAlgoChoice choice;
-      if (fcclMoveSelect(&query, moveCollectives[which].firstKernel, &choice) != fcclSuccess)
+      if (fcclMoveSelect(&query, set, &choice) != fcclSuccess)
         snprintf(cells[registered], sizeof(cells[registered]), "error");
       else
         snprintf(cells[registered], sizeof(cells[registered]), "%s %dx%d", fcclAlgoName(choice.algo),
@@ -273,9 +337,11 @@ static int parseCount(const char* text, int lo, int hi) {
 
 static void usage(FILE* out, const char* program) {
   fprintf(out,
-          "usage: %s [--params] | --algo NRANKS [--collective NAME] [--sms N]\n"
+          "usage: %s [--params] [--memory] | --algo NRANKS [--collective NAME] [--sms N]\n"
           "  (none)          version, build configuration, CUDA driver and runtime, the GPUs and their peer access\n"
           "  -p, --params    also every environment parameter: value, default, what it does\n"
+          "  -m, --memory    also the device memory of a communicator: its slot for 2..8 ranks, and measured on the\n"
+          "                  first GPU (a communicator of one rank, then a second beside it)\n"
           "  -a, --algo N    the all-reduce algorithm and grid a call of N ranks gets at each size (only that)\n"
           "  -c, --collective NAME  with --algo: allreduce (default), allgather, reducescatter or broadcast\n"
           "  -s, --sms S     with --algo: decide for S SMs (default: the first GPU's, or 132 without one)\n"
@@ -284,22 +350,26 @@ static void usage(FILE* out, const char* program) {
 }
 
 int main(int argc, char** argv) {
-  static const struct option longOptions[] = {
-      {"params", no_argument, NULL, 'p'}, {"algo", required_argument, NULL, 'a'},
-      {"sms", required_argument, NULL, 's'}, {"collective", required_argument, NULL, 'c'},
-      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-  int showParams = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
+  static const struct option longOptions[] = {{"params", no_argument, NULL, 'p'},
+                                              {"memory", no_argument, NULL, 'm'},
+                                              {"algo", required_argument, NULL, 'a'},
+                                              {"sms", required_argument, NULL, 's'},
+                                              {"collective", required_argument, NULL, 'c'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {NULL, 0, NULL, 0}};
+  int showParams = 0, showMemory = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
   const char* collectiveName = NULL;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":pa:s:c:h", longOptions, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":pma:s:c:h", longOptions, NULL)) != -1;) {
     switch (c) {
       case 'p': showParams = 1; break;
+      case 'm': showMemory = 1; break;
       case 'c':
         collectiveName = optarg;
         collective = -2;
-        if (strcmp(optarg, "allreduce") == 0) collective = -1;
+        if (strcmp(optarg, fcclAllReduceAlgos.collective) == 0) collective = -1;
         for (int i = 0; i < (int)(sizeof(moveCollectives) / sizeof(moveCollectives[0])); i++)
-          if (strcmp(optarg, moveCollectives[i].name) == 0) collective = i;
+          if (strcmp(optarg, moveCollectives[i].set->collective) == 0) collective = i;
         if (collective == -2) {
           fprintf(stderr, "%s: --collective '%s' is not allreduce, allgather, reducescatter or broadcast\n", argv[0],
                   optarg);
@@ -332,6 +402,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   fcclParamWarnUnknown();
+  if (algoRanks > 0 && showParams) {
+    /* --algo prints its table and nothing else: --params beside it would be ignored, so it is refused. */
+    fprintf(stderr, "%s: --params and --algo are alternatives (try --help)\n", argv[0]);
+    return 2;
+  }
   if (algoRanks > 0) {
     if (smCount <= 0) smCount = defaultSmCount();
     return collective >= 0 ? printMoveTable(collective, algoRanks, smCount) : printAlgoTable(algoRanks, smCount);
@@ -348,6 +423,7 @@ int main(int argc, char** argv) {
   const int gpus = printDevices();
   printNccl();
   printPath(gpus);
+  if (showMemory) printMemory(gpus);
   if (showParams) printParams();
   return 0;
 }

@@ -20,6 +20,7 @@
  *   fused_norm_perf -g 1 -t 1,64,4096 -K row,legacy -C --csv out.csv
  *   fused_norm_perf -g 8 -H 4096 -t 1:512 -R 1     8 ranks, registered input
  */
+#include "cuda_status.h"
 #include "fccl.h"
 #include "fused_norm_ref.h"
 #include "options.h"
@@ -404,25 +405,6 @@ static void usage(FILE* out) {
           "  -h, --help         this text\n");
 }
 
-/* How many CUDA devices there are, asked in a child: the parent forks the ranks and must not initialise CUDA. */
-static int gpuCount(void) {
-  int fds[2];
-  if (pipe(fds) != 0) return 0;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    if (write(fds[1], &n, sizeof(n)) != (ssize_t)sizeof(n)) _exit(1);
-    _exit(0);
-  }
-  close(fds[1]);
-  int n = 0;
-  if (pid < 0 || read(fds[0], &n, sizeof(n)) != (ssize_t)sizeof(n)) n = 0;
-  close(fds[0]);
-  if (pid > 0) waitpid(pid, NULL, 0);
-  return n;
-}
-
 /* Indices of the comma-separated names of `arg` in names[count], into out; their number, or -1 for an unknown one. */
 static int parseNames(char* arg, const char* const* names, int count, int* out) {
   int n = 0;
@@ -511,11 +493,11 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  const int gpus = gpuCount();
-  if (gpus < 1) {
-    fprintf(stderr, "fused_norm_perf: no GPU\n");
-    return 1;
-  }
+  /* Asked in a child: this process forks the ranks and must not initialise CUDA itself. */
+  toolCudaStatus_t cuda;
+  toolCudaQueryInChild(&cuda, 60);
+  const int gpus = cuda.deviceCount;
+  if (gpus < 1) return toolReportNoGpu("fused_norm_perf", cuda.noGpu);
   if (o.nranks == 0) o.nranks = gpus < MAX_RANKS ? gpus : MAX_RANKS;
   struct shared* sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) {

@@ -8,47 +8,52 @@ trace through them. They run the communicator's own calls on torch's current str
 as it captures the methods.
 
     import fccl.ops
-    y = fccl.ops.all_reduce(x, comm)            # out of place: a new tensor
-    fccl.ops.all_reduce_(x, comm, op="max")     # in place
-    g = fccl.ops.all_gather(x, comm)            # the ranks' x concatenated along dimension 0
-    s = fccl.ops.reduce_scatter(x, comm)        # this rank's block of dimension 0 of the sum
-    b = fccl.ops.broadcast(x, comm, root=0)     # root's x; broadcast_ in place
+    comm = fccl.Communicator.init_rank(nranks, rank, uid, name="tp")
+    y = fccl.ops.all_reduce(x, "tp")            # out of place: a new tensor (the communicator itself does too)
+    fccl.ops.all_reduce_(x, "tp", op="max")     # in place
+    g = fccl.ops.all_gather(x, "tp")            # the ranks' x concatenated along dimension 0
+    s = fccl.ops.reduce_scatter(x, "tp")        # this rank's block of dimension 0 of the sum
+    b = fccl.ops.broadcast(x, "tp", root=0)     # root's x; broadcast_ in place
+
+An op names its communicator, as torch's functional collectives name their process group: the graph holds the
+string, never an address, and each run of the op looks the communicator up by that name
+(Communicator.by_name). A graph compiled and cached on disk (inductor's FX graph and AOTAutograd caches,
+torch._inductor.standalone_compile's artifacts, a vLLM or SGLang compile cache) therefore runs in the next process
+on the communicator created there under the same name, and a compiled function keeps working when its
+communicator is destroyed and created again under the same name. With no live communicator of that name the op
+raises FcclError (InvalidUsage) naming it. Passing a Communicator instead of a name works as before: the op takes its
+name, which is an automatic one, valid in this process only, unless the communicator was created with name=.
+
+A CUDA graph is different: it holds the kernels' arguments by value, the communicator's device memory among them, so
+a graph captured before a destroy must never be replayed after it (fccl cannot see a replay to refuse it). Capture
+again after the new communicator exists; the compiled function needs no recompilation (docs/python.md).
 
 ``Communicator``'s methods take these ops themselves while torch.compile traces them, so ``comm.all_reduce(x)``
-inside a compiled function needs nothing else. The op names are ``torch.ops.fccl.all_reduce`` and so on; their
-communicator argument is the communicator's handle (an int), which TorchDynamo treats as a constant of the graph.
-A communicator must outlive the graphs compiled with it.
+inside a compiled function needs nothing else. The op names are ``torch.ops.fccl.all_reduce`` and so on.
 """
-import sys
-import weakref
+from typing import TYPE_CHECKING, Union
 
 import torch
 
-from . import Communicator, FcclError, Result, _op_of
+from . import _torch_compile
+from ._buffers import _op_of
+from ._names import _check_name, _lookup
+
+if TYPE_CHECKING:  # for annotations only: the communicator module imports this one, never the other way round
+    from ._communicator import Communicator
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_"]
 
-sys.modules[__package__]._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
-
-# Communicators by handle, for the ops' implementations: an op's arguments can only be tensors and plain values.
-# Weak, so that a communicator no graph holds goes away as before; Communicator.__init__ adds each one.
-_communicators: "weakref.WeakValueDictionary[int, Communicator]" = weakref.WeakValueDictionary()
+_torch_compile._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
 
 
-def _remember(comm: Communicator) -> None:
-    if comm._handle is not None:
-        _communicators[comm._handle] = comm
+def _communicator(comm_name: str) -> "Communicator":
+    """The live communicator named comm_name, looked up at each run: FcclError naming it when there is none."""
+    return _lookup(comm_name)
 
 
-def _communicator(handle: int) -> Communicator:
-    comm = _communicators.get(handle)
-    if comm is None or comm._handle != handle:
-        raise FcclError(Result.InvalidUsage, f"no live fccl communicator has handle {handle:#x} (destroyed?)")
-    return comm
-
-
-def _nranks(handle: int) -> int:
-    return _communicator(handle)._nranks_cached()
+def _nranks(comm_name: str) -> int:
+    return _communicator(comm_name)._nranks_cached()
 
 
 def _gathered_shape(x: torch.Tensor, nranks: int):
@@ -66,72 +71,72 @@ def _scattered_shape(x: torch.Tensor, nranks: int):
 # ---- the ops: real implementations, then fake ones (shape, type and device only) -----------------------------------
 
 @torch.library.custom_op("fccl::all_reduce", mutates_args=(), device_types="cuda")
-def _all_reduce(x: torch.Tensor, comm: int, op: str) -> torch.Tensor:
+def _all_reduce(x: torch.Tensor, comm_name: str, op: str) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _communicator(comm).all_reduce(x.contiguous(), out, op=op)
+    _communicator(comm_name).all_reduce(x.contiguous(), out, op=op)
     return out
 
 
 @_all_reduce.register_fake
-def _(x, comm, op):
+def _(x, comm_name, op):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("fccl::all_reduce_", mutates_args=("x",), device_types="cuda")
-def _all_reduce_inplace(x: torch.Tensor, comm: int, op: str) -> None:
-    _communicator(comm).all_reduce(x, op=op)
+def _all_reduce_inplace(x: torch.Tensor, comm_name: str, op: str) -> None:
+    _communicator(comm_name).all_reduce(x, op=op)
 
 
 @_all_reduce_inplace.register_fake
-def _(x, comm, op):
+def _(x, comm_name, op):
     return None
 
 
 @torch.library.custom_op("fccl::all_gather", mutates_args=(), device_types="cuda")
-def _all_gather(x: torch.Tensor, comm: int) -> torch.Tensor:
-    communicator = _communicator(comm)
+def _all_gather(x: torch.Tensor, comm_name: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
     out = x.new_empty(_gathered_shape(x, communicator._nranks_cached()))
     communicator.all_gather(x.contiguous(), out)
     return out
 
 
 @_all_gather.register_fake
-def _(x, comm):
-    return x.new_empty(_gathered_shape(x, _nranks(comm)))
+def _(x, comm_name):
+    return x.new_empty(_gathered_shape(x, _nranks(comm_name)))
 
 
 @torch.library.custom_op("fccl::reduce_scatter", mutates_args=(), device_types="cuda")
-def _reduce_scatter(x: torch.Tensor, comm: int, op: str) -> torch.Tensor:
-    communicator = _communicator(comm)
+def _reduce_scatter(x: torch.Tensor, comm_name: str, op: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
     out = x.new_empty(_scattered_shape(x, communicator._nranks_cached()))
     communicator.reduce_scatter(x.contiguous(), out, op=op)
     return out
 
 
 @_reduce_scatter.register_fake
-def _(x, comm, op):
-    return x.new_empty(_scattered_shape(x, _nranks(comm)))
+def _(x, comm_name, op):
+    return x.new_empty(_scattered_shape(x, _nranks(comm_name)))
 
 
 @torch.library.custom_op("fccl::broadcast", mutates_args=(), device_types="cuda")
-def _broadcast(x: torch.Tensor, comm: int, root: int) -> torch.Tensor:
+def _broadcast(x: torch.Tensor, comm_name: str, root: int) -> torch.Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _communicator(comm).broadcast(x.contiguous(), out, root=root)
+    _communicator(comm_name).broadcast(x.contiguous(), out, root=root)
     return out
 
 
 @_broadcast.register_fake
-def _(x, comm, root):
+def _(x, comm_name, root):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("fccl::broadcast_", mutates_args=("x",), device_types="cuda")
-def _broadcast_inplace(x: torch.Tensor, comm: int, root: int) -> None:
-    _communicator(comm).broadcast(x, root=root)
+def _broadcast_inplace(x: torch.Tensor, comm_name: str, root: int) -> None:
+    _communicator(comm_name).broadcast(x, root=root)
 
 
 @_broadcast_inplace.register_fake
-def _(x, comm, root):
+def _(x, comm_name, root):
     return None
 
 
@@ -141,33 +146,42 @@ def _op_name(op) -> str:
     return _op_of(op).name  # checked here, outside the graph; the op takes the name
 
 
-def all_reduce(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
-    """The all-reduce of x over comm's ranks, as a new tensor (x is unchanged)."""
-    return torch.ops.fccl.all_reduce(x, comm._live_handle(), _op_name(op))
+def _comm_name(comm: Union[str, "Communicator"]) -> str:
+    """The name the op carries: comm itself, or a live Communicator's name."""
+    if isinstance(comm, str):
+        return _check_name(comm)
+    comm._live_handle()  # a destroyed communicator is refused here, at the call, as before
+    return comm.name
 
 
-def all_reduce_(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
+def all_reduce(x: torch.Tensor, comm: Union[str, "Communicator"], op="sum") -> torch.Tensor:
+    """The all-reduce of x over the ranks of comm (a communicator's name, or the Communicator), as a new tensor
+    (x is unchanged)."""
+    return torch.ops.fccl.all_reduce(x, _comm_name(comm), _op_name(op))
+
+
+def all_reduce_(x: torch.Tensor, comm: Union[str, "Communicator"], op="sum") -> torch.Tensor:
     """The all-reduce of x in place (x must be contiguous); returns x."""
-    torch.ops.fccl.all_reduce_(x, comm._live_handle(), _op_name(op))
+    torch.ops.fccl.all_reduce_(x, _comm_name(comm), _op_name(op))
     return x
 
 
-def all_gather(x: torch.Tensor, comm: Communicator) -> torch.Tensor:
+def all_gather(x: torch.Tensor, comm: Union[str, "Communicator"]) -> torch.Tensor:
     """Every rank's x concatenated along dimension 0, in rank order (nranks x x.shape[0] rows)."""
-    return torch.ops.fccl.all_gather(x, comm._live_handle())
+    return torch.ops.fccl.all_gather(x, _comm_name(comm))
 
 
-def reduce_scatter(x: torch.Tensor, comm: Communicator, op="sum") -> torch.Tensor:
+def reduce_scatter(x: torch.Tensor, comm: Union[str, "Communicator"], op="sum") -> torch.Tensor:
     """Block rank of dimension 0 (x.shape[0] / nranks rows) of the reduction of every rank's x."""
-    return torch.ops.fccl.reduce_scatter(x, comm._live_handle(), _op_name(op))
+    return torch.ops.fccl.reduce_scatter(x, _comm_name(comm), _op_name(op))
 
 
-def broadcast(x: torch.Tensor, comm: Communicator, root: int = 0) -> torch.Tensor:
+def broadcast(x: torch.Tensor, comm: Union[str, "Communicator"], root: int = 0) -> torch.Tensor:
     """root's x on every rank, as a new tensor (x is read on root only)."""
-    return torch.ops.fccl.broadcast(x, comm._live_handle(), int(root))
+    return torch.ops.fccl.broadcast(x, _comm_name(comm), int(root))
 
 
-def broadcast_(x: torch.Tensor, comm: Communicator, root: int = 0) -> torch.Tensor:
+def broadcast_(x: torch.Tensor, comm: Union[str, "Communicator"], root: int = 0) -> torch.Tensor:
     """root's x into x on every rank, in place; returns x."""
-    torch.ops.fccl.broadcast_(x, comm._live_handle(), int(root))
+    torch.ops.fccl.broadcast_(x, _comm_name(comm), int(root))
     return x

@@ -9,6 +9,7 @@
 #include "bootstrap.h"
 
 #include "check.h"
+#include "crypto.h"
 #include "param.h"
 #include "socket.h"
 #include "wire.h"
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 /* Shortest FCCL_COMM_SECRET accepted: 16 characters of openssl rand -hex carry 64 bits, the unique id's. */
 #define ENV_SECRET_MIN_CHARS 16
@@ -51,16 +51,7 @@ static fcclResult_t readInt(const char* name, int required, long* value, int* pr
  * (the address, the world size) would let any of them join as a missing rank.
  */
 static fcclResult_t resolveSecret(struct fcclEnvLaunch* launch) {
-  if (launch->nranks == 1) {
-    ssize_t got;
-    do {
-      got = getrandom(&launch->secret, sizeof(launch->secret), 0);
-    } while (got < 0 && errno == EINTR);
-    if (got != (ssize_t)sizeof(launch->secret))
-      return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "getrandom for the bootstrap secret failed: %s",
-                        got < 0 ? strerror(errno) : "short read");
-    return fcclSuccess;
-  }
+  if (launch->nranks == 1) return fcclRandomBytes(launch->secret, sizeof(launch->secret), "the bootstrap secret");
   const char* text = fcclParamString(FCCL_PARAM_COMM_SECRET);
   if (text[0] == '\0')
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
@@ -73,8 +64,7 @@ static fcclResult_t resolveSecret(struct fcclEnvLaunch* launch) {
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
                       "FCCL_COMM_SECRET has %zu characters: give at least %d random ones (openssl rand -hex 16)",
                       length, ENV_SECRET_MIN_CHARS);
-  launch->secret = fcclBootstrapEnvSecret(text, launch->addr, launch->nranks);
-  return fcclSuccess;
+  return fcclBootstrapEnvSecret(text, launch->addr, launch->nranks, launch->secret);
 }
 
 fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch) {
@@ -142,25 +132,15 @@ fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch) {
   return resolveSecret(launch);
 }
 
-static uint64_t fnv1a(uint64_t hash, const char* text) {
-  for (const char* c = text; *c; c++) {
-    hash ^= (unsigned char)*c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks) {
-  /* FNV-1a over "fccl-env-v<protocol>|<address>|<world size>|<secret>", then the splitmix64 finaliser. Not a
-   * cryptographic hash, and it need not be one: the value travels in clear in every hello, so it is as secret as
-   * the traffic, and what it protects is that a process which cannot read the launch environment cannot know it.
-   * The address and the world size keep apart jobs that share a secret. */
-  char prefix[320];
-  snprintf(prefix, sizeof(prefix), "fccl-env-v%u|%s|%d|", FCCL_BOOTSTRAP_PROTOCOL_VERSION, addr, nranks);
-  uint64_t hash = fnv1a(fnv1a(0xcbf29ce484222325ull, prefix), secretText);
-  hash = (hash ^ (hash >> 30)) * 0xbf58476d1ce4e5b9ull;
-  hash = (hash ^ (hash >> 27)) * 0x94d049bb133111ebull;
-  return hash ^ (hash >> 31);
+fcclResult_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks,
+                                    uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]) {
+  /* HMAC-SHA256 keyed with FCCL_COMM_SECRET over "fccl-env-v<protocol>|<address>|<world size>": a key derived from
+   * it, which the handshake's MACs use and which never travels. The address and the world size keep apart jobs
+   * that share a secret. */
+  char context[320];
+  snprintf(context, sizeof(context), "fccl-env-v%u|%s|%d", FCCL_BOOTSTRAP_PROTOCOL_VERSION, addr, nranks);
+  const struct fcclMacPart part = {context, strlen(context)};
+  return fcclMac((const uint8_t*)secretText, strlen(secretText), &part, 1, secret);
 }
 
 fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeoutMs, volatile int* abortFlag,
@@ -173,8 +153,8 @@ fcclResult_t fcclBootstrapEnvInit(const struct fcclEnvLaunch* launch, int timeou
      * nowhere else. */
     FCCLCHECK(fcclBootstrapStartRoot(&addr, launch->secret, timeoutMs, &id));
   } else {
-    struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = launch->secret,
-                             .rootAddr = addr};
+    struct fcclWireId wid = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .rootAddr = addr};
+    memcpy(wid.secret, launch->secret, sizeof(wid.secret));
     fcclWireEncodeId((uint8_t*)id.internal, &wid);
   }
   FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d from %s variables, rendezvous at %s", launch->rank, launch->nranks,

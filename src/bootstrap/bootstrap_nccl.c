@@ -39,22 +39,24 @@ struct ncclState {
     }                                                                                                       \
   } while (0)
 
-/* Waits for the stream: bounded by the deadline and the abort flag, and ended by an NCCL asynchronous error. */
+/* Waits for the stream: bounded by the deadline and the abort flag, and ended by an NCCL asynchronous error. On a
+ * non-blocking NCCL communicator the all-gather answers ncclInProgress and reaches the stream only once NCCL's state
+ * is ncclSuccess again: until then the stream's being idle says nothing. */
 static fcclResult_t waitStream(struct fcclBootstrap* b, struct ncclState* st, int64_t deadline) {
   long sleepNs = 2000;
   for (;;) {
-    cudaError_t status = cudaStreamQuery(st->stream);
+    ncclResult_t asyncError = ncclSuccess;
+    if (pfn_ncclCommGetAsyncError(st->comm, &asyncError) == ncclSuccess && asyncError != ncclSuccess &&
+        asyncError != ncclInProgress)
+      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the NCCL communicator failed: %s", b->rank,
+                        pfn_ncclGetErrorString(asyncError));
+    cudaError_t status = asyncError == ncclInProgress ? cudaErrorNotReady : cudaStreamQuery(st->stream);
     if (status == cudaSuccess) return fcclSuccess;
     if (status != cudaErrorNotReady) {
       (void)cudaGetLastError();
       return FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_BOOT, "rank %d: NCCL bootstrap all-gather failed: %s",
                         b->rank, cudaGetErrorString(status));
     }
-    ncclResult_t asyncError = ncclSuccess;
-    if (pfn_ncclCommGetAsyncError(st->comm, &asyncError) == ncclSuccess && asyncError != ncclSuccess &&
-        asyncError != ncclInProgress)
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the NCCL communicator failed: %s", b->rank,
-                        pfn_ncclGetErrorString(asyncError));
     if (fcclAborted(b->abortFlag))
       return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
                         "rank %d: aborted (fcclCommAbort) during an NCCL all-gather", b->rank);

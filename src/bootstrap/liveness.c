@@ -2,13 +2,15 @@
 /*
  * Peer links (bootstrap.h): a TCP connection per pair of ranks that cannot watch each other's processes, so that a
  * peer's end is seen as its link's end. Setup: every rank that watches somebody listens where it reaches its peers
- * from and draws a secret; the all-gather hands every rank's card (address, secret) round; the lower rank of each
- * watched pair connects and says who it is with a ring hello frame carrying the higher rank's secret; the higher
- * rank accepts, refusing strangers as the ring listener does (tcp_pending.c). Then the listener closes.
+ * from and draws a link key; the all-gather hands every rank's card (address, key) round, so only the ranks learn
+ * them; the lower rank of each watched pair connects and says who it is with a ring hello frame whose MAC is keyed
+ * with the higher rank's key; the higher rank accepts, refusing strangers as the ring listener does (tcp_pending.c),
+ * and answers with its own MAC (a ring ack), which the lower rank checks. Keys never travel but in the all-gather.
  */
 #include "bootstrap.h"
 
 #include "check.h"
+#include "crypto.h"
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
@@ -22,14 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
 
 struct linkCard {
   union fcclSocketAddress addr; /* family 0: this rank listens for nobody */
-  uint64_t secret;
+  uint8_t key[FCCL_WIRE_SECRET_BYTES];
 };
 
 /* The address to listen at: FCCL_SOCKET_IFNAME's, else the bootstrap's own end, else the first interface that is up
@@ -60,15 +61,29 @@ static fcclResult_t listenAddress(const struct fcclBootstrap* b, union fcclSocke
   return fcclSuccess;
 }
 
-/* Reads pending connection i: 1 when it is a watched lower rank's valid hello (its link is then in links). */
-static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, uint64_t secret,
-                         struct fcclTcpPending* pending, int i, int64_t now, int* links) {
+/* Reads pending connection i: 1 when it is a watched lower rank's hello with its proof (its link is then in links,
+ * and it has this rank's ack). */
+static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, const uint8_t* key,
+                         struct fcclTcpPending* pending, int i, int* links) {
   struct fcclWireRingHello hello;
-  if (!fcclTcpPendingReadHello(pending, i, now, secret, "peer link's hello", &hello)) return 0;
+  if (!fcclTcpPendingReadHello(pending, i, "peer link's hello", &hello)) return 0;
   if (hello.nranks != b->nranks || hello.rank < 0 || hello.rank >= b->rank || !watched[hello.rank] ||
       links[hello.rank] >= 0) {
     fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d is not a peer link this rank waits for",
                          (int)hello.rank, (int)hello.nranks);
+    return 0;
+  }
+  uint8_t expected[FCCL_WIRE_MAC_BYTES];
+  if (fcclTcpLinkMac(key, FCCL_WIRE_RING_HELLO, hello.rank, b->rank, b->nranks, expected) != fcclSuccess ||
+      !fcclMacEqual(expected, hello.mac)) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "claims rank %d and cannot prove its link key", (int)hello.rank);
+    return 0;
+  }
+  struct fcclWireRingHello ack = {.rank = b->rank, .nranks = b->nranks};
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES];
+  if (fcclTcpLinkMac(key, FCCL_WIRE_RING_ACK, hello.rank, b->rank, b->nranks, ack.mac) != fcclSuccess ||
+      !fcclTcpSendFresh(pending->conns[i].fd, frame, fcclWireEncodeRingHello(frame, FCCL_WIRE_RING_ACK, &ack))) {
+    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d's peer link did not take this rank's ack", (int)hello.rank);
     return 0;
   }
   links[hello.rank] = fcclTcpPendingTake(pending, i);
@@ -76,7 +91,7 @@ static int handlePending(const struct fcclBootstrap* b, const uint8_t* watched, 
 }
 
 /* Accepts the links of the watched lower ranks. */
-static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* watched, uint64_t secret, int listenFd,
+static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* watched, const uint8_t* key, int listenFd,
                                 int64_t deadline, int* links) {
   int missing = 0;
   for (int r = 0; r < b->rank; r++) missing += watched[r] != 0;
@@ -90,17 +105,13 @@ static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* wa
   while (missing > 0) {
     const int64_t now = fcclTimeMs();
     for (int i = pending->count - 1; i >= 0 && missing > 0; i--)
-      missing -= handlePending(b, watched, secret, pending, i, now, links);
+      missing -= handlePending(b, watched, key, pending, i, links);
     for (int accepted = 0; missing > 0 && accepted < 2 * FCCL_TCP_PENDING_MAX; accepted++) {
       const int i = fcclTcpPendingAccept(pending, now);
-      if (i < 0) {
-        const int before = pending->count;
-        fcclTcpPendingEvict(pending, now);
-        if (pending->count == before) break;
-        continue;
-      }
-      missing -= handlePending(b, watched, secret, pending, i, now, links);
+      if (i < 0) break;
+      missing -= handlePending(b, watched, key, pending, i, links);
     }
+    fcclTcpPendingExpire(pending, now);
     if (missing == 0) break;
     if (fcclAborted(b->abortFlag)) {
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "rank %d aborted while its peer links were made", b->rank);
@@ -125,6 +136,74 @@ static fcclResult_t acceptLinks(const struct fcclBootstrap* b, const uint8_t* wa
   return res;
 }
 
+/* Reads the ack of every watched higher rank on its link: each proves it holds its own link key. */
+static fcclResult_t readAcks(const struct fcclBootstrap* b, const uint8_t* watched, const struct linkCard* cards,
+                             int64_t deadline, const int* links) {
+  const int n = b->nranks, me = b->rank;
+  struct fcclWireReader* readers = calloc((size_t)n, sizeof(*readers));
+  struct pollfd* fds = calloc((size_t)n, sizeof(*fds));
+  uint8_t* acked = calloc((size_t)n, 1);
+  fcclResult_t res = fcclSuccess;
+  if (!readers || !fds || !acked) {
+    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for %d peer link acks", n);
+    goto out;
+  }
+  for (;;) {
+    nfds_t nfds = 0;
+    for (int r = me + 1; r < n; r++) {
+      if (!watched[r] || acked[r]) continue;
+      int err = 0;
+      fcclWireStatus_t status;
+      char why[256];
+      fcclWireReadResult_t rr = fcclWireReaderProgress(&readers[r], links[r], &err, &status, why, sizeof(why));
+      if (rr == FCCL_READ_MORE) {
+        fds[nfds++] = (struct pollfd){.fd = links[r], .events = POLLIN};
+        continue;
+      }
+      struct fcclWireRingHello ack;
+      uint8_t expected[FCCL_WIRE_MAC_BYTES];
+      if (rr != FCCL_READ_FRAME || readers[r].header.type != FCCL_WIRE_RING_ACK ||
+          fcclWireParseRingHello(readers[r].buf + FCCL_WIRE_HEADER_BYTES, readers[r].header.length, &ack, why,
+                                 sizeof(why)) != FCCL_WIRE_OK ||
+          ack.rank != r || ack.nranks != n) {
+        res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                         "rank %d %s its peer link to rank %d instead of acknowledging it", r,
+                         rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR ? "closed" : "sent something else on", me);
+        goto out;
+      }
+      FCCLCHECKGOTO(fcclTcpLinkMac(cards[r].key, FCCL_WIRE_RING_ACK, me, r, n, expected), res, out);
+      if (!fcclMacEqual(expected, ack.mac)) {
+        res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
+                         "the peer link listener of rank %d cannot prove rank %d's link key (it is not rank %d's)", r,
+                         r, r);
+        goto out;
+      }
+      acked[r] = 1;
+    }
+    if (nfds == 0) break;
+    if (fcclAborted(b->abortFlag)) {
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT, "rank %d aborted while its peer links were made", me);
+      goto out;
+    }
+    const int64_t left = deadline - fcclTimeMs();
+    if (left <= 0) {
+      int first = -1;
+      for (int r = me + 1; r < n && first < 0; r++)
+        if (watched[r] && !acked[r]) first = r;
+      res = FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_BOOT,
+                       "rank %d did not acknowledge its peer link to rank %d within the bootstrap timeout of %d ms",
+                       first, me, b->timeoutMs);
+      goto out;
+    }
+    (void)poll(fds, nfds, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
+  }
+out:
+  free(readers);
+  free(fds);
+  free(acked);
+  return res;
+}
+
 fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watched, int keepaliveMs, int* links) {
   if (b == NULL || watched == NULL || links == NULL || keepaliveMs <= 0 || b->nranks < 1 ||
       b->nranks > FCCL_BOOTSTRAP_MAX_RANKS)
@@ -141,15 +220,7 @@ fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watc
     union fcclSocketAddress at;
     FCCLCHECKGOTO(listenAddress(b, &at), res, out);
     FCCLCHECKGOTO(fcclSocketListen(&at, &listenFd, &cards[me].addr), res, out);
-    ssize_t got;
-    do {
-      got = getrandom(&cards[me].secret, sizeof(cards[me].secret), 0);
-    } while (got < 0 && errno == EINTR);
-    if (got != (ssize_t)sizeof(cards[me].secret)) {
-      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getrandom for a peer link secret failed: %s",
-                       got < 0 ? strerror(errno) : "short read");
-      goto out;
-    }
+    FCCLCHECKGOTO(fcclRandomBytes(cards[me].key, sizeof(cards[me].key), "a peer link key"), res, out);
   }
   FCCLCHECKGOTO(fcclBootstrapAllGather(b, cards, sizeof(*cards)), res, out);
   if (!any) goto out;
@@ -164,14 +235,17 @@ fcclResult_t fcclBootstrapPeerLinks(struct fcclBootstrap* b, const uint8_t* watc
     char what[48];
     snprintf(what, sizeof(what), "rank %d's peer link listener", r);
     FCCLCHECKGOTO(fcclSocketConnect(&cards[r].addr, deadline, b->abortFlag, 0, what, &links[r]), res, out);
-    struct fcclWireRingHello hello = {.secret = cards[r].secret, .rank = me, .nranks = n};
+    struct fcclWireRingHello hello = {.rank = me, .nranks = n};
+    FCCLCHECKGOTO(fcclTcpLinkMac(cards[r].key, FCCL_WIRE_RING_HELLO, me, r, n, hello.mac), res, out);
     uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES];
-    const size_t size = fcclWireEncodeRingHello(frame, &hello);
+    const size_t size = fcclWireEncodeRingHello(frame, FCCL_WIRE_RING_HELLO, &hello);
     FCCLCHECKGOTO(fcclSocketSendAll(links[r], frame, size, deadline, b->abortFlag, what), res, out);
   }
-  FCCLCHECKGOTO(acceptLinks(b, watched, cards[me].secret, listenFd, deadline, links), res, out);
+  FCCLCHECKGOTO(acceptLinks(b, watched, cards[me].key, listenFd, deadline, links), res, out);
+  FCCLCHECKGOTO(readAcks(b, watched, cards, deadline, links), res, out);
+  /* A link carries one byte at most: the user timeout cannot meet a closed window there (socket.h). */
   for (int r = 0; r < n; r++)
-    if (links[r] >= 0) fcclSocketSetKeepalive(links[r], keepaliveMs);
+    if (links[r] >= 0) fcclSocketSetKeepalive(links[r], keepaliveMs, 1);
 out:
   fcclSocketClose(&listenFd);
   free(cards);

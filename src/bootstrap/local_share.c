@@ -2,12 +2,17 @@
 /*
  * A unique id handed from one process of a host to others over an abstract Unix socket (fcclCommShrink's
  * rendezvous: the survivors of a communicator have no exchange left that spans them, as the dead rank's ring links
- * are gone). Who is at the other end is the kernel's word (SO_PEERCRED), checked against the members' pids, so the
- * socket's name, which any local process can read in /proc/net/unix, needs no secret.
+ * are gone). Who is at the other end is the kernel's word (SO_PEERCRED), checked against the members' pids, so a
+ * stranger never sees the id. Any local process can connect to an abstract socket and read its name in
+ * /proc/net/unix, so strangers must cost the members nothing: member 0 drops a connection whose process is not a
+ * member the moment it accepts it, and serves the members' connections side by side, each for a bounded time, so a
+ * slow or silent one holds up nobody. And the name of each attempt is a MAC that only members can compute
+ * (fcclBootstrapShareName), so a stranger cannot take the name of a retry before the members do.
  */
 #include "bootstrap.h"
 
 #include "check.h"
+#include "crypto.h"
 #include "debug.h"
 #include "socket.h"
 
@@ -24,6 +29,12 @@
 
 #define SHARE_HELLO_MAGIC 0x6663636c73686172ull /* "fcclshar" */
 #define SHARE_POLL_MS 10
+/* Members' connections served at once; more wait in the backlog. */
+#define SHARE_MAX_CONNS 64
+/* A member's connection has this long from its accept to say who it is and take the id. */
+#define SHARE_CONN_MS 1000
+/* Refused strangers logged one by one; the rest are counted in one line at the end. */
+#define SHARE_REFUSALS_LOGGED 4
 
 struct shareHello {
   uint64_t magic;
@@ -69,6 +80,55 @@ static int transfer(int fd, void* buf, size_t size, int writing, int64_t deadlin
   return 1;
 }
 
+/* A member's connection being served: its hello read, then the id written, without blocking. */
+struct shareConn {
+  int fd;
+  int pid;
+  int64_t acceptedMs;
+  size_t got;  /* hello bytes read */
+  size_t sent; /* id bytes written */
+  struct shareHello hello;
+};
+
+/* Whether pid is the process of a member other than member 0 (several members may share one process). */
+static int isMemberPid(const int32_t* pids, int n, int pid) {
+  for (int m = 1; m < n; m++)
+    if (pids[m] == pid) return 1;
+  return 0;
+}
+
+/* Advances connection c: 1 while it goes on, 0 when it is done (served or refused; fd closed). */
+static int serveConn(const char* name, const int32_t* pids, int n, const fcclUniqueId* id, char* served, int* left,
+                     struct shareConn* c) {
+  while (c->got < sizeof(c->hello)) {
+    ssize_t rc = recv(c->fd, (char*)&c->hello + c->got, sizeof(c->hello) - c->got, MSG_DONTWAIT);
+    if (rc < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+    if (rc <= 0) break;
+    c->got += (size_t)rc;
+  }
+  const int member = c->hello.member;
+  if (c->got < sizeof(c->hello) || c->hello.magic != SHARE_HELLO_MAGIC || member <= 0 || member >= n ||
+      served[member] || pids[member] != c->pid) {
+    FCCL_INFO(FCCL_LOG_SUBSYS, "unique id share %s: refused a connection from pid %d (not a waiting member)", name,
+              c->pid);
+    close(c->fd);
+    return 0;
+  }
+  while (c->sent < sizeof(*id)) {
+    ssize_t rc = send(c->fd, (const char*)id + c->sent, sizeof(*id) - c->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (rc < 0 && (errno == EAGAIN || errno == EINTR)) return 1;
+    if (rc <= 0) {
+      close(c->fd); /* it went: it comes again if it still waits */
+      return 0;
+    }
+    c->sent += (size_t)rc;
+  }
+  served[member] = 1;
+  (*left)--;
+  close(c->fd);
+  return 0;
+}
+
 /* Member 0: serves *id to every other member once, refusing whoever is not one. */
 static fcclResult_t serve(const char* name, const int32_t* pids, const int32_t* ranks, int n, const fcclUniqueId* id,
                           int timeoutMs) {
@@ -77,43 +137,62 @@ static fcclResult_t serve(const char* name, const int32_t* pids, const int32_t* 
   int listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listenFd < 0)
     return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: socket: %s", name, strerror(errno));
-  if (bind(listenFd, (struct sockaddr*)&addr, addrLen) != 0 || listen(listenFd, n + 8) != 0) {
+  if (bind(listenFd, (struct sockaddr*)&addr, addrLen) != 0 || listen(listenFd, SOMAXCONN) != 0) {
     const int err = errno;
     close(listenFd);
     return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "unique id share %s: cannot listen: %s", name,
                       strerror(err));
   }
   char* served = calloc((size_t)n, 1);
-  if (!served) {
+  struct shareConn* conns = calloc(SHARE_MAX_CONNS, sizeof(*conns));
+  if (!served || !conns) {
+    free(served);
+    free(conns);
     close(listenFd);
     return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "out of host memory");
   }
   served[0] = 1;
-  int left = n - 1;
+  int left = n - 1, count = 0;
+  unsigned long strangers = 0;
   const int64_t deadline = fcclTimeMs() + timeoutMs;
   while (left > 0 && fcclTimeMs() < deadline) {
-    struct pollfd p = {.fd = listenFd, .events = POLLIN, .revents = 0};
-    if (poll(&p, 1, SHARE_POLL_MS) <= 0) continue;
-    int fd = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    struct shareHello hello;
-    const int pid = peerPid(fd);
-    /* A short bound per client: a stranger that connects and says nothing must not hold up the members. */
-    const int64_t helloDeadline = fcclTimeMs() + 1000 < deadline ? fcclTimeMs() + 1000 : deadline;
-    if (!transfer(fd, &hello, sizeof(hello), 0, helloDeadline) || hello.magic != SHARE_HELLO_MAGIC ||
-        hello.member <= 0 || hello.member >= n || served[hello.member] || pids[hello.member] != pid) {
-      FCCL_WARN(FCCL_LOG_SUBSYS, "unique id share %s: refused a connection from pid %d (not a waiting member)", name,
-                pid);
-      close(fd);
-      continue;
+    struct pollfd fds[1 + SHARE_MAX_CONNS];
+    fds[0] = (struct pollfd){.fd = count < SHARE_MAX_CONNS ? listenFd : -1, .events = POLLIN};
+    for (int i = 0; i < count; i++)
+      fds[1 + i] = (struct pollfd){.fd = conns[i].fd,
+                                   .events = (short)(conns[i].got < sizeof(conns[i].hello) ? POLLIN : POLLOUT)};
+    if (poll(fds, (nfds_t)(1 + count), SHARE_POLL_MS) < 0 && errno != EINTR) break;
+    const int64_t now = fcclTimeMs();
+    /* Members' connections, side by side; one that had its time goes (its member connects again). */
+    for (int i = count - 1; i >= 0; i--) {
+      int going = (fds[1 + i].revents == 0 && now - conns[i].acceptedMs < SHARE_CONN_MS) ||
+                  serveConn(name, pids, n, id, served, &left, &conns[i]);
+      if (going && now - conns[i].acceptedMs >= SHARE_CONN_MS) {
+        close(conns[i].fd);
+        going = 0;
+      }
+      if (!going) conns[i] = conns[--count];
     }
-    if (transfer(fd, (void*)id, sizeof(*id), 1, deadline)) {
-      served[hello.member] = 1;
-      left--;
+    /* Whoever waits: a process that is not a member is dropped at once, before it is read or written. */
+    while (count < SHARE_MAX_CONNS) {
+      int fd = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      const int pid = peerPid(fd);
+      if (!isMemberPid(pids, n, pid)) {
+        if (strangers++ < SHARE_REFUSALS_LOGGED)
+          FCCL_WARN(FCCL_LOG_SUBSYS, "unique id share %s: refused a connection from pid %d (not a member)", name, pid);
+        close(fd);
+        continue;
+      }
+      conns[count++] = (struct shareConn){.fd = fd, .pid = pid, .acceptedMs = now};
     }
-    close(fd);
   }
+  for (int i = 0; i < count; i++) close(conns[i].fd);
   close(listenFd);
+  free(conns);
+  if (strangers > SHARE_REFUSALS_LOGGED)
+    FCCL_WARN(FCCL_LOG_SUBSYS, "unique id share %s: refused %lu connections of processes that are not members", name,
+              strangers);
   fcclResult_t res = fcclSuccess;
   if (left > 0) {
     char missing[256] = "";
@@ -169,4 +248,22 @@ fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, cons
     return FCCL_ERROR(fcclInvalidArgument, FCCL_LOG_SUBSYS, "unique id share: bad arguments (n %d, me %d)", n, me);
   if (n == 1) return fcclSuccess;
   return me == 0 ? serve(name, pids, ranks, n, id, timeoutMs) : fetch(name, pids, ranks, me, id, timeoutMs);
+}
+
+fcclResult_t fcclBootstrapShareName(const struct fcclBootstrap* bootstrap, const void* context, size_t contextBytes,
+                                    unsigned attempt, char* name, size_t size) {
+  if (!context || !name || size < 2 * FCCL_SHARE_NAME_BYTES + 1)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_LOG_SUBSYS, "unique id share name: bad arguments");
+  uint8_t key[FCCL_BOOTSTRAP_SECRET_BYTES];
+  size_t keyBytes = 0;
+  if (bootstrap && bootstrap->ops && bootstrap->ops->secret && bootstrap->ops->secret(bootstrap, key) == 0)
+    keyBytes = sizeof(key);
+  uint8_t attemptBytes[4];
+  for (int i = 0; i < 4; i++) attemptBytes[i] = (uint8_t)(attempt >> (8 * i));
+  static const char label[] = "fccl unique id share";
+  const struct fcclMacPart parts[] = {{label, sizeof(label)}, {context, contextBytes}, {attemptBytes, 4}};
+  uint8_t mac[FCCL_MAC_BYTES];
+  FCCLCHECK(fcclMac(key, keyBytes, parts, 3, mac));
+  for (int i = 0; i < FCCL_SHARE_NAME_BYTES; i++) snprintf(name + 2 * i, 3, "%02x", mac[i]);
+  return fcclSuccess;
 }

@@ -420,17 +420,19 @@ fcclResult_t fcclSocketRecvAll(int fd, void* buf, size_t size, int64_t deadlineM
   return fcclSuccess;
 }
 
-void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs) {
+void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs, int userTimeout) {
   if (keepaliveMs <= 0) return;
   if (keepaliveMs > INT32_MAX) keepaliveMs = INT32_MAX;
   int one = 1, idle = 1, interval = 1;
   int count = keepaliveMs / 1000 > 1 ? (int)(keepaliveMs / 1000) : 1;
-  unsigned int userTimeout = (unsigned int)keepaliveMs;
   (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
+  if (userTimeout) {
+    unsigned int ms = (unsigned int)keepaliveMs;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+  }
 }
 
 void fcclSocketClose(int* fd) {

@@ -87,11 +87,21 @@ static inline int fcclAborted(volatile int* abortFlag) {
 /* Closes fd when it is >= 0 and sets it to -1. */
 void fcclSocketClose(int* fd);
 
-/* Keepalive probes from a second of silence on, every second, and the kernel's user timeout of keepaliveMs, so that
- * a connection whose peer host stops answering (lost power or network: no end of stream, no reset) fails with
- * ETIMEDOUT after about keepaliveMs. A peer process that is merely slow does not trip it: its kernel answers the
- * probes. Best effort: a socket without them still sees its peer's process end. keepaliveMs <= 0: none. */
-void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs);
+/*
+ * Keepalive probes from a second of silence on, every second, so that a connection whose peer host stops answering
+ * (lost power or network: no end of stream, no reset) fails with ETIMEDOUT. A peer process that is merely slow does
+ * not trip them: its kernel answers the probes. keepaliveMs <= 0: none. Best effort: a socket without them still
+ * sees its peer's process end.
+ *
+ * userTimeout: also the kernel's TCP_USER_TIMEOUT of keepaliveMs, which ends the connection after about keepaliveMs
+ * of silence even while data waits for an acknowledgement (probes alone give up only after their count, and
+ * unacknowledged data only after TCP's retransmissions, minutes). Only for connections that send small messages:
+ * Linux applies the user timeout to a peer's closed receive window as well, so a live peer that stops reading for
+ * longer than keepaliveMs while this side has more to send than its window takes would fail the connection although
+ * it answers every probe. Without it, the probes end an idle connection after their count (keepaliveMs / 1 s of them
+ * after the first second).
+ */
+void fcclSocketSetKeepalive(int fd, int64_t keepaliveMs, int userTimeout);
 
 /*
  * Closes a connection whose peer has already closed its end (we saw end of stream) without leaving it in

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Connections a bootstrap listener holds before they said who they are: read as they arrive, bounded in number
- * (the rest wait in the kernel's backlog), strangers closed by idle age when room is needed, refusals logged at a
- * bounded rate. tcp.h has the rules; docs/bootstrap.md#strangers the reasons.
+ * Connections a bootstrap listener holds before they proved the secret: read as they arrive, each closed when its
+ * handshake is not done a fixed time after its accept, bounded in number (the oldest closed when the table is full
+ * and others are queued), refusals logged at a bounded rate. tcp.h has the rules; docs/bootstrap.md#strangers the
+ * reasons.
  */
 #include "tcp.h"
 
@@ -29,8 +30,26 @@ void fcclTcpPendingInit(struct fcclTcpPending* p, int listenFd, const char* owne
   p->refusalSummaryMs = fcclTimeMs();
 }
 
+/* Whether the listener has a connection waiting in its backlog. */
+static int backlogWaiting(int listenFd) {
+  struct pollfd fd = {.fd = listenFd, .events = POLLIN, .revents = 0};
+  return poll(&fd, 1, 0) == 1 && (fd.revents & POLLIN);
+}
+
 int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now) {
-  if (p->count == FCCL_TCP_PENDING_MAX || now < p->acceptAfterMs) return -1;
+  if (now < p->acceptAfterMs) return -1;
+  if (p->count == FCCL_TCP_PENDING_MAX) {
+    /* Full: the oldest goes, so that a flood delays a rank by the time it takes to accept and close the connections
+     * queued ahead of it, never by a timer per connection. A rank whose connection goes connects again. */
+    if (!backlogWaiting(p->listenFd)) return -1;
+    int oldest = 0;
+    for (int i = 1; i < p->count; i++)
+      if (p->conns[i].acceptedMs < p->conns[oldest].acceptedMs) oldest = i;
+    fcclTcpPendingRefuse(p, oldest, fcclLogWarn,
+                         "the oldest of %d connections still without proof of the secret, "
+                         "%lld ms after its accept, while others wait",
+                         FCCL_TCP_PENDING_MAX, (long long)(now - p->conns[oldest].acceptedMs));
+  }
   int fd;
   union fcclSocketAddress peer;
   if (fcclSocketAcceptPending(p->listenFd, &fd, &peer) != fcclSuccess) {
@@ -43,17 +62,14 @@ int fcclTcpPendingAccept(struct fcclTcpPending* p, int64_t now) {
   conn->peer = peer;
   fcclWireReaderInit(&conn->reader);
   conn->acceptedMs = now;
-  conn->activeMs = now;
+  conn->challenged = 0;
   return p->count++;
 }
 
-fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int64_t now, int* err,
-                                        fcclWireStatus_t* status, char* why, size_t whySize) {
+fcclWireReadResult_t fcclTcpPendingRead(struct fcclTcpPending* p, int i, int* err, fcclWireStatus_t* status, char* why,
+                                        size_t whySize) {
   struct fcclTcpConn* conn = &p->conns[i];
-  size_t before = conn->reader.got;
-  fcclWireReadResult_t rr = fcclWireReaderProgress(&conn->reader, conn->fd, err, status, why, whySize);
-  if (conn->reader.got != before) conn->activeMs = now;
-  return rr;
+  return fcclWireReaderProgress(&conn->reader, conn->fd, err, status, why, whySize);
 }
 
 static void removeAt(struct fcclTcpPending* p, int i) {
@@ -109,30 +125,20 @@ void fcclTcpPendingRefuse(struct fcclTcpPending* p, int i, fcclLogLevel_t level,
   removeAt(p, i);
 }
 
-/* Whether the listener has a connection waiting in its backlog. */
-static int backlogWaiting(int listenFd) {
-  struct pollfd fd = {.fd = listenFd, .events = POLLIN, .revents = 0};
-  return poll(&fd, 1, 0) == 1 && (fd.revents & POLLIN);
-}
-
-void fcclTcpPendingEvict(struct fcclTcpPending* p, int64_t now) {
-  if (p->count < FCCL_TCP_PENDING_MAX || now < p->acceptAfterMs || !backlogWaiting(p->listenFd)) return;
-  /* Every stranger past either bound goes at once, so a queue of silent connections drains at the table's size per
-   * FCCL_TCP_EVICT_IDLE_MS; a rank sends its frame right after connecting, so it is never among them. */
+void fcclTcpPendingExpire(struct fcclTcpPending* p, int64_t now) {
   for (int i = p->count - 1; i >= 0; i--) {
     const struct fcclTcpConn* conn = &p->conns[i];
-    if (now - conn->activeMs >= FCCL_TCP_EVICT_IDLE_MS)
-      fcclTcpPendingRefuse(p, i, fcclLogWarn, "silent for %lld ms while other connections wait",
-                           (long long)(now - conn->activeMs));
-    else if (now - conn->acceptedMs >= FCCL_TCP_EVICT_SLOW_MS)
-      fcclTcpPendingRefuse(p, i, fcclLogWarn, "its first message is still incomplete (%zu bytes) after %lld ms",
-                           conn->reader.got, (long long)(now - conn->acceptedMs));
+    if (now - conn->acceptedMs >= FCCL_TCP_HANDSHAKE_MS)
+      fcclTcpPendingRefuse(p, i, fcclLogWarn, "no proof of the secret %lld ms after its accept (%s)",
+                           (long long)(now - conn->acceptedMs),
+                           conn->challenged   ? "challenged, no proof"
+                           : conn->reader.got ? "its first message incomplete"
+                                              : "silent");
   }
 }
 
 int fcclTcpPendingPollFds(const struct fcclTcpPending* p, struct pollfd* fds, int64_t now) {
-  int room = p->count < FCCL_TCP_PENDING_MAX && now >= p->acceptAfterMs;
-  fds[0] = (struct pollfd){.fd = room ? p->listenFd : -1, .events = POLLIN};
+  fds[0] = (struct pollfd){.fd = now >= p->acceptAfterMs ? p->listenFd : -1, .events = POLLIN};
   for (int i = 0; i < p->count; i++) fds[1 + i] = (struct pollfd){.fd = p->conns[i].fd, .events = POLLIN};
   return 1 + p->count;
 }
@@ -143,12 +149,11 @@ void fcclTcpPendingClose(struct fcclTcpPending* p) {
   logSummary(p, fcclTimeMs(), NULL);
 }
 
-int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64_t secret, const char* what,
-                            struct fcclWireRingHello* hello) {
+int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, const char* what, struct fcclWireRingHello* hello) {
   char why[256] = "";
   int err = 0;
   fcclWireStatus_t status;
-  fcclWireReadResult_t rr = fcclTcpPendingRead(p, i, now, &err, &status, why, sizeof(why));
+  fcclWireReadResult_t rr = fcclTcpPendingRead(p, i, &err, &status, why, sizeof(why));
   if (rr == FCCL_READ_MORE) return 0;
   if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) {
     fcclTcpPendingRefuse(p, i, fcclLogInfo, "closed before its %s (%s)", what,
@@ -166,10 +171,12 @@ int fcclTcpPendingReadHello(struct fcclTcpPending* p, int i, int64_t now, uint64
   } else if (fcclWireParseRingHello(reader->buf + FCCL_WIRE_HEADER_BYTES, reader->header.length, hello, why,
                                     sizeof(why)) != FCCL_WIRE_OK) {
     fcclTcpPendingRefuse(p, i, fcclLogWarn, "invalid %s: %s", what, why);
-  } else if (hello->secret != secret) {
-    fcclTcpPendingRefuse(p, i, fcclLogWarn, "wrong secret (claims rank %d)", (int)hello->rank);
   } else {
     return 1;
   }
   return 0;
+}
+
+int fcclTcpSendFresh(int fd, const uint8_t* frame, size_t size) {
+  return fcclSocketTrySend(fd, frame, size) == (long)size;
 }

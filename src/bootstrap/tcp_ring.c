@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The TCP bootstrap's rank side: a rank says hello to the root and waits for its welcome (or its verdict), then
- * connects to the next rank and accepts the previous one, and runs all-gathers and barriers around that ring.
- * A rank that fails tells both neighbours, which pass it on. tcp.h has the method's outline;
- * docs/bootstrap.md#all-gather-and-barrier-on-the-ring and docs/bootstrap.md#failures the details.
+ * The TCP bootstrap's operations: all-gathers and barriers around the ring that tcp_join.c connected. A rank that
+ * fails tells both neighbours, which pass it on; a rank whose wait times out first asks its previous rank whether it
+ * is waiting too (a probe), so that the rank named is the one that is stuck, not one held up behind it.
+ * tcp.h has the method's outline; docs/bootstrap.md#all-gather-and-barrier-on-the-ring and
+ * docs/bootstrap.md#failures the details.
  */
 #include "bootstrap.h"
 
 #include "check.h"
 #include "debug.h"
-#include "param.h"
 #include "socket.h"
 #include "tcp.h"
 #include "wire.h"
@@ -21,30 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <unistd.h>
-
-/* A rank waits for the root's verdict a little longer than the root waits for the ranks, so that the root (which
- * knows who is missing) reports first (docs/bootstrap.md#failures). */
-static int verdictGraceMs(int timeoutMs) {
-  int grace = timeoutMs / 4 + 100;
-  return grace > 2000 ? 2000 : grace;
-}
-
-/* This host's name for the hello: NUL-terminated and printable, as the root's hello parser requires. */
-static void localHostName(char* out, size_t size) {
-  if (gethostname(out, size) != 0) snprintf(out, size, "unknown");
-  out[size - 1] = '\0';
-  for (char* p = out; *p; p++)
-    if (*p < 0x20 || *p > 0x7e) *p = '?';
-}
-
-struct tcpState {
-  int fdNext; /* to (rank + 1) % nranks: we send */
-  int fdPrev; /* from (rank - 1) % nranks: we receive */
-  uint64_t secret;
-  uint32_t seq;
-  fcclResult_t broken; /* an earlier operation failed: the ring is out of step */
-};
 
 static const char* opName(uint16_t type) {
   switch (type) {
@@ -54,18 +30,16 @@ static const char* opName(uint16_t type) {
     case FCCL_WIRE_HELLO: return "hello";
     case FCCL_WIRE_WELCOME: return "welcome";
     case FCCL_WIRE_RING_HELLO: return "ring hello";
+    case FCCL_WIRE_RING_ACK: return "ring ack";
+    case FCCL_WIRE_CHALLENGE: return "challenge";
+    case FCCL_WIRE_PROOF: return "proof";
+    case FCCL_WIRE_PROBE: return "probe";
+    case FCCL_WIRE_PROBE_ACK: return "probe ack";
   }
   return "unknown message";
 }
 
-/*
- * Reports a failure once (FCCL_ERROR), and tells the ring neighbours so they stop waiting and name the same
- * culprit. toNext: whether the stream to next is at a frame boundary (a notice mid-frame would be read as data).
- * docs/bootstrap.md#failures has what each failure looks like to the other ranks.
- */
-static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
-                             const char* fmt, ...) __attribute__((format(printf, 6, 7)));
-static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
+fcclResult_t fcclTcpRingFail(struct fcclTcpState* t, int rank, fcclResult_t result, int culprit, int toNext,
                              const char* fmt, ...) {
   char text[FCCL_WIRE_ERROR_TEXT_MAX];
   va_list args;
@@ -77,19 +51,18 @@ static fcclResult_t ringFail(struct tcpState* t, int rank, fcclResult_t result, 
   uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
   size_t size = fcclTcpEncodeErrorFrame(frame, notice, culprit, rank, text);
   if (toNext) fcclTcpSendNotice(t->fdNext, frame, size);
-  fcclTcpSendNotice(t->fdPrev, frame, size);
+  if (!t->prevPartial) fcclTcpSendNotice(t->fdPrev, frame, size);
   t->broken = result;
   return FCCL_ERROR(result, FCCL_SUBSYS_BOOT, "%s", text);
 }
 
-/* An error frame arrived (payload in buf); pass it on and report it. */
-static fcclResult_t ringRelay(struct tcpState* t, int rank, int toNext, const uint8_t* payload, size_t size,
+fcclResult_t fcclTcpRingRelay(struct fcclTcpState* t, int rank, int toNext, const uint8_t* payload, size_t size,
                               int from, const char* op) {
   struct fcclWireError error;
   char why[256];
   if (fcclWireParseError(payload, size, &error, why, sizeof(why)) != FCCL_WIRE_OK)
-    return ringFail(t, rank, fcclRemoteError, from, toNext, "rank %d sent a malformed error notice during %s: %s",
-                    from, op, why);
+    return fcclTcpRingFail(t, rank, fcclRemoteError, from, toNext,
+                           "rank %d sent a malformed error notice during %s: %s", from, op, why);
   if (error.reporter == rank) { /* our own notice came around the ring */
     t->broken = (fcclResult_t)error.result;
     return FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "%s", error.text);
@@ -98,10 +71,27 @@ static fcclResult_t ringRelay(struct tcpState* t, int rank, int toNext, const ui
   uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
   size_t frameSize = fcclWireEncodeError(frame, &error);
   if (toNext) fcclTcpSendNotice(t->fdNext, frame, frameSize);
-  fcclTcpSendNotice(t->fdPrev, frame, frameSize);
+  if (!t->prevPartial) fcclTcpSendNotice(t->fdPrev, frame, frameSize);
   t->broken = (fcclResult_t)error.result;
   return FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "%s (reported by rank %d)", error.text,
                     (int)error.reporter);
+}
+
+/* A small control frame (a probe or its ack) on its way, sent a piece at a time between data frames. */
+struct outFrame {
+  uint8_t bytes[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROBE_BYTES];
+  size_t size, sent;
+};
+
+static int outPending(const struct outFrame* out) { return out->sent < out->size; }
+
+/* Sends what the socket takes of out; -1 with errno when the connection failed. */
+static int outFlush(int fd, struct outFrame* out) {
+  if (!outPending(out)) return 0;
+  long rc = fcclSocketTrySend(fd, out->bytes + out->sent, out->size - out->sent);
+  if (rc < 0) return -1;
+  out->sent += (size_t)rc;
+  return 0;
 }
 
 /*
@@ -110,10 +100,16 @@ static fcclResult_t ringRelay(struct tcpState* t, int rank, int toNext, const ui
  * into place. Sends and receives are non-blocking and interleaved (a step's send needs only the previous step's
  * receive), so chunks larger than the socket buffers cannot deadlock the ring. Every frame carries the type, the
  * sequence number and the length, so ranks that called different operations (or all-gathers of different sizes)
- * fail instead of mixing their data. docs/bootstrap.md#all-gather-and-barrier-on-the-ring
+ * fail instead of mixing their data.
+ *
+ * Who is stuck: a rank whose data stopped coming knows only that prev sent no more; prev may be stuck, or waiting
+ * for its own prev, as every rank after a stuck one is. So at its deadline a waiting rank sends prev a probe. A
+ * prev that is in this operation and waiting itself answers at once (a probe ack, between two data frames) and
+ * probes its own prev in turn; the first rank whose prev does not answer within the grace names it, and that
+ * notice travels around the ring to every rank. docs/bootstrap.md#all-gather-and-barrier-on-the-ring
  */
 static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data, size_t bytes) {
-  struct tcpState* t = b->impl;
+  struct fcclTcpState* t = b->impl;
   const int n = b->nranks, rank = b->rank;
   const int prev = (rank - 1 + n) % n, next = (rank + 1) % n;
   const char* op = opName(type);
@@ -126,6 +122,10 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
   const uint32_t seq = ++t->seq;
   const int steps = n - 1;
   const int64_t deadline = fcclTimeMs() + b->timeoutMs;
+  const int probeWaitMs = fcclTcpGraceMs(b->timeoutMs);
+  /* After prev answered a probe, the notice naming the stuck rank comes once the probes reached the rank after it
+   * and that rank's grace ran out: one grace, plus a hop per rank each way. */
+  const int64_t relayWaitMs = 2 * (int64_t)probeWaitMs + 10 * (int64_t)n + 1000;
 
   uint8_t sendHeader[FCCL_WIRE_HEADER_BYTES];
   fcclWireEncodeHeader(sendHeader, type, (uint32_t)bytes, seq);
@@ -134,16 +134,29 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
   int recvStep = 0;
   size_t recvOff = 0;
   uint8_t recvHeader[FCCL_WIRE_HEADER_BYTES];
-  int recvIsError = 0;
-  uint8_t errorPayload[FCCL_WIRE_SMALL_MAX];
-  struct fcclWireReader backward; /* error notices from next */
+  struct fcclWireHeader small; /* an error notice or probe ack arriving from prev */
+  int recvSmall = 0;
+  uint8_t smallPayload[FCCL_WIRE_SMALL_MAX];
+  struct fcclWireReader backward; /* error notices and probes from next */
   fcclWireReaderInit(&backward);
   const size_t frameSize = FCCL_WIRE_HEADER_BYTES + bytes;
+  struct outFrame toNext = {.size = 0, .sent = 0}, toPrev = {.size = 0, .sent = 0};
+  int nextGone = 0;         /* next closed its connection after we sent it all we owed */
+  int64_t probeAt = -1;     /* when this rank probed prev */
+  int64_t prevAnswered = 0; /* when prev answered a probe, or sent data after it */
 
   while (sendStep < steps || recvStep < steps) {
     int progressed = 0;
+    /* A probe ack goes between two data frames. */
+    if (outPending(&toNext) && sendOff == 0) {
+      if (outFlush(t->fdNext, &toNext) < 0)
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
+                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next,
+                               op, seq, strerror(errno));
+      progressed = 1;
+    }
     /* Send: step s forwards the chunk received at step s - 1 (step 0: our own). */
-    while (sendStep < steps && sendStep <= recvStep) {
+    while (!outPending(&toNext) && sendStep < steps && sendStep <= recvStep) {
       int chunk = (rank - sendStep + n) % n;
       struct iovec iov[2];
       int iovcnt = 0;
@@ -159,13 +172,13 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       } while (rc < 0 && errno == EINTR);
       if (rc < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (rc < 0 && errno == ETIMEDOUT)
-        return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u", next,
-                        op, seq);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
+                               "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u",
+                               next, op, seq);
       if (rc < 0)
-        return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next, op,
-                        seq, strerror(errno));
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
+                               "rank %d closed its connection: sending to it failed during bootstrap %s #%u (%s)", next,
+                               op, seq, strerror(errno));
       sendOff += (size_t)rc;
       progressed = 1;
       if (sendOff == frameSize) {
@@ -173,21 +186,37 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
         sendOff = 0;
       }
     }
-    /* Receive: header, then the chunk straight into place (or an error notice). */
+    const int nextAtBoundary = sendOff == 0 && !outPending(&toNext);
+    /* A probe to prev goes whole or the connection is no longer at a frame boundary. */
+    if (outPending(&toPrev)) {
+      (void)outFlush(t->fdPrev, &toPrev); /* a failure shows on the receiving side below */
+      t->prevPartial = outPending(&toPrev) && toPrev.sent > 0;
+    }
+    /* Receive: header, then the chunk straight into place (or an error notice, or a probe ack). */
     while (recvStep < steps) {
       uint8_t* dst;
       size_t want;
       if (recvOff < FCCL_WIRE_HEADER_BYTES) {
         dst = recvHeader + recvOff;
         want = FCCL_WIRE_HEADER_BYTES - recvOff;
-      } else if (recvIsError) {
-        struct fcclWireHeader h;
-        (void)fcclWireParseHeader(recvHeader, FCCL_WIRE_HEADER_BYTES, &h, NULL, 0);
+      } else if (recvSmall) {
         size_t off = recvOff - FCCL_WIRE_HEADER_BYTES;
-        if (off == h.length)
-          return ringRelay(t, rank, sendOff == 0, errorPayload, h.length, prev, op);
-        dst = errorPayload + off;
-        want = h.length - off;
+        if (off == small.length) {
+          if (small.type == FCCL_WIRE_ERROR)
+            return fcclTcpRingRelay(t, rank, nextAtBoundary, smallPayload, small.length, prev, op);
+          int32_t from;
+          char why[128];
+          if (fcclWireParseProbe(smallPayload, small.length, &from, why, sizeof(why)) != FCCL_WIRE_OK || from != prev)
+            return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
+                                   "rank %d sent a malformed probe ack during bootstrap %s #%u", prev, op, seq);
+          if (small.seq == seq && probeAt >= 0 && prevAnswered == 0) prevAnswered = fcclTimeMs(); /* else stale */
+          recvSmall = 0;
+          recvOff = 0;
+          progressed = 1;
+          continue;
+        }
+        dst = smallPayload + off;
+        want = small.length - off;
       } else {
         size_t off = recvOff - FCCL_WIRE_HEADER_BYTES;
         want = bytes - off;
@@ -202,93 +231,141 @@ static fcclResult_t ringOp(struct fcclBootstrap* b, uint16_t type, uint8_t* data
       }
       long rc = fcclSocketTryRecv(t->fdPrev, dst, want);
       if (rc == 0)
-        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "rank %d closed its connection during bootstrap %s #%u", prev, op, seq);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
+                               "rank %d closed its connection during bootstrap %s #%u", prev, op, seq);
       if (rc < 0 && errno == EAGAIN) break;
       if (rc < 0 && errno == ETIMEDOUT)
-        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u", prev,
-                        op, seq);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
+                               "rank %d stopped answering (its connection's keepalive failed) during bootstrap %s #%u",
+                               prev, op, seq);
       if (rc < 0)
-        return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                        "receiving from rank %d failed during bootstrap %s #%u: %s%s", prev, op, seq,
-                        strerror(errno), errno == ECONNRESET ? " (it closed its connection)" : "");
+        return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
+                               "receiving from rank %d failed during bootstrap %s #%u: %s%s", prev, op, seq,
+                               strerror(errno), errno == ECONNRESET ? " (it closed its connection)" : "");
       progressed = 1;
       recvOff += (size_t)rc;
+      if (probeAt >= 0 && prevAnswered == 0 && !recvSmall && recvOff > FCCL_WIRE_HEADER_BYTES)
+        prevAnswered = fcclTimeMs(); /* data came after the probe: prev is in this operation */
       if (recvOff == FCCL_WIRE_HEADER_BYTES) {
         struct fcclWireHeader h;
         char why[256];
         fcclWireStatus_t status = fcclWireParseHeader(recvHeader, FCCL_WIRE_HEADER_BYTES, &h, why, sizeof(why));
         if (status != FCCL_WIRE_OK)
-          return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0,
-                          "rank %d sent a malformed frame during bootstrap %s #%u: %s", prev, op, seq, why);
-        if (h.type == FCCL_WIRE_ERROR) {
+          return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary,
+                                 "rank %d sent a malformed frame during bootstrap %s #%u: %s", prev, op, seq, why);
+        if (h.type == FCCL_WIRE_ERROR || h.type == FCCL_WIRE_PROBE_ACK) {
           if (h.length > FCCL_WIRE_SMALL_MAX)
-            return ringFail(t, rank, fcclRemoteError, prev, sendOff == 0, "rank %d sent an oversized error notice",
-                            prev);
-          recvIsError = 1;
+            return fcclTcpRingFail(t, rank, fcclRemoteError, prev, nextAtBoundary, "rank %d sent an oversized %s", prev,
+                                   opName(h.type));
+          small = h;
+          recvSmall = 1;
           continue;
         }
         if (h.type != type || h.seq != seq || h.length != bytes)
-          return ringFail(t, rank, fcclInvalidUsage, prev, sendOff == 0,
-                          "rank %d sent %s #%u of %u bytes while this rank is in %s #%u of %zu bytes: the ranks "
-                          "called different bootstrap operations",
-                          prev, opName(h.type), h.seq, h.length, op, seq, bytes);
+          return fcclTcpRingFail(t, rank, fcclInvalidUsage, prev, nextAtBoundary,
+                                 "rank %d sent %s #%u of %u bytes while this rank is in %s #%u of %zu bytes: the "
+                                 "ranks called different bootstrap operations",
+                                 prev, opName(h.type), h.seq, h.length, op, seq, bytes);
       }
     }
     if (sendStep == steps && recvStep == steps) break;
+    const int atBoundary = sendOff == 0 && !outPending(&toNext);
 
-    /* Backward notices: next only ever sends us an error; its closing matters only while we still owe it data. */
-    if (sendStep < steps) {
+    /* Backward frames: next only ever sends us error notices and probes. Its closing matters only while we still
+     * owe it data: done with our sends, we keep reading only for probes (next may be an operation ahead, waiting
+     * for us while we wait for prev) and notices, and a closed connection just ends that. */
+    while (!nextGone) {
       int err = 0;
       fcclWireStatus_t status;
       char why[256];
       fcclWireReadResult_t rr = fcclWireReaderProgress(&backward, t->fdNext, &err, &status, why, sizeof(why));
-      if (rr == FCCL_READ_FRAME) {
-        if (backward.header.type == FCCL_WIRE_ERROR)
-          return ringRelay(t, rank, 0, backward.buf + FCCL_WIRE_HEADER_BYTES, backward.header.length, next, op);
-        return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent an unexpected %s backwards during %s", next,
-                        opName(backward.header.type), op);
+      if (rr == FCCL_READ_MORE) break;
+      if ((rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR) && sendStep == steps) {
+        nextGone = 1;
+        break;
       }
       if (rr == FCCL_READ_CLOSED || rr == FCCL_READ_ERROR)
-        return ringFail(t, rank, fcclRemoteError, next, 0,
-                        "rank %d closed its connection during bootstrap %s #%u", next, op, seq);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
+                               "rank %d closed its connection during bootstrap %s #%u", next, op, seq);
       if (rr == FCCL_READ_MALFORMED)
-        return ringFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next, why);
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0, "rank %d sent a malformed frame backwards: %s", next,
+                               why);
+      const uint8_t* payload = backward.buf + FCCL_WIRE_HEADER_BYTES;
+      if (backward.header.type == FCCL_WIRE_ERROR)
+        return fcclTcpRingRelay(t, rank, 0, payload, backward.header.length, next, op);
+      int32_t from;
+      if (backward.header.type != FCCL_WIRE_PROBE ||
+          fcclWireParseProbe(payload, backward.header.length, &from, why, sizeof(why)) != FCCL_WIRE_OK || from != next)
+        return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0, "rank %d sent an unexpected %s backwards during %s",
+                               next, opName(backward.header.type), op);
+      /* Next waits for us, in this operation or (done with it) in the next one: say we are here, and if we wait
+       * too, find out for whom. A probe of an operation we have finished is stale. */
+      const uint32_t probed = backward.header.seq;
+      if ((probed == seq || probed == seq + 1) && !outPending(&toNext)) {
+        toNext.size = fcclWireEncodeProbe(toNext.bytes, FCCL_WIRE_PROBE_ACK, probed, rank);
+        toNext.sent = 0;
+        if (recvStep < steps && probeAt < 0) {
+          toPrev.size = fcclWireEncodeProbe(toPrev.bytes, FCCL_WIRE_PROBE, seq, rank);
+          toPrev.sent = 0;
+          probeAt = fcclTimeMs();
+        }
+        progressed = 1;
+      }
+      fcclWireReaderInit(&backward);
     }
     if (progressed) continue;
 
     if (fcclAborted(b->abortFlag))
-      return ringFail(t, rank, fcclInvalidUsage, rank, sendOff == 0, "rank %d aborted (fcclCommAbort) during %s", rank,
-                      op);
-    int64_t now = fcclTimeMs();
-    if (now >= deadline) {
-      if (recvStep < steps) {
-        /* Step s brings the data of rank - s - 1. The data of ranks rank-1 .. rank-s came, so those ranks entered
-         * this operation and pass on what they get: the nearest rank not heard from is the one that is stuck. */
-        int missing = (rank - recvStep - 1 + 2 * n) % n;
-        if (recvStep == 0)
-          return ringFail(t, rank, fcclTimeout, missing, sendOff == 0,
-                          "rank %d did not reach bootstrap %s #%u within %d ms (it is stuck, or has not called it)",
-                          missing, op, seq, b->timeoutMs);
-        return ringFail(t, rank, fcclTimeout, missing, sendOff == 0,
-                        "rank %d did not reach bootstrap %s #%u within %d ms (it is stuck, or has not called it; "
-                        "ranks %d..%d before this rank in the ring did)",
-                        missing, op, seq, b->timeoutMs, (rank - recvStep + n) % n, prev);
-      }
-      return ringFail(t, rank, fcclTimeout, next, 0,
-                      "timed out after %d ms in bootstrap %s #%u sending to rank %d, which does not read", b->timeoutMs,
-                      op, seq, next);
+      return fcclTcpRingFail(t, rank, fcclInvalidUsage, rank, atBoundary, "rank %d aborted (fcclCommAbort) during %s",
+                             rank, op);
+    const int64_t now = fcclTimeMs();
+    if (now >= deadline && probeAt < 0) {
+      if (recvStep == steps)
+        return fcclTcpRingFail(t, rank, fcclTimeout, next, 0,
+                               "timed out after %d ms in bootstrap %s #%u sending to rank %d, which does not read",
+                               b->timeoutMs, op, seq, next);
+      toPrev.size = fcclWireEncodeProbe(toPrev.bytes, FCCL_WIRE_PROBE, seq, rank);
+      toPrev.sent = 0;
+      probeAt = now;
+      continue;
     }
+    if (probeAt >= 0 && prevAnswered == 0 && now >= probeAt + probeWaitMs) {
+      if (recvStep == 0)
+        return fcclTcpRingFail(t, rank, fcclTimeout, prev, atBoundary,
+                               "rank %d did not reach bootstrap %s #%u within %d ms (it is stuck, or has not called "
+                               "it)",
+                               prev, op, seq, b->timeoutMs);
+      return fcclTcpRingFail(t, rank, fcclTimeout, prev, atBoundary,
+                             "rank %d stopped passing data on in bootstrap %s #%u (it passed on %d of %d chunks, then "
+                             "did not answer for %d ms: it is stuck)",
+                             prev, op, seq, recvStep, steps, probeWaitMs);
+    }
+    if (prevAnswered > 0 && now >= prevAnswered + relayWaitMs)
+      return fcclTcpRingFail(t, rank, fcclTimeout, -1, atBoundary,
+                             "timed out after %d ms in bootstrap %s #%u: rank %d and the ranks before it answer, but "
+                             "the data did not come and no rank was found stuck (is the operation slower than the "
+                             "timeout?)",
+                             b->timeoutMs, op, seq, prev);
     /* A socket this rank is done with is left out (fd -1), not polled for no events: poll would still report its
      * peer's reset (POLLHUP, POLLERR) at once, every slice, and this loop would spin until the deadline. */
+    const int wantSend = outPending(&toNext) || (sendStep < steps && sendStep <= recvStep);
     struct pollfd fds[2];
-    fds[0] = (struct pollfd){.fd = sendStep < steps ? t->fdNext : -1,
-                             .events = (short)(POLLIN | (sendStep <= recvStep ? POLLOUT : 0))};
-    fds[1] = (struct pollfd){.fd = recvStep < steps ? t->fdPrev : -1, .events = POLLIN};
-    int64_t left = deadline - now;
-    (void)poll(fds, 2, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
+    fds[0] = (struct pollfd){.fd = nextGone ? -1 : t->fdNext, .events = (short)(POLLIN | (wantSend ? POLLOUT : 0))};
+    fds[1] = (struct pollfd){.fd = recvStep < steps ? t->fdPrev : -1,
+                             .events = (short)(POLLIN | (outPending(&toPrev) ? POLLOUT : 0))};
+    int64_t wake = probeAt >= 0 ? now + FCCL_SOCKET_POLL_SLICE_MS : deadline;
+    int64_t left = wake - now;
+    (void)poll(fds, 2, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)(left > 0 ? left : 0) : FCCL_SOCKET_POLL_SLICE_MS);
   }
+  /* A probe ack still owed goes out now, after our last frame: next reads it as stale in its next operation. */
+  for (const int64_t end = fcclTimeMs() + 100; outPending(&toNext) && fcclTimeMs() < end;) {
+    if (outFlush(t->fdNext, &toNext) < 0) break;
+    struct pollfd p = {.fd = t->fdNext, .events = POLLOUT, .revents = 0};
+    if (outPending(&toNext)) (void)poll(&p, 1, 5);
+  }
+  if (outPending(&toNext) && toNext.sent > 0)
+    return fcclTcpRingFail(t, rank, fcclRemoteError, next, 0,
+                           "rank %d did not take a probe ack at the end of bootstrap %s #%u", next, op, seq);
   return fcclSuccess;
 }
 
@@ -299,7 +376,7 @@ static fcclResult_t tcpAllGather(struct fcclBootstrap* b, void* allData, size_t 
 static fcclResult_t tcpBarrier(struct fcclBootstrap* b) { return ringOp(b, FCCL_WIRE_BARRIER, NULL, 0); }
 
 static void tcpDestroy(struct fcclBootstrap* b) {
-  struct tcpState* t = b->impl;
+  struct fcclTcpState* t = b->impl;
   if (t) {
     fcclSocketClose(&t->fdNext);
     fcclSocketClose(&t->fdPrev);
@@ -310,7 +387,7 @@ static void tcpDestroy(struct fcclBootstrap* b) {
 
 /* The address of our end of the ring: the one we reach the root and the other ranks from. */
 static int tcpLocalAddress(const struct fcclBootstrap* b, void* addr) {
-  const struct tcpState* t = b->impl;
+  const struct fcclTcpState* t = b->impl;
   const int fd = t == NULL ? -1 : t->fdNext >= 0 ? t->fdNext : t->fdPrev;
   if (fd < 0) return -1;
   union fcclSocketAddress* local = addr;
@@ -320,330 +397,17 @@ static int tcpLocalAddress(const struct fcclBootstrap* b, void* addr) {
   return 0;
 }
 
-static const struct fcclBootstrapOps tcpOps = {.name = "tcp",
-                                               .allGather = tcpAllGather,
-                                               .barrier = tcpBarrier,
-                                               .destroy = tcpDestroy,
-                                               .localAddress = tcpLocalAddress};
-
-/* Receives one frame from the root: the welcome (payload malloc'ed) or an error, whose text is reported. */
-static fcclResult_t recvFromRoot(int fd, const char* rootText, int64_t deadline, volatile int* abortFlag, int rank,
-                                 struct fcclWireHeader* header, uint8_t** payload) {
-  uint8_t buf[FCCL_WIRE_HEADER_BYTES];
-  size_t got = 0;
-  uint8_t* body = NULL;
-  size_t bodyGot = 0;
-  *payload = NULL;
-  for (;;) {
-    size_t want;
-    uint8_t* dst;
-    if (got < FCCL_WIRE_HEADER_BYTES) {
-      dst = buf + got;
-      want = FCCL_WIRE_HEADER_BYTES - got;
-    } else {
-      if (bodyGot == header->length) break;
-      dst = body + bodyGot;
-      want = header->length - bodyGot;
-    }
-    long rc = fcclSocketTryRecv(fd, dst, want);
-    if (rc == 0) {
-      free(body);
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                        "rank %d: the bootstrap root at %s closed the connection before every rank arrived (the "
-                        "process that called fcclGetUniqueId exited, or stopped serving the id)",
-                        rank, rootText);
-    }
-    if (rc < 0 && errno != EAGAIN) {
-      free(body);
-      return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                        "rank %d: receiving from the bootstrap root at %s failed: %s", rank, rootText, strerror(errno));
-    }
-    if (rc > 0) {
-      if (got < FCCL_WIRE_HEADER_BYTES) {
-        got += (size_t)rc;
-        if (got == FCCL_WIRE_HEADER_BYTES) {
-          char why[256];
-          if (fcclWireParseHeader(buf, got, header, why, sizeof(why)) != FCCL_WIRE_OK)
-            return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                              "rank %d: the bootstrap root at %s sent a malformed reply: %s", rank, rootText, why);
-          if (header->type != FCCL_WIRE_WELCOME && header->type != FCCL_WIRE_ERROR)
-            return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT,
-                              "rank %d: the bootstrap root at %s replied with a %s instead of a welcome", rank,
-                              rootText, opName(header->type));
-          body = malloc(header->length ? header->length : 1);
-          if (!body) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the bootstrap welcome");
-        }
-      } else {
-        bodyGot += (size_t)rc;
-      }
-      continue;
-    }
-    if (fcclAborted(abortFlag)) {
-      free(body);
-      return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
-                        "rank %d: aborted (fcclCommAbort) while waiting for the other ranks to arrive", rank);
-    }
-    if (fcclTimeMs() >= deadline) {
-      free(body);
-      return FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_BOOT,
-                        "rank %d: timed out waiting for the bootstrap root at %s to hear from every rank (the root "
-                        "did not answer: is it stuck?)",
-                        rank, rootText);
-    }
-    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-    (void)poll(&p, 1, FCCL_SOCKET_POLL_SLICE_MS);
-  }
-  *payload = body;
-  return fcclSuccess;
+/* The secret the ranks proved to each other: other layers derive names from it that only the ranks can compute. */
+static int tcpSecret(const struct fcclBootstrap* b, uint8_t* out) {
+  const struct fcclTcpState* t = b->impl;
+  if (t == NULL) return -1;
+  memcpy(out, t->secret, sizeof(t->secret));
+  return 0;
 }
 
-/* Reads connection i of the ring listener: 1 when it is prev's valid ring hello (t->fdPrev is then set). */
-static int ringHandlePending(struct fcclBootstrap* b, struct tcpState* t, struct fcclTcpPending* pending, int i,
-                             int64_t now) {
-  const int n = b->nranks, prev = (b->rank - 1 + n) % n;
-  struct fcclWireRingHello hello;
-  if (!fcclTcpPendingReadHello(pending, i, now, t->secret, "ring hello", &hello)) return 0;
-  if (hello.nranks != n || hello.rank != prev) {
-    fcclTcpPendingRefuse(pending, i, fcclLogWarn, "rank %d of %d connected where rank %d of %d belongs",
-                         (int)hello.rank, (int)hello.nranks, prev, n);
-    return 0;
-  }
-  t->fdPrev = fcclTcpPendingTake(pending, i);
-  return 1;
-}
-
-/*
- * Accepts connections until one is a valid ring hello from prev. Strangers are refused (tcp.h: they never take
- * prev's place); the connection to next is watched for an error notice (or its closing) meanwhile.
- */
-static fcclResult_t acceptPrev(struct fcclBootstrap* b, struct tcpState* t, int listenFd, int64_t deadline) {
-  const int n = b->nranks, rank = b->rank, prev = (rank - 1 + n) % n, next = (rank + 1) % n;
-  struct fcclTcpPending* pending = malloc(sizeof(*pending));
-  if (!pending) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the ring setup");
-  char owner[48];
-  snprintf(owner, sizeof(owner), "rank %d's ring listener", rank);
-  fcclTcpPendingInit(pending, listenFd, owner);
-  fcclResult_t res = fcclSuccess;
-  struct fcclWireReader backward;
-  fcclWireReaderInit(&backward);
-
-  while (t->fdPrev < 0) {
-    int64_t now = fcclTimeMs();
-    for (int i = pending->count - 1; i >= 0 && t->fdPrev < 0; i--) ringHandlePending(b, t, pending, i, now);
-    /* New connections, each read at once: prev's ring hello is usually there by the time it is accepted. */
-    for (int accepted = 0; t->fdPrev < 0 && accepted < 2 * FCCL_TCP_PENDING_MAX; accepted++) {
-      int i = fcclTcpPendingAccept(pending, now);
-      if (i < 0) {
-        int before = pending->count;
-        fcclTcpPendingEvict(pending, now); /* a full table with more waiting: strangers make room */
-        if (pending->count == before) break;
-        continue;
-      }
-      ringHandlePending(b, t, pending, i, now);
-    }
-    if (t->fdPrev >= 0) break;
-
-    int err = 0;
-    fcclWireStatus_t status;
-    char why[256];
-    fcclWireReadResult_t rr = fcclWireReaderProgress(&backward, t->fdNext, &err, &status, why, sizeof(why));
-    if (rr == FCCL_READ_FRAME && backward.header.type == FCCL_WIRE_ERROR) {
-      res = ringRelay(t, rank, 0, backward.buf + FCCL_WIRE_HEADER_BYTES, backward.header.length, next, "ring setup");
-      goto out;
-    }
-    if (rr != FCCL_READ_MORE) {
-      res = ringFail(t, rank, fcclRemoteError, next, 0,
-                     "rank %d closed its connection during ring setup", next);
-      goto out;
-    }
-    if (fcclAborted(b->abortFlag)) {
-      res = ringFail(t, rank, fcclInvalidUsage, rank, 1, "rank %d aborted (fcclCommAbort) during ring setup", rank);
-      goto out;
-    }
-    if (now >= deadline) {
-      res = ringFail(t, rank, fcclTimeout, prev, 1,
-                     "rank %d did not connect to rank %d within the bootstrap timeout of %d ms after the "
-                     "rendezvous",
-                     prev, rank, b->timeoutMs);
-      goto out;
-    }
-    struct pollfd fds[2 + FCCL_TCP_PENDING_MAX];
-    nfds_t nfds = (nfds_t)fcclTcpPendingPollFds(pending, fds, now);
-    fds[nfds++] = (struct pollfd){.fd = t->fdNext, .events = POLLIN};
-    int64_t left = deadline - now;
-    (void)poll(fds, nfds, left < FCCL_SOCKET_POLL_SLICE_MS ? (int)left : FCCL_SOCKET_POLL_SLICE_MS);
-  }
-out:
-  fcclTcpPendingClose(pending);
-  free(pending);
-  return res;
-}
-
-/* On a failure during ring setup, tells whoever already connected to us (our prev, queued) so it stops waiting. */
-static void notifyQueued(int listenFd, int rank, int culprit, fcclResult_t result) {
-  const char* text = fcclThreadLastError();
-  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
-  size_t size = fcclTcpEncodeErrorFrame(frame, result, culprit, rank, text);
-  for (int i = 0; i < FCCL_TCP_PENDING_MAX; i++) {
-    int fd;
-    union fcclSocketAddress peer;
-    if (fcclSocketAcceptPending(listenFd, &fd, &peer) != fcclSuccess || fd < 0) return;
-    fcclTcpSendNotice(fd, frame, size);
-    fcclTcpDrainAndClose(&fd);
-  }
-}
-
-fcclResult_t fcclBootstrapCheckUniqueId(const fcclUniqueId* id) {
-  struct fcclWireId wid;
-  char why[256];
-  if (id == NULL) return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "NULL unique id");
-  if (fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, why, sizeof(why)) != FCCL_WIRE_OK)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
-  return fcclSuccess;
-}
-
-fcclResult_t fcclBootstrapTcpInit(const fcclUniqueId* id, int rank, int nranks, int timeoutMs,
-                                  volatile int* abortFlag, struct fcclBootstrap** out) {
-  if (id == NULL || out == NULL)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap: NULL unique id or output");
-  if (nranks < 1 || nranks > FCCL_BOOTSTRAP_MAX_RANKS)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "nranks %d outside 1..%d", nranks,
-                      FCCL_BOOTSTRAP_MAX_RANKS);
-  if (rank < 0 || rank >= nranks)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "rank %d outside 0..%d", rank, nranks - 1);
-  if (timeoutMs <= 0)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "bootstrap timeout %d ms is not positive", timeoutMs);
-  struct fcclWireId wid;
-  char why[256];
-  fcclWireStatus_t status = fcclWireParseId((const uint8_t*)id->internal, FCCL_UNIQUE_ID_BYTES, &wid, why, sizeof(why));
-  if (status != FCCL_WIRE_OK)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_BOOT, "invalid unique id: %s", why);
-
-  fcclResult_t res = fcclSuccess;
-  const int64_t start = fcclTimeMs();
-  const int64_t deadline = start + timeoutMs;
-  /* A host that stops answering ends its connections within the keepalive, not at the timeout. */
-  const int64_t keepaliveMs = fcclParamInt(FCCL_PARAM_PEER_KEEPALIVE_MS);
-  int rootFd = -1, listenFd = -1;
-  uint8_t* welcome = NULL;
-  union fcclSocketAddress* addrs = NULL;
-  struct fcclBootstrap* b = calloc(1, sizeof(*b));
-  struct tcpState* t = calloc(1, sizeof(*t));
-  char rootText[FCCL_SOCKET_ADDR_STR];
-  fcclSocketAddrToString(&wid.rootAddr, rootText, sizeof(rootText));
-  if (!b || !t) {
-    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for the bootstrap");
-    goto fail;
-  }
-  t->fdNext = t->fdPrev = -1;
-  t->secret = wid.secret;
-  b->ops = &tcpOps;
-  b->rank = rank;
-  b->nranks = nranks;
-  b->timeoutMs = timeoutMs;
-  b->abortFlag = abortFlag;
-  b->pid = (int)getpid();
-  b->impl = t;
-
-  /* 1. Hello to the root; our ring listener sits on the address we reach the root from. */
-  FCCLCHECKGOTO(fcclSocketConnect(&wid.rootAddr, deadline, abortFlag, 1, "the bootstrap root", &rootFd), res, fail);
-  fcclSocketSetKeepalive(rootFd, keepaliveMs);
-  struct fcclWireHello hello;
-  memset(&hello, 0, sizeof(hello));
-  if (nranks > 1) {
-    union fcclSocketAddress local, bound;
-    socklen_t length = sizeof(local);
-    if (getsockname(rootFd, &local.sa, &length) != 0) {
-      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getsockname failed: %s", strerror(errno));
-      goto fail;
-    }
-    local.sin.sin_port = 0; /* same offset as sin6_port */
-    FCCLCHECKGOTO(fcclSocketListen(&local, &listenFd, &bound), res, fail);
-    hello.listenAddr = bound;
-  }
-  hello.secret = wid.secret;
-  hello.rank = rank;
-  hello.nranks = nranks;
-  hello.timeoutMs = timeoutMs;
-  hello.pid = (int32_t)getpid();
-  localHostName(hello.host, sizeof(hello.host));
-  uint8_t helloFrame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES];
-  size_t helloSize = fcclWireEncodeHello(helloFrame, &hello);
-  FCCLCHECKGOTO(fcclSocketSendAll(rootFd, helloFrame, helloSize, deadline, abortFlag, "the bootstrap root"), res, fail);
-
-  /* 2. Every rank's address, or the root's verdict. */
-  struct fcclWireHeader header;
-  const int64_t verdictDeadline = deadline + verdictGraceMs(timeoutMs);
-  FCCLCHECKGOTO(recvFromRoot(rootFd, rootText, verdictDeadline, abortFlag, rank, &header, &welcome), res, fail);
-  if (header.type == FCCL_WIRE_ERROR) {
-    struct fcclWireError error;
-    if (fcclWireParseError(welcome, header.length, &error, why, sizeof(why)) != FCCL_WIRE_OK)
-      res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: the bootstrap root sent a malformed error: %s",
-                       rank, why);
-    else
-      res = FCCL_ERROR((fcclResult_t)error.result, FCCL_SUBSYS_BOOT, "rank %d: %s", rank, error.text);
-    goto fail;
-  }
-  addrs = calloc((size_t)nranks, sizeof(*addrs));
-  if (!addrs) {
-    res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for %d addresses", nranks);
-    goto fail;
-  }
-  int count = 0;
-  if (fcclWireParseWelcome(welcome, header.length, addrs, nranks, &count, why, sizeof(why)) != FCCL_WIRE_OK ||
-      count != nranks) {
-    res = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_BOOT, "rank %d: invalid welcome from the bootstrap root: %s", rank,
-                     count != nranks ? "wrong number of ranks" : why);
-    goto fail;
-  }
-  fcclSocketClose(&rootFd); /* we close first; the root resets its end, so no TIME_WAIT is left behind */
-
-  /* 3. The ring: connect to next (its listener exists since before its hello), then accept prev. */
-  if (nranks > 1) {
-    const int next = (rank + 1) % nranks;
-    char what[32];
-    snprintf(what, sizeof(what), "rank %d", next);
-    res = fcclSocketConnect(&addrs[next], deadline, abortFlag, 0, what, &t->fdNext);
-    if (res != fcclSuccess) {
-      notifyQueued(listenFd, rank, next, res);
-      goto fail;
-    }
-    struct fcclWireRingHello ringHello = {.secret = wid.secret, .rank = rank, .nranks = nranks};
-    uint8_t ringFrame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES];
-    size_t ringSize = fcclWireEncodeRingHello(ringFrame, &ringHello);
-    res = fcclSocketSendAll(t->fdNext, ringFrame, ringSize, deadline, abortFlag, what);
-    if (res != fcclSuccess) {
-      notifyQueued(listenFd, rank, next, res);
-      goto fail;
-    }
-    res = acceptPrev(b, t, listenFd, deadline);
-    if (res != fcclSuccess) {
-      notifyQueued(listenFd, rank, (rank - 1 + nranks) % nranks, res);
-      goto fail;
-    }
-    fcclSocketClose(&listenFd);
-    fcclSocketSetKeepalive(t->fdNext, keepaliveMs);
-    fcclSocketSetKeepalive(t->fdPrev, keepaliveMs);
-  }
-  /* The root (when it runs in this process) has finished or is about to: every rank had its welcome. */
-  fcclTcpRootClaim(wid.secret);
-  free(welcome);
-  free(addrs);
-  FCCL_INFO(FCCL_SUBSYS_BOOT, "rank %d of %d: tcp bootstrap through %s ready in %lld ms", rank, nranks, rootText,
-            (long long)(fcclTimeMs() - start));
-  *out = b;
-  return fcclSuccess;
-
-fail:
-  fcclSocketClose(&listenFd);
-  fcclSocketClose(&rootFd);
-  free(welcome);
-  free(addrs);
-  if (t) {
-    fcclSocketClose(&t->fdNext);
-    fcclSocketClose(&t->fdPrev);
-  }
-  free(t);
-  free(b);
-  return res;
-}
+const struct fcclBootstrapOps fcclTcpRingOps = {.name = "tcp",
+                                                .allGather = tcpAllGather,
+                                                .barrier = tcpBarrier,
+                                                .destroy = tcpDestroy,
+                                                .localAddress = tcpLocalAddress,
+                                                .secret = tcpSecret};

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The TCP bootstrap's root server: the thread that serves a unique id. It takes connections (unauthenticated until
- * their hello shows the secret), admits one hello per rank, answers every rank with all ranks' listen addresses
- * (the welcome) or with the reason the rendezvous failed, and exits by itself. The process-wide list of roots lets
+ * The TCP bootstrap's root server: the thread that serves a unique id. It takes connections (strangers until they
+ * prove the secret: hello, the root's challenge with its own proof, the rank's proof), admits one rank per slot,
+ * answers every rank with all ranks' listen addresses and nonces (the welcome, under the root's MAC) or with the
+ * reason the rendezvous failed, and exits by itself. The process-wide list of roots lets
  * a rank of this process, a later fcclGetUniqueId, fcclBootstrapStopRoot or the library's destructor join it.
  * tcp.h has the method's outline; docs/bootstrap.md#rendezvous the protocol.
  */
 #include "bootstrap.h"
 
 #include "check.h"
+#include "crypto.h"
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
@@ -22,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_BOOT
@@ -37,7 +38,8 @@
 struct tcpRoot {
   int listenFd;
   union fcclSocketAddress addr;
-  uint64_t secret;
+  uint8_t secret[FCCL_WIRE_SECRET_BYTES];
+  uint8_t nonce[FCCL_WIRE_NONCE_BYTES]; /* drawn at start: every rank's proof covers it, so no old proof passes */
   int timeoutMs; /* wait for the first rank */
   pid_t pid;     /* the process that started it: a forked child must not join its parent's thread */
   pthread_t thread;
@@ -143,58 +145,91 @@ static void rootAdmit(struct rootState* st, int fd, const struct fcclWireHello* 
              (int)hello->rank, st->nranks, hello->host, (int)hello->pid, st->arrived, st->nranks);
 }
 
-/* A complete frame from a connection not yet admitted: a hello with the right secret, or refused. */
-static void rootHandleFrame(struct rootState* st, int index) {
+/* A connection's hello: answered with the challenge (the root's nonce and its proof over the hello); 0 when the
+ * connection was refused instead. */
+static int rootChallenge(struct rootState* st, int index) {
   struct fcclTcpConn* conn = &st->pending.conns[index];
   char why[256];
-  struct fcclWireHello hello;
   if (conn->reader.header.type != FCCL_WIRE_HELLO) {
     fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "message type %u where a hello belongs",
                          (unsigned)conn->reader.header.type);
-    return;
+    return 0;
   }
-  fcclWireStatus_t status = fcclWireParseHello(conn->reader.buf + FCCL_WIRE_HEADER_BYTES, conn->reader.header.length,
-                                               &hello, why, sizeof(why));
-  if (status != FCCL_WIRE_OK) {
+  const uint8_t* payload = conn->reader.buf + FCCL_WIRE_HEADER_BYTES;
+  if (fcclWireParseHello(payload, conn->reader.header.length, &conn->hello, why, sizeof(why)) != FCCL_WIRE_OK) {
     rootReplyError(&conn->fd, fcclRemoteError, -1, "bootstrap root refused the hello: invalid fields");
     fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "invalid hello: %s", why);
-    return;
+    return 0;
   }
-  if (hello.secret != st->root->secret) {
-    rootReplyError(&conn->fd, fcclRemoteError, -1,
-                   "bootstrap root refused the connection: wrong secret (unique id of another communicator?)");
-    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn,
-                         "claims rank %d, host %s, pid %d, with the wrong secret (a unique id of another "
-                         "communicator, or a stray process)",
-                         (int)hello.rank, hello.host, (int)hello.pid);
-    return;
+  struct fcclWireChallenge challenge;
+  memcpy(challenge.nonce, st->root->nonce, sizeof(challenge.nonce));
+  uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_CHALLENGE_BYTES];
+  if (fcclTcpHandshakeMac(st->root->secret, 1, payload, st->root->nonce, challenge.mac) != fcclSuccess ||
+      !fcclTcpSendFresh(conn->fd, frame, fcclWireEncodeChallenge(frame, &challenge))) {
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "the challenge could not be sent (the connection went)");
+    return 0;
   }
-  rootAdmit(st, fcclTcpPendingTake(&st->pending, index), &hello);
+  memcpy(conn->helloPayload, payload, sizeof(conn->helloPayload));
+  conn->challenged = 1;
+  fcclWireReaderInit(&conn->reader);
+  return 1;
 }
 
-static void rootHandlePending(struct rootState* st, int index, int64_t now) {
-  char why[256] = "";
-  int err = 0;
-  fcclWireStatus_t status = FCCL_WIRE_OK;
-  fcclWireReadResult_t rr = fcclTcpPendingRead(&st->pending, index, now, &err, &status, why, sizeof(why));
-  switch (rr) {
-    case FCCL_READ_MORE: return;
-    case FCCL_READ_FRAME: rootHandleFrame(st, index); return;
-    case FCCL_READ_CLOSED:
-    case FCCL_READ_ERROR:
-      fcclTcpPendingRefuse(&st->pending, index, fcclLogInfo, "closed before a hello (%s)",
-                           rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
-      return;
-    case FCCL_READ_MALFORMED: {
-      struct fcclTcpConn* conn = &st->pending.conns[index];
-      if (status == FCCL_WIRE_BAD_VERSION) {
-        /* An fccl of another version: tell it why, so its user sees the cause instead of a timeout. */
-        char text[320];
-        snprintf(text, sizeof(text), "bootstrap root refused the connection: %s", why);
-        rootReplyError(&conn->fd, fcclRemoteError, -1, text);
-      }
-      fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "%s", why);
-      return;
+/* A challenged connection's proof: the rank is admitted, or the connection refused. */
+static void rootCheckProof(struct rootState* st, int index) {
+  struct fcclTcpConn* conn = &st->pending.conns[index];
+  const struct fcclWireHello* hello = &conn->hello;
+  if (conn->reader.header.type != FCCL_WIRE_PROOF) {
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "message type %u where a proof belongs",
+                         (unsigned)conn->reader.header.type);
+    return;
+  }
+  uint8_t expected[FCCL_WIRE_MAC_BYTES];
+  if (fcclTcpHandshakeMac(st->root->secret, 0, conn->helloPayload, st->root->nonce, expected) != fcclSuccess ||
+      !fcclMacEqual(expected, conn->reader.buf + FCCL_WIRE_HEADER_BYTES)) {
+    rootReplyError(&conn->fd, fcclRemoteError, -1,
+                   "bootstrap root refused the connection: wrong secret (its proof does not verify: a unique id of "
+                   "another communicator?)");
+    fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn,
+                         "claims rank %d, host %s, pid %d, and cannot prove the secret (a unique id of another "
+                         "communicator, or a stray process)",
+                         (int)hello->rank, hello->host, (int)hello->pid);
+    return;
+  }
+  struct fcclWireHello admitted = *hello;
+  rootAdmit(st, fcclTcpPendingTake(&st->pending, index), &admitted);
+}
+
+static void rootHandlePending(struct rootState* st, int index) {
+  for (;;) { /* a rank that connects again sends its proof with its hello: both may be here */
+    char why[256] = "";
+    int err = 0;
+    fcclWireStatus_t status = FCCL_WIRE_OK;
+    fcclWireReadResult_t rr = fcclTcpPendingRead(&st->pending, index, &err, &status, why, sizeof(why));
+    struct fcclTcpConn* conn = &st->pending.conns[index];
+    switch (rr) {
+      case FCCL_READ_MORE: return;
+      case FCCL_READ_FRAME:
+        if (conn->challenged) {
+          rootCheckProof(st, index);
+          return;
+        }
+        if (!rootChallenge(st, index)) return;
+        continue;
+      case FCCL_READ_CLOSED:
+      case FCCL_READ_ERROR:
+        fcclTcpPendingRefuse(&st->pending, index, fcclLogInfo, "closed before %s (%s)",
+                             conn->challenged ? "its proof" : "a hello", rr == FCCL_READ_ERROR ? strerror(err) : "EOF");
+        return;
+      case FCCL_READ_MALFORMED:
+        if (status == FCCL_WIRE_BAD_VERSION) {
+          /* An fccl of another version: tell it why, so its user sees the cause instead of a timeout. */
+          char text[320];
+          snprintf(text, sizeof(text), "bootstrap root refused the connection: %s", why);
+          rootReplyError(&conn->fd, fcclRemoteError, -1, text);
+        }
+        fcclTcpPendingRefuse(&st->pending, index, fcclLogWarn, "%s", why);
+        return;
     }
   }
 }
@@ -204,7 +239,7 @@ static void rootAccept(struct rootState* st, int64_t now) {
   for (int n = 0; n < ROOT_ACCEPT_BURST; n++) {
     int index = fcclTcpPendingAccept(&st->pending, now);
     if (index < 0) return;
-    rootHandlePending(st, index, now);
+    rootHandlePending(st, index);
   }
 }
 
@@ -245,25 +280,36 @@ static void rootTimeout(struct rootState* st) {
            nmissing == 1 ? "" : "s", missing, st->arrived, st->nranks);
 }
 
-/* Everyone arrived: send each rank every listen address, then wait for the ranks to hang up first. */
+/* Everyone arrived: send each rank every listen address and nonce, under a MAC over its own nonce and the root's,
+ * then wait for the ranks to hang up first. */
 static void rootWelcome(struct rootState* st) {
-  size_t size = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)st->nranks * FCCL_WIRE_ADDR_BYTES;
+  size_t size = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_BYTES(st->nranks);
   uint8_t* frame = malloc(size);
   union fcclSocketAddress* addrs = calloc((size_t)st->nranks, sizeof(*addrs));
-  if (!frame || !addrs) {
+  uint8_t* nonces = malloc((size_t)st->nranks * FCCL_WIRE_NONCE_BYTES);
+  if (!frame || !addrs || !nonces) {
     free(frame);
     free(addrs);
+    free(nonces);
     rootFail(st, fcclSystemError, -1, "bootstrap root: out of memory for the welcome of %d ranks", st->nranks);
     return;
   }
-  for (int r = 0; r < st->nranks; r++) addrs[r] = st->ranks[r].hello.listenAddr;
-  fcclWireEncodeWelcome(frame, addrs, st->nranks);
+  for (int r = 0; r < st->nranks; r++) {
+    addrs[r] = st->ranks[r].hello.listenAddr;
+    memcpy(nonces + (size_t)r * FCCL_WIRE_NONCE_BYTES, st->ranks[r].hello.nonce, FCCL_WIRE_NONCE_BYTES);
+  }
+  fcclWireEncodeWelcome(frame, addrs, nonces, st->nranks);
   free(addrs);
+  free(nonces);
+  uint8_t* body = frame + FCCL_WIRE_HEADER_BYTES;
+  uint8_t* mac = frame + size - FCCL_WIRE_MAC_BYTES;
   int64_t sendDeadline = fcclTimeMs() + 5000 < st->deadline ? fcclTimeMs() + 5000 : st->deadline;
   for (int r = 0; r < st->nranks; r++) {
     char what[32];
     snprintf(what, sizeof(what), "rank %d", r);
-    if (fcclSocketSendAll(st->ranks[r].fd, frame, size, sendDeadline, &rootsStop, what) != fcclSuccess)
+    if (fcclTcpWelcomeMac(st->root->secret, st->ranks[r].hello.nonce, st->root->nonce, body, (size_t)(mac - body),
+                          mac) != fcclSuccess ||
+        fcclSocketSendAll(st->ranks[r].fd, frame, size, sendDeadline, &rootsStop, what) != fcclSuccess)
       fcclSocketClose(&st->ranks[r].fd); /* that rank is gone; its ring neighbours will report it */
   }
   free(frame);
@@ -340,7 +386,7 @@ static void* rootMain(void* arg) {
       fds = grown;
       fdsCap = need;
     }
-    /* fd -1 is ignored by poll: the listener while it has no room or rests, ranks that have not arrived */
+    /* fd -1 is ignored by poll: the listener while it rests, ranks that have not arrived */
     const int npending = st->pending.count;
     nfds_t nfds = (nfds_t)fcclTcpPendingPollFds(&st->pending, fds, now);
     for (int r = 0; r < st->nranks; r++) fds[nfds++] = (struct pollfd){.fd = st->ranks[r].fd, .events = POLLIN};
@@ -358,13 +404,11 @@ static void* rootMain(void* arg) {
         if (p->fd >= 0 && st->ranks[r].fd == p->fd && p->revents) rootCheckRank(st, r);
       }
       for (int i = npending - 1; i >= 0; i--)
-        if (fds[1 + i].revents) rootHandlePending(st, i, now);
+        if (fds[1 + i].revents) rootHandlePending(st, i);
       if (fds[0].revents) rootAccept(st, now);
     }
-    /* A full table with connections waiting behind it: strangers make room, and the waiting are taken at once. */
-    int before = st->pending.count;
-    fcclTcpPendingEvict(&st->pending, now);
-    if (st->pending.count < before) rootAccept(st, now);
+    /* Connections that had their time without proving the secret. */
+    fcclTcpPendingExpire(&st->pending, now);
   }
 
   fcclTcpPendingClose(&st->pending);
@@ -395,12 +439,12 @@ static void rootsReap(void) {
   pthread_mutex_unlock(&rootsLock);
 }
 
-void fcclTcpRootClaim(uint64_t secret) {
+void fcclTcpRootClaim(const uint8_t* secret) {
   pid_t self = getpid();
   struct tcpRoot* found = NULL;
   pthread_mutex_lock(&rootsLock);
   for (struct tcpRoot** link = &roots; *link; link = &(*link)->next) {
-    if ((*link)->pid == self && (*link)->secret == secret) {
+    if ((*link)->pid == self && memcmp((*link)->secret, secret, FCCL_WIRE_SECRET_BYTES) == 0) {
       found = *link;
       *link = found->next;
       break;
@@ -419,7 +463,8 @@ void fcclBootstrapStopRoot(const fcclUniqueId* id) {
   pid_t self = getpid();
   pthread_mutex_lock(&rootsLock);
   for (struct tcpRoot* root = roots; root; root = root->next)
-    if (root->pid == self && root->secret == wid.secret) __atomic_store_n(&root->stop, 1, __ATOMIC_RELEASE);
+    if (root->pid == self && memcmp(root->secret, wid.secret, FCCL_WIRE_SECRET_BYTES) == 0)
+      __atomic_store_n(&root->stop, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&rootsLock);
   fcclTcpRootClaim(wid.secret); /* returns within one poll slice */
 }
@@ -462,8 +507,9 @@ static void rootsUnlockAfterFork(void) { pthread_mutex_unlock(&rootsLock); }
 static void rootsAtforkRegister(void) { pthread_atfork(rootsLockForFork, rootsUnlockAfterFork, rootsUnlockAfterFork); }
 static pthread_once_t rootsAtforkOnce = PTHREAD_ONCE_INIT;
 
-static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t secret, int timeoutMs,
+static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, const uint8_t* secret, int timeoutMs,
                               fcclUniqueId* id) {
+  FCCLCHECK(fcclCryptoCheck()); /* before a thread starts: without MACs no rank could join */
   pthread_once(&rootsAtforkOnce, rootsAtforkRegister);
   rootsReap();
   pid_t self = getpid();
@@ -478,12 +524,13 @@ static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t 
   struct tcpRoot* root = calloc(1, sizeof(*root));
   if (root == NULL) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "out of memory for a bootstrap root");
   root->listenFd = -1;
-  fcclResult_t res = fcclSocketListen(listenAt, &root->listenFd, &root->addr);
+  fcclResult_t res = fcclRandomBytes(root->nonce, sizeof(root->nonce), "the bootstrap root's nonce");
+  if (res == fcclSuccess) res = fcclSocketListen(listenAt, &root->listenFd, &root->addr);
   if (res != fcclSuccess) {
     free(root);
     return res;
   }
-  root->secret = secret;
+  memcpy(root->secret, secret, FCCL_WIRE_SECRET_BYTES);
   root->timeoutMs = timeoutMs;
   root->pid = self;
   PTHREADCHECKGOTO(pthread_create(&root->thread, NULL, rootMain, root), "starting the bootstrap root thread", res,
@@ -496,7 +543,7 @@ static fcclResult_t rootStart(const union fcclSocketAddress* listenAt, uint64_t 
   struct fcclWireId wid;
   memset(&wid, 0, sizeof(wid));
   wid.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION;
-  wid.secret = secret;
+  memcpy(wid.secret, secret, FCCL_WIRE_SECRET_BYTES);
   wid.rootAddr = root->addr;
   fcclWireEncodeId((uint8_t*)id->internal, &wid);
   char text[FCCL_SOCKET_ADDR_STR];
@@ -509,20 +556,14 @@ noThread:
   return res;
 }
 
-fcclResult_t fcclBootstrapStartRoot(const void* listenAddr, uint64_t secret, int timeoutMs, fcclUniqueId* id) {
+fcclResult_t fcclBootstrapStartRoot(const void* listenAddr, const uint8_t* secret, int timeoutMs, fcclUniqueId* id) {
   return rootStart((const union fcclSocketAddress*)listenAddr, secret, timeoutMs, id);
 }
 
 /* A root at listenAt with a secret drawn at random. */
 static fcclResult_t rootStartRandom(const union fcclSocketAddress* listenAt, int timeoutMs, fcclUniqueId* id) {
-  uint64_t secret = 0;
-  ssize_t got;
-  do {
-    got = getrandom(&secret, sizeof(secret), 0);
-  } while (got < 0 && errno == EINTR);
-  if (got != (ssize_t)sizeof(secret))
-    return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_BOOT, "getrandom for the unique id's secret failed: %s",
-                      got < 0 ? strerror(errno) : "short read");
+  uint8_t secret[FCCL_WIRE_SECRET_BYTES];
+  FCCLCHECK(fcclRandomBytes(secret, sizeof(secret), "the unique id's secret"));
   return rootStart(listenAt, secret, timeoutMs, id);
 }
 

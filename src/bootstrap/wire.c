@@ -23,18 +23,10 @@ static void put16(uint8_t* p, uint16_t v) {
 static void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
-static void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 static uint16_t get16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static uint32_t get32(const uint8_t* p) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
   return v;
 }
 
@@ -138,14 +130,19 @@ fcclWireStatus_t fcclWireParseHeader(const uint8_t* buf, size_t size, struct fcc
   uint32_t minimum, maximum;
   switch (header->type) {
     case FCCL_WIRE_HELLO: minimum = maximum = FCCL_WIRE_HELLO_BYTES; break;
-    case FCCL_WIRE_RING_HELLO: minimum = maximum = FCCL_WIRE_RING_HELLO_BYTES; break;
+    case FCCL_WIRE_RING_HELLO:
+    case FCCL_WIRE_RING_ACK: minimum = maximum = FCCL_WIRE_RING_HELLO_BYTES; break;
+    case FCCL_WIRE_CHALLENGE: minimum = maximum = FCCL_WIRE_CHALLENGE_BYTES; break;
+    case FCCL_WIRE_PROOF: minimum = maximum = FCCL_WIRE_PROOF_BYTES; break;
+    case FCCL_WIRE_PROBE:
+    case FCCL_WIRE_PROBE_ACK: minimum = maximum = FCCL_WIRE_PROBE_BYTES; break;
     case FCCL_WIRE_ERROR:
       minimum = FCCL_WIRE_ERROR_FIXED_BYTES;
       maximum = FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX;
       break;
     case FCCL_WIRE_WELCOME:
-      minimum = FCCL_WIRE_WELCOME_FIXED_BYTES + FCCL_WIRE_ADDR_BYTES;
-      maximum = FCCL_WIRE_WELCOME_MAX_BYTES;
+      minimum = (uint32_t)FCCL_WIRE_WELCOME_BYTES(1);
+      maximum = (uint32_t)FCCL_WIRE_WELCOME_MAX_BYTES;
       break;
     case FCCL_WIRE_ALLGATHER: minimum = 0; maximum = FCCL_WIRE_MAX_DATA_BYTES; break;
     case FCCL_WIRE_BARRIER: minimum = maximum = 0; break;
@@ -157,18 +154,7 @@ fcclWireStatus_t fcclWireParseHeader(const uint8_t* buf, size_t size, struct fcc
   return FCCL_WIRE_OK;
 }
 
-/* ---- hello and ring hello: both start with secret u64, rank i32, nranks i32 ---- */
-
-/* Writes the header of a hello-type frame and the identity its payload starts with; returns the payload. */
-static uint8_t* encodeIdentity(uint8_t* out, uint16_t type, uint32_t length, uint64_t secret, int32_t rank,
-                               int32_t nranks) {
-  fcclWireEncodeHeader(out, type, length, 0);
-  uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
-  put64(p, secret);
-  put32(p + 8, (uint32_t)rank);
-  put32(p + 12, (uint32_t)nranks);
-  return p;
-}
+/* ---- hello ---- */
 
 static fcclWireStatus_t checkRankFields(int32_t rank, int32_t nranks, char* why, size_t whySize) {
   if (nranks < 1 || nranks > FCCL_BOOTSTRAP_MAX_RANKS)
@@ -178,24 +164,19 @@ static fcclWireStatus_t checkRankFields(int32_t rank, int32_t nranks, char* why,
   return FCCL_WIRE_OK;
 }
 
-/* Reads and range-checks the identity at the start of a hello-type payload. */
-static fcclWireStatus_t decodeIdentity(const uint8_t* payload, uint64_t* secret, int32_t* rank, int32_t* nranks,
-                                       char* why, size_t whySize) {
-  *secret = get64(payload);
-  *rank = (int32_t)get32(payload + 8);
-  *nranks = (int32_t)get32(payload + 12);
-  return checkRankFields(*rank, *nranks, why, whySize);
-}
-
 size_t fcclWireEncodeHello(uint8_t* out, const struct fcclWireHello* hello) {
-  uint8_t* p =
-      encodeIdentity(out, FCCL_WIRE_HELLO, FCCL_WIRE_HELLO_BYTES, hello->secret, hello->rank, hello->nranks);
-  put32(p + 16, (uint32_t)hello->timeoutMs);
-  put32(p + 20, (uint32_t)hello->pid);
-  encodeAddr(p + 24, &hello->listenAddr);
-  memset(p + 24 + FCCL_WIRE_ADDR_BYTES, 0, FCCL_WIRE_HOST_BYTES);
+  fcclWireEncodeHeader(out, FCCL_WIRE_HELLO, FCCL_WIRE_HELLO_BYTES, 0);
+  uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
+  memcpy(p, hello->nonce, FCCL_WIRE_NONCE_BYTES);
+  p += FCCL_WIRE_NONCE_BYTES;
+  put32(p, (uint32_t)hello->rank);
+  put32(p + 4, (uint32_t)hello->nranks);
+  put32(p + 8, (uint32_t)hello->timeoutMs);
+  put32(p + 12, (uint32_t)hello->pid);
+  encodeAddr(p + 16, &hello->listenAddr);
+  memset(p + 16 + FCCL_WIRE_ADDR_BYTES, 0, FCCL_WIRE_HOST_BYTES);
   size_t hostLen = strnlen(hello->host, FCCL_WIRE_HOST_BYTES - 1);
-  memcpy(p + 24 + FCCL_WIRE_ADDR_BYTES, hello->host, hostLen);
+  memcpy(p + 16 + FCCL_WIRE_ADDR_BYTES, hello->host, hostLen);
   return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_HELLO_BYTES;
 }
 
@@ -203,16 +184,20 @@ fcclWireStatus_t fcclWireParseHello(const uint8_t* payload, size_t size, struct 
                                     size_t whySize) {
   if (size != FCCL_WIRE_HELLO_BYTES)
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "hello of %zu bytes, expected %d", size, FCCL_WIRE_HELLO_BYTES);
-  fcclWireStatus_t status = decodeIdentity(payload, &hello->secret, &hello->rank, &hello->nranks, why, whySize);
+  memcpy(hello->nonce, payload, FCCL_WIRE_NONCE_BYTES);
+  const uint8_t* p = payload + FCCL_WIRE_NONCE_BYTES;
+  hello->rank = (int32_t)get32(p);
+  hello->nranks = (int32_t)get32(p + 4);
+  fcclWireStatus_t status = checkRankFields(hello->rank, hello->nranks, why, whySize);
   if (status != FCCL_WIRE_OK) return status;
-  hello->timeoutMs = (int32_t)get32(payload + 16);
-  hello->pid = (int32_t)get32(payload + 20);
+  hello->timeoutMs = (int32_t)get32(p + 8);
+  hello->pid = (int32_t)get32(p + 12);
   if (hello->timeoutMs <= 0)
     return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "timeout %d ms is not positive", (int)hello->timeoutMs);
   if (hello->pid <= 0) return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "pid %d is not positive", (int)hello->pid);
-  status = decodeAddr(payload + 24, &hello->listenAddr, hello->nranks == 1, why, whySize);
+  status = decodeAddr(p + 16, &hello->listenAddr, hello->nranks == 1, why, whySize);
   if (status != FCCL_WIRE_OK) return status;
-  const uint8_t* host = payload + 24 + FCCL_WIRE_ADDR_BYTES;
+  const uint8_t* host = p + 16 + FCCL_WIRE_ADDR_BYTES;
   size_t hostLen = strnlen((const char*)host, FCCL_WIRE_HOST_BYTES);
   if (hostLen == FCCL_WIRE_HOST_BYTES) return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "host name not terminated");
   for (size_t i = 0; i < hostLen; i++)
@@ -224,11 +209,39 @@ fcclWireStatus_t fcclWireParseHello(const uint8_t* payload, size_t size, struct 
   return FCCL_WIRE_OK;
 }
 
-/* ---- ring hello ---- */
+/* ---- challenge and proof ---- */
 
-size_t fcclWireEncodeRingHello(uint8_t* out, const struct fcclWireRingHello* hello) {
-  (void)encodeIdentity(out, FCCL_WIRE_RING_HELLO, FCCL_WIRE_RING_HELLO_BYTES, hello->secret, hello->rank,
-                       hello->nranks);
+size_t fcclWireEncodeChallenge(uint8_t* out, const struct fcclWireChallenge* challenge) {
+  fcclWireEncodeHeader(out, FCCL_WIRE_CHALLENGE, FCCL_WIRE_CHALLENGE_BYTES, 0);
+  memcpy(out + FCCL_WIRE_HEADER_BYTES, challenge->nonce, FCCL_WIRE_NONCE_BYTES);
+  memcpy(out + FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_NONCE_BYTES, challenge->mac, FCCL_WIRE_MAC_BYTES);
+  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_CHALLENGE_BYTES;
+}
+
+fcclWireStatus_t fcclWireParseChallenge(const uint8_t* payload, size_t size, struct fcclWireChallenge* challenge,
+                                        char* why, size_t whySize) {
+  if (size != FCCL_WIRE_CHALLENGE_BYTES)
+    return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "challenge of %zu bytes, expected %d", size,
+                FCCL_WIRE_CHALLENGE_BYTES);
+  memcpy(challenge->nonce, payload, FCCL_WIRE_NONCE_BYTES);
+  memcpy(challenge->mac, payload + FCCL_WIRE_NONCE_BYTES, FCCL_WIRE_MAC_BYTES);
+  return FCCL_WIRE_OK;
+}
+
+size_t fcclWireEncodeProof(uint8_t* out, const uint8_t mac[FCCL_WIRE_MAC_BYTES]) {
+  fcclWireEncodeHeader(out, FCCL_WIRE_PROOF, FCCL_WIRE_PROOF_BYTES, 0);
+  memcpy(out + FCCL_WIRE_HEADER_BYTES, mac, FCCL_WIRE_MAC_BYTES);
+  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROOF_BYTES;
+}
+
+/* ---- ring hello and ring ack ---- */
+
+size_t fcclWireEncodeRingHello(uint8_t* out, uint16_t type, const struct fcclWireRingHello* hello) {
+  fcclWireEncodeHeader(out, type, FCCL_WIRE_RING_HELLO_BYTES, 0);
+  uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
+  put32(p, (uint32_t)hello->rank);
+  put32(p + 4, (uint32_t)hello->nranks);
+  memcpy(p + 8, hello->mac, FCCL_WIRE_MAC_BYTES);
   return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES;
 }
 
@@ -237,7 +250,27 @@ fcclWireStatus_t fcclWireParseRingHello(const uint8_t* payload, size_t size, str
   if (size != FCCL_WIRE_RING_HELLO_BYTES)
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "ring hello of %zu bytes, expected %d", size,
                 FCCL_WIRE_RING_HELLO_BYTES);
-  return decodeIdentity(payload, &hello->secret, &hello->rank, &hello->nranks, why, whySize);
+  hello->rank = (int32_t)get32(payload);
+  hello->nranks = (int32_t)get32(payload + 4);
+  memcpy(hello->mac, payload + 8, FCCL_WIRE_MAC_BYTES);
+  return checkRankFields(hello->rank, hello->nranks, why, whySize);
+}
+
+/* ---- probe and probe ack ---- */
+
+size_t fcclWireEncodeProbe(uint8_t* out, uint16_t type, uint32_t seq, int32_t rank) {
+  fcclWireEncodeHeader(out, type, FCCL_WIRE_PROBE_BYTES, seq);
+  put32(out + FCCL_WIRE_HEADER_BYTES, (uint32_t)rank);
+  return FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROBE_BYTES;
+}
+
+fcclWireStatus_t fcclWireParseProbe(const uint8_t* payload, size_t size, int32_t* rank, char* why, size_t whySize) {
+  if (size != FCCL_WIRE_PROBE_BYTES)
+    return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "probe of %zu bytes, expected %d", size, FCCL_WIRE_PROBE_BYTES);
+  *rank = (int32_t)get32(payload);
+  if (*rank < 0 || *rank >= FCCL_BOOTSTRAP_MAX_RANKS)
+    return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "probe from rank %d", (int)*rank);
+  return FCCL_WIRE_OK;
 }
 
 /* ---- error ---- */
@@ -279,19 +312,23 @@ fcclWireStatus_t fcclWireParseError(const uint8_t* payload, size_t size, struct 
 
 /* ---- welcome ---- */
 
-size_t fcclWireEncodeWelcome(uint8_t* out, const union fcclSocketAddress* addrs, int nranks) {
-  uint32_t length = FCCL_WIRE_WELCOME_FIXED_BYTES + (uint32_t)nranks * FCCL_WIRE_ADDR_BYTES;
+size_t fcclWireEncodeWelcome(uint8_t* out, const union fcclSocketAddress* addrs, const uint8_t* nonces, int nranks) {
+  const uint32_t length = (uint32_t)FCCL_WIRE_WELCOME_BYTES(nranks);
   fcclWireEncodeHeader(out, FCCL_WIRE_WELCOME, length, 0);
   uint8_t* p = out + FCCL_WIRE_HEADER_BYTES;
   put32(p, (uint32_t)nranks);
   put32(p + 4, 0);
-  for (int r = 0; r < nranks; r++)
-    encodeAddr(p + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)r * FCCL_WIRE_ADDR_BYTES, &addrs[r]);
+  for (int r = 0; r < nranks; r++) {
+    uint8_t* entry = p + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)r * FCCL_WIRE_WELCOME_ENTRY_BYTES;
+    encodeAddr(entry, &addrs[r]);
+    memcpy(entry + FCCL_WIRE_ADDR_BYTES, nonces + (size_t)r * FCCL_WIRE_NONCE_BYTES, FCCL_WIRE_NONCE_BYTES);
+  }
+  memset(p + length - FCCL_WIRE_MAC_BYTES, 0, FCCL_WIRE_MAC_BYTES);
   return FCCL_WIRE_HEADER_BYTES + length;
 }
 
 fcclWireStatus_t fcclWireParseWelcome(const uint8_t* payload, size_t size, union fcclSocketAddress* addrs,
-                                      int capacity, int* nranks, char* why, size_t whySize) {
+                                      uint8_t* nonces, int capacity, int* nranks, char* why, size_t whySize) {
   if (size < FCCL_WIRE_WELCOME_FIXED_BYTES)
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "welcome of %zu bytes", size);
   uint32_t count = get32(payload);
@@ -299,13 +336,14 @@ fcclWireStatus_t fcclWireParseWelcome(const uint8_t* payload, size_t size, union
     return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "welcome for %u ranks (expected 1..%d)", count,
                 addrs && capacity < FCCL_BOOTSTRAP_MAX_RANKS ? capacity : FCCL_BOOTSTRAP_MAX_RANKS);
   if (get32(payload + 4) != 0) return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "welcome with reserved bits set");
-  if (size != FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)count * FCCL_WIRE_ADDR_BYTES)
+  if (size != FCCL_WIRE_WELCOME_BYTES(count))
     return fail(FCCL_WIRE_BAD_LENGTH, why, whySize, "welcome for %u ranks in %zu bytes", count, size);
   for (uint32_t r = 0; r < count; r++) {
+    const uint8_t* entry = payload + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)r * FCCL_WIRE_WELCOME_ENTRY_BYTES;
     union fcclSocketAddress scratch;
-    fcclWireStatus_t status = decodeAddr(payload + FCCL_WIRE_WELCOME_FIXED_BYTES + (size_t)r * FCCL_WIRE_ADDR_BYTES,
-                                         addrs ? &addrs[r] : &scratch, count == 1, why, whySize);
+    fcclWireStatus_t status = decodeAddr(entry, addrs ? &addrs[r] : &scratch, count == 1, why, whySize);
     if (status != FCCL_WIRE_OK) return status;
+    if (nonces) memcpy(nonces + (size_t)r * FCCL_WIRE_NONCE_BYTES, entry + FCCL_WIRE_ADDR_BYTES, FCCL_WIRE_NONCE_BYTES);
   }
   *nranks = (int)count;
   return FCCL_WIRE_OK;
@@ -317,8 +355,8 @@ void fcclWireEncodeId(uint8_t* out, const struct fcclWireId* id) {
   memset(out, 0, FCCL_UNIQUE_ID_BYTES);
   put32(out, FCCL_WIRE_ID_MAGIC);
   put32(out + 4, id->protocolVersion);
-  put64(out + 8, id->secret);
-  encodeAddr(out + 16, &id->rootAddr);
+  memcpy(out + 8, id->secret, FCCL_WIRE_SECRET_BYTES);
+  encodeAddr(out + 8 + FCCL_WIRE_SECRET_BYTES, &id->rootAddr);
 }
 
 fcclWireStatus_t fcclWireParseId(const uint8_t* buf, size_t size, struct fcclWireId* id, char* why,
@@ -332,8 +370,8 @@ fcclWireStatus_t fcclWireParseId(const uint8_t* buf, size_t size, struct fcclWir
     return fail(FCCL_WIRE_BAD_VERSION, why, whySize,
                 "unique id of bootstrap protocol version %u, this library speaks %u (mixed fccl versions?)",
                 id->protocolVersion, FCCL_BOOTSTRAP_PROTOCOL_VERSION);
-  id->secret = get64(buf + 8);
-  fcclWireStatus_t status = decodeAddr(buf + 16, &id->rootAddr, 0, why, whySize);
+  memcpy(id->secret, buf + 8, FCCL_WIRE_SECRET_BYTES);
+  fcclWireStatus_t status = decodeAddr(buf + 8 + FCCL_WIRE_SECRET_BYTES, &id->rootAddr, 0, why, whySize);
   if (status != FCCL_WIRE_OK) return status;
   for (size_t i = FCCL_WIRE_ID_USED_BYTES; i < FCCL_UNIQUE_ID_BYTES; i++)
     if (buf[i] != 0) return fail(FCCL_WIRE_BAD_FIELD, why, whySize, "unique id with non-zero padding (corrupted?)");
@@ -355,9 +393,19 @@ fcclWireStatus_t fcclWireParseMessage(const uint8_t* buf, size_t size, char* why
       struct fcclWireHello hello;
       return fcclWireParseHello(payload, header.length, &hello, why, whySize);
     }
-    case FCCL_WIRE_RING_HELLO: {
+    case FCCL_WIRE_RING_HELLO:
+    case FCCL_WIRE_RING_ACK: {
       struct fcclWireRingHello hello;
       return fcclWireParseRingHello(payload, header.length, &hello, why, whySize);
+    }
+    case FCCL_WIRE_CHALLENGE: {
+      struct fcclWireChallenge challenge;
+      return fcclWireParseChallenge(payload, header.length, &challenge, why, whySize);
+    }
+    case FCCL_WIRE_PROBE:
+    case FCCL_WIRE_PROBE_ACK: {
+      int32_t rank;
+      return fcclWireParseProbe(payload, header.length, &rank, why, whySize);
     }
     case FCCL_WIRE_ERROR: {
       struct fcclWireError error;
@@ -365,9 +413,9 @@ fcclWireStatus_t fcclWireParseMessage(const uint8_t* buf, size_t size, char* why
     }
     case FCCL_WIRE_WELCOME: {
       int nranks;
-      return fcclWireParseWelcome(payload, header.length, NULL, 0, &nranks, why, whySize);
+      return fcclWireParseWelcome(payload, header.length, NULL, NULL, 0, &nranks, why, whySize);
     }
-    default: return FCCL_WIRE_OK; /* data frames: any content; the receiver checks the size it expects */
+    default: return FCCL_WIRE_OK; /* data frames and proofs: any content; the receiver checks what it expects */
   }
 }
 

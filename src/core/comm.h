@@ -13,7 +13,8 @@
 #include <stdint.h>
 
 #define FCCL_COMM_MAGIC 0x6663636c636f6d6dull /* "fcclcomm": catches stale or foreign handles */
-#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull /* destroyed by the user, teardown deferred (core/comm/local_group.h) */
+/* destroyed by the user, teardown deferred (core/comm/local_group.h) */
+#define FCCL_COMM_MAGIC_DEFERRED 0x6663636c64656164ull
 #define FCCL_COMM_NAME_MAX 64
 
 struct fcclBootstrap;     /* src/include/bootstrap.h: out-of-band exchange (owned by the bootstrap layer) */
@@ -49,16 +50,18 @@ struct fcclComm {
   char ncclMissing[256];             /* why there is no NCCL communicator, when nccl is NULL */
   struct fcclNcclComm* nccl;         /* NCCL path always; fccl path for send/recv/all-to-all (FCCL_NCCL_COMM);
                                       * hier path for every call but the all-reduce (and its remainder) */
-  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail (core/engine/hier.c) */
+  struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail
+                                      * (core/engine/hier.c) */
 
-  /* ---- communicators (core/comm/init.c) ---- */
+  /* ---- communicators (core/comm/init_task.c, teardown.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */
   pthread_t initThread;        /* non-blocking init's thread, valid while initThreadActive */
   int initThreadActive;        /* the thread must still be joined (by destroy or abort) */
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/comm/local_group.h), or NULL */
 
   unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
-  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name (core/comm/shrink.c) */
+  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name
+                            * (core/comm/shrink.c) */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
@@ -100,19 +103,7 @@ fcclResult_t fcclCommFailure(struct fcclComm* comm, char* text, size_t size);
  * which also answers fcclGetLastError(comm)). */
 void fcclCommRecordThreadError(struct fcclComm* comm);
 
-/*
- * The host communicator of the hierarchical communicator parent (core/comm/init.c, for core/engine/hier.c): rank of nranks,
- * the ranks of parent's host, met through id; on the fccl path whatever FCCL_PATH says, with parent's device,
- * timeout, name and allowSharedDevice, and parent's abort flag. Blocking; the init's error on failure (nothing is
- * left then).
- */
-fcclResult_t fcclCommInitHostPart(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank,
-                                  struct fcclComm** out);
-
-/* Destroys a host communicator (collective over its ranks unless the abort flag is set); its error, if any. */
-fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm);
-
-/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/init.c). */
+/* The communicator's asynchronous state as fcclCommGetAsyncError reports it (core/comm/query.c). */
 fcclResult_t fcclCommAsyncState(struct fcclComm* comm);
 
 #endif /* FCCL_COMM_H_ */

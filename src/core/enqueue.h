@@ -30,7 +30,7 @@ struct fcclCall {
   fcclRedOp_t op;          /* collectives that reduce */
   int root;                /* collectives with a root; the peer of a send or receive */
   void* stream;
-  int algo;                /* -1: choose (FCCL_ALGO included); else that fcclDevKernel_t exactly (tests) */
+  int algo; /* -1: choose (FCCL_ALGO included); else that algorithm of coll->algos exactly (tests) */
 };
 
 /* What the enqueue path has worked out when a collective's launch runs. */
@@ -53,8 +53,8 @@ struct fcclCollective {
   int disjoint;            /* sendbuf and recvbuf must not overlap (all-to-all) */
   fcclNcclForm_t ncclForm; /* what NCCL does for it (the NCCL path, and calls with no kernels of fccl's) */
   int ncclOnly;            /* fccl has no kernels for it: NCCL carries it on every path */
-  int firstKernel;         /* its kernels are [firstKernel, firstKernel + kernels) of fcclDevKernel_t */
-  int kernels;
+  const fcclAlgoSet* algos; /* its forms (algo.h, generated from kernel_list.h), which fcclCall.algo may force;
+                             * NULL: none to choose (the barrier, the collectives NCCL carries) */
   int peerBuffers;         /* FCCL_PEERS_SEND | FCCL_PEERS_RECV: the buffers peers reach in the direct forms, which
                             * must be registered (on every rank alike) for those forms to run */
   /* 1: sendbuf (recvbuf) holds a block of count elements per rank, nranks x count in all (the reduce-scatter's
@@ -73,8 +73,8 @@ struct fcclCollective {
    * moves no data. */
   fcclResult_t (*launch)(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                          cudaStream_t stream);
-  /* Its form on the hierarchical path (core/engine/hier.c), for a call that passed the checks, the comm's device current;
-   * NULL: the world NCCL communicator carries it there. */
+  /* Its form on the hierarchical path (core/engine/hier.c), for a call that passed the checks, the comm's device
+   * current; NULL: the world NCCL communicator carries it there. */
   fcclResult_t (*hierLaunch)(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream);
 };
 
@@ -86,7 +86,7 @@ struct fcclCollective {
 fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call);
 
 /* select and registeredPays of the collectives that move data without fcclAllReduce's algorithms (all-gather,
- * reduce-scatter, broadcast): algo.c's fcclMoveSelect over the collective's kernels. */
+ * reduce-scatter, broadcast): algo.c's fcclMoveSelect over the collective's forms (coll->algos). */
 fcclResult_t fcclEnqueueMoveSelect(const struct fcclCollective* coll, const fcclAlgoQuery* query,
                                    fcclAlgoChoice* choice);
 int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query);
@@ -99,8 +99,6 @@ fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* cal
  * The checks of fcclEnqueue, for a call that takes its own path to the stream (fused_norm.c). Each returns the
  * public calls' codes with the message recorded (FCCL_ERROR).
  */
-/* "bfloat16"; "unknown" outside fcclDataType_t. */
-const char* fcclTypeName(fcclDataType_t type);
 /* A live communicator whose init finished and whose engine has not failed: device state and kernels that have not
  * failed when fccl's kernels carry the call (viaNccl 0), an NCCL communicator without an asynchronous error when
  * NCCL does. */
@@ -130,12 +128,14 @@ extern const struct fcclCollective fcclCollAllToAll;
 
 /*
  * fcclAllReduce with the algorithm chosen by the caller: algo -1 chooses as fcclAllReduce does (FCCL_ALGO
- * included), otherwise that fcclDevKernel_t exactly (fcclInvalidArgument when it cannot run the call). For tests.
+ * included), otherwise that algorithm of fcclAllReduceAlgos exactly (fcclInvalidArgument when it cannot run the
+ * call). For tests.
  */
 fcclResult_t fcclAllReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
 
-/* The same for the other collectives: algo -1 or one of the collective's kernels (FCCL_KERNEL_ALLGATHER_LL...). */
+/* The same for the other collectives: algo -1 or one of the collective's algorithms (fcclAllGatherAlgos.algos[form],
+ * FCCL_KERNEL_ALLGATHER_LL, FCCL_FORM_ALLGATHER_COPY ...). */
 fcclResult_t fcclAllGatherAlgo(const void* sendbuf, void* recvbuf, size_t sendcount, fcclDataType_t datatype,
                                struct fcclComm* comm, void* stream, int algo);
 fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t recvcount, fcclDataType_t datatype,

@@ -5,7 +5,7 @@
  * element) rather than per type and op.
  *
  *   LL      every rank pushes its block as LL packets into its region [parity][me] of every peer's LL area, then
- *           reads the peers' packets from its own slot into its output: one hop, no barrier (ll.cu's argument
+ *           reads the peers' packets from its own slot into its output: one hop, no barrier (allreduce_ll.cu's argument
  *           for the parity).
  *   direct  (registered output) ready (pad A, relaxed, one acquire once seen): every peer reached the call, so
  *           its output may be written; every rank stores its block into every peer's output with 16-byte stores;
@@ -156,20 +156,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allGatherStaged(fcclDe
   epochEnd(c, epoch);
 }
 
-/* The three forms by element size (1, 2, 4 or 8 bytes); NULL for another size or kernel. */
-const void* allGatherKernel(int kernel, int elemSize) {
-#define FCCL_AG_FOR_SIZE_(es)                                                                          \
-  if (elemSize == es) {                                                                                \
-    if (kernel == FCCL_KERNEL_ALLGATHER_LL) return reinterpret_cast<const void*>(&allGatherLL<es>);    \
-    if (kernel == FCCL_KERNEL_ALLGATHER_DIRECT) return reinterpret_cast<const void*>(&allGatherDirect<es>); \
-    if (kernel == FCCL_KERNEL_ALLGATHER_STAGED) return reinterpret_cast<const void*>(&allGatherStaged<es>); \
-  }
-  FCCL_AG_FOR_SIZE_(1)
-  FCCL_AG_FOR_SIZE_(2)
-  FCCL_AG_FOR_SIZE_(4)
-  FCCL_AG_FOR_SIZE_(8)
-#undef FCCL_AG_FOR_SIZE_
-  return nullptr;
-}
+/* The three forms' instantiations, one per element size (1, 2, 4 or 8 bytes). */
+FCCL_SIZED_KERNEL_TABLE(allGatherLL)
+FCCL_SIZED_KERNEL_TABLE(allGatherDirect)
+FCCL_SIZED_KERNEL_TABLE(allGatherStaged)
 
 }  // namespace fccl

@@ -188,20 +188,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastStaged(fcclDe
   epochEnd(c, epoch);
 }
 
-/* The three forms by element size (1, 2, 4 or 8 bytes); NULL for another size or kernel. */
-const void* broadcastKernel(int kernel, int elemSize) {
-#define FCCL_BC_FOR_SIZE_(es)                                                                           \
-  if (elemSize == es) {                                                                                 \
-    if (kernel == FCCL_KERNEL_BROADCAST_LL) return reinterpret_cast<const void*>(&broadcastLL<es>);     \
-    if (kernel == FCCL_KERNEL_BROADCAST_DIRECT) return reinterpret_cast<const void*>(&broadcastDirect<es>); \
-    if (kernel == FCCL_KERNEL_BROADCAST_STAGED) return reinterpret_cast<const void*>(&broadcastStaged<es>); \
-  }
-  FCCL_BC_FOR_SIZE_(1)
-  FCCL_BC_FOR_SIZE_(2)
-  FCCL_BC_FOR_SIZE_(4)
-  FCCL_BC_FOR_SIZE_(8)
-#undef FCCL_BC_FOR_SIZE_
-  return nullptr;
-}
+/* The three forms' instantiations, one per element size (1, 2, 4 or 8 bytes). */
+FCCL_SIZED_KERNEL_TABLE(broadcastLL)
+FCCL_SIZED_KERNEL_TABLE(broadcastDirect)
+FCCL_SIZED_KERNEL_TABLE(broadcastStaged)
 
 }  // namespace fccl

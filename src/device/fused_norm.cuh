@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The row kernel of fcclAllReduceAddRMSNorm, shared by its forms (fused_norm.cu: one rank and one-shot,
- * fused_norm_twoshot.cu: two-shot) and by fused_norm_perf's add + RMSNorm baseline: the rank-order reduction of a
- * token row, the residual add, the sum of squares in one fixed order, the norm and the FP8 quantisation.
+ * The row kernel of fcclAllReduceAddRMSNorm, shared by its forms (fused_norm_oneshot.cu: one-shot,
+ * fused_norm_local.cu: one rank, fused_norm_twoshot.cu: two-shot) and by fused_norm_perf's add + RMSNorm baseline:
+ * the rank-order reduction of a token row, the residual add, the sum of squares in one fixed order, the norm and the
+ * FP8 quantisation.
  *
  * A row is handled by a group of rowThreads threads (fused_norm_shape.h: a function of the row's size only). Thread t
  * of the group owns the row's 16-byte units t, t + rowThreads, ... (at most FCCL_FUSED_ROW_UNITS) and keeps them

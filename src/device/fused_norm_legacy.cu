@@ -4,9 +4,9 @@
  * FCCL_FUSED_KERNEL=legacy can measure the two side by side (contrib/gpu-lab/fused-norm-tune): one block of 512
  * threads per row at a time, at most one block per SM (launched with the grid fused_norm.c computes for it), thread t
  * owning the row's units t, t + 512, ...; each unit reduced, added and stored before the next one's loads are
- * issued. The same flags, rounds and staging as fused_norm.cu; a row's reduction order is the row kernel's only for
- * rows of 16384 bf16 elements, so its bits are not the other forms' (docs/fused.md#batch-invariance does not apply
- * across the two kernels).
+ * issued. The same flags, rounds and staging as fused_norm_oneshot.cu; a row's reduction order is the row kernel's
+ * only for rows of 16384 bf16 elements, so its bits are not the other forms' (docs/fused.md#batch-invariance does not
+ * apply across the two kernels).
  */
 #include "common.cuh"
 #include "kernels.cuh"
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) fusedNormLegacy(fcclDevComm c, fc
 }
 
 /* The legacy kernel for (datatype, FP8 output or not, rank bound); NULL for a type without one. */
-const void* fusedNormLegacyKernel(fcclDataType_t type, bool fp8, int rankBound) {
+const void* fusedNormLegacyInstance(fcclDataType_t type, bool fp8, int rankBound) {
 #define FCCL_FUSED_ENTRY_(dt, f8, nr) \
   if (type == dt && fp8 == f8 && rankBound == nr) return reinterpret_cast<const void*>(&fusedNormLegacy<dt, f8, nr>);
 #define FCCL_FUSED_FOR_BOUNDS_(dt, f8) \

@@ -19,7 +19,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormLocal(f
   fused::localRows<TT, FP8, VEC>(a, fcclFusedShapeOf(a.hidden * sizeof(typename TT::Bits)).rowThreads);
 }
 
-const void* fusedNormLocalKernel(fcclDataType_t type, bool fp8, bool vec) {
+/* The one-rank kernel for (datatype, FP8 output or not, vector path); NULL for a type without one. */
+const void* fusedNormLocalInstance(fcclDataType_t type, bool fp8, bool vec) {
 #define FCCL_FUSED_ENTRY_(dt, f8)                                                                     \
   if (type == dt && fp8 == f8)                                                                        \
     return vec ? reinterpret_cast<const void*>(&fusedNormLocal<dt, f8, true>)                         \

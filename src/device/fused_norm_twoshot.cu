@@ -18,8 +18,8 @@
  * from the call's arguments and the GPU, the batch from the row's size), and flags go between blocks of the same
  * index, so a block waits only for the rows it handles.
  *
- * Staging reuse. Staged input: as the staged two-shot all-reduce (twoshot_staged.cu): push(k + 1) is issued after
- * wait A of round k, an owner writes our result area of a parity again only after our push of the round after the
+ * Staging reuse. Staged input: as the staged two-shot all-reduce (allreduce_twoshot_staged.cu): push(k + 1) is issued
+ * after wait A of round k, an owner writes our result area of a parity again only after our push of the round after the
  * one we copied out of it, and round 1 (the parity a one-shot call before may still be reading) is pushed only once
  * every peer reached this call. Registered input pushes nothing, so pad A says instead:
  *   ready   (step 1, relaxed post, acquire once seen) a peer reached the call: its input is final, and its result
@@ -177,8 +177,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormTwoshot
 }
 
 /* The two-shot kernel for (datatype, FP8 output or not, rank bound, vector path); NULL for a type without one. The
- * general path comes in the largest rank bound only, as the one-shot form's (fused_norm.cu). */
-const void* fusedNormTwoshotKernel(fcclDataType_t type, bool fp8, int rankBound, bool vec) {
+ * general path comes in the largest rank bound only, as the one-shot form's (fused_norm_oneshot.cu). */
+const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec) {
 #define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                                                 \
   if (type == dt && fp8 == f8 && rankBound == nr && vec == v)                            \
     return reinterpret_cast<const void*>(&fusedNormTwoshot<dt, f8, nr, v>);

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The barrier kernel and the extern "C" launchers. Kernels take the device communicator and the call's arguments
- * by value: a CUDA graph captures them as they were, and everything that changes from call to call (epochs)
- * lives in device memory.
+ * The extern "C" launchers of the kernels, which live in the collectives' files. Kernels take the device
+ * communicator and the call's arguments by value: a CUDA graph captures them as they were, and everything that
+ * changes from call to call (epochs) lives in device memory.
  */
-#include "common.cuh"
+#include "fused_norm_shape.h"
 #include "kernels.cuh"
 
 extern "C" {
@@ -13,40 +13,45 @@ extern "C" {
 
 namespace fccl {
 
-/* Rendezvous of all ranks: thread p posts to peer p and waits for peer p's post. Relaxed: the barrier hands over
- * no data written in this kernel; work before it on each stream completed before the kernel started. print is
- * FCCL_PRINT_BARRIER for fcclBarrier, the all-reduce's for the barrier before a copy-engine scatter. */
-__global__ void __launch_bounds__(FCCL_DEVICE_BARRIER_THREADS, 1) barrierKernel(fcclDevComm c, uint32_t print) {
-  gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c, print);
-  postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
-  (void)waitPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false, FCCL_KERNEL_BARRIER, FCCL_PHASE_BARRIER,
-                  epoch);
-  epochEnd(c, epoch);
+/* The launch table: the instantiation of a KERNEL row of kernel_list.h for (type, op) and the communicator's rank
+ * count; NULL when there is none. */
+static const void* dataKernel(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op, int nranks) {
+  const int rankBound = fcclRankBound(nranks);
+  switch (kernel) {
+#define FCCL_LAUNCH_CASE_(id, request, name, templ) \
+  case id: return templ##Instance(type, op, rankBound);
+    FCCL_KERNEL_LIST(FCCL_LAUNCH_CASE_, FCCL_LIST_SKIP3_, FCCL_LIST_SKIP2_)
+#undef FCCL_LAUNCH_CASE_
+    default: return nullptr; /* the OWN rows: the barrier and the fused norm have launchers of their own */
+  }
 }
 
-/* The kernel for (type, op) and the communicator's rank count; NULL when none. */
-static const void* dataKernel(fcclDevKernel_t algo, fcclDataType_t type, fcclRedOp_t op, int nranks) {
-  const int rankBound = fcclRankBound(nranks);
-  const int elemSize = (int)fcclTypeSize(type);
-  switch (algo) {
-    case FCCL_ALGO_LL: return llKernel(type, op);
-    case FCCL_ALGO_ONESHOT_PUSH: return oneshotPushKernel(type, op, rankBound);
-    case FCCL_ALGO_ONESHOT_PULL: return oneshotPullKernel(type, op, rankBound);
-    case FCCL_ALGO_TWOSHOT_STAGED: return twoshotStagedKernel(type, op, rankBound);
-    case FCCL_ALGO_TWOSHOT_REG: return twoshotRegKernel(type, op, rankBound);
-    case FCCL_ALGO_LL128: return ll128Kernel(type, op);
-    case FCCL_KERNEL_ALLGATHER_LL:
-    case FCCL_KERNEL_ALLGATHER_DIRECT:
-    case FCCL_KERNEL_ALLGATHER_STAGED: return allGatherKernel(algo, elemSize);
-    case FCCL_KERNEL_REDUCESCATTER_LL: return reduceScatterLLKernel(type, op);
-    case FCCL_KERNEL_REDUCESCATTER_DIRECT: return reduceScatterDirectKernel(type, op, rankBound);
-    case FCCL_KERNEL_REDUCESCATTER_STAGED: return reduceScatterStagedKernel(type, op, rankBound);
-    case FCCL_KERNEL_BROADCAST_LL:
-    case FCCL_KERNEL_BROADCAST_DIRECT:
-    case FCCL_KERNEL_BROADCAST_STAGED: return broadcastKernel(algo, elemSize);
-    default: return nullptr;
-  }
+/* fcclAllReduceAddRMSNorm's kernel for a call of input type `type` (fp16, bf16, fp32), FP8 output or the input's
+ * type, on nranks ranks, in args.form, with its threads per block and the most blocks it takes (the kernels with
+ * flags: one epoch counter per block); kernel NULL when there is none. */
+struct FusedLaunch {
+  const void* kernel;
+  unsigned threads;
+  int maxBlocks;
+};
+static FusedLaunch fusedNormLaunch(fcclDataType_t type, bool fp8, int nranks, const fcclFusedArgs& args) {
+  const int bound = fcclRankBound(nranks);
+  if (args.form == FCCL_FUSED_ONESHOT_LEGACY)
+    return {fusedNormLegacyInstance(type, fp8, bound), kFusedLegacyThreads, FCCL_DEVICE_MAX_BLOCKS};
+  const uint64_t rowBytes = args.hidden * fcclTypeSize(type);
+  const uint32_t rowThreads = fcclFusedShapeOf(rowBytes).rowThreads;
+  const fcclFusedShape shape = fcclFusedShapeMake(rowBytes, rowThreads, rowThreads * args.rowsPerBlock);
+  if (shape.rowThreads == 0) return {nullptr, 0, 0};
+  const bool vec = fcclFusedVectorizable(&args, rowBytes, nranks) != 0;
+  const int vecBound = vec ? bound : FCCL_DEVICE_MAX_RANKS;
+  /* One rank: no flags, so no epoch counter per block; any grid CUDA takes. */
+  if (args.form == FCCL_FUSED_ONESHOT && nranks == 1)
+    return {fusedNormLocalInstance(type, fp8, vec), shape.blockThreads, 0x7fffffff};
+  if (args.form == FCCL_FUSED_ONESHOT)
+    return {fusedNormInstance(type, fp8, vecBound, vec), shape.blockThreads, FCCL_DEVICE_MAX_BLOCKS};
+  if (args.form == FCCL_FUSED_TWOSHOT)
+    return {fusedNormTwoshotInstance(type, fp8, vecBound, vec), shape.blockThreads, FCCL_DEVICE_MAX_BLOCKS};
+  return {nullptr, 0, 0};
 }
 
 /* With pdl, the kernel may be scheduled while the kernel before it on the stream finishes; every kernel waits for
@@ -86,12 +91,12 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
     if (blocks != 1 || threads != FCCL_DEVICE_BARRIER_THREADS)
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "barrier grid %d x %d is not 1 x %d", blocks, threads,
                         FCCL_DEVICE_BARRIER_THREADS);
-    /* args, when given, are the call's that the barrier opens (the copy-engine scatter): its print, so that a peer
-     * in another call meets this one's. */
+    /* args, when given, are the call's whose copy-engine copies the barrier opens or closes (the all-reduce's copy
+     * scatter, the copy forms): its print, so that a peer in another call meets this one's. */
     uint32_t print = args != nullptr ? args->print : FCCL_PRINT_BARRIER;
     void* params[] = {&c, &print};
-    return fccl::launch(reinterpret_cast<const void*>(&fccl::barrierKernel), dim3(1),
-                        dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream, "barrier");
+    return fccl::launch(fccl::barrierInstance(), dim3(1), dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream,
+                        "barrier");
   }
   const void* function = fccl::dataKernel(kernel, type, op, comm->nranks);
   if (function == nullptr || args == nullptr)
@@ -131,7 +136,7 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
 
 extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {
   cudaFuncAttributes attributes;
-  cudaError_t err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(&fccl::barrierKernel));
+  cudaError_t err = cudaFuncGetAttributes(&attributes, fccl::barrierInstance());
   if (err == cudaSuccess) return fcclSuccess;
   (void)cudaGetLastError();
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction)

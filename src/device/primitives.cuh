@@ -166,8 +166,9 @@ __device__ __forceinline__ uint64_t sigValue(uint64_t epoch, uint32_t step) {
  * details to the host-mapped words and the code last, after a system fence: error path only. Arguments by value:
  * a reference to the kernel's parameters would make every kernel copy them to its stack.
  */
-static __device__ __noinline__ void recordError(uint64_t stateAddr, uint64_t hostAddr, int32_t code, int rank, int kernel,
-                                         int phase, int peer, uint64_t epoch, uint64_t waitedNs, uint32_t peerPrint) {
+static __device__ __noinline__ void recordError(uint64_t stateAddr, uint64_t hostAddr, int32_t code, int rank,
+                                                int kernel, int phase, int peer, uint64_t epoch, uint64_t waitedNs,
+                                                uint32_t peerPrint) {
   if (atomicCAS(&ptr<fcclDevState>(stateAddr)->errorClaim, 0, 1) != 0) return;
   fcclDevHostWords* h = ptr<fcclDevHostWords>(hostAddr);
   st_relaxed_sys(&h->errorPeer, peer);

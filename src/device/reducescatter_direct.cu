@@ -39,8 +39,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterDirect(fc
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL reduceScatterDirect
-FCCL_RANKED_KERNEL_TABLE(reduceScatterDirectKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(reduceScatterDirect)
 
 }  // namespace fccl

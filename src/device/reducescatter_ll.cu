@@ -79,8 +79,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL reduceScatterLL
-FCCL_KERNEL_TABLE(reduceScatterLLKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_KERNEL_TABLE(reduceScatterLL)
 
 }  // namespace fccl

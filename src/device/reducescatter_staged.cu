@@ -52,8 +52,6 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterStaged(fc
   epochEnd(c, epoch);
 }
 
-#define FCCL_TABLE_KERNEL reduceScatterStaged
-FCCL_RANKED_KERNEL_TABLE(reduceScatterStagedKernel)
-#undef FCCL_TABLE_KERNEL
+FCCL_RANKED_KERNEL_TABLE(reduceScatterStaged)
 
 }  // namespace fccl

@@ -31,7 +31,7 @@ typedef struct {
   /* All-gather and broadcast on registered buffers: by the copy engines from this block size (0: never, only when
    * forced; FCCL_COPY_MOVE_MIN). fcclAlgoQueryMake leaves it 0. */
   uint64_t copyMoveMin;
-  int forced;          /* -1: choose; else the fcclDevKernel_t to use */
+  int forced;          /* -1: choose; else the algorithm to use (an fcclDevKernel_t or FCCL_FORM_*) */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
 } fcclAlgoQuery;
 
@@ -57,11 +57,11 @@ static inline fcclAlgoQuery fcclAlgoQueryMake(uint64_t bytes, int nranks, int re
 }
 
 typedef struct {
-  fcclDevKernel_t algo;
+  int algo; /* an fcclDevKernel_t, or a form with no kernel of its own (FCCL_FORM_*; device_host.h) */
   int blocks;
   int threads;
   uint64_t roundUnits; /* staged two-shot: 16-byte units per owner and round */
-  fcclScatter_t scatter; /* registered two-shot: how the reduce-scatter moves the data (twoshot_reg.cu) */
+  fcclScatter_t scatter; /* registered two-shot: how the reduce-scatter moves the data */
 } fcclAlgoChoice;
 
 /*
@@ -74,15 +74,42 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* query, fcclAlgoChoice* choice);
 /* Whether algo can run the call described by query (0 or 1); why receives a reason when it cannot. */
 int fcclAlgoApplicable(fcclDevKernel_t algo, const fcclAlgoQuery* query, const char** why);
 
-/* "ll", "oneshot_push", ... ; "barrier"; "unknown" otherwise. */
+/* "ll", "oneshot_push", ..., "allgather_copy", ..., "barrier": the name of an algorithm or kernel
+ * (kernel_list.h); "unknown" otherwise. */
 const char* fcclAlgoName(int algo);
+
+/*
+ * A collective's forms, generated from its rows of kernel_list.h: the table form -> algorithm, and the FCCL_*ALGO
+ * value that forces each form. The forms of all-gather, reduce-scatter and broadcast are FCCL_MOVE_*; the
+ * all-reduce's are its algorithms (FCCL_ALGO_LL ...), which FCCL_ALGO names and fcclAllReduceAlgo takes directly.
+ */
+typedef struct {
+  const char* collective;      /* "allreduce", "allgather", "reducescatter", "broadcast" (fccl-info --collective) */
+  int count;                   /* the forms are [0, count) */
+  const int* algos;            /* [form]: its algorithm (an fcclDevKernel_t, or FCCL_FORM_* with no kernel) */
+  const char* const* requests; /* [form]: the FCCL_*ALGO value that forces it: "ll", "oneshot_push", "copy" ... */
+  const char* requestNames;    /* every value the collective's FCCL_*ALGO takes, for messages: "auto, ll, ..." */
+} fcclAlgoSet;
+
+extern const fcclAlgoSet fcclAllReduceAlgos;
+extern const fcclAlgoSet fcclAllGatherAlgos;
+extern const fcclAlgoSet fcclReduceScatterAlgos;
+extern const fcclAlgoSet fcclBroadcastAlgos;
+
+/* The form of algo in set (its index in set->algos); -1 when algo is not one of set's. */
+int fcclAlgoSetForm(const fcclAlgoSet* set, int algo);
+
+/* The set algo is a form of; NULL for the kernels outside the sets (the barrier, the fused norm) and for anything
+ * that is no algorithm. */
+const fcclAlgoSet* fcclAlgoSetOf(int algo);
 
 /* "pull", "push", "inbox" or "copy" ("unknown" otherwise): how the registered two-shot moves its reduce-scatter
  * (fcclScatter_t). */
 const char* fcclScatterName(int scatter);
 
-/* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "ll", "oneshot", "twoshot" (the registered or staged
- * variant by the buffers), or an exact name ("oneshot_push", ...); -1 for anything else. */
+/* FCCL_ALGO values: "" or "auto" -> FCCL_ALGO_REQUEST_AUTO, "oneshot", "twoshot" (the registered or staged
+ * variant by the buffers), or an algorithm's exact request (fcclAllReduceAlgos: "ll", "oneshot_push", ...) -> that
+ * algorithm; -1 for anything else. */
 #define FCCL_ALGO_REQUEST_AUTO 100
 #define FCCL_ALGO_REQUEST_ONESHOT 101
 #define FCCL_ALGO_REQUEST_TWOSHOT 102
@@ -96,33 +123,25 @@ int fcclAlgoResolveRequest(int request, int registered);
 int fcclAlgoIsCopy(int nranks, int forced);
 
 /*
- * All-gather, reduce-scatter and broadcast: forms whose kernels are firstKernel + form (FCCL_KERNEL_ALLGATHER_LL,
- * FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL). All three have LL, direct and staged; all-gather and
+ * All-gather, reduce-scatter and broadcast: the forms of their sets (fcclAllGatherAlgos, fcclReduceScatterAlgos,
+ * fcclBroadcastAlgos), in this order in kernel_list.h. All three have LL, direct and staged; all-gather and
  * broadcast also copy (the copy engines between two barriers, registered buffers). query->bytes is one block's
- * (a rank's contribution, a rank's result, the broadcast message); query->forced is -1 or one of the collective's
- * kernels. The table and the grid: algo.c; fcclInvalidArgument as for fcclAlgoSelect.
+ * (a rank's contribution, a rank's result, the broadcast message); query->forced is -1 or one of set's
+ * algorithms. The table and the grid: algo.c; fcclInvalidArgument as for fcclAlgoSelect.
  */
 enum { FCCL_MOVE_LL = 0, FCCL_MOVE_DIRECT = 1, FCCL_MOVE_STAGED = 2, FCCL_MOVE_COPY = 3, FCCL_MOVE_REQUEST_AUTO = 100 };
-fcclResult_t fcclMoveSelect(const fcclAlgoQuery* query, int firstKernel, fcclAlgoChoice* choice);
+fcclResult_t fcclMoveSelect(const fcclAlgoQuery* query, const fcclAlgoSet* set, fcclAlgoChoice* choice);
 
-/* How many forms the collective whose first kernel is firstKernel has: 4 (ll, direct, staged, copy) for the
- * all-gather and the broadcast, 3 for the reduce-scatter (a copy cannot reduce); its kernels are
- * [firstKernel, firstKernel + forms). */
-int fcclMoveForms(int firstKernel);
+/* FCCL_ALLGATHER_ALGO and its kin: "" or "auto" -> FCCL_MOVE_REQUEST_AUTO, one of set->requests ("ll", "direct",
+ * "staged", "copy") -> its form; -1 for anything else (set->requestNames lists what it takes). */
+int fcclMoveParseRequest(const char* name, const fcclAlgoSet* set);
 
-/* FCCL_ALLGATHER_ALGO and its kin: "" or "auto" -> FCCL_MOVE_REQUEST_AUTO, "ll", "direct", "staged", "copy" -> the
- * form; -1 for anything else, and for a form the collective whose first kernel is firstKernel does not have. */
-int fcclMoveParseRequest(const char* name, int firstKernel);
-
-/* "auto, ll, direct, staged, copy": the values fcclMoveParseRequest accepts for the collective, for messages. */
-const char* fcclMoveRequestNames(int firstKernel);
-
-/* The forced kernel for a parsed request (-1 for auto). */
-int fcclMoveResolveRequest(int request, int firstKernel);
+/* The forced algorithm for a parsed request (-1 for auto). */
+int fcclMoveResolveRequest(int request, const fcclAlgoSet* set);
 
 /* Whether registered buffers would run another form than plain ones for query (registered set): direct or copy.
  * The graph-registration test. */
-int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel);
+int fcclMoveRegisteredPays(const fcclAlgoQuery* query, const fcclAlgoSet* set);
 
 /*
  * fcclAllReduceAddRMSNorm's form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT; docs/fused.md). FCCL_FUSED_ALGO: "" or

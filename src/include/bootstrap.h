@@ -21,7 +21,9 @@
 #include <stdint.h>
 
 /* Bumped whenever a frame's layout or meaning changes; ranks and roots of different versions refuse each other. */
-#define FCCL_BOOTSTRAP_PROTOCOL_VERSION 1u
+#define FCCL_BOOTSTRAP_PROTOCOL_VERSION 2u
+/* A communicator's secret: the key of the MACs by which ranks and root prove they hold it (never sent). */
+#define FCCL_BOOTSTRAP_SECRET_BYTES 32
 /* Upper bound on nranks accepted by the bootstrap (and so by fcclCommInitRank). */
 #define FCCL_BOOTSTRAP_MAX_RANKS 4096
 
@@ -36,6 +38,9 @@ struct fcclBootstrapOps {
   /* The address this rank reaches its peers from (union fcclSocketAddress*, port 0); 0 when it has one. NULL for
    * methods without sockets of their own. */
   int (*localAddress)(const struct fcclBootstrap* bootstrap, void* addr);
+  /* The communicator's secret (FCCL_BOOTSTRAP_SECRET_BYTES into out), which only its ranks hold; 0 when it has one.
+   * NULL for methods without one (the application's callbacks, NCCL). */
+  int (*secret)(const struct fcclBootstrap* bootstrap, uint8_t* out);
 };
 
 struct fcclBootstrap {
@@ -119,10 +124,10 @@ fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
- * Same with a fixed listen address (bound as given) and secret (fcclCommInitFromEnv's rank 0). The id is written
- * to id.
+ * Same with a fixed listen address (bound as given) and secret (FCCL_BOOTSTRAP_SECRET_BYTES: fcclCommInitFromEnv's
+ * rank 0). The id is written to id.
  */
-fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, uint64_t secret,
+fcclResult_t fcclBootstrapStartRoot(const void* listenAddr /* union fcclSocketAddress* */, const uint8_t* secret,
                                     int timeoutMs, fcclUniqueId* id);
 
 /* Whether id looks like one from fcclGetUniqueId of this protocol version (fcclInvalidArgument saying why). */
@@ -152,7 +157,8 @@ struct fcclEnvLaunch {
   int localRank;   /* -1 when the launcher did not say */
   char addr[256];  /* host:port where rank 0 listens */
   const char* source; /* "torchrun", "Open MPI", "PMI": which variables were used */
-  uint64_t secret; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random for a single rank */
+  uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]; /* from FCCL_COMM_SECRET (fcclBootstrapEnvSecret); drawn at random
+                                                * for a single rank */
 };
 
 /*
@@ -162,8 +168,12 @@ struct fcclEnvLaunch {
  */
 fcclResult_t fcclBootstrapEnvResolve(struct fcclEnvLaunch* launch);
 
-/* The wire secret of a launch: a hash of FCCL_COMM_SECRET's text, the rendezvous address and the world size. */
-uint64_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks);
+/*
+ * The secret of a launch: HMAC-SHA256 keyed with FCCL_COMM_SECRET's text over the protocol version, the rendezvous
+ * address and the world size. fcclSystemError when libcrypto is missing.
+ */
+fcclResult_t fcclBootstrapEnvSecret(const char* secretText, const char* addr, int nranks,
+                                    uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES]);
 
 /* TCP bootstrap for a resolved launch: rank 0 starts the root at launch->addr (bound to exactly that address);
  * every rank then joins it with launch->secret. */
@@ -195,13 +205,26 @@ fcclResult_t fcclBootstrapNcclInit(void* ncclComm, int timeoutMs, volatile int* 
  * "fccl-share-<name>": pids[i] and ranks[i] are member i's process and rank (ranks for messages only; several members
  * may share a process), me is this member's index, member 0 holds *id on entry, the others receive it. Each side
  * checks the other's process by SO_PEERCRED (a process that is not a member is refused and never sees the id), so
- * the name needs no secret; every member must be in this pid namespace. Bounded by timeoutMs; no abort flag (it
- * serves communicators that already failed).
+ * the name needs no secret (fcclBootstrapShareName makes one nobody else can take first); every member must be in
+ * this pid namespace. A process that is not a member is dropped at connect, and members are served side by side,
+ * each connection for at most a second, so neither strangers nor a silent member hold up the others. Bounded by
+ * timeoutMs; no abort flag (it serves communicators that already failed).
  * @return fcclSuccess; fcclTimeout naming the members that did not come; fcclSystemError (a socket failed, the name
  *         is taken); fcclRemoteError (the server is not member 0's process); fcclInvalidArgument (bad n or me).
  */
 fcclResult_t fcclBootstrapLocalShare(const char* name, const int32_t* pids, const int32_t* ranks, int n, int me,
                                      fcclUniqueId* id, int timeoutMs);
+
+/*
+ * A name for fcclBootstrapLocalShare that every member computes alike and a process that is not a member cannot:
+ * 2 * FCCL_SHARE_NAME_BYTES hex digits of HMAC-SHA256 keyed with the bootstrap's secret (when its method has one;
+ * bootstrap may be NULL) over context (what only the members know and agree on: the communicator's salts, say) and
+ * the attempt's number, so that seeing one attempt's name (in /proc/net/unix) tells nothing of the next one's.
+ * name needs 2 * FCCL_SHARE_NAME_BYTES + 1 bytes. fcclSystemError when libcrypto is missing.
+ */
+#define FCCL_SHARE_NAME_BYTES 16
+fcclResult_t fcclBootstrapShareName(const struct fcclBootstrap* bootstrap, const void* context, size_t contextBytes,
+                                    unsigned attempt, char* name, size_t size);
 
 /* ---- peer information (peer_info.c) -------------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #ifndef FCCL_DEVICE_H_
 #define FCCL_DEVICE_H_
 
+#include "datatype.h" /* fcclTypeSize, which the launcher and its callers use */
 #include "device_host.h"
 #include "fccl.h"
 
@@ -39,24 +40,6 @@ extern "C" {
   FCCL_DEVICE_FOR_TYPES_(X, fcclMax)  \
   FCCL_DEVICE_FOR_TYPES_(X, fcclMin)  \
   FCCL_DEVICE_FOR_TYPES_(X, fcclAvg)
-
-/* Bytes of one element of type (0 for a value outside fcclDataType_t). */
-static inline size_t fcclTypeSize(fcclDataType_t type) {
-  switch (type) {
-    case fcclInt8:
-    case fcclUint8:
-    case fcclFloat8e4m3: return 1;
-    case fcclFloat16:
-    case fcclBfloat16: return 2;
-    case fcclInt32:
-    case fcclUint32:
-    case fcclFloat32: return 4;
-    case fcclInt64:
-    case fcclUint64:
-    case fcclFloat64: return 8;
-    default: return 0;
-  }
-}
 
 /*
  * Launches kernel (an algorithm of fcclDevKernel_t, or FCCL_KERNEL_BARRIER, which takes no type or op) for

@@ -8,6 +8,7 @@
 #ifndef FCCL_DEVICE_HOST_H_
 #define FCCL_DEVICE_HOST_H_
 
+#include "kernel_list.h"
 #include "tuning.h"
 
 #include <stddef.h>
@@ -40,8 +41,8 @@
  * of step (a rank that skipped a call, or called with another count, type, op, root, collective or algorithm) meet
  * a flag of the right epoch with another print and stop with fcclInvalidUsage instead of hanging or reading past a
  * peer's buffer. Structured so that the host can say which field differs (docs/errors.md#out-of-step):
- *   bits  0-4   form + 1 (fcclPrintForm: the kernel, and the scatter of the registered two-shot or the fused norm's
- *               registered or staged form; never 0, so that no print and no LL flag is 0)
+ *   bits  0-4   form + 1 (fcclPrintForm: the algorithm, and the scatter of the registered two-shot or the fused
+ *               norm's registered or staged form; never 0, so that no print and no LL flag is 0)
  *   bits  5-8   datatype
  *   bits  9-11  op (reducing collectives), root (broadcast), scale mode (fused norm), 0 otherwise
  *   bits 12-19  a hash of the count (the fused norm: of tokens and hidden size)
@@ -58,14 +59,47 @@
 #define FCCL_LL_EPOCH_BITS (32 - FCCL_PRINT_BITS)
 #define FCCL_LL_EPOCH_MASK ((1u << FCCL_LL_EPOCH_BITS) - 1u)
 
-/* Forms a print names: the kernels (fcclDevKernel_t values) and these, which share a kernel with another. */
-#define FCCL_PRINT_FORM_FUSED_STAGED 20  /* the fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM: registered) */
-#define FCCL_PRINT_FORM_SCATTER_PUSH 21  /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
-#define FCCL_PRINT_FORM_SCATTER_INBOX 22
-#define FCCL_PRINT_FORM_SCATTER_COPY 23
-#define FCCL_PRINT_FORM_FUSED_TWOSHOT_REG 24    /* the fused norm's two-shot form, registered input */
-#define FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED 25 /* the same, staged input */
-#define FCCL_PRINT_FORMS 26
+/*
+ * Kernels: one per KERNEL and OWN row of FCCL_KERNEL_LIST (kernel_list.h), in its order, and nothing else. The
+ * all-reduce's (FCCL_ALGO_LL ...) are its algorithms; the other collectives' (FCCL_KERNEL_ALLGATHER_LL ...) are
+ * their forms; FCCL_KERNEL_BARRIER and FCCL_KERNEL_FUSED_NORM have launchers of their own. Their names
+ * (fcclAlgoName) are what the FCCL_*ALGO variables, the logs and the error reports use.
+ */
+#define FCCL_KERNEL_ENUMERATOR4_(id, request, name, kernel) id,
+#define FCCL_KERNEL_ENUMERATOR2_(id, name) id,
+typedef enum { FCCL_KERNEL_LIST(FCCL_KERNEL_ENUMERATOR4_, FCCL_LIST_SKIP3_, FCCL_KERNEL_ENUMERATOR2_) } fcclDevKernel_t;
+
+/* How many kernels there are: the kernel ids are [0, FCCL_KERNEL_COUNT). A count, not a kernel. */
+#define FCCL_KERNEL_ONE4_(id, request, name, kernel) +1
+#define FCCL_KERNEL_ONE3_(id, request, name) +1
+#define FCCL_KERNEL_ONE2_(id, name) +1
+#define FCCL_KERNEL_COUNT (0 FCCL_KERNEL_LIST(FCCL_KERNEL_ONE4_, FCCL_LIST_SKIP3_, FCCL_KERNEL_ONE2_))
+
+/*
+ * The forms with no kernel of their own (COPY rows: FCCL_FORM_ALLGATHER_COPY, FCCL_FORM_BROADCAST_COPY), numbered
+ * after the kernels so that selection, the FCCL_*ALGO variables and fingerprints name them as they name kernels.
+ * An algorithm (fcclAlgoChoice.algo, fcclCall.algo) is a kernel or one of these: [0, FCCL_ALGO_IDS).
+ */
+#define FCCL_FORM_ENUMERATOR3_(id, request, name) id,
+enum {
+  FCCL_FORMS_BEFORE_ = FCCL_KERNEL_COUNT - 1, /* not an id: the first form follows the last kernel */
+  FCCL_KERNEL_LIST(FCCL_LIST_SKIP4_, FCCL_FORM_ENUMERATOR3_, FCCL_LIST_SKIP2_)
+};
+#define FCCL_ALGO_IDS (FCCL_KERNEL_COUNT + (0 FCCL_KERNEL_LIST(FCCL_LIST_SKIP4_, FCCL_KERNEL_ONE3_, FCCL_LIST_SKIP2_)))
+
+/* Forms a print names beyond the algorithms: variants that run an algorithm's kernel. */
+enum {
+  FCCL_PRINT_FORM_FUSED_STAGED = FCCL_ALGO_IDS, /* the fused norm's one-shot staged form (FCCL_KERNEL_FUSED_NORM:
+                                                 * registered) */
+  FCCL_PRINT_FORM_SCATTER_PUSH,                 /* the registered two-shot with FCCL_SCATTER_PUSH (its own id: pull) */
+  FCCL_PRINT_FORM_SCATTER_INBOX,
+  FCCL_PRINT_FORM_SCATTER_COPY,
+  FCCL_PRINT_FORM_FUSED_TWOSHOT_REG,   /* the fused norm's two-shot form, registered input */
+  FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED /* the same, staged input */
+};
+/* Forms are [0, FCCL_PRINT_FORMS); form + 1 must fit FCCL_PRINT_FORM_BITS without becoming 0. */
+#define FCCL_PRINT_FORMS (FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED + 1)
+FCCL_STATIC_ASSERT(FCCL_PRINT_FORMS < (1 << FCCL_PRINT_FORM_BITS), "every form has a print value");
 
 /* Bytes of one LL packet: two 8-byte words {4 data bytes, 4-byte flag}; 8 data bytes per packet. */
 #define FCCL_LL_PACKET_BYTES 16
@@ -157,7 +191,7 @@ static inline FCCL_HOST_DEVICE uint32_t fcclPrintCountHash(uint64_t count) {
   return (uint32_t)(count >> 56);
 }
 
-/* The print of a call of form `form` (an fcclDevKernel_t or FCCL_PRINT_FORM_*), datatype, the op, root or scale
+/* The print of a call of form `form` (an algorithm or an FCCL_PRINT_FORM_*), datatype, the op, root or scale
  * mode in arg (0..7), and count. */
 static inline FCCL_HOST_DEVICE uint32_t fcclPrintMake(uint32_t form, uint32_t datatype, uint32_t arg, uint64_t count) {
   return ((form + 1u) & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) | ((datatype & 15u) << FCCL_PRINT_TYPE_SHIFT) |
@@ -247,35 +281,6 @@ typedef enum {
   FCCL_PHASE_CONSUMED = 8 /* a peer to have copied a staging round out, before its parity is written again */
 } fcclDevPhase_t;
 
-/* Kernels: the all-reduce's algorithms (FCCL_ALGO), the other collectives' forms, the barrier. The names are what
- * the FCCL_*ALGO variables and the logs use (fcclAlgoName). */
-typedef enum {
-  FCCL_ALGO_LL = 0,             /* one-shot push of LL packets into the peers' slots: no separate barrier */
-  FCCL_ALGO_ONESHOT_PUSH = 1,   /* one-shot push of the whole input into the peers' staging, one flag */
-  FCCL_ALGO_ONESHOT_PULL = 2,   /* one-shot pull from the peers' registered buffers */
-  FCCL_ALGO_TWOSHOT_STAGED = 3, /* reduce-scatter + all-gather through staging, in rounds */
-  FCCL_ALGO_TWOSHOT_REG = 4,    /* reduce-scatter + all-gather on registered buffers */
-  FCCL_ALGO_LL128 = 5,          /* one-shot push of 128-byte lines (120 data bytes, the epoch in the last 8) */
-  FCCL_ALGO_COUNT = 6,          /* the all-reduce's algorithms are [0, FCCL_ALGO_COUNT) */
-  /* all-gather, reduce-scatter and broadcast: LL packets (small), direct on registered buffers, staged in rounds;
-   * all-gather and broadcast also by the copy engines between two barrier kernels (no kernel of their own: the
-   * host enqueues the barriers and the copies, src/core/coll/allgather.c and broadcast.c) */
-  FCCL_KERNEL_ALLGATHER_LL = 6,
-  FCCL_KERNEL_ALLGATHER_DIRECT = 7,
-  FCCL_KERNEL_ALLGATHER_STAGED = 8,
-  FCCL_KERNEL_ALLGATHER_COPY = 9,
-  FCCL_KERNEL_REDUCESCATTER_LL = 10,
-  FCCL_KERNEL_REDUCESCATTER_DIRECT = 11,
-  FCCL_KERNEL_REDUCESCATTER_STAGED = 12,
-  FCCL_KERNEL_BROADCAST_LL = 13,
-  FCCL_KERNEL_BROADCAST_DIRECT = 14,
-  FCCL_KERNEL_BROADCAST_STAGED = 15,
-  FCCL_KERNEL_BROADCAST_COPY = 16,
-  FCCL_KERNEL_COUNT = 17,
-  FCCL_KERNEL_BARRIER = 18,     /* the barrier: no data, one warp */
-  FCCL_KERNEL_FUSED_NORM = 19   /* all-reduce + residual add + RMSNorm (fused_norm.cu); the id in error reports */
-} fcclDevKernel_t;
-
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */
 typedef struct {
   uint64_t slots[FCCL_DEVICE_MAX_RANKS]; /* device address of each rank's slot (ours at [rank]) */
@@ -291,7 +296,8 @@ typedef struct {
 FCCL_STATIC_ASSERT(sizeof(fcclDevComm) == 8 * FCCL_DEVICE_MAX_RANKS + 32 + sizeof(fcclSlotLayout) + 16,
                    "fcclDevComm layout");
 
-/* How the registered two-shot's reduce-scatter moves each owner's units of the other ranks' inputs (twoshot_reg.cu). */
+/* How the registered two-shot's reduce-scatter moves each owner's units of the other ranks' inputs
+ * (allreduce_twoshot_reg.cu). */
 typedef enum {
   FCCL_SCATTER_PULL = 0, /* the owner loads them from every rank's input */
   FCCL_SCATTER_PUSH = 1, /* 2 ranks, out of place: the kernel stores them into the owner's output */
@@ -351,8 +357,6 @@ typedef struct {
   uint32_t rowsPerBlock;                    /* row groups per block (fused_norm_shape.h): the launch's block size is
                                              * this many times the row's threads */
 } fcclFusedArgs;
-FCCL_STATIC_ASSERT(FCCL_PRINT_FORMS < (1 << FCCL_PRINT_FORM_BITS) && FCCL_KERNEL_FUSED_NORM < FCCL_PRINT_FORM_FUSED_STAGED,
-                   "every form has a print value");
 FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 88, "fcclFusedArgs layout");
 
 #endif /* FCCL_DEVICE_HOST_H_ */

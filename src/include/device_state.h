@@ -23,7 +23,8 @@ struct fcclDeviceState {
   void* abortPage;           /* comm->abortFlag's page, registered (mapped) for the kernels; NULL if not ours */
   int smCount;
   int algoRequest;           /* FCCL_ALGO, parsed once */
-  int allGatherRequest;      /* FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO: fcclMoveParseRequest */
+  int allGatherRequest;      /* FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO:
+                              * fcclMoveParseRequest */
   int reduceScatterRequest;
   int broadcastRequest;
   int fusedRequest;          /* FCCL_FUSED_ALGO: fcclFusedParseRequest */

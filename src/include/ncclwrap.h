@@ -2,8 +2,8 @@
 /*
  * NCCL reached at run time (dlopen of libnccl.so.2), so that libfccl never links it and loads on machines without
  * it (test/abi/check_deps.sh). One table of every NCCL function fccl calls, for the NCCL bootstrap
- * (bootstrap_nccl.c) and the NCCL path (core/engine/nccl_path.c). Builds without nccl.h (FCCL_HAVE_NCCL 0) have no table:
- * fcclNcclLoaded says so.
+ * (bootstrap_nccl.c) and the NCCL path (core/engine/nccl_path.c). Builds without nccl.h (FCCL_HAVE_NCCL 0) have no
+ * table: fcclNcclLoaded says so.
  */
 #ifndef FCCL_NCCLWRAP_H_
 #define FCCL_NCCLWRAP_H_

@@ -29,7 +29,7 @@ FCCL_PARAM(CUMEM_ENABLE, FCCL_PARAM_INT, "1",
            "0: cudaMalloc and legacy CUDA IPC.")
 FCCL_PARAM(FD_PASSING, FCCL_PARAM_STRING, "auto",
            "How cuMem file descriptors reach peer processes: auto (pidfd_getfd, else a Unix socket), pidfd, socket.")
-FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "4",
+FCCL_PARAM(ARENA_SLOTS, FCCL_PARAM_INT, "1",
            "Communicator slots per shared-buffer chunk of the per-device arena (1..32); equal on every rank.")
 
 /* ---- collectives ---- */
@@ -100,6 +100,11 @@ FCCL_PARAM(HOSTID, FCCL_PARAM_STRING, "",
            "The host identity this process reports instead of its host name and boot id (tests: processes of one "
            "machine that act as several hosts; pair it with NCCL_HOSTID). Empty: the real identity.")
 
-/* ---- language bindings ---- */
+/* ---- language bindings and the NCCL API library ---- */
 FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
            "Path of libfccl.so.0 for the Python layer (python/fccl) to load; the library itself does not use it.")
+FCCL_PARAM(NCCL_LIBRARY, FCCL_PARAM_STRING, "",
+           "Path of the real libnccl.so.2 for libfccl-nccl (docs/nccl-api.md) to forward to; libfccl ignores it.")
+FCCL_PARAM(NCCL_API_DISABLE, FCCL_PARAM_STRING, "",
+           "libfccl-nccl: collectives to leave to NCCL (allreduce, allgather, reducescatter, broadcast, reduce) or "
+           "all; libfccl ignores it.")

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Which engine carries a communicator's calls (src/core/engine/path.c): fccl's kernels inside one host of peer-accessible
- * GPUs, the hierarchical path (fccl inside each host, NCCL across hosts) for several such hosts of equal size, or
- * NCCL for everything else, and whether the communicator also holds an NCCL communicator for the calls
+ * Which engine carries a communicator's calls (src/core/engine/path.c): fccl's kernels inside one host of
+ * peer-accessible GPUs, the hierarchical path (fccl inside each host, NCCL across hosts) for several such hosts of
+ * equal size, or NCCL for everything else, and whether the communicator also holds an NCCL communicator for the calls
  * fccl has no kernels for (send, receive, all-to-all). A pure function of what the ranks told each other at init,
  * so that every rank decides alike and the unit tests can feed it recorded peer tables. docs/paths.md.
  */
@@ -23,7 +23,7 @@ struct fcclPathRecord {
   int32_t request;    /* this rank's FCCL_PATH (fcclPathRequest_t); -1: it did not parse */
   int32_t p2pDisable; /* this rank's FCCL_P2P_DISABLE != 0 */
   int32_t ncclComm;   /* this rank's FCCL_NCCL_COMM (fcclNcclCommMode_t); -1: it did not parse */
-  int32_t reserved;
+  int32_t mps;        /* 1: this rank's GPU shares its contexts through CUDA MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) */
 };
 
 typedef enum {
@@ -47,8 +47,8 @@ struct fcclPathInput {
   const char* ncclWhy;        /* why this rank cannot load NCCL (fcclNcclLoaded), quoted in the error; may be NULL */
   const char* sassArchs;      /* the build's FCCL_BUILD_SASS_ARCHS */
   int ptxArch;                /* the build's FCCL_BUILD_PTX_ARCH */
-  int hostPart;               /* 1: the host communicator of a hierarchical one (core/engine/hier.c): fccl's kernels or a
-                               * failure, no NCCL communicator, request and ncclComm ignored */
+  int hostPart;               /* 1: the host communicator of a hierarchical one (core/engine/hier.c): fccl's
+                               * kernels or a failure, no NCCL communicator, request and ncclComm ignored */
 };
 
 #define FCCL_PATH_REASON_BYTES 256

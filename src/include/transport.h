@@ -4,7 +4,7 @@
  * and the user buffers registered with fcclCommRegister. docs/ipc.md describes the design.
  *
  * At init every rank of the communicator agrees on one arena slot index free on all ranks, takes it (allocating,
- * zeroing and exporting a chunk where it has none), maps each peer's chunk through the process registry (a chunk
+ * zeroing and exporting a chunk where it has none), maps each peer's chunk through the process's mappings (a chunk
  * already mapped for another communicator is reused: its reference count goes up) and checks each mapping for
  * real: a value written through it is read back by the owner. Ranks of the same process use each other's chunks
  * directly (peer access), with no IPC.
@@ -122,16 +122,20 @@ fcclResult_t fcclTransportMemAlloc(void** ptr, size_t size);
 fcclResult_t fcclTransportMemFree(void* ptr);
 
 struct fcclTransportStats {
-  /* the process's registry of peer mappings (all communicators together) */
+  /* the process's table of peer mappings (all communicators together) */
   uint64_t openMappings;
   uint64_t mappingReferences;
   uint64_t bytesMapped;
   uint64_t totalOpens;
   uint64_t totalCloses;
+  /* the process's own shared buffers (every arena) */
+  uint64_t arenaChunks;
+  uint64_t arenaBytes;
   /* one transport (0 for NULL) */
   uint64_t registrations;      /* live user registrations */
   uint64_t graphRegistrations; /* buffers held by captured graphs */
-  uint64_t deviceBytes;        /* its share of its arena chunk: its slot and the slot's check words */
+  uint64_t deviceBytes;        /* its share of its arena chunk as allocated: its slot and the slot's check words */
+  uint64_t peerBytes;          /* the other processes' chunks its slot lives in, as mapped here */
 };
 
 /* A consistent snapshot; transport may be NULL (process-wide numbers only). Any thread; never loads the driver. */

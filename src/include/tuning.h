@@ -23,7 +23,7 @@
 #define FCCL_LL128_THREADS 256
 
 /* Bytes of a slot's LL128 area (a multiple of 2 MiB): 2 parities x (n - 1) writers of lines. Every byte costs
- * FCCL_ARENA_SLOTS bytes per GPU (the arena allocates that many slots at once). */
+ * FCCL_ARENA_SLOTS bytes per GPU (the arena allocates that many slots at once; 1 by default). */
 #define FCCL_LL128_AREA_BYTES (4u << 20)
 
 /* Line groups an LL128 warp receives at once: their polls are in flight together. */

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Per-process arenas of shared-buffer chunks, carved into communicator slots (see arena.h). */
+/* Per-process arenas of shared-buffer chunks, carved into communicator slots, and this process's hold on the arenas
+ * of its peers (see arena.h). */
 #include "arena.h"
 
 #include "check.h"
 #include "debug.h"
+#include "mappings.h"
 #include "param.h"
 
 #include <inttypes.h>
@@ -241,7 +243,7 @@ static fcclResult_t cudaChunkCreate(void* ctx, int dev, size_t bytes, struct fcc
   fcclResult_t res = fcclSuccess;
   int cuMem = 0;
   FCCLCHECK(fcclIpcCuMemSupported(dev, &cuMem));
-  FCCLCHECK(fcclIpcAllocCreate(dev, bytes, cuMem ? FCCL_REG_CUMEM : FCCL_REG_LEGACY_IPC, alloc));
+  FCCLCHECK(fcclIpcAllocCreate(dev, bytes, cuMem ? FCCL_MAPPING_CUMEM : FCCL_MAPPING_LEGACY_IPC, alloc));
   /* The report's root cause: zeroing queued behind other work lands after a fast peer's first flag and erases it.
    * So the zeroes are written on a stream of our own and have landed before the handle exists. */
   int previous;
@@ -292,4 +294,115 @@ fcclResult_t fcclArenaProcess(int dev, size_t slotBytes, struct fcclArena** aren
 unlock:
   pthread_mutex_unlock(&processArenasLock);
   return res;
+}
+
+void fcclArenaProcessStats(uint64_t* chunks, uint64_t* bytes) {
+  *chunks = 0;
+  *bytes = 0;
+  pthread_mutex_lock(&processArenasLock);
+  for (struct fcclArena* arena = processArenas; arena; arena = arena->next) {
+    struct fcclArenaStats stats;
+    fcclArenaGetStats(arena, &stats);
+    *chunks += (uint64_t)stats.chunks;
+    *bytes += stats.bytes;
+  }
+  pthread_mutex_unlock(&processArenasLock);
+}
+
+/* ---- the arenas of other processes, as this process maps them ---- */
+
+struct fcclPeerArena {
+  struct fcclPeerArenaId id;
+  struct fcclMappings* mappings;
+  int users; /* communicators of this process that use the arena */
+  int nChunks, capacity;
+  struct fcclMappingKey* chunks; /* chunk mappings kept, one reference each */
+  struct fcclPeerArena* next;
+};
+
+/* One lock for the list and every entry: taken for a few comparisons per communicator init and teardown. Held
+ * while a mapping reference is dropped (the table's own lock comes second, and the table never calls back here). */
+static pthread_mutex_t peerArenasLock = PTHREAD_MUTEX_INITIALIZER;
+static struct fcclPeerArena* peerArenas;
+
+fcclResult_t fcclPeerArenaUse(struct fcclMappings* mappings, const struct fcclPeerArenaId* id,
+                              struct fcclPeerArena** arena) {
+  fcclResult_t res = fcclSuccess;
+  pthread_mutex_lock(&peerArenasLock);
+  struct fcclPeerArena* found = peerArenas;
+  while (found && memcmp(&found->id, id, sizeof(*id)) != 0) found = found->next;
+  if (!found) {
+    found = calloc(1, sizeof(*found));
+    if (!found) {
+      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory for a peer's arena");
+      goto unlock;
+    }
+    found->id = *id;
+    found->mappings = mappings;
+    found->next = peerArenas;
+    peerArenas = found;
+  } else if (found->mappings != mappings) {
+    res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_IPC, "the arena of pid %d device %d is mapped through two tables",
+                     id->pid, id->dev);
+    goto unlock;
+  }
+  found->users++;
+  *arena = found;
+unlock:
+  pthread_mutex_unlock(&peerArenasLock);
+  return res;
+}
+
+fcclResult_t fcclPeerArenaKeep(struct fcclPeerArena* arena, const struct fcclMappingKey* chunk) {
+  fcclResult_t res = fcclSuccess;
+  pthread_mutex_lock(&peerArenasLock);
+  for (int i = 0; i < arena->nChunks; i++)
+    if (memcmp(&arena->chunks[i], chunk, sizeof(*chunk)) == 0) {
+      res = fcclMappingsRelease(arena->mappings, chunk); /* held already: the caller's reference is not needed */
+      goto unlock;
+    }
+  if (arena->nChunks == arena->capacity) {
+    const int capacity = arena->capacity ? 2 * arena->capacity : 4;
+    struct fcclMappingKey* grown = realloc(arena->chunks, (size_t)capacity * sizeof(*grown));
+    if (!grown) {
+      (void)fcclMappingsRelease(arena->mappings, chunk);
+      res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory for a peer's arena");
+      goto unlock;
+    }
+    arena->chunks = grown;
+    arena->capacity = capacity;
+  }
+  arena->chunks[arena->nChunks++] = *chunk;
+unlock:
+  pthread_mutex_unlock(&peerArenasLock);
+  return res;
+}
+
+fcclResult_t fcclPeerArenaDone(struct fcclPeerArena* arena) {
+  fcclResult_t res = fcclSuccess;
+  pthread_mutex_lock(&peerArenasLock);
+  if (--arena->users > 0) goto unlock;
+  for (int i = 0; i < arena->nChunks; i++) {
+    fcclResult_t released = fcclMappingsRelease(arena->mappings, &arena->chunks[i]);
+    if (res == fcclSuccess) res = released;
+  }
+  struct fcclPeerArena** link = &peerArenas;
+  while (*link != arena) link = &(*link)->next;
+  *link = arena->next;
+  free(arena->chunks);
+  free(arena);
+unlock:
+  pthread_mutex_unlock(&peerArenasLock);
+  return res;
+}
+
+void fcclPeerArenaCounts(int* arenas, int* chunks) {
+  *arenas = 0;
+  *chunks = 0;
+  pthread_mutex_lock(&peerArenasLock);
+  for (struct fcclPeerArena* arena = peerArenas; arena; arena = arena->next) {
+    (*arenas)++;
+    *chunks += arena->nChunks;
+  }
+  pthread_mutex_unlock(&peerArenasLock);
 }

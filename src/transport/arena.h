@@ -3,14 +3,19 @@
  * The per-process arena of shared-buffer chunks (internal to the transport layer).
  *
  * For each (CUDA device, slot size) a process keeps an arena of chunks; chunk c holds the communicator slots
- * [c * S, c * S + S) (S = FCCL_ARENA_SLOTS). A new communicator takes one global slot index that is free on every
- * one of its ranks (each rank publishes fcclArenaFreeBitmap, fcclArenaChooseSlot picks the lowest common index,
- * fcclArenaClaim takes it, allocating the chunk when it is missing). So a communicator created while another over
- * the same ranks lives takes another slot of the same chunks, which the peers have mapped already: it maps nothing
- * new. A slot freed by a destroyed communicator is taken again by a later one; the device layer keeps epochs in
- * the slot so that a reused slot's flags start past every value an old communicator left. Chunks stay cached while
- * any slot of the arena is in use (or lent to a communicator of this process on another device) and are all freed
- * when the last one goes, so device memory returns to where it was once no communicator uses the device.
+ * [c * S, c * S + S) (S = FCCL_ARENA_SLOTS, 1 by default: a chunk per slot, so that a first communicator allocates
+ * only the slot it uses). A new communicator takes one global slot index that is free on every one of its ranks
+ * (each rank publishes fcclArenaFreeBitmap, fcclArenaChooseSlot picks the lowest common index, fcclArenaClaim takes
+ * it, allocating the chunk when it is missing): the arena grows by a chunk only when every slot it has is held. A
+ * slot freed by a destroyed communicator is taken again by a later one; the device layer keeps epochs in the slot
+ * so that a reused slot's flags start past every value an old communicator left. Chunks stay cached while any slot
+ * of the arena is in use (or lent to a communicator of this process on another device) and are all freed when the
+ * last one goes, so device memory returns to where it was once no communicator uses the device.
+ *
+ * The importing side (struct fcclPeerArena, below) keeps its mappings of a peer's chunks for as long as any
+ * communicator of this process uses that peer's arena, which by then cannot have freed them: so a communicator
+ * created again over the same ranks (re-initialisation) takes a slot whose chunk every peer has mapped already,
+ * and maps nothing new, whichever chunk the slot lives in. docs/ipc.md.
  *
  * Chunk layout: [check words: S x FCCL_ARENA_CHECK_RANKS x 8 bytes, rounded up to 4 KiB][slot 0]...[slot S-1],
  * each slot rounded up to 4 KiB. The check words belong to the transport (the init-time P2P write/read-back);
@@ -92,5 +97,45 @@ size_t fcclArenaChunkBytes(const struct fcclArena* arena); /* bytes asked for pe
 int fcclArenaSlotsPerChunk(const struct fcclArena* arena);
 
 void fcclArenaGetStats(struct fcclArena* arena, struct fcclArenaStats* stats);
+
+/* Every arena of the process together (fcclCommGetMemStats): its chunks and their device memory. */
+void fcclArenaProcessStats(uint64_t* chunks, uint64_t* bytes);
+
+/* ---- the arenas of other processes, as this process maps them ---- */
+
+struct fcclMappings;
+struct fcclMappingKey;
+
+/* Names one arena of another process (its owner, device and slot size) as mapped for one device of this one.
+ * Compared bytewise: zero it before filling it in. */
+struct fcclPeerArenaId {
+  uint64_t hostHash;
+  uint64_t processNonce;
+  uint64_t slotBytes;
+  int32_t pid;
+  int32_t dev;       /* the owner's device */
+  int32_t importDev; /* the device of this process its chunks are mapped for */
+  int32_t reserved;
+};
+
+struct fcclPeerArena;
+
+/*
+ * A communicator of this process starts using the peer arena id (created on first use, in mappings, the table its
+ * chunks are mapped through). While any communicator uses it, the owner holds a slot of that arena for it, so the
+ * arena's chunks stay allocated: the mappings kept here stay valid.
+ */
+fcclResult_t fcclPeerArenaUse(struct fcclMappings* mappings, const struct fcclPeerArenaId* id,
+                              struct fcclPeerArena** arena);
+
+/* Hands the arena one reference the caller holds on chunk's mapping: kept when the arena has none of that chunk
+ * yet, else released (so each chunk is held once, and re-initialisation maps nothing new). */
+fcclResult_t fcclPeerArenaKeep(struct fcclPeerArena* arena, const struct fcclMappingKey* chunk);
+
+/* A communicator stops using the arena; the last one releases every chunk mapping it kept, and the arena goes. */
+fcclResult_t fcclPeerArenaDone(struct fcclPeerArena* arena);
+
+/* Peer arenas in use in this process, and the chunk mappings they keep (tests). */
+void fcclPeerArenaCounts(int* arenas, int* chunks);
 
 #endif /* FCCL_TRANSPORT_ARENA_H_ */

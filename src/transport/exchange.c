@@ -2,7 +2,7 @@
 /*
  * The collective steps every part of the transport takes with its peers: the all-gather and barrier of the
  * exchange (a failure marks the transport out of step), agreement on every rank's status, and the import of
- * peers' allocations through the process registry with their file descriptors (pidfd_getfd, else a Unix socket).
+ * peers' allocations through the process's mappings with their file descriptors (pidfd_getfd, else a Unix socket).
  */
 #include "transport_internal.h"
 
@@ -74,7 +74,7 @@ fcclResult_t fcclTransportReleaseItems(struct fcclTransport* t, struct fcclImpor
   fcclResult_t res = fcclSuccess;
   for (int p = 0; p < t->cfg.nranks; p++) {
     if (!items[p].held) continue;
-    fcclResult_t released = fcclRegistryRelease(t->registry, &items[p].key);
+    fcclResult_t released = fcclMappingsRelease(t->mappings, &items[p].key);
     if (res == fcclSuccess) res = released;
     items[p].held = 0;
   }
@@ -105,7 +105,7 @@ static fcclResult_t pullAndMap(struct fcclTransport* t, struct fcclImportItem* i
   }
   if (res == fcclSuccess && !*fallback) {
     struct fcclCuMemImport import = {.pieces = item->pieces, .fds = fds, .sizes = item->pieceSizes};
-    res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
+    res = fcclMappingsAcquire(t->mappings, &item->key, item->size, &import, &item->base);
     if (res == fcclSuccess) item->held = 1;
   }
   for (int i = 0; i < got; i++) close(fds[i]);
@@ -136,14 +136,14 @@ fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem*
     struct fcclImportItem* item = &items[p];
     if (!item->active) continue;
     int found = 0;
-    local = fcclRegistryRetain(t->registry, &item->key, item->size, &item->base, &found);
+    local = fcclMappingsRetain(t->mappings, &item->key, item->size, &item->base, &found);
     if (local != fcclSuccess) break;
     if (found) {
       item->held = 1;
       continue;
     }
-    if (item->key.kind == FCCL_REG_LEGACY_IPC) {
-      local = fcclRegistryAcquire(t->registry, &item->key, item->size, NULL, &item->base);
+    if (item->key.kind == FCCL_MAPPING_LEGACY_IPC) {
+      local = fcclMappingsAcquire(t->mappings, &item->key, item->size, NULL, &item->base);
       item->held = local == fcclSuccess;
       continue;
     }
@@ -216,7 +216,7 @@ fcclResult_t fcclTransportImport(struct fcclTransport* t, struct fcclImportItem*
     for (int i = 0; i < nRecvs && res == fcclSuccess; i++) {
       struct fcclImportItem* item = &items[recvs[i].peerRank];
       struct fcclCuMemImport import = {.pieces = item->pieces, .fds = recvs[i].fds, .sizes = item->pieceSizes};
-      res = fcclRegistryAcquire(t->registry, &item->key, item->size, &import, &item->base);
+      res = fcclMappingsAcquire(t->mappings, &item->key, item->size, &import, &item->base);
       if (res == fcclSuccess) item->held = 1;
     }
     for (int i = 0; i < nRecvs; i++)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Exportable allocations (cuMem with POSIX descriptors, or cudaMalloc + legacy IPC) and the process registry's
+ * Exportable allocations (cuMem with POSIX descriptors, or cudaMalloc + legacy IPC) and the process's mappings'
  * CUDA operations: open = import and map a peer allocation for one device, close = unmap it.
  */
 #include "ipc.h"
@@ -160,7 +160,7 @@ fcclResult_t fcclIpcAllocCreate(int dev, size_t minBytes, int kind, struct fcclI
   FCCLCHECK(fcclCudaDriverLoad());
   int previous;
   FCCLCHECK(fcclIpcSetDevice(dev, &previous));
-  if (kind == FCCL_REG_CUMEM) {
+  if (kind == FCCL_MAPPING_CUMEM) {
     FCCLCHECKGOTO(cuMemAllocCreate(dev, minBytes, alloc), res, restore);
   } else {
     size_t size = 0;
@@ -172,7 +172,7 @@ fcclResult_t fcclIpcAllocCreate(int dev, size_t minBytes, int kind, struct fcclI
   alloc->dev = dev;
   alloc->serial = nextSerial();
   FCCL_INFO(FCCL_SUBSYS_IPC, "allocated %s buffer %" PRIu64 ": %zu bytes at %p on device %d",
-            kind == FCCL_REG_CUMEM ? "cuMem" : "cudaMalloc", alloc->serial, alloc->size, alloc->ptr, dev);
+            kind == FCCL_MAPPING_CUMEM ? "cuMem" : "cudaMalloc", alloc->serial, alloc->size, alloc->ptr, dev);
 restore:
   fcclIpcRestoreDevice(previous);
   return res;
@@ -180,7 +180,7 @@ restore:
 
 fcclResult_t fcclIpcAllocExport(struct fcclIpcAlloc* alloc) {
   if (alloc->exported) return fcclSuccess;
-  if (alloc->kind == FCCL_REG_CUMEM) {
+  if (alloc->kind == FCCL_MAPPING_CUMEM) {
     int fd = -1;
     CUCHECK(cuMemExportToShareableHandle(&fd, alloc->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
     alloc->exportFd = fd;
@@ -201,7 +201,7 @@ fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc) {
   if (alloc->kind == 0) return fcclSuccess;
   if (alloc->exportFd >= 0) close(alloc->exportFd);
   alloc->exportFd = -1;
-  if (alloc->kind == FCCL_REG_CUMEM) {
+  if (alloc->kind == FCCL_MAPPING_CUMEM) {
     CUdeviceptr va = (CUdeviceptr)alloc->ptr;
     CUresult unmapped = pfn_cuMemUnmap(va, alloc->size);
     CUresult freed = pfn_cuMemAddressFree(va, alloc->size);
@@ -223,11 +223,11 @@ fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc) {
 }
 
 void fcclIpcAllocKey(const struct fcclProcessId* owner, const struct fcclIpcAlloc* alloc, int importDev,
-                     struct fcclRegKey* key) {
+                     struct fcclMappingKey* key) {
   memset(key, 0, sizeof(*key));
   key->kind = (uint32_t)alloc->kind;
   key->importDev = importDev;
-  if (alloc->kind == FCCL_REG_LEGACY_IPC) {
+  if (alloc->kind == FCCL_MAPPING_LEGACY_IPC) {
     memcpy(key->id, &alloc->legacyHandle, sizeof(alloc->legacyHandle));
     return;
   }
@@ -244,9 +244,9 @@ void fcclIpcAllocKey(const struct fcclProcessId* owner, const struct fcclIpcAllo
   memcpy(key->id, &id, sizeof(id));
 }
 
-/* ---- the process registry's operations ---- */
+/* ---- the operations of the process's mappings ---- */
 
-static fcclResult_t cuMemOpen(const struct fcclRegKey* key, size_t size, const struct fcclCuMemImport* import,
+static fcclResult_t cuMemOpen(const struct fcclMappingKey* key, size_t size, const struct fcclCuMemImport* import,
                               void** base) {
   fcclResult_t res = fcclSuccess;
   char text[160];
@@ -254,7 +254,7 @@ static fcclResult_t cuMemOpen(const struct fcclRegKey* key, size_t size, const s
   for (int i = 0; i < import->pieces; i++) total += import->sizes[i];
   if (import->pieces <= 0 || total != size)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC, "%s: %d pieces of %" PRIu64 " bytes for %zu bytes",
-                      fcclRegKeyDescribe(key, text, sizeof(text)), import->pieces, total, size);
+                      fcclMappingKeyDescribe(key, text, sizeof(text)), import->pieces, total, size);
   CUmemAllocationProp prop;
   cuMemProp(key->importDev, &prop);
   size_t granularity = 0;
@@ -290,14 +290,14 @@ unmap:
   return res;
 }
 
-static fcclResult_t cudaRegistryOpen(void* ctx, const struct fcclRegKey* key, size_t size, const void* arg,
-                                     void** base, void** opaque) {
+static fcclResult_t cudaMappingOpen(void* ctx, const struct fcclMappingKey* key, size_t size, const void* arg,
+                                    void** base, void** opaque) {
   (void)ctx;
   *opaque = NULL;
   fcclResult_t res = fcclSuccess;
   int previous;
   FCCLCHECK(fcclIpcSetDevice(key->importDev, &previous));
-  if (key->kind == FCCL_REG_CUMEM) {
+  if (key->kind == FCCL_MAPPING_CUMEM) {
     res = cuMemOpen(key, size, (const struct fcclCuMemImport*)arg, base);
   } else {
     cudaIpcMemHandle_t handle;
@@ -307,21 +307,21 @@ static fcclResult_t cudaRegistryOpen(void* ctx, const struct fcclRegKey* key, si
       char text[160];
       (void)cudaGetLastError();
       res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_IPC, "cudaIpcOpenMemHandle of %s failed: %s",
-                       fcclRegKeyDescribe(key, text, sizeof(text)), cudaGetErrorString(err));
+                       fcclMappingKeyDescribe(key, text, sizeof(text)), cudaGetErrorString(err));
     }
   }
   fcclIpcRestoreDevice(previous);
   return res;
 }
 
-static fcclResult_t cudaRegistryClose(void* ctx, const struct fcclRegKey* key, size_t size, void* base,
-                                      void* opaque) {
+static fcclResult_t cudaMappingClose(void* ctx, const struct fcclMappingKey* key, size_t size, void* base,
+                                     void* opaque) {
   (void)ctx;
   (void)opaque;
   fcclResult_t res = fcclSuccess;
   int previous;
   FCCLCHECK(fcclIpcSetDevice(key->importDev, &previous));
-  if (key->kind == FCCL_REG_CUMEM) {
+  if (key->kind == FCCL_MAPPING_CUMEM) {
     CUresult unmapped = pfn_cuMemUnmap((CUdeviceptr)base, size);
     CUresult freed = pfn_cuMemAddressFree((CUdeviceptr)base, size);
     if (unmapped != CUDA_SUCCESS)
@@ -335,26 +335,26 @@ static fcclResult_t cudaRegistryClose(void* ctx, const struct fcclRegKey* key, s
   return res;
 }
 
-static pthread_once_t registryOnce = PTHREAD_ONCE_INIT;
-static struct fcclRegistry* processRegistry;
-static fcclResult_t processRegistryResult = fcclInternalError;
+static pthread_once_t mappingsOnce = PTHREAD_ONCE_INIT;
+static struct fcclMappings* processMappings;
+static fcclResult_t processMappingsResult = fcclInternalError;
 
-static void createProcessRegistry(void) {
-  struct fcclRegistryOps ops = {.ctx = NULL, .open = cudaRegistryOpen, .close = cudaRegistryClose};
-  struct fcclRegistry* created = NULL;
-  processRegistryResult = fcclRegistryCreate(&ops, &created);
-  __atomic_store_n(&processRegistry, created, __ATOMIC_RELEASE);
+static void createProcessMappings(void) {
+  struct fcclMappingsOps ops = {.ctx = NULL, .open = cudaMappingOpen, .close = cudaMappingClose};
+  struct fcclMappings* created = NULL;
+  processMappingsResult = fcclMappingsCreate(&ops, &created);
+  __atomic_store_n(&processMappings, created, __ATOMIC_RELEASE);
 }
 
-struct fcclRegistry* fcclRegistryProcessIfCreated(void) {
-  return __atomic_load_n(&processRegistry, __ATOMIC_ACQUIRE);
+struct fcclMappings* fcclMappingsProcessIfCreated(void) {
+  return __atomic_load_n(&processMappings, __ATOMIC_ACQUIRE);
 }
 
-fcclResult_t fcclRegistryProcess(struct fcclRegistry** registry) {
+fcclResult_t fcclMappingsProcess(struct fcclMappings** mappings) {
   FCCLCHECK(fcclCudaDriverLoad());
-  pthread_once(&registryOnce, createProcessRegistry);
-  if (processRegistryResult != fcclSuccess) return processRegistryResult;
-  *registry = processRegistry;
+  pthread_once(&mappingsOnce, createProcessMappings);
+  if (processMappingsResult != fcclSuccess) return processMappingsResult;
+  *mappings = processMappings;
   return fcclSuccess;
 }
 
@@ -374,7 +374,7 @@ fcclResult_t fcclTransportMemAlloc(void** ptr, size_t size) {
   FCCLCHECK(fcclIpcCuMemSupported(dev, &cuMem));
   struct memAllocation* entry = calloc(1, sizeof(*entry));
   if (!entry) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
-  fcclResult_t res = fcclIpcAllocCreate(dev, size, cuMem ? FCCL_REG_CUMEM : FCCL_REG_LEGACY_IPC, &entry->alloc);
+  fcclResult_t res = fcclIpcAllocCreate(dev, size, cuMem ? FCCL_MAPPING_CUMEM : FCCL_MAPPING_LEGACY_IPC, &entry->alloc);
   if (res != fcclSuccess) {
     free(entry);
     return res;

@@ -5,7 +5,7 @@
  * fccl's own shared buffers and fcclMemAlloc memory are cuMem allocations (cuMemCreate with POSIX file-descriptor
  * export, granularity aligned, access set for the owning GPU and every GPU of this process that can reach it);
  * where the device cannot export cuMem memory (or FCCL_CUMEM_ENABLE=0) they are cudaMalloc allocations shared
- * with legacy CUDA IPC. The process registry (mappings.h) maps peers' allocations with the operations here.
+ * with legacy CUDA IPC. The process's mappings (mappings.h) map peers' allocations with the operations here.
  */
 #ifndef FCCL_TRANSPORT_IPC_H_
 #define FCCL_TRANSPORT_IPC_H_
@@ -28,7 +28,7 @@ const struct fcclProcessId* fcclProcessIdentity(void);
 
 /* An allocation of this process that peers may map. */
 struct fcclIpcAlloc {
-  int kind; /* FCCL_REG_CUMEM or FCCL_REG_LEGACY_IPC; 0: none */
+  int kind; /* FCCL_MAPPING_CUMEM or FCCL_MAPPING_LEGACY_IPC; 0: none */
   int dev;
   void* ptr;
   size_t size;
@@ -42,10 +42,10 @@ struct fcclIpcAlloc {
 /* Whether dev can allocate exportable cuMem memory (and FCCL_CUMEM_ENABLE allows it). */
 fcclResult_t fcclIpcCuMemSupported(int dev, int* supported);
 
-/* Allocates at least minBytes on dev (rounded up to the allocation granularity, 2 MiB on current GPUs) with
- * the kind given (FCCL_REG_CUMEM or FCCL_REG_LEGACY_IPC). cuMem memory is accessible from dev and every device of
- * this process that can access dev's memory. Not zeroed. The current device is left as it was.
- * fcclInvalidArgument when minBytes cannot be rounded up without overflowing. */
+/* Allocates at least minBytes on dev (rounded up to the allocation granularity, 2 MiB on current GPUs) with the kind
+ * given (FCCL_MAPPING_CUMEM or FCCL_MAPPING_LEGACY_IPC). cuMem memory is accessible from dev and every device of this
+ * process that can access dev's memory. Not zeroed. The current device is left as it was. fcclInvalidArgument when
+ * minBytes cannot be rounded up without overflowing. */
 fcclResult_t fcclIpcAllocCreate(int dev, size_t minBytes, int kind, struct fcclIpcAlloc* alloc);
 
 /* Creates the shareable handle (cuMem: a POSIX descriptor kept open until free; legacy: the IPC handle).
@@ -56,22 +56,22 @@ fcclResult_t fcclIpcAllocExport(struct fcclIpcAlloc* alloc);
  * legacy mappings must be closed first (teardown's barrier sees to it). */
 fcclResult_t fcclIpcAllocFree(struct fcclIpcAlloc* alloc);
 
-/* The registry key under which a process maps, for its device importDev, alloc: one of fccl's own allocations
+/* The mapping key under which a process maps, for its device importDev, alloc: one of fccl's own allocations
  * (an arena chunk) made by process owner (legacy: its IPC handle; cuMem: owner, device, serial, base and size).
  * The exporter and every importer build it from the same fields, so they all name the chunk alike. */
 void fcclIpcAllocKey(const struct fcclProcessId* owner, const struct fcclIpcAlloc* alloc, int importDev,
-                     struct fcclRegKey* key);
+                     struct fcclMappingKey* key);
 
-/* What the registry's cuMem open needs: one imported descriptor per piece, mapped back to back. The descriptors
- * stay owned by the caller. */
+/* What the cuMem open of the process's mappings needs: one imported descriptor per piece, mapped back to back. The
+ * descriptors stay owned by the caller. */
 struct fcclCuMemImport {
   int pieces;
   const int* fds;
   const uint64_t* sizes;
 };
 
-/* The process registry when something created it already, else NULL (statistics must not load the driver). */
-struct fcclRegistry* fcclRegistryProcessIfCreated(void);
+/* The process's mappings when something created them already, else NULL (statistics must not load the driver). */
+struct fcclMappings* fcclMappingsProcessIfCreated(void);
 
 /* Makes the current device dev for the lifetime of a call and restores the previous one. */
 fcclResult_t fcclIpcSetDevice(int dev, int* previous);

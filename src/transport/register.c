@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/comm/memory.c has the public calls),
- * and the registrations that captured graphs hold (graph_register.c) made the same way.
+ * User buffer registration: the work of fcclCommRegister / fcclCommDeregister (core/comm/memory.c has the public
+ * calls), and the registrations that captured graphs hold (graph_register.c) made the same way.
  *
  * A registered buffer travels as (identity of the allocation it lies in, offset): for cudaMalloc memory the legacy
  * IPC handle of the allocation's base, for cuMem memory (fcclMemAlloc, PyTorch expandable segments) the exporter's
  * identity and the run of physical allocations that covers the buffer, exported as POSIX descriptors and mapped
  * back to back by each importer. Registering the same or an overlapping range again names the same allocation,
- * so the registry takes another reference instead of mapping it again.
+ * so the process's mappings take another reference instead of mapping it again.
  */
 #include "transport_internal.h"
 
@@ -121,12 +121,12 @@ static fcclResult_t analyseBuffer(const struct fcclTransportParams* cfg, void* b
   if (pfn_cuPointerGetAttribute(&legacyCapable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) !=
       CUDA_SUCCESS)
     legacyCapable = 0;
-  exp->kind = legacyCapable ? FCCL_REG_LEGACY_IPC : FCCL_REG_CUMEM;
+  exp->kind = legacyCapable ? FCCL_MAPPING_LEGACY_IPC : FCCL_MAPPING_CUMEM;
 
   for (CUdeviceptr p = ptr; p < ptr + size;) {
     CUdeviceptr base = 0;
     size_t pieceSize = 0;
-    if (exp->kind == FCCL_REG_CUMEM) {
+    if (exp->kind == FCCL_MAPPING_CUMEM) {
       FCCLCHECK(cuMemMappingOf(p, &base, &pieceSize));
     } else if (pfn_cuMemGetAddressRange(&base, &pieceSize, p) != CUDA_SUCCESS) {
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
@@ -143,7 +143,7 @@ static fcclResult_t analyseBuffer(const struct fcclTransportParams* cfg, void* b
   exp->regionSize = 0;
   for (int i = 0; i < exp->pieces; i++) exp->regionSize += exp->sizes[i];
 
-  if (exp->kind == FCCL_REG_LEGACY_IPC) {
+  if (exp->kind == FCCL_MAPPING_LEGACY_IPC) {
     if (exp->pieces != 1)
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_IPC,
                         "fcclCommRegister: [%p, %p + %zu) spans %d cudaMalloc allocations; register each one", buf,
@@ -231,7 +231,7 @@ fcclResult_t fcclTransportReleaseRegistration(struct fcclTransport* t, struct fc
   fcclResult_t res = fcclSuccess;
   for (int p = 0; p < t->cfg.nranks; p++) {
     if (reg->keys[p].kind == 0) continue;
-    fcclResult_t released = fcclRegistryRelease(t->registry, &reg->keys[p]);
+    fcclResult_t released = fcclMappingsRelease(t->mappings, &reg->keys[p]);
     if (res == fcclSuccess) res = released;
   }
   freeRegistration(reg);
@@ -257,7 +257,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
   if (reg) {
     reg->peerBufs = calloc((size_t)nranks, sizeof(void*));
     reg->peerSizes = calloc((size_t)nranks, sizeof(size_t));
-    reg->keys = calloc((size_t)nranks, sizeof(struct fcclRegKey));
+    reg->keys = calloc((size_t)nranks, sizeof(struct fcclMappingKey));
   }
   if (!records || !items || !reg || !reg->peerBufs || !reg->peerSizes || !reg->keys)
     local = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
@@ -271,7 +271,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
                        "fcclCommRegister: %zu bytes at %p run past the end of the address space", size, buf);
   if (local == fcclSuccess) local = fcclIpcSetDevice(cfg->cudaDev, &previous);
   if (local == fcclSuccess) local = analyseBuffer(cfg, buf, size, &exp);
-  if (local == fcclSuccess && exp.kind == FCCL_REG_CUMEM && t->fdMode != FCCL_FD_MODE_PIDFD)
+  if (local == fcclSuccess && exp.kind == FCCL_MAPPING_CUMEM && t->fdMode != FCCL_FD_MODE_PIDFD)
     local = fcclFdSocketOpen(&sock);
   if (!records) {
     t->outOfStep = 1; /* nothing to take part in the exchange with: the peers time out */
@@ -301,7 +301,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
                            fcclGetErrorString((fcclResult_t)records[r].status));
       continue;
     }
-    if (records[r].kind == FCCL_REG_CUMEM && records[r].pieces > maxPieces) maxPieces = records[r].pieces;
+    if (records[r].kind == FCCL_MAPPING_CUMEM && records[r].pieces > maxPieces) maxPieces = records[r].pieces;
     if (records[r].pieces < 1 || records[r].pieces > MAX_PIECES) maxPieces = MAX_PIECES + 1;
   }
   if (maxPieces > MAX_PIECES) {
@@ -322,7 +322,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
       res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_IPC, "out of host memory");
       goto exit;
     }
-    if (local == fcclSuccess && exp.kind == FCCL_REG_CUMEM)
+    if (local == fcclSuccess && exp.kind == FCCL_MAPPING_CUMEM)
       for (int i = 0; i < exp.pieces; i++)
         pieces[(size_t)me * maxPieces + i] = (struct pieceRecord){.fd = exp.fds[i], .size = exp.sizes[i]};
     FCCLCHECKGOTO(fcclTransportAllGather(t, pieces, (size_t)maxPieces * sizeof(*pieces)), res, exit);
@@ -347,7 +347,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
     }
     if (t->peers[p].sameProcess) {
       reg->peerBufs[p] = (void*)(uintptr_t)(rec->regionPtr + rec->offset);
-      if (rec->kind == FCCL_REG_CUMEM) local = grantAccess(cfg, rec);
+      if (rec->kind == FCCL_MAPPING_CUMEM) local = grantAccess(cfg, rec);
       continue;
     }
     struct fcclImportItem* item = &items[p];
@@ -355,7 +355,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
     memset(&item->key, 0, sizeof(item->key));
     item->key.kind = (uint32_t)rec->kind;
     item->key.importDev = cfg->cudaDev;
-    if (rec->kind == FCCL_REG_LEGACY_IPC) {
+    if (rec->kind == FCCL_MAPPING_LEGACY_IPC) {
       memcpy(item->key.id, rec->legacyHandle, sizeof(rec->legacyHandle));
     } else {
       memcpy(item->key.id, rec->cuMemId, sizeof(rec->cuMemId));
@@ -366,7 +366,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
     }
     item->size = rec->regionSize;
   }
-  res = fcclTransportImport(t, items, exp.fds, exp.kind == FCCL_REG_CUMEM ? exp.pieces : 0, local, &sock);
+  res = fcclTransportImport(t, items, exp.fds, exp.kind == FCCL_MAPPING_CUMEM ? exp.pieces : 0, local, &sock);
   if (res != fcclSuccess) goto exit;
   for (int p = 0; p < nranks; p++) {
     if (!items[p].active) continue;
@@ -387,7 +387,7 @@ fcclResult_t fcclTransportRegisterBuffer(struct fcclTransport* t, void* buf, siz
   *handle = reg;
   reg = NULL;
   FCCL_INFO(FCCL_SUBSYS_IPC, "registered %p (%zu bytes, %s, %d allocation(s)) on %s: %" PRIu64 " %s", buf, size,
-            exp.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, cfg->name, registrations,
+            exp.kind == FCCL_MAPPING_CUMEM ? "cuMem" : "legacy IPC", exp.pieces, cfg->name, registrations,
             listed ? "registrations" : "registrations held by graphs");
 
 exit:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A communicator's peer memory: slot agreement in the per-process arenas, mapping of the peers' chunks through
- * the process registry, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.
+ * the process's mappings, the init-time P2P write/read-back check, and teardown. See transport.h and docs/ipc.md.
  *
  * Every collective step carries each rank's status, so a rank that failed locally keeps taking part in the
  * exchanges and every rank returns an error instead of waiting for the one that gave up.
@@ -116,7 +116,7 @@ static fcclResult_t checkPeerCapable(struct fcclTransport* t, int p) {
 
 /* The key of a peer's chunk, from what the peer said about itself and its chunk. */
 static void chunkKey(const struct fcclTransportRankInfo* info, const struct exportRecord* rec, int importDev,
-                     struct fcclRegKey* key) {
+                     struct fcclMappingKey* key) {
   struct fcclProcessId owner = {.hostHash = info->hostHash, .nonce = info->processNonce, .pid = info->pid};
   struct fcclIpcAlloc alloc;
   memset(&alloc, 0, sizeof(alloc));
@@ -206,9 +206,8 @@ static fcclResult_t agreeOnSlot(struct fcclTransport* t, fcclResult_t* local, st
     }
     if (res == fcclSuccess && *local == fcclSuccess && allClaimed) {
       t->slot = slot;
-      FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)",
-                cfg->name, slot, cfg->cudaDev, t->chunk.serial,
-                t->chunk.kind == FCCL_REG_CUMEM ? "cuMem" : "legacy IPC");
+      FCCL_INFO(FCCL_SUBSYS_IPC, "communicator %s takes arena slot %d of device %d (chunk %" PRIu64 ", %s)", cfg->name,
+                slot, cfg->cudaDev, t->chunk.serial, t->chunk.kind == FCCL_MAPPING_CUMEM ? "cuMem" : "legacy IPC");
       goto exit;
     }
     if (claimed) (void)fcclArenaRelease(t->arena, slot, 0);
@@ -228,9 +227,11 @@ exit:
   return res;
 }
 
-/* Classifies every peer and maps (or borrows) its chunk. */
+/* Classifies every peer and maps (or borrows) its chunk. The result is the collective import's; *kept, this rank's
+ * own bookkeeping after it. */
 static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const struct exportRecord* exports,
-                             struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes) {
+                             struct fcclFdSocket* sock, struct fcclImportItem* items, uint64_t* pieceSizes,
+                             fcclResult_t* kept) {
   const struct fcclTransportParams* cfg = &t->cfg;
   const int nranks = cfg->nranks, me = cfg->rank;
   char a[96], b[96];
@@ -266,7 +267,7 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
     } else {
       local = checkPeerCapable(t, p);
       if (local != fcclSuccess) break;
-      if (exports[p].kind != FCCL_REG_CUMEM && exports[p].kind != FCCL_REG_LEGACY_IPC) {
+      if (exports[p].kind != FCCL_MAPPING_CUMEM && exports[p].kind != FCCL_MAPPING_LEGACY_IPC) {
         local = FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_IPC, "rank %d exports a buffer of unknown kind %d", p,
                            exports[p].kind);
         break;
@@ -288,14 +289,33 @@ static fcclResult_t mapPeers(struct fcclTransport* t, fcclResult_t local, const 
     }
   }
   int myFd = t->chunk.exportFd;
-  fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_REG_CUMEM ? 1 : 0, local, sock);
+  fcclResult_t res = fcclTransportImport(t, items, &myFd, t->chunk.kind == FCCL_MAPPING_CUMEM ? 1 : 0, local, sock);
   if (res != fcclSuccess) return res;
+  /* Each mapping's reference goes to the peer's arena, which holds one per chunk for as long as a communicator of
+   * this process uses the arena: a later communicator over these ranks finds its chunk mapped (docs/ipc.md). A
+   * failure here is this rank's alone: it is carried into the next step (the P2P check), which every rank takes. */
+  *kept = fcclSuccess;
   for (int p = 0; p < nranks; p++) {
     if (!items[p].active) continue;
-    t->peers[p].mapped = items[p].held;
-    t->peers[p].key = items[p].key;
-    t->peers[p].chunkBase = items[p].base;
-    items[p].held = 0; /* owned by the peer entry from here on */
+    struct fcclTransportPeer* peer = &t->peers[p];
+    peer->key = items[p].key;
+    peer->mappedBytes = items[p].size;
+    peer->chunkBase = items[p].base;
+    items[p].held = 0;
+    struct fcclPeerArenaId id;
+    memset(&id, 0, sizeof(id));
+    id.hostHash = peer->info.hostHash;
+    id.processNonce = peer->info.processNonce;
+    id.pid = peer->info.pid;
+    id.dev = peer->info.dev;
+    id.slotBytes = fcclArenaSlotBytes(t->arena);
+    id.importDev = cfg->cudaDev;
+    fcclResult_t used = fcclPeerArenaUse(t->mappings, &id, &peer->remoteArena);
+    if (used == fcclSuccess)
+      used = fcclPeerArenaKeep(peer->remoteArena, &peer->key);
+    else
+      (void)fcclMappingsRelease(t->mappings, &peer->key);
+    if (*kept == fcclSuccess) *kept = used;
   }
   return fcclSuccess;
 }
@@ -383,8 +403,8 @@ exit:
 static void releasePeers(struct fcclTransport* t, fcclResult_t* res) {
   for (int p = 0; p < t->cfg.nranks; p++) {
     struct fcclTransportPeer* peer = &t->peers[p];
-    fcclResult_t released = peer->mapped ? fcclRegistryRelease(t->registry, &peer->key) : fcclSuccess;
-    peer->mapped = 0;
+    fcclResult_t released = peer->remoteArena ? fcclPeerArenaDone(peer->remoteArena) : fcclSuccess;
+    peer->remoteArena = NULL;
     fcclResult_t returned = peer->borrowed ? fcclArenaUnborrow(peer->peerArena, t->slot) : fcclSuccess;
     peer->borrowed = 0;
     if (*res == fcclSuccess) *res = released != fcclSuccess ? released : returned;
@@ -431,7 +451,7 @@ fcclResult_t fcclTransportInit(const struct fcclTransportParams* params, struct 
   local = parseFdMode(&t->fdMode);
   if (local == fcclSuccess) local = fcclCudaDriverLoad();
   if (local == fcclSuccess) local = fcclIpcSetDevice(cfg->cudaDev, &previous);
-  if (local == fcclSuccess) local = fcclRegistryProcess(&t->registry);
+  if (local == fcclSuccess) local = fcclMappingsProcess(&t->mappings);
   if (local == fcclSuccess) local = fcclArenaProcess(cfg->cudaDev, slotBytes, &t->arena);
   if (local == fcclSuccess && t->fdMode != FCCL_FD_MODE_PIDFD) local = fcclFdSocketOpen(&sock);
   struct fcclTransportRankInfo* self = &t->peers[me].info;
@@ -454,10 +474,11 @@ fcclResult_t fcclTransportInit(const struct fcclTransportParams* params, struct 
   for (int r = 0; r < nranks; r++) seed ^= fcclMix64(hellos[r].random + (uint64_t)r);
   t->tagSeed = seed;
 
-  FCCLCHECKGOTO(mapPeers(t, local, exports, &sock, items, pieceSizes), res, releaseSlot);
+  fcclResult_t kept = fcclSuccess;
+  FCCLCHECKGOTO(mapPeers(t, local, exports, &sock, items, pieceSizes, &kept), res, releaseSlot);
   for (int p = 0; p < nranks; p++)
     t->peers[p].slot = (char*)t->peers[p].chunkBase + fcclArenaSlotOffset(t->arena, t->slot);
-  FCCLCHECKGOTO(checkP2P(t, fcclSuccess, seed), res, releaseSlot);
+  FCCLCHECKGOTO(checkP2P(t, kept, seed), res, releaseSlot);
 
   fcclFdSocketClose(&sock);
   fcclIpcRestoreDevice(previous);
@@ -537,18 +558,21 @@ int fcclTransportSlotIndex(struct fcclTransport* t) { return t ? t->slot : -1; }
 
 void fcclTransportGetStats(struct fcclTransport* t, struct fcclTransportStats* stats) {
   memset(stats, 0, sizeof(*stats));
-  struct fcclRegistry* registry = fcclRegistryProcessIfCreated();
-  if (registry) {
-    struct fcclRegistryStats rs;
-    fcclRegistryGetStats(registry, &rs);
+  struct fcclMappings* mappings = fcclMappingsProcessIfCreated();
+  if (mappings) {
+    struct fcclMappingsStats rs;
+    fcclMappingsGetStats(mappings, &rs);
     stats->openMappings = rs.openMappings;
     stats->mappingReferences = rs.references;
     stats->bytesMapped = rs.bytesMapped;
     stats->totalOpens = rs.totalOpens;
     stats->totalCloses = rs.totalCloses;
   }
+  fcclArenaProcessStats(&stats->arenaChunks, &stats->arenaBytes);
   if (!t) return;
   stats->registrations = __atomic_load_n(&t->nRegistrations, __ATOMIC_RELAXED);
   stats->graphRegistrations = __atomic_load_n(&t->nGraphRegistrations, __ATOMIC_RELAXED);
-  stats->deviceBytes = fcclArenaChunkBytes(t->arena) / (size_t)fcclArenaSlotsPerChunk(t->arena);
+  /* The chunk as allocated (rounded up to the granularity), shared by its slots. Fixed once init returned. */
+  stats->deviceBytes = t->chunk.size / (size_t)fcclArenaSlotsPerChunk(t->arena);
+  for (int p = 0; p < t->cfg.nranks; p++) stats->peerBytes += t->peers[p].mappedBytes;
 }

@@ -29,8 +29,10 @@ struct fcclTransportRankInfo {
 struct fcclTransportPeer {
   struct fcclTransportRankInfo info;
   int sameProcess;
-  int mapped;                /* a registry reference is held on key */
-  struct fcclRegKey key;
+  struct fcclPeerArena* remoteArena; /* another process: its arena, in use by this communicator, which keeps the
+                                        mapping of key (the chunk of this communicator's slot) */
+  struct fcclMappingKey key;
+  uint64_t mappedBytes;      /* the size of that mapping */
   int borrowed;              /* same process: a reference on the peer arena's chunk is held */
   struct fcclArena* peerArena;
   void* chunkBase;           /* the peer's chunk, as comm's device addresses it */
@@ -43,13 +45,13 @@ struct fcclRegistration {
   size_t size;
   void** peerBufs;        /* nranks: each rank's registered buffer as comm's device addresses it */
   size_t* peerSizes;      /* nranks */
-  struct fcclRegKey* keys; /* nranks: registry keys held (kind 0: none, e.g. own or same-process) */
+  struct fcclMappingKey* keys; /* nranks: mapping keys held (kind 0: none, e.g. own or same-process) */
 };
 
 struct fcclTransport {
   struct fcclTransportParams cfg; /* as given at init; cfg.name points at name */
   char name[FCCL_TRANSPORT_NAME_MAX];
-  struct fcclRegistry* registry;
+  struct fcclMappings* mappings;
   struct fcclArena* arena;
   int slot;
   struct fcclIpcAlloc chunk; /* copy of our own chunk's allocation */
@@ -69,7 +71,7 @@ struct fcclTransport {
 /* One rank's export, as importers need it. */
 struct fcclImportItem {
   int active;               /* 0: nothing to import from this rank (self, same process) */
-  struct fcclRegKey key;    /* importDev = comm's device */
+  struct fcclMappingKey key; /* importDev = comm's device */
   size_t size;
   int pieces;
   const int32_t* remoteFds; /* cuMem: the exporter's descriptor numbers (pidfd_getfd) */
@@ -77,15 +79,15 @@ struct fcclImportItem {
   int pid;
   const char* sockName;     /* this rank's descriptor socket (set for every rank, active or not) */
   void* base;               /* out: local address of the mapping */
-  int held;                 /* out: a registry reference is held */
+  int held;                 /* out: a reference on its mapping is held */
 };
 
 /*
- * Maps every active item through the registry (a mapping open already takes a reference). Collective: every rank
- * calls it with its own items, its own exported descriptors (myFds, myPieces: sent over sock, whose name every
- * item's sockName gives for its rank, to peers that cannot pull them with pidfd_getfd) and its local status so
- * far. Ranks learn each other's status: either every rank succeeds or every rank returns an error (unless the
- * exchange itself fails). On failure nothing stays held.
+ * Maps every active item through the process's mappings (a mapping open already takes a reference). Collective: every
+ * rank calls it with its own items, its own exported descriptors (myFds, myPieces: sent over sock, whose name every
+ * item's sockName gives for its rank, to peers that cannot pull them with pidfd_getfd) and its local status so far.
+ * Ranks learn each other's status: either every rank succeeds or every rank returns an error (unless the exchange
+ * itself fails). On failure nothing stays held.
  */
 fcclResult_t fcclTransportImport(struct fcclTransport* transport, struct fcclImportItem* items, const int* myFds,
                                  int myPieces, fcclResult_t localStatus, struct fcclFdSocket* sock);

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/if_link.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -23,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RTNL_WAIT_S 3 /* the longest wait for the kernel's answer to a request */
@@ -250,6 +252,29 @@ const char* testWireLay(struct testWire* wire) {
 }
 
 int testWireEnter(const struct testWire* wire, int side) { return setns(wire->ns[side], CLONE_NEWNET) == 0 ? 0 : -1; }
+
+int testWireWaitRunning(const struct testWire* wire, int side, int ms, char* why, int whySize) {
+  snprintf(why, (size_t)whySize, "%s not seen", wire->end[side]);
+  for (int waited = 0;; waited += 10) {
+    struct ifaddrs* list = NULL;
+    if (getifaddrs(&list) != 0) {
+      snprintf(why, (size_t)whySize, "getifaddrs: %s", strerror(errno));
+      return -1;
+    }
+    int running = 0;
+    for (const struct ifaddrs* i = list; i; i = i->ifa_next) {
+      if (strcmp(i->ifa_name, wire->end[side]) != 0 || !i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      running = (i->ifa_flags & IFF_RUNNING) != 0;
+      snprintf(why, (size_t)whySize, "%s has its address, flags 0x%x (%s, %s)", wire->end[side], i->ifa_flags,
+               i->ifa_flags & IFF_UP ? "up" : "down", running ? "running" : "not running");
+    }
+    freeifaddrs(list);
+    if (running) return 0;
+    if (waited >= ms) return -1;
+    const struct timespec pause = {.tv_sec = 0, .tv_nsec = 10 * 1000000};
+    nanosleep(&pause, NULL);
+  }
+}
 
 int testWireCut(const struct testWire* wire, int side) {
   const int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

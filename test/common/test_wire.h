@@ -25,6 +25,12 @@ const char* testWireLay(struct testWire* wire);
 /* In a forked rank: moves the process into side's namespace. 0 on success. */
 int testWireEnter(const struct testWire* wire, int side);
 
+/* From a process in side's namespace: waits up to ms milliseconds for side's end to be running with its address
+ * (the kernel reports IFF_RUNNING once the link is up at both ends, which NCCL requires of an interface it will use;
+ * the report may come a moment after both ends were raised). 0 when it is; else -1, with what the interface
+ * showed last in why. */
+int testWireWaitRunning(const struct testWire* wire, int side, int ms, char* why, int whySize);
+
 /* Takes side's end down: from a process in side's namespace. 0 on success, else -1 with errno set. */
 int testWireCut(const struct testWire* wire, int side);
 

@@ -22,13 +22,20 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)fcclWireParseHello(data, size, &hello, why, sizeof(why));
   struct fcclWireRingHello ring;
   (void)fcclWireParseRingHello(data, size, &ring, why, sizeof(why));
+  struct fcclWireChallenge challenge;
+  (void)fcclWireParseChallenge(data, size, &challenge, why, sizeof(why));
+  int32_t rank;
+  if (fcclWireParseProbe(data, size, &rank, why, sizeof(why)) == FCCL_WIRE_OK &&
+      (rank < 0 || rank >= FCCL_BOOTSTRAP_MAX_RANKS))
+    __builtin_trap();
   struct fcclWireError error;
   if (fcclWireParseError(data, size, &error, why, sizeof(why)) == FCCL_WIRE_OK &&
       strlen(error.text) > FCCL_WIRE_ERROR_TEXT_MAX)
     __builtin_trap();
   static union fcclSocketAddress addrs[64];
+  static uint8_t nonces[64 * FCCL_WIRE_NONCE_BYTES];
   int nranks = 0;
-  if (fcclWireParseWelcome(data, size, addrs, 64, &nranks, why, sizeof(why)) == FCCL_WIRE_OK &&
+  if (fcclWireParseWelcome(data, size, addrs, nonces, 64, &nranks, why, sizeof(why)) == FCCL_WIRE_OK &&
       (nranks < 1 || nranks > 64))
     __builtin_trap();
   struct fcclWireId id;

@@ -286,14 +286,24 @@ static double toDouble(fcclDataType_t type, uint64_t bits) {
 /* Unit roundoff of the output type, of the accumulator, the smallest subnormal and the largest finite output. */
 static void typeLimits(fcclDataType_t type, double* epsOut, double* epsAcc, double* tiny, double* maxFinite) {
   switch (type) {
-    case fcclFloat16: *epsOut = ldexp(1, -11); *epsAcc = ldexp(1, -24); *tiny = ldexp(1, -24); *maxFinite = 65504; break;
+    case fcclFloat16:
+      *epsOut = ldexp(1, -11);
+      *epsAcc = ldexp(1, -24);
+      *tiny = ldexp(1, -24);
+      *maxFinite = 65504;
+      break;
     case fcclBfloat16:
       *epsOut = ldexp(1, -8);
       *epsAcc = ldexp(1, -24);
       *tiny = ldexp(1, -133);
       *maxFinite = (double)refBf16ToFloat(0x7f7f);
       break;
-    case fcclFloat32: *epsOut = ldexp(1, -24); *epsAcc = ldexp(1, -24); *tiny = ldexp(1, -149); *maxFinite = FLT_MAX; break;
+    case fcclFloat32:
+      *epsOut = ldexp(1, -24);
+      *epsAcc = ldexp(1, -24);
+      *tiny = ldexp(1, -149);
+      *maxFinite = FLT_MAX;
+      break;
     default: *epsOut = ldexp(1, -53); *epsAcc = ldexp(1, -53); *tiny = ldexp(1, -1074); *maxFinite = DBL_MAX; break;
   }
 }

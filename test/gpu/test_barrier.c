@@ -214,8 +214,7 @@ static void copyScenario(int rank, int nranks, const struct barrierArgs* args, i
     EXPECT_EQ_INT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     float* out = (float*)(buffer.base + COLL_GUARD); /* in place: rank 0's block starts the output */
     int64_t start = collNowNs();
-    EXPECT_EQ_INT(fcclAllGatherAlgo(out, out, count, fcclFloat32, comm, stream, FCCL_KERNEL_ALLGATHER_COPY),
-                  fcclSuccess);
+    EXPECT_EQ_INT(fcclAllGatherAlgo(out, out, count, fcclFloat32, comm, stream, FCCL_FORM_ALLGATHER_COPY), fcclSuccess);
     if (abortIt) {
       usleep(200000);
       EXPECT_EQ_INT(cudaStreamQuery(stream), cudaErrorNotReady); /* still waiting for rank 1 */

@@ -7,9 +7,14 @@
  * registered: any of the benchmarks with -R 1 (registered buffers), eagerly and in graph mode, checked clean, and
  * the COLL trace of every rank (FCCL_DEBUG_FILE) shows the kernel named KERNEL: the algorithm variable the test's
  * environment sets reached the calls on the registered buffers.
+ * p2p: sendrecv_perf or alltoall_perf (the calls fccl carries through NCCL) on two ranks, eagerly and in graph mode,
+ * checked clean, beside NCCL when the build has it; the in-place columns as nccl-tests has them (sendrecv_perf's
+ * timed, #wrong N/A; alltoall_perf's not run, N/A); a flipped element caught out of place. With one GPU the two
+ * ranks share it as two NCCL hosts (--share-gpu --hosts 2, NCCL's sockets on loopback).
  *
  *   test_bench_check <all_reduce_perf> [basic|types]
  *   test_bench_check <benchmark> registered KERNEL
+ *   test_bench_check <sendrecv_perf|alltoall_perf> p2p
  */
 #include "fccl_build_config.h"
 #include "test.h"
@@ -25,6 +30,8 @@
 
 typedef struct {
   int rows;
+  int rowsInPlaceNA;     /* rows whose fccl in-place #wrong reads N/A */
+  int rowsInPlaceNotRun; /* rows whose fccl in-place time reads N/A */
   int rowsFcclWrong[2];  /* rows with #wrong > 0, out of place / in place */
   int rowsNcclWrong[2];
   int rowsNcclColumns;   /* rows that carry NCCL columns */
@@ -70,6 +77,8 @@ static void run(const char* binary, const char* flags, runResult_t* result) {
       continue;
     }
     result->rows++;
+    if (strcmp(fields[12], "N/A") == 0) result->rowsInPlaceNA++;
+    if (strcmp(fields[9], "N/A") == 0) result->rowsInPlaceNotRun++;
     for (int place = 0; place < 2; place++) {
       if (strcmp(fields[8 + 4 * place], "N/A") != 0 && atof(fields[8 + 4 * place]) > 0) result->rowsFcclWrong[place]++;
       if (n == 21 && atof(fields[15 + 4 * place]) > 0) result->rowsNcclWrong[place]++;
@@ -154,9 +163,46 @@ static int modeRegistered(const char* binary, const char* ranks, const char* ker
   return testSummary("bench_check registered");
 }
 
+/* The p2p mode: sendrecv_perf or alltoall_perf on two ranks. */
+static int modeP2p(const char* binary, int gpus) {
+  const int allToAll = strstr(binary, "alltoall_perf") != NULL;
+  const char* ranks = gpus >= 2 ? "-np 2" : "-np 2 --share-gpu --hosts 2";
+  if (gpus < 2) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  /* 8 B .. 16 MiB by 8: 8 sizes. */
+  const char* sweep = "-b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d float --progress 0";
+  char flags[512];
+  runResult_t r;
+  static const char* const modes[][2] = {{"p2p", ""}, {"p2p, graph mode", "-G 2"}};
+  for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+    snprintf(flags, sizeof(flags), "%s %s %s%s", ranks, sweep, modes[m][1], FCCL_HAVE_NCCL ? " --compare nccl" : "");
+    run(binary, flags, &r);
+    expectClean(modes[m][0], &r, 8);
+    EXPECT_MSG(r.rowsInPlaceNA == 8, "%s: in-place #wrong N/A in %d of 8 rows", modes[m][0], r.rowsInPlaceNA);
+    EXPECT_MSG(r.rowsInPlaceNotRun == (allToAll ? 8 : 0), "%s: in-place not run in %d of 8 rows", modes[m][0],
+               r.rowsInPlaceNotRun);
+    if (FCCL_HAVE_NCCL)
+      EXPECT_MSG(r.rowsNcclColumns == 8, "%s: NCCL columns in %d of 8 rows", modes[m][0], r.rowsNcclColumns);
+    free(r.text);
+  }
+  /* A flipped element of rank 0's result is caught out of place (in place is not checked here, as in nccl-tests). */
+  snprintf(flags, sizeof(flags), "%s %s --inject-corruption", ranks, sweep);
+  run(binary, flags, &r);
+  EXPECT_MSG(r.status != 0 && r.rows == 8, "corrupted: status %d, %d rows\n%s", r.status, r.rows, r.text ? r.text : "");
+  /* The 8-byte all-to-all has empty blocks (nccl-tests rounds a rank's block down to 16 bytes): nothing to flip. */
+  const int rowsWithData = allToAll ? 7 : 8;
+  EXPECT_MSG(r.rowsFcclWrong[0] >= rowsWithData, "corrupted: #wrong > 0 in %d rows out of place, want %d or more",
+             r.rowsFcclWrong[0], rowsWithData);
+  EXPECT_MSG(r.outOfBoundsFailed, "corrupted: \"Out of bounds values\" does not say FAILED");
+  free(r.text);
+  return testSummary(allToAll ? "bench_check alltoall" : "bench_check sendrecv");
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || (argc > 2 && strcmp(argv[2], "registered") == 0 && argc < 4)) {
-    fprintf(stderr, "usage: %s <all_reduce_perf> [basic|types] | <benchmark> registered KERNEL\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s <all_reduce_perf> [basic|types] | <benchmark> registered KERNEL | <sendrecv_perf|"
+            "alltoall_perf> p2p\n",
+            argv[0]);
     return 1;
   }
   testRequireGpus(1);
@@ -168,6 +214,7 @@ int main(int argc, char** argv) {
   char flags[512];
   runResult_t r;
   if (strcmp(mode, "registered") == 0) return modeRegistered(binary, ranks, argv[3]);
+  if (strcmp(mode, "p2p") == 0) return modeP2p(binary, gpus);
   if (strcmp(mode, "types") == 0) {
     /* Every type (10) and op (5), two sizes each (odd element counts for some types), checked. */
     snprintf(flags, sizeof(flags), "%s -b 1001 -e 64064 -f 64 -n 3 -w 1 -c 1 -d all -o all --progress 0", ranks);

@@ -25,12 +25,18 @@ const char* moveFormName(int form) {
   }
 }
 
-int moveFirstKernel(int kind) {
+const fcclAlgoSet* moveSet(int kind) {
   switch (kind) {
-    case MOVE_ALLGATHER: return FCCL_KERNEL_ALLGATHER_LL;
-    case MOVE_REDUCESCATTER: return FCCL_KERNEL_REDUCESCATTER_LL;
-    default: return FCCL_KERNEL_BROADCAST_LL;
+    case MOVE_ALLGATHER: return &fcclAllGatherAlgos;
+    case MOVE_REDUCESCATTER: return &fcclReduceScatterAlgos;
+    default: return &fcclBroadcastAlgos;
   }
+}
+
+int moveAlgo(int kind, int form) {
+  const fcclAlgoSet* set = moveSet(kind);
+  if (form == MOVE_AUTO) return -1;
+  return form >= 0 && form < set->count ? set->algos[form] : FCCL_ALGO_IDS; /* no such form: an id the call refuses */
 }
 
 size_t moveSendElems(int kind, size_t count, int nranks) {
@@ -73,8 +79,8 @@ int moveAutoForm(int kind, int nranks, size_t blockBytes, int registered) {
                                       fcclDeviceCopyScatterMin());
   q.copyMoveMin = fcclDeviceCopyMoveMin();
   fcclAlgoChoice choice;
-  if (fcclMoveSelect(&q, moveFirstKernel(kind), &choice) != fcclSuccess) return MOVE_AUTO;
-  return (int)choice.algo - moveFirstKernel(kind);
+  if (fcclMoveSelect(&q, moveSet(kind), &choice) != fcclSuccess) return MOVE_AUTO;
+  return fcclAlgoSetForm(moveSet(kind), choice.algo);
 }
 
 void moveDescribe(const struct moveCase* c, uint64_t call, char* out, size_t size) {
@@ -139,7 +145,7 @@ void movePlace(const struct collContext* ctx, const struct moveCase* c, char** s
 
 fcclResult_t moveCall(const struct moveCase* c, const void* sendbuf, void* recvbuf, fcclComm_t comm,
                       cudaStream_t stream) {
-  const int algo = c->form == MOVE_AUTO ? -1 : moveFirstKernel(c->kind) + c->form;
+  const int algo = moveAlgo(c->kind, c->form);
   switch (c->kind) {
     case MOVE_ALLGATHER: return fcclAllGatherAlgo(sendbuf, recvbuf, c->count, c->type, comm, stream, algo);
     case MOVE_REDUCESCATTER:

@@ -19,6 +19,7 @@
 #ifndef FCCL_TEST_COLLECTIVES_COMMON_H_
 #define FCCL_TEST_COLLECTIVES_COMMON_H_
 
+#include "algo.h"
 #include "test_allreduce_common.h"
 
 #include <stddef.h>
@@ -32,8 +33,10 @@ enum { MOVE_ALLGATHER = 0, MOVE_REDUCESCATTER = 1, MOVE_BROADCAST = 2, MOVE_KIND
 /* "all-gather", "reduce-scatter", "broadcast"; "auto", "ll", "direct", "staged", "copy". */
 const char* moveName(int kind);
 const char* moveFormName(int form);
-/* The collective's first kernel (FCCL_KERNEL_ALLGATHER_LL, ...): a forced form runs kernel first + form. */
-int moveFirstKernel(int kind);
+/* The collective's forms (fcclAllGatherAlgos, ...), and the algorithm that forces form (-1 for MOVE_AUTO; for a
+ * form the collective does not have, an id its internal entry point refuses): the internal entry points' algo. */
+const fcclAlgoSet* moveSet(int kind);
+int moveAlgo(int kind, int form);
 
 /* Elements of each rank's send and receive buffer for a call of count elements on nranks ranks. */
 size_t moveSendElems(int kind, size_t count, int nranks);

@@ -89,6 +89,12 @@ static void testBasic(struct rankCtx* ctx) {
   EXPECT_EQ_INT(s.openMappings, ctx->nranks - 1); /* one chunk per peer process */
   EXPECT_EQ_INT(s.mappingReferences, ctx->nranks - 1);
   EXPECT(s.commDeviceBytes >= SLOT_BYTES);
+  /* A first communicator allocates its own slot's chunk only (within the 2 MiB granularity), and maps its peers'. */
+  EXPECT(s.commDeviceBytes < SLOT_BYTES + (2u << 20) + 4096);
+  EXPECT_EQ_INT(s.arenaChunks, 1);
+  EXPECT_EQ_INT(s.arenaBytes, s.commDeviceBytes);
+  EXPECT_EQ_INT(s.commPeerBytes, (uint64_t)(ctx->nranks - 1) * s.commDeviceBytes);
+  EXPECT_EQ_INT(s.bytesMapped, s.commPeerBytes);
   EXPECT(flagExchange(ctx, &comm, 0x1000, 0, 0));
   /* The last bytes of the slot are reachable too. */
   EXPECT(flagExchange(ctx, &comm, 0x2000, SLOT_BYTES / 8 - NRANKS, 1));
@@ -127,7 +133,8 @@ static void testReinit(struct rankCtx* ctx) {
   EXPECT_MSG(distinct, "a new communicator took the slot of the one still alive");
   EXPECT_EQ_INT(first.openMappings, last.openMappings);
   EXPECT_EQ_INT(first.mappingReferences, last.mappingReferences);
-  EXPECT_EQ_INT(last.openMappings, ctx->nranks - 1);
+  EXPECT_EQ_INT(last.openMappings, 2 * (ctx->nranks - 1)); /* two communicators alive: a chunk each */
+  EXPECT_EQ_INT(last.arenaChunks, 2);
   EXPECT_EQ_INT(last.totalOpens, first.totalOpens); /* nothing was mapped after round 1 */
   printf("rank %d: %ld rounds of init-without-destroy: %llu mappings open after round 1 and after round %ld, "
          "%llu opened in all\n", ctx->rank, rounds, (unsigned long long)first.openMappings, rounds,
@@ -184,7 +191,10 @@ static void testTwoComms(struct rankCtx* ctx) {
   }
   EXPECT(fcclTransportSlotIndex((&a)->transport) != fcclTransportSlotIndex((&b)->transport));
   EXPECT(fcclTransportPeerSlot((&a)->transport, ctx->rank) != fcclTransportPeerSlot((&b)->transport, ctx->rank));
-  EXPECT_EQ_INT(stats(NULL).openMappings, ctx->nranks - 1); /* both slots live in the same chunks */
+  /* Each slot is a chunk of its own: two of every peer's mapped, two of this rank's allocated. */
+  fcclMemStats_t both = stats(NULL);
+  EXPECT_EQ_INT(both.openMappings, 2 * (ctx->nranks - 1));
+  EXPECT_EQ_INT(both.arenaChunks, 2);
   cudaStream_t streams[2];
   EXPECT_EQ_INT(cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking), cudaSuccess);
   EXPECT_EQ_INT(cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking), cudaSuccess);

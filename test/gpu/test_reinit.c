@@ -10,7 +10,8 @@
  *            memory (cudaMemGetInfo) back to where it was after the first cycle (the arena frees its chunks when
  *            the device's last communicator goes); a barrier every 100 cycles.
  *   two    - two communicators alive at once over the same GPUs, all-reduces alternating between them on two
- *            streams: both correct.
+ *            streams: both correct; the first allocated one slot's chunk, the second one more
+ *            (fcclCommGetMemStats).
  */
 #include "test_cycles.h"
 #include "test_ipc_common.h"
@@ -110,7 +111,8 @@ static void testReport(struct rankCtx* ctx) {
   EXPECT_EQ_INT(first.openMappings, last.openMappings);
   EXPECT_EQ_INT(first.mappingReferences, last.mappingReferences);
   EXPECT_EQ_INT(last.totalOpens, first.totalOpens);
-  EXPECT_EQ_INT(last.openMappings, ctx->nranks - 1);
+  EXPECT_EQ_INT(last.openMappings, 2 * (ctx->nranks - 1)); /* two communicators alive: each slot its own chunk */
+  EXPECT_EQ_INT(last.arenaChunks, 2);
   printf("rank %d: %ld rounds of init without destroy, %d barriers completed: open mappings %llu after round 1, "
          "%llu after round %ld\n", ctx->rank, rounds, completed, (unsigned long long)first.openMappings,
          (unsigned long long)last.openMappings, rounds);
@@ -155,12 +157,25 @@ static void testCycles(struct rankCtx* ctx) {
 static void testTwo(struct rankCtx* ctx) {
   fcclComm_t comms[2] = {NULL, NULL};
   if (create(ctx, &comms[0], "two-a") != fcclSuccess) return;
+  /* A first communicator allocates the chunk of its one slot, and maps one chunk of each peer. */
+  fcclMemStats_t first = stats(comms[0]);
+  EXPECT_EQ_INT(first.arenaChunks, 1);
+  EXPECT_EQ_INT(first.arenaBytes, first.commDeviceBytes);
+  EXPECT_EQ_INT(first.commPeerBytes, (uint64_t)(ctx->nranks - 1) * first.commDeviceBytes);
+  printf("rank %d: a first communicator of %d ranks: %.1f MiB of its own, %.1f MiB of its peers' mapped\n", ctx->rank,
+         ctx->nranks, (double)first.commDeviceBytes / 1048576.0, (double)first.commPeerBytes / 1048576.0);
   if (create(ctx, &comms[1], "two-b") != fcclSuccess) {
     destroy(comms[0]);
     return;
   }
   EXPECT(fcclTransportSlotIndex(comms[0]->transport) != fcclTransportSlotIndex(comms[1]->transport));
-  EXPECT_EQ_INT(stats(NULL).openMappings, ctx->nranks - 1); /* both slots live in the same chunks */
+  /* Each slot is a chunk of its own, allocated when its communicator came: what fcclCommGetMemStats reports. */
+  fcclMemStats_t a = stats(comms[0]), b = stats(comms[1]);
+  EXPECT_EQ_INT(a.commDeviceBytes, b.commDeviceBytes);
+  EXPECT_EQ_INT(b.arenaChunks, 2);
+  EXPECT_EQ_INT(b.arenaBytes, a.commDeviceBytes + b.commDeviceBytes);
+  EXPECT_EQ_INT(b.openMappings, 2 * (ctx->nranks - 1));
+  EXPECT_EQ_INT(b.bytesMapped, a.commPeerBytes + b.commPeerBytes);
   enum { COUNT = 70001 }; /* odd */
   cudaStream_t streams[2];
   int32_t* dev[2] = {NULL, NULL};

@@ -134,7 +134,8 @@ static int wrongSecretRank(int rank, int nranks, void* arg) {
   if (rank == 2) {
     fcclUniqueId forged = args->id;
     forged.internal[8] ^= 0x5a; /* the secret */
-    expectInitFails(&forged, 1, 2, LONG_TIMEOUT_MS, fcclRemoteError, "wrong secret", NULL, 2000);
+    expectInitFails(&forged, 1, 2, LONG_TIMEOUT_MS, fcclRemoteError, "cannot prove that it knows this communicator's",
+                    NULL, 2000);
     testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }
@@ -471,10 +472,10 @@ static int envStrangerRank(int rank, int nranks, void* arg) {
     setEnvLaunch(1, 2, "127.0.0.1", args->shared->port, "guessed-from-what-anyone-sees");
     struct fcclEnvLaunch launch;
     EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
-    launch.secret = fcclBootstrapEnvSecret("", launch.addr, launch.nranks);
+    EXPECT_EQ_INT(fcclBootstrapEnvSecret("", launch.addr, launch.nranks, launch.secret), fcclSuccess);
     struct fcclBootstrap* b = NULL;
     EXPECT_EQ_INT(fcclBootstrapEnvInit(&launch, 3000, NULL, &b), fcclRemoteError);
-    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "wrong secret");
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "cannot prove that it knows this communicator's secret");
     testShmPost(&args->shared->flags[2], 1);
     return testFailed != 0;
   }

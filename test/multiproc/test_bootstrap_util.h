@@ -11,7 +11,9 @@
 #include "test_shm.h"
 
 #include <dirent.h>
+#include <grp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +78,23 @@ static inline int bootCountFds(void) {
     if (entry->d_name[0] != '.') count++;
   closedir(dir);
   return count - 1; /* the directory's own descriptor */
+}
+
+/* The uid (and gid) of user nobody, which a stranger of another user becomes. */
+#define BOOT_NOBODY 65534
+
+/*
+ * In a forked stranger: becomes user nobody, so that it is a process of another user, as on a shared host. 1 when it
+ * did; 0 when this is not root (it stays this user); -1 when it could not.
+ */
+static inline int bootBecomeNobody(void) {
+  if (geteuid() != 0) return 0;
+  if (setgroups(0, NULL) != 0 || setresgid(BOOT_NOBODY, BOOT_NOBODY, BOOT_NOBODY) != 0 ||
+      setresuid(BOOT_NOBODY, BOOT_NOBODY, BOOT_NOBODY) != 0) {
+    perror("becoming nobody");
+    return -1;
+  }
+  return 1;
 }
 
 #endif /* FCCL_TEST_BOOTSTRAP_UTIL_H_ */

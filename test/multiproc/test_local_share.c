@@ -3,7 +3,9 @@
  * fcclBootstrapLocalShare (fcclCommShrink's rendezvous) with real processes: member 0 hands a unique id to the
  * others over an abstract Unix socket; two members in one process (threads) and one in another get it; a process
  * that is not a member and claims a member's place is refused and never sees the id; a member that never comes is
- * named in member 0's fcclTimeout; a stranger holding the socket's name first is refused by every member.
+ * named in member 0's fcclTimeout; a stranger holding the socket's name first is refused by every member; and
+ * connections of a member's process that say nothing (eight of them, each held until it is closed) hold up nobody:
+ * member 0 serves the members side by side. (Strangers of another user: test_local_share_strangers.c.)
  */
 #include "bootstrap.h"
 #include "test.h"
@@ -190,9 +192,65 @@ static void testSquatterIsRefused(void) {
   printf("a stranger holding the name was refused by both members: ok\n");
 }
 
+/* Member 2's process opens silent connections to the socket before it asks for the id itself; member 1 (a thread of
+ * member 0's process) asks at once. Served one at a time for a second each, they would outlast the timeout. */
+#define SILENT_CONNECTIONS 8
+static int silentRank(int rank, int nranks, void* arg) {
+  (void)nranks;
+  testFailed = 0;
+  struct shared* s = arg;
+  if (rank == 0) s->pids[0] = s->pids[1] = getpid();
+  if (rank == 1) s->pids[2] = getpid();
+  EXPECT_EQ_INT(testShmBarrier(s->shm, rank), TEST_SHM_OK);
+  if (rank == 0) {
+    pthread_t second;
+    struct memberArgs a0 = {s, 0, 3}, a1 = {s, 1, 3};
+    pthread_create(&second, NULL, memberThread, &a1);
+    memberThread(&a0);
+    pthread_join(second, NULL);
+  } else {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    int len = snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1, "fccl-share-%s", s->name);
+    const socklen_t addrLen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    int silent[SILENT_CONNECTIONS];
+    int opened = 0;
+    for (int64_t end = nowMs() + SHARE_TIMEOUT_MS; opened < SILENT_CONNECTIONS && nowMs() < end;) {
+      int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(fd, (struct sockaddr*)&addr, addrLen) == 0) {
+        silent[opened++] = fd;
+      } else {
+        close(fd);
+        usleep(1000); /* member 0 does not listen yet */
+      }
+    }
+    EXPECT_EQ_INT(opened, SILENT_CONNECTIONS);
+    struct memberArgs a2 = {s, 2, 3};
+    memberThread(&a2);
+    for (int i = 0; i < opened; i++) close(silent[i]);
+  }
+  EXPECT_EQ_INT(testShmBarrier(s->shm, rank), TEST_SHM_OK);
+  return testFailed != 0;
+}
+
+static void testSilentConnectionsHoldNobody(void) {
+  const int before = testFailed;
+  struct shared* s = sharedNew(2, "silent");
+  EXPECT_EQ_INT(testShmForkRanks(s->shm, silentRank, s, 60, NULL), 0);
+  for (int m = 0; m < 3; m++) {
+    EXPECT_MSG(s->results[m] == fcclSuccess, "member %d: %d", m, s->results[m]);
+    EXPECT_MSG(memcmp(&s->got[m], &s->sent, sizeof(s->sent)) == 0, "member %d got another id", m);
+  }
+  testShmDestroy(s->shm);
+  printf("%d silent connections of a member's process held up no member: %s\n", SILENT_CONNECTIONS,
+         testFailed == before ? "ok" : "FAILED");
+}
+
 int main(void) {
   testHandsTheId();
   testAbsentMemberIsNamed();
   testSquatterIsRefused();
+  testSilentConnectionsHoldNobody();
   return testSummary("local_share");
 }

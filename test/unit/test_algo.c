@@ -30,8 +30,8 @@ static int pick(uint64_t bytes, int nranks, int registered) {
 }
 
 static void testTable(void) {
-  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 8 MiB (one staging chunk), two-shot beyond; registered:
-   * two-shot after LL128. */
+  /* 2 ranks: LL up to 256 KiB, LL128 up to 1 MiB, plain one-shot up to 8 MiB (one staging chunk), two-shot beyond;
+   * registered: two-shot after LL128. */
   EXPECT_EQ_INT(pick(8, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick(256 << 10, 2, 0), FCCL_ALGO_LL);
   EXPECT_EQ_INT(pick((256 << 10) + 1, 2, 0), FCCL_ALGO_LL128);
@@ -127,9 +127,9 @@ static void testGrids(void) {
   for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++) {
     for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
       for (int registered = 0; registered < 2; registered++) {
-        for (int algo = -1; algo < FCCL_ALGO_COUNT; algo++) {
+        for (int form = -1; form < fcclAllReduceAlgos.count; form++) {
           fcclAlgoQuery q = query(bytes, nranks, registered);
-          q.forced = algo;
+          q.forced = form < 0 ? -1 : fcclAllReduceAlgos.algos[form];
           q.strict = 0;
           fcclAlgoChoice c;
           EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
@@ -178,7 +178,7 @@ static void testForced(void) {
   q.forced = FCCL_ALGO_TWOSHOT_STAGED;
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_ALGO_TWOSHOT_STAGED);
-  q.forced = FCCL_ALGO_COUNT;
+  q.forced = FCCL_ALGO_IDS; /* no algorithm at all */
   EXPECT_EQ_INT(fcclAlgoSelect(&q, &c), fcclInvalidArgument);
   /* More rounds than a signal can count: refused, not wrapped. */
   q = query(1ull << 40, 2, 0);
@@ -215,9 +215,18 @@ static void testNames(void) {
   EXPECT_EQ_INT(fcclAlgoResolveRequest(FCCL_ALGO_REQUEST_TWOSHOT, 0), FCCL_ALGO_TWOSHOT_STAGED);
   EXPECT_EQ_INT(fcclAlgoResolveRequest(FCCL_ALGO_REQUEST_TWOSHOT, 1), FCCL_ALGO_TWOSHOT_REG);
   EXPECT_EQ_INT(fcclAlgoResolveRequest(FCCL_ALGO_LL, 1), FCCL_ALGO_LL);
-  for (int algo = 0; algo < FCCL_ALGO_COUNT; algo++) EXPECT_EQ_INT(fcclAlgoParseRequest(fcclAlgoName(algo)), algo);
+  /* FCCL_ALGO takes every all-reduce algorithm by its name, and lists them all in its message. */
+  for (int form = 0; form < fcclAllReduceAlgos.count; form++) {
+    const int algo = fcclAllReduceAlgos.algos[form];
+    EXPECT_EQ_INT(fcclAlgoParseRequest(fcclAlgoName(algo)), algo);
+    EXPECT_STR_CONTAINS(fcclAllReduceAlgos.requestNames, fcclAlgoName(algo));
+  }
+  EXPECT_STR_CONTAINS(fcclAllReduceAlgos.requestNames, "auto, oneshot, twoshot, ll, oneshot_push");
   EXPECT(strcmp(fcclAlgoName(FCCL_KERNEL_BARRIER), "barrier") == 0);
+  EXPECT(strcmp(fcclAlgoName(FCCL_KERNEL_FUSED_NORM), "fused_norm") == 0);
   EXPECT(strcmp(fcclAlgoName(77), "unknown") == 0);
+  EXPECT(strcmp(fcclAlgoName(FCCL_ALGO_IDS), "unknown") == 0);
+  EXPECT(strcmp(fcclAlgoName(-1), "unknown") == 0);
 }
 
 static void testLayout(void) {
@@ -343,7 +352,7 @@ static void testArguments(void) {
   EXPECT_EQ_INT(fcclAllReduce(fake, (char*)fake + 4, 4, fcclFloat64, fcclMax, &comm, NULL), fcclInvalidArgument);
   EXPECT_EQ_INT(fcclAllReduce(fake, fake, SIZE_MAX / 4, fcclInt64, fcclSum, &comm, NULL), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "overflows");
-  EXPECT_EQ_INT(fcclAllReduceAlgo(fake, fake, 4, fcclFloat32, fcclSum, &comm, NULL, FCCL_ALGO_COUNT),
+  EXPECT_EQ_INT(fcclAllReduceAlgo(fake, fake, 4, fcclFloat32, fcclSum, &comm, NULL, FCCL_ALGO_IDS),
                 fcclInvalidArgument);
   /* Valid arguments, but the communicator has no device state. */
   EXPECT_EQ_INT(fcclAllReduce(fake, fake, 4, fcclFloat32, fcclSum, &comm, NULL), fcclInvalidUsage);
@@ -389,16 +398,16 @@ static void testArchRunnable(void) {
 
 /* ---- all-gather, reduce-scatter, broadcast: fcclMoveSelect --------------------------------------------------- */
 
-/* The three collectives' first kernels (their forms are firstKernel + FCCL_MOVE_LL / _DIRECT / _STAGED, and _COPY
- * for the all-gather and the broadcast). */
-static const int kMoveFirst[] = {FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_REDUCESCATTER_LL, FCCL_KERNEL_BROADCAST_LL};
+/* The three collectives' sets (their forms are FCCL_MOVE_LL / _DIRECT / _STAGED, and _COPY for the all-gather and
+ * the broadcast). */
+static const fcclAlgoSet* const kMoveSets[] = {&fcclAllGatherAlgos, &fcclReduceScatterAlgos, &fcclBroadcastAlgos};
 #define MOVE_COLLECTIVES 3
 
-static int movePick(uint64_t bytes, int nranks, int registered, int first) {
+static int movePick(uint64_t bytes, int nranks, int registered, const fcclAlgoSet* set) {
   fcclAlgoQuery q = query(bytes, nranks, registered);
   fcclAlgoChoice c;
-  if (fcclMoveSelect(&q, first, &c) != fcclSuccess) return -1;
-  return (int)c.algo - first;
+  if (fcclMoveSelect(&q, set, &c) != fcclSuccess) return -1;
+  return fcclAlgoSetForm(set, c.algo);
 }
 
 /* The automatic choice: LL packets for a block up to the all-reduce's LL limit of the rank count (256 KiB for 1
@@ -410,36 +419,36 @@ static void testMoveTable(void) {
     uint64_t llMax;
   } rows[] = {{1, 256 << 10}, {2, 256 << 10}, {3, 32 << 10}, {4, 32 << 10}, {5, 16 << 10}, {8, 16 << 10}};
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
+    const fcclAlgoSet* set = kMoveSets[m];
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
       const int n = rows[r].nranks;
       const uint64_t llMax = rows[r].llMax;
       for (int registered = 0; registered < 2; registered++) {
         const int beyond = registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
-        EXPECT_MSG(movePick(1, n, registered, first) == FCCL_MOVE_LL, "kernel %d, %d ranks: 1 byte", first, n);
-        EXPECT_MSG(movePick(llMax, n, registered, first) == FCCL_MOVE_LL, "kernel %d, %d ranks: %llu bytes", first,
-                   n, (unsigned long long)llMax);
-        EXPECT_MSG(movePick(llMax + 1, n, registered, first) == beyond, "kernel %d, %d ranks, registered %d: %llu "
-                   "bytes", first, n, registered, (unsigned long long)llMax + 1);
-        EXPECT_MSG(movePick(1ull << 30, n, registered, first) == beyond, "kernel %d, %d ranks: 1 GiB", first, n);
+        EXPECT_MSG(movePick(1, n, registered, set) == FCCL_MOVE_LL, "%s, %d ranks: 1 byte", set->collective, n);
+        EXPECT_MSG(movePick(llMax, n, registered, set) == FCCL_MOVE_LL, "%s, %d ranks: %llu bytes", set->collective, n,
+                   (unsigned long long)llMax);
+        EXPECT_MSG(movePick(llMax + 1, n, registered, set) == beyond, "%s, %d ranks, registered %d: %llu bytes",
+                   set->collective, n, registered, (unsigned long long)llMax + 1);
+        EXPECT_MSG(movePick(1ull << 30, n, registered, set) == beyond, "%s, %d ranks: 1 GiB", set->collective, n);
       }
     }
     /* The LL area bounds the table: a block that does not fit it goes by the other forms, even below llMax. */
     fcclAlgoQuery q = query(8 << 10, 2, 0);
     q.llBytes = 4 << 10;
     fcclAlgoChoice c;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
     q.registered = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_DIRECT]);
     /* In place or not, LL128 allowed or not, the copy engines' threshold: none of them changes the choice. */
     q = query(1 << 20, 2, 1);
     q.inPlace = 1;
     q.ll128Auto = 1;
     q.copyScatterMin = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_DIRECT]);
     EXPECT_EQ_INT(c.scatter, FCCL_SCATTER_PULL);
   }
 }
@@ -450,19 +459,19 @@ static void testMoveTable(void) {
  * pass; staged rounds of one staging chunk. */
 static void testMoveGrids(void) {
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
+    const fcclAlgoSet* set = kMoveSets[m];
     for (int nranks = 1; nranks <= FCCL_DEVICE_MAX_RANKS; nranks++) {
       for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
         for (int registered = 0; registered < 2; registered++) {
-          for (int forced = -1; forced < fcclMoveForms(first); forced++) {
+          for (int forced = -1; forced < set->count; forced++) {
             fcclAlgoQuery q = query(bytes, nranks, registered);
-            q.forced = forced < 0 ? -1 : first + forced;
+            q.forced = forced < 0 ? -1 : set->algos[forced];
             q.strict = 0;
             fcclAlgoChoice c;
             memset(&c, 0xff, sizeof(c));
-            EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-            const int form = (int)c.algo - first;
-            EXPECT(form >= FCCL_MOVE_LL && form < fcclMoveForms(first));
+            EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+            const int form = fcclAlgoSetForm(set, c.algo);
+            EXPECT(form >= FCCL_MOVE_LL && form < set->count);
             EXPECT(c.blocks >= 1 && c.blocks <= FCCL_DEVICE_MAX_BLOCKS && c.blocks <= q.smCount);
             EXPECT(c.threads >= 32 && c.threads <= FCCL_DEVICE_THREADS && c.threads % 32 == 0);
             EXPECT(c.threads >= nranks);
@@ -502,7 +511,7 @@ static void testMoveGrids(void) {
                 (forced == FCCL_MOVE_LL && bytes <= q.llBytes))
               EXPECT_EQ_INT(form, forced);
             fcclAlgoChoice again;
-            EXPECT_EQ_INT(fcclMoveSelect(&q, first, &again), fcclSuccess);
+            EXPECT_EQ_INT(fcclMoveSelect(&q, set, &again), fcclSuccess);
             EXPECT(again.algo == c.algo && again.blocks == c.blocks && again.threads == c.threads &&
                    again.roundUnits == c.roundUnits);
           }
@@ -513,30 +522,30 @@ static void testMoveGrids(void) {
   /* Large blocks fill the device, one block of 512 threads per SM: direct and staged alike. */
   fcclAlgoQuery q = query(256u << 20, 2, 1);
   fcclAlgoChoice c;
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_ALLGATHER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclAllGatherAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_ALLGATHER_DIRECT);
   EXPECT_EQ_INT(c.blocks, 132);
   EXPECT_EQ_INT(c.threads, 512);
   q = query(256u << 20, 2, 0);
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclReduceScatterAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_REDUCESCATTER_STAGED);
   EXPECT_EQ_INT(c.blocks, 132);
   EXPECT_EQ_INT(c.roundUnits, (8u << 20) / 16); /* one 8 MiB chunk per round (32 MiB of staging, 2 ranks) */
   /* A small staging chunk: rounds of it, and no more blocks than a round has units for. */
   q.chunkBytes = 4096;
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_BROADCAST_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclBroadcastAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_BROADCAST_STAGED);
   EXPECT_EQ_INT(c.roundUnits, 256);
   EXPECT_EQ_INT(c.blocks, 1);
   /* Tiny blocks: one warp of one block. */
   q = query(40, 2, 0);
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_BROADCAST_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclBroadcastAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_BROADCAST_LL);
   EXPECT_EQ_INT(c.blocks, 1);
   EXPECT_EQ_INT(c.threads, 32);
   /* The whole LL area of 2 ranks (32768 packets): 128 blocks of 256 threads, one packet each. */
   q = query(256 << 10, 2, 0);
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_ALLGATHER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclAllGatherAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_ALLGATHER_LL);
   EXPECT_EQ_INT(c.blocks, 128);
   EXPECT_EQ_INT(c.threads, FCCL_LL_THREADS);
@@ -547,91 +556,89 @@ static void testMoveGrids(void) {
  * another collective is refused either way. */
 static void testMoveForced(void) {
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
+    const fcclAlgoSet* set = kMoveSets[m];
     fcclAlgoChoice c;
     /* LL beyond the LL area (256 KiB for 2 ranks). */
     fcclAlgoQuery q = query((256 << 10) + 8, 2, 0);
-    q.forced = first + FCCL_MOVE_LL;
+    q.forced = set->algos[FCCL_MOVE_LL];
     q.strict = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "LL area");
-    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(first + FCCL_MOVE_LL));
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(set->algos[FCCL_MOVE_LL]));
     q.strict = 0;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
     /* ...but forced, LL runs a block above the table's limit that still fits the area (3 ranks: 32 KiB limit,
      * 168 KiB area). */
     q = query(100 << 10, 3, 0);
-    q.forced = first + FCCL_MOVE_LL;
+    q.forced = set->algos[FCCL_MOVE_LL];
     q.strict = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_LL]);
     /* Direct on plain buffers. */
     q = query(4 << 20, 2, 0);
-    q.forced = first + FCCL_MOVE_DIRECT;
+    q.forced = set->algos[FCCL_MOVE_DIRECT];
     q.strict = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not registered");
     q.strict = 0;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
     q = query(1000, 2, 0); /* falls back to the table: LL at this size */
-    q.forced = first + FCCL_MOVE_DIRECT;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    q.forced = set->algos[FCCL_MOVE_DIRECT];
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_LL]);
     /* Direct, staged and copy at LL sizes, LL and staged on registered buffers: forced, they run. */
     q = query(1000, 2, 1);
     q.strict = 1;
-    for (int form = FCCL_MOVE_LL; form < fcclMoveForms(first); form++) {
-      q.forced = first + form;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + form);
+    for (int form = FCCL_MOVE_LL; form < set->count; form++) {
+      q.forced = set->algos[form];
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[form]);
     }
     /* Staged without staging, and with more rounds than a signal counts (+2 for the broadcast's ready step). */
     q = query(4 << 20, 2, 0);
     q.chunkBytes = 0;
-    q.forced = first + FCCL_MOVE_STAGED;
+    q.forced = set->algos[FCCL_MOVE_STAGED];
     q.strict = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "no staging");
     q.forced = -1; /* the table has nothing else for plain buffers: refused, not launched */
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     q = query(1, 2, 0);
     q.chunkBytes = 4096; /* 256 units per round */
     const uint64_t maxRounds = FCCL_MAX_STEPS - 2;
     q.bytes = maxRounds * 4096;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
     q.bytes += 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "too many staging rounds");
     q.registered = 1; /* direct has no rounds */
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
-    /* Kernels that are not this collective's: refused, strict or not. */
-    const int forms = fcclMoveForms(first);
-    const int foreign[] = {FCCL_ALGO_LL, FCCL_ALGO_TWOSHOT_REG, first - 1, first + forms, FCCL_KERNEL_BARRIER, 99};
-    for (size_t f = 0; f < sizeof(foreign) / sizeof(foreign[0]); f++) {
-      if (foreign[f] >= first && foreign[f] < first + forms) continue;
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_DIRECT]);
+    /* Every algorithm and kernel that is not this collective's, and ids that are none: refused, strict or not. */
+    for (int foreign = 0; foreign <= FCCL_ALGO_IDS + 1; foreign++) {
+      if (fcclAlgoSetForm(set, foreign) >= 0) continue;
       q = query(1000, 2, 1);
-      q.forced = foreign[f];
+      q.forced = foreign;
       for (int strict = 0; strict < 2; strict++) {
         q.strict = strict;
-        EXPECT_MSG(fcclMoveSelect(&q, first, &c) == fcclInvalidArgument, "kernel %d forced on collective %d",
-                   foreign[f], first);
+        EXPECT_MSG(fcclMoveSelect(&q, set, &c) == fcclInvalidArgument, "%s forced on %s", fcclAlgoName(foreign),
+                   set->collective);
         EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not one of this collective's");
       }
     }
     /* Not a query. */
     q = query(0, 2, 0);
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInternalError);
     q = query(8, 0, 0);
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInternalError);
     q = query(8, FCCL_DEVICE_MAX_RANKS + 1, 0);
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInternalError);
-    EXPECT_EQ_INT(fcclMoveSelect(NULL, first, &c), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(NULL, set, &c), fcclInternalError);
     q = query(8, 2, 0);
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, NULL), fcclInternalError);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, NULL), fcclInternalError);
   }
   /* The all-reduce does not take the other collectives' kernels. */
   fcclAlgoQuery q = query(1000, 2, 1);
@@ -643,26 +650,26 @@ static void testMoveForced(void) {
 /* Graph registration of captured plain buffers: where registered buffers would run the direct form. */
 static void testMoveRegisteredPays(void) {
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
+    const fcclAlgoSet* set = kMoveSets[m];
     fcclAlgoQuery q = query(256 << 10, 2, 1); /* LL either way */
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 0);
     q.bytes = (256 << 10) + 2;
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
     q = query(20 << 10, 8, 1); /* beyond 8 ranks' 16 KiB LL limit */
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
     /* FCCL_*_ALGO forcing a form (non-strict): registered buffers pay only when it is direct. */
     q = query(4 << 20, 2, 1);
-    q.forced = first + FCCL_MOVE_STAGED;
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
-    q.forced = first + FCCL_MOVE_DIRECT;
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
-    q.forced = first + FCCL_MOVE_LL; /* does not fit the LL area: the table, direct */
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q.forced = set->algos[FCCL_MOVE_STAGED];
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 0);
+    q.forced = set->algos[FCCL_MOVE_DIRECT];
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
+    q.forced = set->algos[FCCL_MOVE_LL]; /* does not fit the LL area: the table, direct */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
     q = query(1000, 2, 1);
-    q.forced = first + FCCL_MOVE_DIRECT; /* direct at an LL size */
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q.forced = set->algos[FCCL_MOVE_DIRECT]; /* direct at an LL size */
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
     q = query(0, 2, 1); /* a query that selection refuses never pays */
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 0);
   }
 }
 
@@ -671,141 +678,105 @@ static void testMoveRegisteredPays(void) {
  * registered buffers and is refused (strict) or replaced by the table (FCCL_*_ALGO) on plain ones; the
  * reduce-scatter has none. */
 static void testMoveCopy(void) {
-  const int copying[] = {FCCL_KERNEL_ALLGATHER_LL, FCCL_KERNEL_BROADCAST_LL};
+  const fcclAlgoSet* const copying[] = {&fcclAllGatherAlgos, &fcclBroadcastAlgos};
   for (size_t m = 0; m < sizeof(copying) / sizeof(copying[0]); m++) {
-    const int first = copying[m];
+    const fcclAlgoSet* set = copying[m];
     fcclAlgoChoice c;
     for (int n = 1; n <= FCCL_DEVICE_MAX_RANKS; n++) {
       fcclAlgoQuery q = query(1ull << 30, n, 1); /* copyMoveMin 0: never by the table */
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_DIRECT]);
       q.copyMoveMin = 1u << 20;
       q.bytes = (1u << 20) - 1;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_DIRECT);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_DIRECT]);
       q.bytes = 1u << 20;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_MSG((int)c.algo == first + FCCL_MOVE_COPY, "kernel %d, %d ranks: 1 MiB from 1 MiB", first, n);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_MSG(c.algo == set->algos[FCCL_MOVE_COPY], "%s, %d ranks: 1 MiB from 1 MiB", set->collective, n);
       EXPECT_EQ_INT(c.blocks, 1);
       EXPECT_EQ_INT(c.threads, FCCL_DEVICE_BARRIER_THREADS);
-      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
       q.bytes = 1ull << 32;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_COPY);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_COPY]);
       q.registered = 0; /* plain: staged, whatever the threshold */
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
       /* The LL sizes stay LL, even with the smallest threshold. */
       q = query(1000, n, 1);
       q.copyMoveMin = 1;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
-      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 0);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_LL]);
+      EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 0);
     }
     /* Forced: any size on registered buffers, in place or not. */
     fcclAlgoQuery q = query(1, 2, 1);
-    q.forced = first + FCCL_MOVE_COPY;
+    q.forced = set->algos[FCCL_MOVE_COPY];
     q.strict = 1;
     for (int inPlace = 0; inPlace < 2; inPlace++) {
       q.inPlace = inPlace;
-      EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-      EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_COPY);
+      EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+      EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_COPY]);
     }
     /* Plain buffers: refused with the reason when strict, the table's choice otherwise. */
     q = query(4 << 20, 2, 0);
-    q.forced = first + FCCL_MOVE_COPY;
+    q.forced = set->algos[FCCL_MOVE_COPY];
     q.strict = 1;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not registered");
-    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(first + FCCL_MOVE_COPY));
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), fcclAlgoName(set->algos[FCCL_MOVE_COPY]));
     q.strict = 0;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_STAGED);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_STAGED]);
     q.bytes = 1000;
-    EXPECT_EQ_INT(fcclMoveSelect(&q, first, &c), fcclSuccess);
-    EXPECT_EQ_INT(c.algo, first + FCCL_MOVE_LL);
+    EXPECT_EQ_INT(fcclMoveSelect(&q, set, &c), fcclSuccess);
+    EXPECT_EQ_INT(c.algo, set->algos[FCCL_MOVE_LL]);
     /* FCCL_*_ALGO=copy at an LL size: registered buffers run another form, so a captured call registers them. */
     q = query(1000, 2, 1);
-    q.forced = first + FCCL_MOVE_COPY;
-    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, first), 1);
+    q.forced = set->algos[FCCL_MOVE_COPY];
+    EXPECT_EQ_INT(fcclMoveRegisteredPays(&q, set), 1);
   }
-  /* The reduce-scatter: no copy form, whatever the threshold; its fourth kernel is the broadcast's. */
+  /* The reduce-scatter: no copy form, whatever the threshold; the all-gather's is not its own. */
+  EXPECT_EQ_INT(fcclReduceScatterAlgos.count, FCCL_MOVE_COPY);
   fcclAlgoQuery q = query(1ull << 30, 2, 1);
   q.copyMoveMin = 1;
   fcclAlgoChoice c;
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclReduceScatterAlgos, &c), fcclSuccess);
   EXPECT_EQ_INT(c.algo, FCCL_KERNEL_REDUCESCATTER_DIRECT);
-  q.forced = FCCL_KERNEL_REDUCESCATTER_LL + FCCL_MOVE_COPY;
-  EXPECT_EQ_INT(fcclMoveSelect(&q, FCCL_KERNEL_REDUCESCATTER_LL, &c), fcclInvalidArgument);
+  q.forced = FCCL_FORM_ALLGATHER_COPY;
+  EXPECT_EQ_INT(fcclMoveSelect(&q, &fcclReduceScatterAlgos, &c), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "not one of this collective's");
 }
 
 static void testMoveNames(void) {
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
-    EXPECT_EQ_INT(fcclMoveParseRequest(NULL, first), FCCL_MOVE_REQUEST_AUTO);
-    EXPECT_EQ_INT(fcclMoveParseRequest("", first), FCCL_MOVE_REQUEST_AUTO);
-    EXPECT_EQ_INT(fcclMoveParseRequest("auto", first), FCCL_MOVE_REQUEST_AUTO);
-    EXPECT_EQ_INT(fcclMoveParseRequest("ll", first), FCCL_MOVE_LL);
-    EXPECT_EQ_INT(fcclMoveParseRequest("direct", first), FCCL_MOVE_DIRECT);
-    EXPECT_EQ_INT(fcclMoveParseRequest("staged", first), FCCL_MOVE_STAGED);
+    const fcclAlgoSet* set = kMoveSets[m];
+    EXPECT_EQ_INT(fcclMoveParseRequest(NULL, set), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("", set), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("auto", set), FCCL_MOVE_REQUEST_AUTO);
+    EXPECT_EQ_INT(fcclMoveParseRequest("ll", set), FCCL_MOVE_LL);
+    EXPECT_EQ_INT(fcclMoveParseRequest("direct", set), FCCL_MOVE_DIRECT);
+    EXPECT_EQ_INT(fcclMoveParseRequest("staged", set), FCCL_MOVE_STAGED);
     /* Exact names only: the all-reduce's names, the kernels' log names, case and spaces are not forms. */
     const char* const refused[] = {"LL", "Direct", "staged ", " ll", "ll128", "oneshot", "twoshot", "oneshot_push",
                                    "allgather_ll", "broadcast_direct", "allgather_copy", "Copy", "copy ", "reg",
                                    "none", "0", "1"};
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-      EXPECT_MSG(fcclMoveParseRequest(refused[i], first) == -1, "\"%s\" parsed as a form", refused[i]);
+      EXPECT_MSG(fcclMoveParseRequest(refused[i], set) == -1, "\"%s\" parsed as a form", refused[i]);
   }
   /* copy: the all-gather's and the broadcast's, not the reduce-scatter's (a copy cannot reduce). */
-  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL), 4);
-  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL), 3);
-  EXPECT_EQ_INT(fcclMoveForms(FCCL_KERNEL_BROADCAST_LL), 4);
-  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_ALLGATHER_LL), FCCL_MOVE_COPY);
-  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_BROADCAST_LL), FCCL_MOVE_COPY);
-  EXPECT_EQ_INT(fcclMoveParseRequest("copy", FCCL_KERNEL_REDUCESCATTER_LL), -1);
-  EXPECT_STR_CONTAINS(fcclMoveRequestNames(FCCL_KERNEL_ALLGATHER_LL), "staged, copy");
-  EXPECT(strstr(fcclMoveRequestNames(FCCL_KERNEL_REDUCESCATTER_LL), "copy") == NULL);
-  /* The collectives' kernel ranges (checked by fcclEnqueue) are their forms. */
-  EXPECT_EQ_INT(fcclCollAllGather.firstKernel, FCCL_KERNEL_ALLGATHER_LL);
-  EXPECT_EQ_INT(fcclCollAllGather.kernels, fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL));
-  EXPECT_EQ_INT(fcclCollReduceScatter.firstKernel, FCCL_KERNEL_REDUCESCATTER_LL);
-  EXPECT_EQ_INT(fcclCollReduceScatter.kernels, fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL));
-  EXPECT_EQ_INT(fcclCollBroadcast.firstKernel, FCCL_KERNEL_BROADCAST_LL);
-  EXPECT_EQ_INT(fcclCollBroadcast.kernels, fcclMoveForms(FCCL_KERNEL_BROADCAST_LL));
-  EXPECT_EQ_INT(FCCL_KERNEL_ALLGATHER_LL + fcclMoveForms(FCCL_KERNEL_ALLGATHER_LL), FCCL_KERNEL_REDUCESCATTER_LL);
-  EXPECT_EQ_INT(FCCL_KERNEL_REDUCESCATTER_LL + fcclMoveForms(FCCL_KERNEL_REDUCESCATTER_LL), FCCL_KERNEL_BROADCAST_LL);
-  EXPECT_EQ_INT(FCCL_KERNEL_BROADCAST_LL + fcclMoveForms(FCCL_KERNEL_BROADCAST_LL), FCCL_KERNEL_COUNT);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", &fcclAllGatherAlgos), FCCL_MOVE_COPY);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", &fcclBroadcastAlgos), FCCL_MOVE_COPY);
+  EXPECT_EQ_INT(fcclMoveParseRequest("copy", &fcclReduceScatterAlgos), -1);
   for (int m = 0; m < MOVE_COLLECTIVES; m++) {
-    const int first = kMoveFirst[m];
-    EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_REQUEST_AUTO, first), -1);
-    EXPECT_EQ_INT(fcclMoveResolveRequest(-1, first), -1);
-    EXPECT_EQ_INT(fcclMoveResolveRequest(fcclMoveForms(first), first), -1);
-    for (int form = FCCL_MOVE_LL; form < fcclMoveForms(first); form++)
-      EXPECT_EQ_INT(fcclMoveResolveRequest(form, first), first + form);
+    const fcclAlgoSet* set = kMoveSets[m];
+    EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_REQUEST_AUTO, set), -1);
+    EXPECT_EQ_INT(fcclMoveResolveRequest(-1, set), -1);
+    EXPECT_EQ_INT(fcclMoveResolveRequest(set->count, set), -1);
+    for (int form = FCCL_MOVE_LL; form < set->count; form++)
+      EXPECT_EQ_INT(fcclMoveResolveRequest(form, set), set->algos[form]);
   }
-  EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_COPY, FCCL_KERNEL_REDUCESCATTER_LL), -1);
-  /* The kernels' names in the logs and the FCCL_*_ALGO values they come from. */
-  const struct {
-    int kernel;
-    const char* name;
-  } names[] = {{FCCL_KERNEL_ALLGATHER_LL, "allgather_ll"},
-               {FCCL_KERNEL_ALLGATHER_DIRECT, "allgather_direct"},
-               {FCCL_KERNEL_ALLGATHER_STAGED, "allgather_staged"},
-               {FCCL_KERNEL_ALLGATHER_COPY, "allgather_copy"},
-               {FCCL_KERNEL_REDUCESCATTER_LL, "reducescatter_ll"},
-               {FCCL_KERNEL_REDUCESCATTER_DIRECT, "reducescatter_direct"},
-               {FCCL_KERNEL_REDUCESCATTER_STAGED, "reducescatter_staged"},
-               {FCCL_KERNEL_BROADCAST_LL, "broadcast_ll"},
-               {FCCL_KERNEL_BROADCAST_DIRECT, "broadcast_direct"},
-               {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"},
-               {FCCL_KERNEL_BROADCAST_COPY, "broadcast_copy"}};
-  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-    EXPECT_MSG(strcmp(fcclAlgoName(names[i].kernel), names[i].name) == 0, "kernel %d is named %s", names[i].kernel,
-               fcclAlgoName(names[i].kernel));
-    EXPECT_EQ_INT(fcclAlgoParseRequest(names[i].name), -1); /* not an all-reduce algorithm */
-  }
-  EXPECT_EQ_INT(FCCL_KERNEL_COUNT, FCCL_KERNEL_BROADCAST_COPY + 1);
-  EXPECT(FCCL_KERNEL_COUNT <= FCCL_KERNEL_BARRIER);
+  EXPECT_EQ_INT(fcclMoveResolveRequest(FCCL_MOVE_COPY, &fcclReduceScatterAlgos), -1);
 }
 
 /* fcclAllReduceAddRMSNorm's form: two-shot exactly where fcclAllReduce's own table runs a two-shot algorithm on the

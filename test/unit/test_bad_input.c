@@ -124,7 +124,7 @@ CASE(initRankIdZero) { return fcclCommInitRank(&fx.out, 2, idZero(), 0); }
 CASE(initRankIdRandom) { return fcclCommInitRank(&fx.out, 2, idRandom(), 0); }
 CASE(initRankIdMagic) { return fcclCommInitRank(&fx.out, 2, idWith(0, 'X'), 0); }
 CASE(initRankIdVersion) { return fcclCommInitRank(&fx.out, 2, idWith(4, 99), 0); }
-CASE(initRankIdFamily) { return fcclCommInitRank(&fx.out, 2, idWith(16, 9), 0); }
+CASE(initRankIdFamily) { return fcclCommInitRank(&fx.out, 2, idWith(40, 9), 0); } /* after magic, version, secret */
 CASE(initRankIdPadding) { return fcclCommInitRank(&fx.out, 2, idWith(100, 1), 0); }
 static fcclResult_t initWithConfig(int field, long value) {
   fcclConfig_t config = configWith(field, value);

@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The benchmark's command line from outside, without a GPU: scripts/bench says plainly that there is nothing to run
 on (before installing or building anything) and exits 2; the programs given (all_reduce_perf, all_gather_perf,
-reduce_scatter_perf, broadcast_perf, barrier_perf) reject bad flags, unwritable output files, inconsistent launcher
-variables and a machine without a visible GPU with exit status 2 and one line on standard error that names the
-program, and write nothing to standard output (that is for the table). CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on the GPU machine. scripts/plot-perf
+reduce_scatter_perf, broadcast_perf, sendrecv_perf, alltoall_perf, barrier_perf) reject bad flags, unwritable output
+files, inconsistent launcher variables and a machine without a visible GPU with exit status 2 and one line on standard
+error that names the program, and write nothing to standard output (that is for the table); every flag a program's
+--help lists gets past its parser, and barrier_perf refuses the nccl-tests flags it has no use for. CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on a machine with GPUs. scripts/plot-perf
 reports a missing or malformed CSV in one line.
 
   test_bench_cli.py --script scripts/bench [--plot scripts/plot-perf] [--program build/tools/all_reduce_perf ...]
@@ -12,6 +13,7 @@ reports a missing or malformed CSV in one line.
 import argparse
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,35 +77,90 @@ def check_script(script):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# A value each of nccl-tests' flags takes, for the runs that must get past the parser (to "no GPU to run on").
+GOOD_VALUES = {"-t": "1", "-g": "1", "-b": "8", "-e": "64M", "-i": "8", "-f": "2", "-n": "1", "-w": "0", "-N": "1",
+               "-c": "1", "-d": "float", "-o": "sum", "-r": "0", "-z": "0", "-G": "0", "-I": "1", "-K": "0", "-a": "1",
+               "-T": "10", "-u": "0", "-R": "0", "-C": "0", "-S": "0", "-M": "0", "-p": "1", "-m": "1", "-y": "0",
+               "-x": "0", "-D": "0", "-V": "16"}
+
+
+def expect_no_gpu(command, env_changes, program, notices=()):
+    """The flags get past the parser: the program's notices (nccl-tests' "... Disabling." lines), then no GPU."""
+    result, _ = run(command, env_changes)
+    what = " ".join(command)
+    lines = result.stderr.splitlines()
+    check(result.returncode == 2 and result.stdout == "", f"{what}: exit {result.returncode}: {result.stderr!r}")
+    check(len(lines) == len(notices) + 1 and lines[-1].startswith(program + ": no GPU to run on: "),
+          f"{what}: standard error {result.stderr!r}")
+    for line, notice in zip(lines, notices):
+        check(line == f"{program}: {notice}", f"{what}: {line!r}, want {program}: {notice}")
+
+
+def listed_flags(usage):
+    """The flags --help lists as honoured: its option lines before "accepted ... without effect" and "fccl's own"."""
+    honoured = usage.split("accepted as nccl-tests accepts them")[0].split("fccl's own:")[0]
+    return set(re.findall(r"^  (-[A-Za-z]),--", honoured, re.M))
+
+
 def check_program(path):
     program = os.path.basename(path)
+    barrier = program == "barrier_perf"  # not one of nccl-tests' programs: no sizes, types, ops, root or -I
     no_gpu = {"CUDA_VISIBLE_DEVICES": ""}
     help_result, _ = run([path, "--help"], no_gpu)
     check(help_result.returncode == 0 and f"USAGE: {program}" in help_result.stdout and help_result.stderr == "",
           f"{program} --help: exit {help_result.returncode}, stderr {help_result.stderr!r}")
+    # --help lists only what the program honours: every flag it lists gets past the parser; barrier_perf refuses
+    # every nccl-tests flag it does not list.
+    listed = listed_flags(help_result.stdout)
+    check("-n" in listed and "-G" in listed, f"{program} --help: no -n or -G among {sorted(listed)}")
+    for flag in sorted(listed):
+        with tempfile.TemporaryDirectory() as scratch:
+            value = os.path.join(scratch, "out.json") if flag == "-J" else GOOD_VALUES.get(flag)
+            if value is None:
+                check(False, f"{program} --help lists {flag}, which this test has no value for")
+                continue
+            expect_no_gpu([path, flag, value], no_gpu, program)
+    if barrier:
+        for flag in sorted(set(GOOD_VALUES) - listed):
+            expect_refusal([path, flag, GOOD_VALUES[flag]], no_gpu, program, f"{flag} does not apply to this program")
+        check(listed - {"-J"} == set(GOOD_VALUES) - {"-b", "-e", "-i", "-f", "-c", "-d", "-o", "-r", "-u", "-R", "-I", "-K",
+                                            "-p", "-m", "-y", "-x", "-D", "-V"},
+              f"barrier_perf --help lists {sorted(listed)}")
+    else:
+        check("-b" in listed and "-I" in listed and "-K" in listed, f"{program} --help lists {sorted(listed)}")
     expect_refusal([path, "-q"], no_gpu, program, "unknown flag '-q'")
     expect_refusal([path, "-n", "ten"], no_gpu, program, "'ten' is not an integer")
     expect_refusal([path, "-z", "4"], no_gpu, program, "3 (wait and barrier, the barrier not timed), not 4")
     expect_refusal([path, "-z", "1", "-G", "2"], no_gpu, program, "use one or the other")
-    expect_refusal([path, "-N", "0"], no_gpu, program, "-N 0 (run forever) is not supported")
-    # nccl-tests' flags that are not supported say so, rather than "unknown flag"
-    expect_refusal([path, "-I", "1"], no_gpu, program, "per-iteration timing")
-    expect_refusal([path, "-K", "5"], no_gpu, program, "is not supported")
-    expect_refusal([path, "-y", "1"], no_gpu, program, "NULL stream is not supported")
-    expect_refusal([path, "-x", "1"], no_gpu, program, "CTA policy is not supported")
-    expect_refusal([path, "-b", "nan"], no_gpu, program, "not a size")
+    expect_refusal([path, "-N", "-1"], no_gpu, program, "0 (until SIGINT or SIGTERM) to 100000")
     expect_refusal([path, "-T", "100000"], no_gpu, program, "86400")
-    expect_refusal([path, "-r", "-1"], no_gpu, program, "the root cannot be negative")
-    expect_refusal([path, "-o", "mean"], no_gpu, program, "unknown reduction 'mean'")
-    expect_refusal([path, "-d", "complex64"], no_gpu, program, "unknown datatype 'complex64'")
     expect_refusal([path, "-J", "/nonexistent/dir/out.json"], no_gpu, program, "cannot write /nonexistent/dir/out.json")
     expect_refusal([path, "--csv", "/"], no_gpu, program, "is a directory")
     expect_refusal([path], {"CUDA_VISIBLE_DEVICES": "", "WORLD_SIZE": "2", "RANK": None}, program,
                    "RANK is missing")
     expect_refusal([path, "-n", "1"], no_gpu, program, "no GPU to run on")
-    # nccl-tests' newer flags get past the parser, to the GPU count.
-    expect_refusal([path, "-N", "3", "-z", "3", "-S", "1", "-M", "1", "-C", "1", "-I", "0"], no_gpu, program,
-                   "no GPU to run on")
+    # -N 0 (until a signal) and -z 3 get past the parser, to the GPU count; -z 3 under -G is turned off as nccl-tests
+    # does, saying so in its words.
+    expect_no_gpu([path, "-N", "0", "-z", "3", "-S", "1", "-M", "1", "-C", "1"], no_gpu, program)
+    expect_no_gpu([path, "-z", "3", "-G", "5"], no_gpu, program,
+                  ["blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling."])
+    if barrier:
+        return
+    # nccl-tests' defaults for NCCL's own flags get past; other values say why not, rather than "unknown flag".
+    expect_no_gpu([path, "-I", "1", "-K", "2", "-x", "0", "-V", "16", "-y", "0", "-D", "0", "-m", "1"], no_gpu, program)
+    expect_no_gpu([path, "-I", "1", "-G", "3", "-K", "2"], no_gpu, program,
+                  ["per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.",
+                   "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling."])
+    expect_no_gpu([path, "-I", "1", "-n", "5", "-K", "5"], no_gpu, program,
+                  ["per-iteration skip (-K) must be between 0 and 4. Disabling."])
+    expect_refusal([path, "-I", "2"], no_gpu, program, "0 or 1, not 2")
+    expect_refusal([path, "-y", "1"], no_gpu, program, "NULL stream is not supported")
+    expect_refusal([path, "-x", "1"], no_gpu, program, "CTA policies (1 efficiency, 2 zero) are not supported")
+    expect_refusal([path, "-V", "32"], no_gpu, program, "only -V 16")
+    expect_refusal([path, "-b", "nan"], no_gpu, program, "not a size")
+    expect_refusal([path, "-r", "-1"], no_gpu, program, "the root cannot be negative")
+    expect_refusal([path, "-o", "mean"], no_gpu, program, "unknown reduction 'mean'")
+    expect_refusal([path, "-d", "complex64"], no_gpu, program, "unknown datatype 'complex64'")
 
 
 def check_plot(plot):

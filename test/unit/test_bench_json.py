@@ -6,6 +6,10 @@ the same JSON type (integers and doubles are both numbers), at every level (each
 first of nccl-tests'); fccl's own members may be added. Then a few values that readers of nccl-tests' files rely on.
 
   test_bench_json.py --writer build/test/unit/test_bench_json --recorded test/data/bench/nccl-tests-all_reduce_perf.json
+  test_bench_json.py --writer ... --per-iter --recorded test/data/bench/nccl-tests-all_reduce_perf-per-iter.json
+
+--per-iter: the writer's -I 1 -K 1 document (two processes) against nccl-tests' -I 1 -K 1 one, whose results carry
+"out_of_place_per_iter" and "in_place_per_iter" with their statistics and series.
 """
 import argparse
 import json
@@ -46,10 +50,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--writer", required=True)
     parser.add_argument("--recorded", required=True)
+    parser.add_argument("--per-iter", action="store_true")
     args = parser.parse_args()
     with open(args.recorded) as handle:
         theirs = json.load(handle)
-    written = subprocess.run([args.writer], capture_output=True, text=True, timeout=60)
+    written = subprocess.run([args.writer] + (["per-iter"] if args.per_iter else []), capture_output=True, text=True,
+                             timeout=60)
     if written.returncode != 0:
         print("FAIL %s exited %d: %s" % (args.writer, written.returncode, written.stderr.strip()))
         return 1
@@ -76,6 +82,19 @@ def main():
         (ours["env"], ["NCCL_DEBUG=WARN", "FCCL_DEBUG=INFO"], "env (the FCCL_*, NCCL_*, CUDA_* variables)"),
         (ours["comparison"]["engine"], "nccl", "comparison.engine"),
     ]
+    if args.per_iter:
+        stats = ours["results"][0]["out_of_place_per_iter"]
+        expected += [
+            (ours["config"]["per_iter_timing"], "true", "config.per_iter_timing (a string in nccl-tests)"),
+            (ours["config"]["per_iter_skip"], 1, "config.per_iter_skip"),
+            (stats["skipped_iterations"], 1, "results[0].out_of_place_per_iter.skipped_iterations"),
+            ((stats["min_us"], stats["max_us"], stats["p99_us"]), (6.25, 7.0, 7.0), "the statistics of iterations 1..3"),
+            (stats["times_us"], [8.5, 6.25, 6.5, 7.0], "times_us (every iteration)"),
+            (len(stats["per_process_max_times_us"]), 2, "per_process_max_times_us (one series per process)"),
+            ("in_place_per_iter" in ours["results"][1]["nccl"], True, "results[1].nccl.in_place_per_iter"),
+        ]
+    else:
+        expected.append(("out_of_place_per_iter" in ours["results"][0], False, "per-iteration members without -I"))
     for got, want, what in expected:
         if got != want:
             problems.append("%s is %r, want %r" % (what, got, want))

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The result functions of all_gather_perf, reduce_scatter_perf and broadcast_perf (tools/bench/check.c) with the
- * benchmark's checker, on results built on the host from the ranks' input pattern: a right result has no wrong
- * element, whole or read back in pieces; one changed element is one wrong element; a block in another rank's place,
- * another rank's slice of the reduction, or a non-root's own input instead of the root's are many.
+ * The result functions of all_gather_perf, reduce_scatter_perf, broadcast_perf, sendrecv_perf and alltoall_perf, and
+ * those ready for reduce, gather and scatter (tools/bench/check.c), with the benchmark's checker, on results built on
+ * the host from the ranks' input pattern: a right result has no wrong element, whole or read back in pieces; one
+ * changed element is one wrong element; a block in another rank's place, another rank's slice of the reduction, a
+ * non-root's own input instead of the root's, the rank's own input instead of its neighbour's, are many; what no rule
+ * fixes (a reduce's or a gather's result off the root) is never wrong.
  */
 #include "bench.h"
 #include "test.h"
@@ -131,6 +133,113 @@ static void testBroadcast(int type, int nranks) {
   free(in);
 }
 
+/* send/recv: rank r holds rank r - 1's input (the ring), for any op's pattern. */
+static void testSendRecv(int type, int op, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD + 5, size = benchTypeSize(type);
+  const uint64_t seed = 11;
+  unsigned char* in = inputs(type, op, nranks, seed, count);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, op, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    benchCheckerSetResult(&checker, benchSendRecvResult, count, rank, -1);
+    const unsigned char* received = in + (size_t)((rank + nranks - 1) % nranks) * count * size;
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, received, count, size, &pieces) == 0 && pieces == 0,
+               "send/recv %s %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), benchOpName(op),
+               nranks, rank);
+    if (nranks > 1) {
+      /* (the 8-bit types' inputs take few values, so two ranks' agree at many places) */
+      const int64_t wrong = benchCheckerCount(&checker, in + (size_t)rank * count * size, count, 0);
+      EXPECT_MSG(wrong > (int64_t)count / 10, "send/recv %s: rank %d's own input: %lld wrong", benchTypeName(type),
+                 rank, (long long)wrong);
+    }
+  }
+  benchCheckerFree(&checker);
+  free(in);
+}
+
+/* All-to-all: rank r's block p is rank p's block r (each rank's input covers nranks x count elements). */
+static void testAllToAll(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD / 2 + 9, size = benchTypeSize(type), total = count * (size_t)nranks;
+  const uint64_t seed = 13;
+  unsigned char* in = inputs(type, BENCH_NO_OP, nranks, seed, total);
+  unsigned char* out = malloc(total * size);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, BENCH_NO_OP, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    for (int peer = 0; peer < nranks; peer++)
+      memcpy(out + (size_t)peer * count * size, in + ((size_t)peer * total + (size_t)rank * count) * size,
+             count * size);
+    benchCheckerSetResult(&checker, benchAllToAllResult, count, rank, -1);
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, out, total, size, &pieces) == 0 && pieces == 0,
+               "all-to-all %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), nranks, rank);
+    out[(total - 1) * size] ^= 0x40;
+    EXPECT_EQ_INT(benchCheckerCount(&checker, out, total, 0), 1);
+    if (nranks > 1) {
+      /* The rank's own send buffer: every block in the wrong place. */
+      const int64_t wrong = benchCheckerCount(&checker, in + (size_t)rank * total * size, total, 0);
+      EXPECT_MSG(wrong > (int64_t)total / 10, "all-to-all %s: the send buffer as the result: %lld wrong",
+                 benchTypeName(type), (long long)wrong);
+    }
+  }
+  benchCheckerFree(&checker);
+  free(out);
+  free(in);
+}
+
+/* Reduce (sum), gather and scatter with root 1 (0 for one rank): the root's result checked, the others' not. */
+static void testRooted(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD + 17, size = benchTypeSize(type), total = count * (size_t)nranks;
+  const int root = nranks > 1 ? 1 : 0;
+  const uint64_t seed = 17;
+  unsigned char* in = inputs(type, benchSum, nranks, seed, total);
+  unsigned char* reduced = malloc(count * size);
+  for (size_t i = 0; i < count; i++) {
+    long long acc = 0;
+    for (int rank = 0; rank < nranks; rank++)
+      acc += (long long)benchLoadAsDouble(in + (size_t)rank * total * size, i, type);
+    storeInteger(type, acc, reduced + i * size);
+  }
+  unsigned char* garbage = malloc(total * size);
+  memset(garbage, BENCH_POISON_BYTE, total * size);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, benchSum, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    int64_t pieces = -1;
+    benchCheckerSetResult(&checker, benchReduceResult, count, rank, root);
+    if (rank == root) {
+      EXPECT_MSG(countBoth(&checker, reduced, count, size, &pieces) == 0 && pieces == 0,
+                 "reduce %s, %d ranks: the root's right result counts wrong", benchTypeName(type), nranks);
+      EXPECT_EQ_INT(benchCheckerCount(&checker, garbage, count, 0), (int64_t)count);
+    } else {
+      EXPECT_EQ_INT(benchCheckerCount(&checker, garbage, count, 0), 0);
+    }
+    /* Gather: rank q's first count elements at q x count on the root. */
+    unsigned char* gathered = malloc(total * size);
+    for (int q = 0; q < nranks; q++)
+      memcpy(gathered + (size_t)q * count * size, in + (size_t)q * total * size, count * size);
+    benchCheckerSetResult(&checker, benchGatherResult, count, rank, root);
+    EXPECT_EQ_INT(benchCheckerCount(&checker, rank == root ? gathered : garbage, total, 0), 0);
+    if (rank == root) EXPECT_EQ_INT(benchCheckerCount(&checker, garbage, total, 0), (int64_t)total);
+    free(gathered);
+    /* Scatter: the root's block r on rank r. */
+    benchCheckerSetResult(&checker, benchScatterResult, count, rank, root);
+    const unsigned char* block = in + ((size_t)root * total + (size_t)rank * count) * size;
+    EXPECT_MSG(countBoth(&checker, block, count, size, &pieces) == 0 && pieces == 0,
+               "scatter %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), nranks, rank);
+    if (nranks > 1) {
+      const unsigned char* otherBlock = in + ((size_t)root * total + (size_t)((rank + 1) % nranks) * count) * size;
+      EXPECT_MSG(benchCheckerCount(&checker, otherBlock, count, 0) > (int64_t)count / 10,
+                 "scatter %s: another rank's block counts right", benchTypeName(type));
+    }
+  }
+  benchCheckerFree(&checker);
+  free(garbage);
+  free(reduced);
+  free(in);
+}
+
 int main(void) {
   for (size_t t = 0; t < sizeof(kTypes) / sizeof(kTypes[0]); t++) {
     for (size_t r = 0; r < sizeof(kRanks) / sizeof(kRanks[0]); r++) {
@@ -138,6 +247,10 @@ int main(void) {
       testBroadcast(kTypes[t], kRanks[r]);
       static const int ops[] = {benchSum, benchMax, benchMin};
       for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) testReduceScatter(kTypes[t], ops[o], kRanks[r]);
+      testSendRecv(kTypes[t], benchSum, kRanks[r]);
+      testSendRecv(kTypes[t], benchProd, kRanks[r]);
+      testAllToAll(kTypes[t], kRanks[r]);
+      testRooted(kTypes[t], kRanks[r]);
     }
   }
   return testSummary("bench_results");

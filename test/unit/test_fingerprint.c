@@ -87,8 +87,8 @@ static void testForms(void) {
   EXPECT(fcclFusedPrint(0, 0, fcclBfloat16, fcclScaleNone, 8, 4096) !=
          fcclFusedPrint(0, 1, fcclBfloat16, fcclScaleNone, 8, 4096));
   /* The copy forms of the all-gather and the broadcast are their collectives. */
-  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_ALLGATHER_COPY, fcclInt8, 0, 5)), "all-gather, int8");
-  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_BROADCAST_COPY, fcclInt8, 0, 5)), "broadcast, int8");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_FORM_ALLGATHER_COPY, fcclInt8, 0, 5)), "all-gather, int8");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_FORM_BROADCAST_COPY, fcclInt8, 0, 5)), "broadcast, int8");
 }
 
 static void testDescribe(void) {
@@ -103,7 +103,8 @@ static void testDescribe(void) {
   EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_BROADCAST_LL, fcclUint64, 3, 5)),
                       "broadcast, uint64, root 3, algorithm broadcast_ll");
   EXPECT_STR_CONTAINS(describe(fcclFusedPrint(0, 0, fcclBfloat16, fcclScaleDynamic, 8, 4096)),
-                      "fused all-reduce + RMSNorm, bfloat16, dynamic FP8 scale, form one-shot, staged, tokens x hidden hash");
+                      "fused all-reduce + RMSNorm, bfloat16, dynamic FP8 scale, form one-shot, staged, "
+                      "tokens x hidden hash");
   EXPECT_STR_CONTAINS(describe(FCCL_PRINT_BARRIER), "barrier");
   /* A print no host makes (form 31) says so instead of naming a collective. */
   EXPECT_STR_CONTAINS(describe(31u), "unknown call (fingerprint 0x0001f)");

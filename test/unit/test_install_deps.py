@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 
-PACKAGES = ["meson", "ninja-build", "pkg-config", "libhwloc-dev", "hwloc", "clang", "libclang-rt-14-dev",
-            "gnuplot-nox", "python3", "python3-jsonschema", "python3-pip", "python3-setuptools", "python3-wheel"]
+PACKAGES = ["meson", "ninja-build", "pkg-config", "libhwloc-dev", "hwloc", "libssl3", "clang", "libclang-rt-14-dev",
+            "clang-format-14", "gnuplot-nox", "python3", "python3-jsonschema", "python3-pip", "python3-setuptools",
+            "python3-wheel"]
 failures = []
 passed = 0
 

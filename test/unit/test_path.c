@@ -2,8 +2,9 @@
 /*
  * The path decision over recorded peer tables: one host of peer-accessible GPUs runs fccl's kernels; several hosts
  * of equal size with peer access inside each run the hierarchical path (and its layout of hosts, local ranks and
- * rails); several hosts otherwise, more than 8 ranks, refused peer access, a GPU without kernels, FCCL_P2P_DISABLE and FCCL_PATH=nccl run NCCL;
- * FCCL_PATH=fccl where the kernels cannot, and NCCL needed but missing, fail with a message saying why.
+ * rails); several hosts otherwise, more than 8 ranks, refused peer access, a GPU without kernels, a GPU shared through
+ * CUDA MPS, FCCL_P2P_DISABLE and FCCL_PATH=nccl run NCCL; FCCL_PATH=fccl where the kernels cannot, and NCCL needed but
+ * missing, fail with a message saying why.
  */
 #include "bootstrap.h"
 #include "check.h"
@@ -286,6 +287,45 @@ static void testArch(void) {
   EXPECT_EQ_INT(d.path, fcclPathNccl);
 }
 
+/* A GPU shared through CUDA MPS (the device attribute, faked here in the record): fccl's kernels are not used, as
+ * for a GPU without them; NCCL carries the communicator, or init fails naming the rank where NCCL cannot. */
+static void testMps(void) {
+  struct table t;
+  makeTable(&t, 2, 2);
+  t.records[1].mps = 1;
+  struct fcclPathDecision d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathNccl);
+  EXPECT_EQ_INT(d.ncclRequired, 1);
+  EXPECT_STR_CONTAINS(d.reason, "rank 1's GPU shares its contexts through CUDA MPS");
+  /* Two ranks on one GPU under MPS, as on a server that runs one: NCCL refuses them on one host, so init does. */
+  memcpy(t.infos[1].gpuUuid, t.infos[0].gpuUuid, 16);
+  decide(&t, fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "CUDA MPS");
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "ranks 0 and 1 use one GPU");
+  /* FCCL_PATH=fccl is refused, saying why. */
+  makeTable(&t, 2, 2);
+  t.records[0].mps = 1;
+  t.in.request = FCCL_PATH_REQUEST_FCCL;
+  decide(&t, fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "rank 0's GPU shares its contexts through CUDA MPS");
+  /* Without NCCL: init fails with the rule and the missing library. */
+  makeTable(&t, 2, 2);
+  t.records[0].mps = 1;
+  t.records[1].ncclLoaded = 0;
+  decide(&t, fcclSystemError);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "CUDA MPS");
+  /* Several hosts: no hierarchical path over an MPS host either (its host communicators are the fccl path's). */
+  makeTable(&t, 4, 2);
+  t.records[3].mps = 1;
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathNccl);
+  EXPECT_STR_CONTAINS(d.reason, "CUDA MPS");
+  /* No MPS anywhere: the fccl path, as before. */
+  makeTable(&t, 2, 2);
+  d = decide(&t, fcclSuccess);
+  EXPECT_EQ_INT(d.path, fcclPathFccl);
+}
+
 static void testRequests(void) {
   struct table t;
   makeTable(&t, 2, 2);
@@ -453,6 +493,7 @@ int main(void) {
   testManyRanks();
   testPeerAccessRefused();
   testArch();
+  testMps();
   testRequests();
   testNcclMissing();
   testSharedGpu();

@@ -22,7 +22,7 @@ static char why[256];
 static struct fcclWireHello validHello(void) {
   struct fcclWireHello hello;
   memset(&hello, 0, sizeof(hello));
-  hello.secret = 0x0123456789abcdefull;
+  for (int i = 0; i < FCCL_WIRE_NONCE_BYTES; i++) hello.nonce[i] = (uint8_t)(0xa0 + i);
   hello.rank = 2;
   hello.nranks = 4;
   hello.timeoutMs = 1500;
@@ -68,10 +68,19 @@ static void testHeader(void) {
       {FCCL_WIRE_HELLO, FCCL_WIRE_HELLO_BYTES - 1, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_RING_HELLO, FCCL_WIRE_RING_HELLO_BYTES, FCCL_WIRE_OK},
       {FCCL_WIRE_RING_HELLO, 0, FCCL_WIRE_BAD_LENGTH},
+      {FCCL_WIRE_RING_ACK, FCCL_WIRE_RING_HELLO_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_RING_ACK, FCCL_WIRE_RING_HELLO_BYTES - 1, FCCL_WIRE_BAD_LENGTH},
+      {FCCL_WIRE_CHALLENGE, FCCL_WIRE_CHALLENGE_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_CHALLENGE, FCCL_WIRE_CHALLENGE_BYTES + 1, FCCL_WIRE_BAD_LENGTH},
+      {FCCL_WIRE_PROOF, FCCL_WIRE_PROOF_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_PROOF, 8, FCCL_WIRE_BAD_LENGTH}, /* no room for a short secret in its place */
+      {FCCL_WIRE_PROBE, FCCL_WIRE_PROBE_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_PROBE_ACK, FCCL_WIRE_PROBE_BYTES + 4, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES, FCCL_WIRE_OK},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX, FCCL_WIRE_OK},
       {FCCL_WIRE_ERROR, FCCL_WIRE_ERROR_FIXED_BYTES + FCCL_WIRE_ERROR_TEXT_MAX + 1, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_WELCOME, FCCL_WIRE_WELCOME_MAX_BYTES, FCCL_WIRE_OK},
+      {FCCL_WIRE_WELCOME, FCCL_WIRE_WELCOME_BYTES(1) - 1, FCCL_WIRE_BAD_LENGTH}, /* a welcome without its MAC */
       {FCCL_WIRE_WELCOME, FCCL_WIRE_WELCOME_MAX_BYTES + 1, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_WELCOME, 0xffffffffu, FCCL_WIRE_BAD_LENGTH},
       {FCCL_WIRE_ALLGATHER, FCCL_WIRE_MAX_DATA_BYTES, FCCL_WIRE_OK},
@@ -95,7 +104,7 @@ static void testHello(void) {
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
   uint8_t* payload = frame + FCCL_WIRE_HEADER_BYTES;
   EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &parsed, why, sizeof(why)), FCCL_WIRE_OK);
-  EXPECT(parsed.secret == hello.secret);
+  EXPECT(memcmp(parsed.nonce, hello.nonce, sizeof(hello.nonce)) == 0);
   EXPECT_EQ_INT(parsed.rank, 2);
   EXPECT_EQ_INT(parsed.nranks, 4);
   EXPECT_EQ_INT(parsed.timeoutMs, 1500);
@@ -140,7 +149,8 @@ static void testHello(void) {
   /* Raw bytes the encoder never writes. */
   h = validHello();
   fcclWireEncodeHello(frame, &h);
-  uint8_t* host = payload + 24 + FCCL_WIRE_ADDR_BYTES;
+  const size_t addrAt = FCCL_WIRE_NONCE_BYTES + 16; /* nonce, rank, nranks, timeout, pid */
+  uint8_t* host = payload + addrAt + FCCL_WIRE_ADDR_BYTES;
   memset(host, 'a', FCCL_WIRE_HOST_BYTES);
   EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &parsed, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
   EXPECT_STR_CONTAINS(why, "not terminated");
@@ -148,11 +158,11 @@ static void testHello(void) {
   host[20] = 'x'; /* after the NUL */
   EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &parsed, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
   fcclWireEncodeHello(frame, &h);
-  payload[24] = 9; /* address family */
+  payload[addrAt] = 9; /* address family */
   EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &parsed, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
   EXPECT_STR_CONTAINS(why, "family 9");
   fcclWireEncodeHello(frame, &h);
-  payload[24 + 5] = 1; /* scope id on IPv4 */
+  payload[addrAt + 5] = 1; /* scope id on IPv4 */
   EXPECT_EQ_INT(fcclWireParseHello(payload, FCCL_WIRE_HELLO_BYTES, &parsed, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
 
   /* IPv6 survives the round trip. */
@@ -171,15 +181,42 @@ static void testHello(void) {
 
 static void testRingHelloAndError(void) {
   uint8_t frame[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
-  struct fcclWireRingHello ring = {.secret = 99, .rank = 3, .nranks = 8}, ringParsed;
-  size_t size = fcclWireEncodeRingHello(frame, &ring);
+  struct fcclWireRingHello ring = {.rank = 3, .nranks = 8}, ringParsed;
+  for (int i = 0; i < FCCL_WIRE_MAC_BYTES; i++) ring.mac[i] = (uint8_t)(7 * i);
+  size_t size = fcclWireEncodeRingHello(frame, FCCL_WIRE_RING_HELLO, &ring);
+  EXPECT_EQ_INT(size, FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_RING_HELLO_BYTES);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
   EXPECT_EQ_INT(fcclWireParseRingHello(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_RING_HELLO_BYTES, &ringParsed, why,
                                        sizeof(why)),
                 FCCL_WIRE_OK);
-  EXPECT(ringParsed.secret == 99 && ringParsed.rank == 3 && ringParsed.nranks == 8);
+  EXPECT(ringParsed.rank == 3 && ringParsed.nranks == 8 && memcmp(ringParsed.mac, ring.mac, sizeof(ring.mac)) == 0);
   ring.rank = 8;
-  fcclWireEncodeRingHello(frame, &ring);
+  fcclWireEncodeRingHello(frame, FCCL_WIRE_RING_ACK, &ring);
+  EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
+
+  /* The challenge and the proof carry MACs, the probes a rank. */
+  struct fcclWireChallenge challenge, challengeParsed;
+  for (int i = 0; i < FCCL_WIRE_NONCE_BYTES; i++) challenge.nonce[i] = (uint8_t)i;
+  for (int i = 0; i < FCCL_WIRE_MAC_BYTES; i++) challenge.mac[i] = (uint8_t)(255 - i);
+  size = fcclWireEncodeChallenge(frame, &challenge);
+  EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
+  EXPECT_EQ_INT(fcclWireParseChallenge(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_CHALLENGE_BYTES, &challengeParsed, why,
+                                       sizeof(why)),
+                FCCL_WIRE_OK);
+  EXPECT(memcmp(&challenge, &challengeParsed, sizeof(challenge)) == 0);
+  size = fcclWireEncodeProof(frame, challenge.mac);
+  EXPECT_EQ_INT(size, FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_PROOF_BYTES);
+  EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
+  EXPECT(memcmp(frame + FCCL_WIRE_HEADER_BYTES, challenge.mac, FCCL_WIRE_MAC_BYTES) == 0);
+  size = fcclWireEncodeProbe(frame, FCCL_WIRE_PROBE, 17, 5);
+  struct fcclWireHeader header;
+  EXPECT_EQ_INT(fcclWireParseHeader(frame, size, &header, why, sizeof(why)), FCCL_WIRE_OK);
+  EXPECT_EQ_INT(header.seq, 17);
+  int32_t from = -1;
+  EXPECT_EQ_INT(fcclWireParseProbe(frame + FCCL_WIRE_HEADER_BYTES, FCCL_WIRE_PROBE_BYTES, &from, why, sizeof(why)),
+                FCCL_WIRE_OK);
+  EXPECT_EQ_INT(from, 5);
+  fcclWireEncodeProbe(frame, FCCL_WIRE_PROBE_ACK, 17, -1);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
 
   struct fcclWireError error, parsed;
@@ -232,41 +269,50 @@ static void testRingHelloAndError(void) {
 static void testWelcome(void) {
   enum { N = 5 };
   union fcclSocketAddress addrs[N], parsed[N];
+  uint8_t nonces[N * FCCL_WIRE_NONCE_BYTES], parsedNonces[N * FCCL_WIRE_NONCE_BYTES];
   for (int r = 0; r < N; r++) fcclSocketLoopback(&addrs[r], (uint16_t)(30000 + r));
-  size_t capacity = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_FIXED_BYTES + N * FCCL_WIRE_ADDR_BYTES;
+  for (size_t i = 0; i < sizeof(nonces); i++) nonces[i] = (uint8_t)(i * 13 + 1);
+  size_t capacity = FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_WELCOME_BYTES(N);
   uint8_t* frame = malloc(capacity);
-  size_t size = fcclWireEncodeWelcome(frame, addrs, N);
+  size_t size = fcclWireEncodeWelcome(frame, addrs, nonces, N);
   EXPECT_EQ_INT(size, capacity);
   EXPECT_EQ_INT(fcclWireParseMessage(frame, size, why, sizeof(why)), FCCL_WIRE_OK);
   uint8_t* payload = frame + FCCL_WIRE_HEADER_BYTES;
   size_t payloadSize = size - FCCL_WIRE_HEADER_BYTES;
+  for (size_t i = payloadSize - FCCL_WIRE_MAC_BYTES; i < payloadSize; i++) EXPECT_EQ_INT(payload[i], 0); /* for it */
   int count = 0;
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, N, &count, why, sizeof(why)), FCCL_WIRE_OK);
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, parsedNonces, N, &count, why, sizeof(why)),
+                FCCL_WIRE_OK);
   EXPECT_EQ_INT(count, N);
   for (int r = 0; r < N; r++) EXPECT_EQ_INT(ntohs(parsed[r].sin.sin_port), 30000 + r);
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, N - 1, &count, why, sizeof(why)),
+  EXPECT(memcmp(nonces, parsedNonces, sizeof(nonces)) == 0);
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, NULL, N - 1, &count, why, sizeof(why)),
                 FCCL_WIRE_BAD_FIELD); /* more ranks than the receiver has room for */
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize - 1, parsed, N, &count, why, sizeof(why)),
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize - 1, parsed, NULL, N, &count, why, sizeof(why)),
                 FCCL_WIRE_BAD_LENGTH);
   payload[4] = 1; /* reserved */
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, N, &count, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, NULL, N, &count, why, sizeof(why)),
+                FCCL_WIRE_BAD_FIELD);
   payload[4] = 0;
   payload[0] = 0; /* zero ranks */
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, N, &count, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, NULL, N, &count, why, sizeof(why)),
+                FCCL_WIRE_BAD_FIELD);
   payload[0] = N;
-  payload[FCCL_WIRE_WELCOME_FIXED_BYTES + 2 * FCCL_WIRE_ADDR_BYTES + 2] = 0; /* rank 2's port -> 0 */
-  payload[FCCL_WIRE_WELCOME_FIXED_BYTES + 2 * FCCL_WIRE_ADDR_BYTES + 3] = 0;
-  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, N, &count, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
+  payload[FCCL_WIRE_WELCOME_FIXED_BYTES + 2 * FCCL_WIRE_WELCOME_ENTRY_BYTES + 2] = 0; /* rank 2's port -> 0 */
+  payload[FCCL_WIRE_WELCOME_FIXED_BYTES + 2 * FCCL_WIRE_WELCOME_ENTRY_BYTES + 3] = 0;
+  EXPECT_EQ_INT(fcclWireParseWelcome(payload, payloadSize, parsed, NULL, N, &count, why, sizeof(why)),
+                FCCL_WIRE_BAD_FIELD);
   free(frame);
 }
 
 static void testId(void) {
-  struct fcclWireId id = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION, .secret = 0xfeedfacecafebeefull}, parsed;
+  struct fcclWireId id = {.protocolVersion = FCCL_BOOTSTRAP_PROTOCOL_VERSION}, parsed;
+  for (int i = 0; i < FCCL_WIRE_SECRET_BYTES; i++) id.secret[i] = (uint8_t)(0xc0 ^ i);
   fcclSocketLoopback(&id.rootAddr, 4444);
   fcclUniqueId raw;
   fcclWireEncodeId((uint8_t*)raw.internal, &id);
   EXPECT_EQ_INT(fcclWireParseId((uint8_t*)raw.internal, sizeof(raw), &parsed, why, sizeof(why)), FCCL_WIRE_OK);
-  EXPECT(parsed.secret == id.secret);
+  EXPECT(memcmp(parsed.secret, id.secret, sizeof(id.secret)) == 0);
   EXPECT_EQ_INT(ntohs(parsed.rootAddr.sin.sin_port), 4444);
   EXPECT_EQ_INT(fcclBootstrapCheckUniqueId(&raw), fcclSuccess);
 
@@ -274,10 +320,10 @@ static void testId(void) {
   bad.internal[100] = 1;
   EXPECT_EQ_INT(fcclWireParseId((uint8_t*)bad.internal, sizeof(bad), &parsed, why, sizeof(why)), FCCL_WIRE_BAD_FIELD);
   bad = raw;
-  bad.internal[4] = 2;
+  bad.internal[4] = 1; /* an id of the protocol that sent the secret in clear */
   EXPECT_EQ_INT(fcclWireParseId((uint8_t*)bad.internal, sizeof(bad), &parsed, why, sizeof(why)),
                 FCCL_WIRE_BAD_VERSION);
-  EXPECT_STR_CONTAINS(why, "protocol version 2");
+  EXPECT_STR_CONTAINS(why, "protocol version 1, this library speaks 2");
   EXPECT_EQ_INT(fcclBootstrapCheckUniqueId(&bad), fcclInvalidArgument);
   EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "protocol version");
   memset(&bad, 0, sizeof(bad));
@@ -301,21 +347,26 @@ static void testMessageFraming(void) {
 /* A mutation run: valid frames with random bytes changed must parse or be refused, never crash (ASan checks). */
 static void testMutations(void) {
   uint64_t state = testSeed();
-  uint8_t frames[4][FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
-  size_t sizes[4];
+  enum { KINDS = 6 };
+  uint8_t frames[KINDS][FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
+  size_t sizes[KINDS];
   struct fcclWireHello hello = validHello();
   sizes[0] = fcclWireEncodeHello(frames[0], &hello);
-  struct fcclWireRingHello ring = {.secret = 1, .rank = 0, .nranks = 2};
-  sizes[1] = fcclWireEncodeRingHello(frames[1], &ring);
+  struct fcclWireRingHello ring = {.rank = 0, .nranks = 2, .mac = {1}};
+  sizes[1] = fcclWireEncodeRingHello(frames[1], FCCL_WIRE_RING_HELLO, &ring);
   struct fcclWireError error = {.result = fcclRemoteError, .culprit = 1, .reporter = 0};
   snprintf(error.text, sizeof(error.text), "rank 1 closed its connection");
   sizes[2] = fcclWireEncodeError(frames[2], &error);
   union fcclSocketAddress addrs[3];
+  uint8_t nonces[3 * FCCL_WIRE_NONCE_BYTES] = {9};
   for (int r = 0; r < 3; r++) fcclSocketLoopback(&addrs[r], (uint16_t)(1000 + r));
-  sizes[3] = fcclWireEncodeWelcome(frames[3], addrs, 3);
+  sizes[3] = fcclWireEncodeWelcome(frames[3], addrs, nonces, 3);
+  struct fcclWireChallenge challenge = {.nonce = {3}, .mac = {4}};
+  sizes[4] = fcclWireEncodeChallenge(frames[4], &challenge);
+  sizes[5] = fcclWireEncodeProbe(frames[5], FCCL_WIRE_PROBE_ACK, 3, 1);
   int accepted = 0, refused = 0;
   for (int iter = 0; iter < 200000; iter++) {
-    int which = (int)(testRandom(&state) % 4);
+    int which = (int)(testRandom(&state) % KINDS);
     uint8_t buf[FCCL_WIRE_HEADER_BYTES + FCCL_WIRE_SMALL_MAX];
     memcpy(buf, frames[which], sizes[which]);
     size_t size = sizes[which];
@@ -328,7 +379,7 @@ static void testMutations(void) {
       refused++;
   }
   EXPECT(refused > 0);
-  EXPECT(accepted > 0); /* flips in free-form fields (secret, text, host letters) are legal */
+  EXPECT(accepted > 0); /* flips in free-form fields (nonces, MACs, text, host letters) are legal */
 }
 
 static void testReader(void) {
@@ -426,17 +477,22 @@ static void testLaunchEnv(void) {
   EXPECT_EQ_INT(launch.localRank, 1);
   EXPECT(strcmp(launch.addr, "10.1.2.3:29501") == 0);
   EXPECT(strcmp(launch.source, "torchrun") == 0);
-  /* Every rank derives the same wire secret from the same launch; another secret, address or size another one,
-   * and what a stranger sees (the address and the size) is not enough. */
-  uint64_t secret = fcclBootstrapEnvSecret(secretText, launch.addr, launch.nranks);
-  EXPECT(launch.secret == secret);
+  /* Every rank derives the same secret from the same launch; another secret, address or size another one, and what
+   * a stranger sees (the address and the size) is not enough. */
+  uint8_t secret[FCCL_BOOTSTRAP_SECRET_BYTES], other[FCCL_BOOTSTRAP_SECRET_BYTES];
+  EXPECT_EQ_INT(fcclBootstrapEnvSecret(secretText, launch.addr, launch.nranks, secret), fcclSuccess);
+  EXPECT(memcmp(launch.secret, secret, sizeof(secret)) == 0);
   setenv("RANK", "0", 1);
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
-  EXPECT(launch.secret == secret);
-  EXPECT(fcclBootstrapEnvSecret(secretText, launch.addr, 9) != secret);
-  EXPECT(fcclBootstrapEnvSecret(secretText, "10.1.2.3:29502", 8) != secret);
-  EXPECT(fcclBootstrapEnvSecret("0123456789abcdef0123456789abcdeF", launch.addr, 8) != secret);
-  EXPECT(fcclBootstrapEnvSecret("", launch.addr, 8) != secret);
+  EXPECT(memcmp(launch.secret, secret, sizeof(secret)) == 0);
+  EXPECT_EQ_INT(fcclBootstrapEnvSecret(secretText, launch.addr, 9, other), fcclSuccess);
+  EXPECT(memcmp(other, secret, sizeof(secret)) != 0);
+  EXPECT_EQ_INT(fcclBootstrapEnvSecret(secretText, "10.1.2.3:29502", 8, other), fcclSuccess);
+  EXPECT(memcmp(other, secret, sizeof(secret)) != 0);
+  EXPECT_EQ_INT(fcclBootstrapEnvSecret("0123456789abcdef0123456789abcdeF", launch.addr, 8, other), fcclSuccess);
+  EXPECT(memcmp(other, secret, sizeof(secret)) != 0);
+  EXPECT_EQ_INT(fcclBootstrapEnvSecret("", launch.addr, 8, other), fcclSuccess);
+  EXPECT(memcmp(other, secret, sizeof(secret)) != 0);
   setenv("RANK", "3", 1);
 
   setenv("MASTER_ADDR", "::1", 1);
@@ -479,9 +535,10 @@ static void testLaunchEnv(void) {
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
   EXPECT(strcmp(launch.source, "PMI") == 0);
   EXPECT_EQ_INT(launch.localRank, 0);
-  uint64_t drawn = launch.secret;
+  uint8_t drawn[FCCL_BOOTSTRAP_SECRET_BYTES];
+  memcpy(drawn, launch.secret, sizeof(drawn));
   EXPECT_EQ_INT(fcclBootstrapEnvResolve(&launch), fcclSuccess);
-  EXPECT(launch.secret != drawn);
+  EXPECT(memcmp(launch.secret, drawn, sizeof(drawn)) != 0);
   clearLaunchEnv();
 }
 

@@ -10,84 +10,12 @@
 #include "collective.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define STAGING_BYTES ((size_t)64 << 20)
 
-static pthread_mutex_t errorLock = PTHREAD_MUTEX_INITIALIZER;
-
-void benchFail(benchAgent_t* agent, const char* fmt, ...) {
-  char text[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof(text), fmt, ap);
-  va_end(ap);
-  pthread_mutex_lock(&errorLock);
-  if (agent->error[0] == '\0') snprintf(agent->error, sizeof(agent->error), "%s", text);
-  fprintf(stderr, "%s: rank %d: %s\n", agent->test ? agent->test->program : "bench", agent->firstRank, text);
-  fflush(stderr);
-  pthread_mutex_unlock(&errorLock);
-}
-
-int benchUseDevice(benchAgent_t* agent, int gpu) {
-  if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
-  return 0;
-}
-
-/* ---- per-GPU work in parallel (collective, blocking calls when a thread drives several GPUs) -------------------- */
-
-typedef struct {
-  benchAgent_t* agent;
-  int gpu;
-  benchPerGpuFn_t fn;
-  void* ctx;
-  int status;
-} perGpuJob_t;
-
-static void* perGpuThread(void* arg) {
-  perGpuJob_t* job = (perGpuJob_t*)arg;
-  if (cudaSetDevice(job->agent->devices[job->gpu]) != cudaSuccess) {
-    (void)cudaGetLastError();
-    benchFail(job->agent, "cudaSetDevice(%d) failed", job->agent->devices[job->gpu]);
-    job->status = -1;
-    return NULL;
-  }
-  job->status = job->fn(job->agent, job->gpu, job->ctx);
-  return NULL;
-}
-
-int benchForEachGpu(benchAgent_t* agent, benchPerGpuFn_t fn, void* ctx) {
-  if (agent->nLocal == 1) return fn(agent, 0, ctx);
-  perGpuJob_t jobs[BENCH_MAX_LOCAL];
-  pthread_t threads[BENCH_MAX_LOCAL];
-  int started = 0, status = 0;
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    jobs[gpu] = (perGpuJob_t){agent, gpu, fn, ctx, 0};
-    if (pthread_create(&threads[gpu], NULL, perGpuThread, &jobs[gpu]) != 0) {
-      benchFail(agent, "pthread_create failed");
-      status = -1;
-      break;
-    }
-    started++;
-  }
-  for (int gpu = 0; gpu < started; gpu++) {
-    pthread_join(threads[gpu], NULL);
-    if (jobs[gpu].status != 0) status = -1;
-  }
-  if (cudaSetDevice(agent->devices[0]) != cudaSuccess) status = -1;
-  return status;
-}
-
 /* ---- communicators ---------------------------------------------------------------------------------------------- */
-
-/* Aborts this agent's communicators of engine after a failure or a timeout; they are gone afterwards. */
-void benchAbortEngine(benchAgent_t* agent, int engine) {
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) agent->engines[engine].ops->abort(agent, engine, gpu);
-  benchOobAbort(agent->oob);
-}
 
 typedef struct {
   int engine;
@@ -177,12 +105,24 @@ static int destroyOne(benchAgent_t* agent, int gpu, void* arg) {
 /* ---- the life --------------------------------------------------------------------------------------------------- */
 
 static int setUpAgent(benchAgent_t* agent) {
+  /* -I between shared events (not -z 3, which times each iteration between its own start and stop). */
+  const int iterEvents = agent->args.perIterTiming && agent->args.graphLaunches == 0 &&
+                                 agent->args.blocking != BENCH_BLOCKING_EXCLUDE_BARRIER
+                             ? agent->args.iters + 1
+                             : 0;
   for (int gpu = 0; gpu < agent->nLocal; gpu++) {
     BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[gpu]));
     BENCH_CHECK_CUDA(agent, cudaFree(NULL)); /* create the context now, so it is not counted as a communicator's */
     BENCH_CHECK_CUDA(agent, cudaStreamCreateWithFlags(&agent->streams[gpu], cudaStreamNonBlocking));
     BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->start[gpu]));
     BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->stop[gpu]));
+    if (iterEvents == 0) continue;
+    agent->iterEvents[gpu] = (cudaEvent_t*)calloc((size_t)iterEvents, sizeof(cudaEvent_t));
+    if (!agent->iterEvents[gpu]) {
+      benchFail(agent, "out of memory for %d events", iterEvents);
+      return -1;
+    }
+    for (int e = 0; e < iterEvents; e++) BENCH_CHECK_CUDA(agent, cudaEventCreate(&agent->iterEvents[gpu][e]));
   }
   BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   return 0;
@@ -193,7 +133,13 @@ static void tearDownAgent(benchAgent_t* agent) {
     if (cudaSetDevice(agent->devices[gpu]) != cudaSuccess) continue;
     if (agent->start[gpu]) cudaEventDestroy(agent->start[gpu]);
     if (agent->stop[gpu]) cudaEventDestroy(agent->stop[gpu]);
+    for (int e = 0; agent->iterEvents[gpu] && e <= agent->args.iters; e++)
+      if (agent->iterEvents[gpu][e]) cudaEventDestroy(agent->iterEvents[gpu][e]);
     if (agent->streams[gpu]) cudaStreamDestroy(agent->streams[gpu]);
+  }
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    free(agent->iterEvents[gpu]);
+    agent->iterEvents[gpu] = NULL;
   }
   if (agent->staging) cudaFreeHost(agent->staging);
   agent->staging = NULL;
@@ -231,11 +177,11 @@ int benchRunAgent(benchAgent_t* agent) {
   int buffersMade = 0;
   if (status == 0 && memoryReport) status = usedPerGpu(agent, used[0]);
   if (status == 0 && agent->test->collective) {
-    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the size is
-     * the larger buffer's, how many times maxBytes / nranks). */
+    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the call's
+     * count is a rank's share, how many times maxBytes / nranks: nccl-tests' rounding only makes it smaller). */
     const benchCollective_t* collective = agent->test->collective;
     benchCounts_t per = collective->counts(1, agent->nranks);
-    const size_t scale = collective->sizeIsLargest ? (size_t)agent->nranks : 1;
+    const size_t scale = collective->perRank ? (size_t)agent->nranks : 1;
     status = benchFitMaxBytes(agent, (int)((per.send + per.recv + scale - 1) / scale));
     size_t bytes[2] = {agent->args.maxBytes / scale * per.send, agent->args.maxBytes / scale * per.recv};
     for (int i = 0; i < 2; i++) {

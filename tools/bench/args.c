@@ -77,6 +77,7 @@ void benchArgsDefaults(benchArgs_t* args) {
   args->type = benchFloat32;
   args->op = benchSum;
   args->progress = -1;
+  args->takes = BENCH_TAKES_ALL;
 }
 
 int benchParseSize(const char* text, size_t* bytes) {
@@ -104,65 +105,110 @@ int benchParseSize(const char* text, size_t* bytes) {
 }
 
 enum {
-  FLAG_NTHREADS, FLAG_NGPUS, FLAG_MINBYTES, FLAG_MAXBYTES, FLAG_STEPBYTES, FLAG_STEPFACTOR, FLAG_ITERS,
-  FLAG_AGGITERS, FLAG_WARMUP, FLAG_CYCLES, FLAG_PARALLELINIT, FLAG_CHECK, FLAG_OP, FLAG_DATATYPE, FLAG_ROOT,
-  FLAG_BLOCKING, FLAG_TIMEOUT, FLAG_GRAPH, FLAG_CPUTIME, FLAG_TIMESTAMPS, FLAG_MEMORY, FLAG_AVERAGE, FLAG_UNALIGN,
-  FLAG_REGISTER, FLAG_JSON, FLAG_PERITER, FLAG_PERITERSKIP, FLAG_STREAMNULL, FLAG_CTAPOLICY, FLAG_DEVICEIMPL,
-  FLAG_DEVICECTAS, FLAG_NPROCS, FLAG_COMPARE, FLAG_PATH, FLAG_CSV, FLAG_SHARE, FLAG_HOSTS, FLAG_CORRUPT, FLAG_PROGRESS, FLAG_HELP
+  FLAG_NTHREADS,
+  FLAG_NGPUS,
+  FLAG_MINBYTES,
+  FLAG_MAXBYTES,
+  FLAG_STEPBYTES,
+  FLAG_STEPFACTOR,
+  FLAG_ITERS,
+  FLAG_AGGITERS,
+  FLAG_WARMUP,
+  FLAG_CYCLES,
+  FLAG_PARALLELINIT,
+  FLAG_CHECK,
+  FLAG_OP,
+  FLAG_DATATYPE,
+  FLAG_ROOT,
+  FLAG_BLOCKING,
+  FLAG_TIMEOUT,
+  FLAG_GRAPH,
+  FLAG_CPUTIME,
+  FLAG_TIMESTAMPS,
+  FLAG_MEMORY,
+  FLAG_AVERAGE,
+  FLAG_UNALIGN,
+  FLAG_REGISTER,
+  FLAG_JSON,
+  FLAG_PERITER,
+  FLAG_PERITERSKIP,
+  FLAG_STREAMNULL,
+  FLAG_CTAPOLICY,
+  FLAG_DEVICEIMPL,
+  FLAG_DEVICECTAS,
+  FLAG_NPROCS,
+  FLAG_COMPARE,
+  FLAG_PATH,
+  FLAG_CSV,
+  FLAG_SHARE,
+  FLAG_HOSTS,
+  FLAG_CORRUPT,
+  FLAG_PROGRESS,
+  FLAG_HELP
 };
 enum { ARG_NONE, ARG_INT, ARG_SIZE, ARG_TEXT };
+
+/* The groups of BENCH_TAKES_* a flag belongs to; 0: every program honours it. */
+enum {
+  DATA = BENCH_TAKES_DATA,
+  OP = BENCH_TAKES_OP,
+  ROOT = BENCH_TAKES_ROOT,
+  PER_ITER = BENCH_TAKES_PER_ITER,
+  NCCL_TESTS = BENCH_TAKES_NCCL_TESTS
+};
 
 static const struct {
   char shortName;
   const char* longName;
   int id;
   int arg;
+  unsigned group;
 } flags[] = {
-    {'t', "nthreads", FLAG_NTHREADS, ARG_INT},
-    {'g', "ngpus", FLAG_NGPUS, ARG_INT},
-    {'b', "minbytes", FLAG_MINBYTES, ARG_SIZE},
-    {'e', "maxbytes", FLAG_MAXBYTES, ARG_SIZE},
-    {'i', "stepbytes", FLAG_STEPBYTES, ARG_SIZE},
-    {'f', "stepfactor", FLAG_STEPFACTOR, ARG_INT},
-    {'n', "iters", FLAG_ITERS, ARG_INT},
-    {'m', "agg_iters", FLAG_AGGITERS, ARG_INT},
-    {'w', "warmup_iters", FLAG_WARMUP, ARG_INT},
-    {'N', "run_cycles", FLAG_CYCLES, ARG_INT},
-    {'p', "parallel_init", FLAG_PARALLELINIT, ARG_INT},
-    {'c', "check", FLAG_CHECK, ARG_INT},
-    {'o', "op", FLAG_OP, ARG_TEXT},
-    {'d', "datatype", FLAG_DATATYPE, ARG_TEXT},
-    {'r', "root", FLAG_ROOT, ARG_INT},
-    {'z', "blocking", FLAG_BLOCKING, ARG_INT},
-    {'T', "timeout", FLAG_TIMEOUT, ARG_INT},
-    {'G', "cudagraph", FLAG_GRAPH, ARG_INT},
-    {'C', "report_cputime", FLAG_CPUTIME, ARG_INT},
-    {'S', "report_timestamps", FLAG_TIMESTAMPS, ARG_INT},
-    {'M', "memory_report", FLAG_MEMORY, ARG_INT},
-    {0, "memory", FLAG_MEMORY, ARG_INT}, /* nccl-tests' getopt table spells it so; its usage says memory_report */
-    {'a', "average", FLAG_AVERAGE, ARG_INT},
-    {'u', "unalign", FLAG_UNALIGN, ARG_INT},
-    {'R', "local_register", FLAG_REGISTER, ARG_INT},
-    {'J', "output_file", FLAG_JSON, ARG_TEXT},
-    {0, "json", FLAG_JSON, ARG_TEXT},
-    /* nccl-tests' flags that fccl's benchmark does not support: their default value is accepted, any other refused
-     * with the reason (applyFlag). */
-    {'I', "per_iter_timing", FLAG_PERITER, ARG_INT},
-    {'K', "per_iter_skip", FLAG_PERITERSKIP, ARG_INT},
-    {'y', "stream_null", FLAG_STREAMNULL, ARG_INT},
-    {'x', "cta_policy", FLAG_CTAPOLICY, ARG_INT},
-    {'D', "device_implementation", FLAG_DEVICEIMPL, ARG_INT},
-    {'V', "device_cta_count", FLAG_DEVICECTAS, ARG_INT},
-    {0, "np", FLAG_NPROCS, ARG_INT},
-    {0, "nprocs", FLAG_NPROCS, ARG_INT},
-    {0, "compare", FLAG_COMPARE, ARG_TEXT},
-    {0, "path", FLAG_PATH, ARG_TEXT},
-    {0, "csv", FLAG_CSV, ARG_TEXT},
-    {0, "share-gpu", FLAG_SHARE, ARG_NONE},
-    {0, "hosts", FLAG_HOSTS, ARG_INT},
-    {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE},
-    {0, "progress", FLAG_PROGRESS, ARG_INT},
-    {'h', "help", FLAG_HELP, ARG_NONE},
+    {'t', "nthreads", FLAG_NTHREADS, ARG_INT, 0},
+    {'g', "ngpus", FLAG_NGPUS, ARG_INT, 0},
+    {'b', "minbytes", FLAG_MINBYTES, ARG_SIZE, DATA},
+    {'e', "maxbytes", FLAG_MAXBYTES, ARG_SIZE, DATA},
+    {'i', "stepbytes", FLAG_STEPBYTES, ARG_SIZE, DATA},
+    {'f', "stepfactor", FLAG_STEPFACTOR, ARG_INT, DATA},
+    {'n', "iters", FLAG_ITERS, ARG_INT, 0},
+    {'m', "agg_iters", FLAG_AGGITERS, ARG_INT, NCCL_TESTS},
+    {'w', "warmup_iters", FLAG_WARMUP, ARG_INT, 0},
+    {'N', "run_cycles", FLAG_CYCLES, ARG_INT, 0},
+    {'p', "parallel_init", FLAG_PARALLELINIT, ARG_INT, NCCL_TESTS},
+    {'c', "check", FLAG_CHECK, ARG_INT, DATA},
+    {'o', "op", FLAG_OP, ARG_TEXT, OP},
+    {'d', "datatype", FLAG_DATATYPE, ARG_TEXT, DATA},
+    {'r', "root", FLAG_ROOT, ARG_INT, ROOT},
+    {'z', "blocking", FLAG_BLOCKING, ARG_INT, 0},
+    {'T', "timeout", FLAG_TIMEOUT, ARG_INT, 0},
+    {'G', "cudagraph", FLAG_GRAPH, ARG_INT, 0},
+    {'C', "report_cputime", FLAG_CPUTIME, ARG_INT, 0},
+    {'S', "report_timestamps", FLAG_TIMESTAMPS, ARG_INT, 0},
+    {'M', "memory_report", FLAG_MEMORY, ARG_INT, 0},
+    {0, "memory", FLAG_MEMORY, ARG_INT, 0}, /* nccl-tests' getopt table spells it so; its usage says memory_report */
+    {'a', "average", FLAG_AVERAGE, ARG_INT, 0},
+    {'u', "unalign", FLAG_UNALIGN, ARG_INT, DATA},
+    {'R', "local_register", FLAG_REGISTER, ARG_INT, DATA},
+    {'J', "output_file", FLAG_JSON, ARG_TEXT, 0},
+    {0, "json", FLAG_JSON, ARG_TEXT, 0},
+    {'I', "per_iter_timing", FLAG_PERITER, ARG_INT, PER_ITER},
+    {'K', "per_iter_skip", FLAG_PERITERSKIP, ARG_INT, PER_ITER},
+    /* nccl-tests' flags for NCCL alone: their default value is accepted, any other refused with the reason
+     * (applyFlag). */
+    {'y', "stream_null", FLAG_STREAMNULL, ARG_INT, NCCL_TESTS},
+    {'x', "cta_policy", FLAG_CTAPOLICY, ARG_INT, NCCL_TESTS},
+    {'D', "device_implementation", FLAG_DEVICEIMPL, ARG_INT, NCCL_TESTS},
+    {'V', "device_cta_count", FLAG_DEVICECTAS, ARG_INT, NCCL_TESTS},
+    {0, "np", FLAG_NPROCS, ARG_INT, 0},
+    {0, "nprocs", FLAG_NPROCS, ARG_INT, 0},
+    {0, "compare", FLAG_COMPARE, ARG_TEXT, 0},
+    {0, "path", FLAG_PATH, ARG_TEXT, 0},
+    {0, "csv", FLAG_CSV, ARG_TEXT, 0},
+    {0, "share-gpu", FLAG_SHARE, ARG_NONE, 0},
+    {0, "hosts", FLAG_HOSTS, ARG_INT, 0},
+    {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE, DATA},
+    {0, "progress", FLAG_PROGRESS, ARG_INT, 0},
+    {'h', "help", FLAG_HELP, ARG_NONE, 0},
 };
 #define FLAG_COUNT ((int)(sizeof(flags) / sizeof(flags[0])))
 
@@ -269,13 +315,10 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       args->warmupIters = n;
       break;
     case FLAG_CYCLES:
-      /* nccl-tests reads 0 as "forever". Here every cycle's rows are kept for the footer, -J and --csv, which an
-       * endless run never reaches: a soak run gives a count instead (each cycle's waits are bounded by -T). */
-      if (n == 0)
-        return benchError(err, errLen, "%s 0 (run forever) is not supported: give a number of cycles, 1 to %d", name,
-                          BENCH_MAX_RUN_CYCLES);
+      /* nccl-tests reads 0 as "forever": the run ends on SIGINT or SIGTERM, after the row in flight (bench.h). */
       if (n < 0 || n > BENCH_MAX_RUN_CYCLES)
-        return benchError(err, errLen, "%s: the cycle count must be 1 to %d", name, BENCH_MAX_RUN_CYCLES);
+        return benchError(err, errLen, "%s: the cycle count must be 0 (until SIGINT or SIGTERM) to %d", name,
+                          BENCH_MAX_RUN_CYCLES);
       args->runCycles = n;
       break;
     case FLAG_PARALLELINIT: return parseSwitch(n, name, &args->parallelInit, err, errLen);
@@ -307,7 +350,8 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
     case FLAG_TIMEOUT:
       /* The bound becomes fcclConfig_t.timeoutMs (an int of milliseconds): a day is far beyond any useful wait. */
       if (n < 0 || n > BENCH_MAX_TIMEOUT_SEC)
-        return benchError(err, errLen, "%s: the timeout must be 0 (default) to %d seconds", name, BENCH_MAX_TIMEOUT_SEC);
+        return benchError(err, errLen, "%s: the timeout must be 0 (default) to %d seconds", name,
+                          BENCH_MAX_TIMEOUT_SEC);
       args->timeoutSec = n;
       break;
     case FLAG_GRAPH:
@@ -317,18 +361,8 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
     case FLAG_CPUTIME: return parseSwitch(n, name, &args->cputime, err, errLen);
     case FLAG_TIMESTAMPS: return parseSwitch(n, name, &args->timestamps, err, errLen);
     case FLAG_MEMORY: return parseSwitch(n, name, &args->memoryReport, err, errLen);
-    case FLAG_PERITER:
-      if (n != 0)
-        return benchError(err, errLen,
-                          "%s %d: per-iteration timing (nccl-tests' i_min, i_max, i_p99, i_cv%% columns) is not "
-                          "supported by fccl's benchmark; only %s 0", name, n, name);
-      break;
-    case FLAG_PERITERSKIP:
-      if (n != 0)
-        return benchError(err, errLen,
-                          "%s %d: skipping iterations of the per-iteration statistics is not supported (they need -I, "
-                          "which fccl's benchmark does not have); only %s 0", name, n, name);
-      break;
+    case FLAG_PERITER: return parseSwitch(n, name, &args->perIterTiming, err, errLen);
+    case FLAG_PERITERSKIP: args->perIterSkip = n; break; /* checked against -I and -n after the last flag */
     case FLAG_STREAMNULL:
       if (n != 0)
         return benchError(err, errLen,
@@ -336,7 +370,13 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
                           "own; only %s 0", name, n, name);
       break;
     case FLAG_CTAPOLICY:
-      return benchError(err, errLen, "%s: NCCL's CTA policy is not supported: fccl's communicators have none", name);
+      /* NCCL_CTA_POLICY_DEFAULT (0) is what a communicator has without the flag; the others change NCCL alone. */
+      if (n != 0)
+        return benchError(err, errLen,
+                          "%s %d: NCCL's CTA policies (1 efficiency, 2 zero) are not supported: fccl's communicators "
+                          "have none; only %s 0 (NCCL's default policy)",
+                          name, n, name);
+      break;
     case FLAG_DEVICEIMPL:
       if (n != 0)
         return benchError(err, errLen,
@@ -344,10 +384,16 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
                           name, n, name);
       break;
     case FLAG_DEVICECTAS:
-      return benchError(err, errLen,
-                        "%s: the CTA count of NCCL's device-API implementations (-D) is not supported", name);
+      /* Read by nccl-tests only for -D above 0, which is refused: its default is accepted, as a no-op. */
+      if (n != 16)
+        return benchError(err, errLen,
+                          "%s %d: the CTA count of NCCL's device-API implementations (-D above 0) is not supported; "
+                          "only %s 16 (nccl-tests' default)",
+                          name, n, name);
+      break;
     case FLAG_AVERAGE:
-      if (n < 0 || n > 3) return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
+      if (n < 0 || n > 3)
+        return benchError(err, errLen, "%s: 0 (rank 0), 1 (average), 2 (minimum) or 3 (maximum)", name);
       args->average = n;
       break;
     case FLAG_UNALIGN:
@@ -401,7 +447,43 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
   return BENCH_PARSE_OK;
 }
 
+/* Adds a line to args->notice. */
+static void notice(benchArgs_t* args, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(benchArgs_t* args, const char* fmt, ...) {
+  const size_t used = strlen(args->notice);
+  if (used + 1 >= sizeof(args->notice)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args->notice + used, sizeof(args->notice) - used, fmt, ap);
+  va_end(ap);
+  const size_t now = strlen(args->notice);
+  if (now + 1 < sizeof(args->notice)) snprintf(args->notice + now, sizeof(args->notice) - now, "\n");
+}
+
+/* The combinations nccl-tests (2.19) accepts with a warning and a change, in its order and words: -I and -z 3 are
+ * turned off under -G (a graph has no host between its operations to record events or wait), -K outside 0..-n - 1
+ * or without -I becomes 0. */
+static void resolveLikeNcclTests(benchArgs_t* args) {
+  if (args->perIterTiming && args->graphLaunches >= 1) {
+    notice(args, "per-iteration timing (-I) is incompatible with CUDA graph mode (-G). Disabling.");
+    args->perIterTiming = 0;
+  }
+  if (args->blocking == BENCH_BLOCKING_EXCLUDE_BARRIER && args->graphLaunches >= 1) {
+    notice(args, "blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling.");
+    args->blocking = BENCH_BLOCKING_OFF;
+  }
+  if (args->perIterSkip < 0 || args->perIterSkip >= args->iters) {
+    notice(args, "per-iteration skip (-K) must be between 0 and %d. Disabling.", args->iters - 1);
+    args->perIterSkip = 0;
+  }
+  if (args->perIterSkip && !args->perIterTiming) {
+    notice(args, "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.");
+    args->perIterSkip = 0;
+  }
+}
+
 int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen) {
+  args->notice[0] = '\0';
   if (err && errLen) err[0] = '\0';
   for (int i = 1; i < argc; i++) {
     const char* arg = argv[i];
@@ -412,6 +494,12 @@ int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, si
       return benchError(err, errLen, "unexpected argument '%s' (see --help)", arg);
     }
     if (flags[index].id == FLAG_HELP) return BENCH_PARSE_HELP;
+    /* A flag of a group the program does not honour: one of nccl-tests' programs takes it (and its value, checked
+     * as usual) without effect, as nccl-tests' do; any other program refuses it. */
+    const unsigned group = flags[index].group;
+    const int honoured = group == 0 || (args->takes & group) != 0;
+    if (!honoured && !(args->takes & BENCH_TAKES_NCCL_TESTS))
+      return benchError(err, errLen, "%s does not apply to this program (see --help)", arg);
     if (flags[index].arg == ARG_NONE) {
       if (value) return benchError(err, errLen, "%s takes no value", arg);
     } else if (!value) {
@@ -421,6 +509,7 @@ int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, si
     int status = applyFlag(args, flags[index].id, arg, value, err, errLen);
     if (status != BENCH_PARSE_OK) return status;
   }
+  resolveLikeNcclTests(args);
   if (args->blocking != BENCH_BLOCKING_OFF && args->graphLaunches > 0)
     return benchError(err, errLen,
                       "-z %d with -G %d: a CUDA graph launches its operations with no host in between to wait; use one "
@@ -462,47 +551,79 @@ int benchCheckWritable(const char* path, char* err, size_t errLen) {
   return 0;
 }
 
-void benchPrintUsage(FILE* out, const char* program) {
+void benchPrintUsage(FILE* out, const char* program, unsigned takes) {
+  const int nt = (takes & BENCH_TAKES_NCCL_TESTS) != 0;
+  fprintf(out, "USAGE: %s [flags]\n%s\n", program, nt ? "nccl-tests' flags:" : "nccl-tests' flags it shares:");
   fprintf(out,
-          "USAGE: %s [flags]\n"
-          "nccl-tests' flags:\n"
           "  -t,--nthreads <n>         threads per process (1)\n"
-          "  -g,--ngpus <n>            GPUs per thread (1)\n"
-          "  -b,--minbytes <size>      smallest size (32M); sizes take K, M, G\n"
-          "  -e,--maxbytes <size>      largest size (32M)\n"
-          "  -i,--stepbytes <size>     add this between sizes (1M)\n"
-          "  -f,--stepfactor <n>       multiply by this between sizes (off)\n"
+          "  -g,--ngpus <n>            GPUs per thread (1)\n");
+  if (takes & BENCH_TAKES_DATA)
+    fprintf(out,
+            "  -b,--minbytes <size>      smallest size (32M); sizes take K, M, G\n"
+            "  -e,--maxbytes <size>      largest size (32M)\n"
+            "  -i,--stepbytes <size>     add this between sizes (1M)\n"
+            "  -f,--stepfactor <n>       multiply by this between sizes (off)\n");
+  fprintf(out,
           "  -n,--iters <n>            timed iterations (20)\n"
           "  -w,--warmup_iters <n>     warmup iterations (1)\n"
-          "  -N,--run_cycles <n>       run the whole sweep n times, printing every cycle (1; 1 to %d)\n"
-          "  -c,--check <n>            checked runs per size, #wrong column (1; 0: no check)\n"
-          "  -d,--datatype <type|all>  int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (float)\n"
-          "  -o,--op <op|all>          sum prod max min avg (sum)\n"
+          "  -N,--run_cycles <n>       run the whole %s n times, printing every cycle (1; at most %d);\n"
+          "                            0: until SIGINT (Ctrl-C) or SIGTERM, which end it after the %s in flight\n",
+          takes & BENCH_TAKES_DATA ? "sweep" : "measurement", BENCH_MAX_RUN_CYCLES,
+          takes & BENCH_TAKES_DATA ? "row" : "line");
+  if (takes & BENCH_TAKES_DATA)
+    fprintf(out,
+            "  -c,--check <n>            checked runs per size, #wrong column (1; 0: no check)\n"
+            "  -d,--datatype <type|all>  int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (float)\n");
+  if (takes & BENCH_TAKES_OP) fprintf(out, "  -o,--op <op|all>          sum prod max min avg (sum)\n");
+  if (takes & BENCH_TAKES_ROOT) fprintf(out, "  -r,--root <rank>          the root (0)\n");
+  fprintf(out,
           "  -z,--blocking <0-3>       after every operation: 1 wait and barrier, 2 wait, 3 wait and barrier\n"
           "                            with the barrier not timed (0)\n"
-          "  -G,--cudagraph <n>        capture the iterations in a CUDA graph, launch it n times (0: eager)\n"
+          "  -G,--cudagraph <n>        capture the iterations in a CUDA graph, launch it n times (0: eager)\n");
+  if (takes & BENCH_TAKES_PER_ITER)
+    fprintf(out,
+            "  -I,--per_iter_timing <0/1>  every iteration timed on its own: i_min, i_max, i_p99, i_cv%% columns\n"
+            "                            (the slowest rank's time per iteration; not with -G) (0)\n"
+            "  -K,--per_iter_skip <n>    leave the first n iterations out of -I's statistics (0)\n");
+  fprintf(out,
           "  -a,--average <0/1/2/3>    time across ranks: rank 0, average, minimum, maximum (1)\n"
-          "  -T,--timeout <seconds>    bound on every wait (0: 300 s; at most 86400)\n"
-          "  -u,--unalign <n>          offset the buffers by n elements (0)\n"
-          "  -R,--local_register <n>   0 plain buffers, 1 registered, 2 registered symmetric (0)\n"
+          "  -T,--timeout <seconds>    bound on every wait (0: 300 s; at most 86400)\n");
+  if (takes & BENCH_TAKES_DATA)
+    fprintf(out,
+            "  -u,--unalign <n>          offset the buffers by n elements (0)\n"
+            "  -R,--local_register <n>   0 plain buffers, 1 registered, 2 registered symmetric (0)\n");
+  fprintf(out,
           "  -C,--report_cputime <0/1> report host launch time instead of GPU time (0)\n"
-          "  -S,--report_timestamps <0/1>  a timestamp at the end of every row (0)\n"
-          "  -M,--memory_report <0/1>  device memory used: communicators, buffers, the run (0)\n"
-          "  -J,--output_file <file>   write the results as JSON (nccl-tests' layout)\n"
-          "  -p,--parallel_init, -r,--root, -m,--agg_iters 1: accepted for compatibility\n"
-          "  -I, -K, -y, -D 0: accepted (their defaults); other values, -x and -V: not supported\n"
+          "  -S,--report_timestamps <0/1>  a timestamp at the end of every %s (0)\n"
+          "  -M,--memory_report <0/1>  device memory used: communicators, %sthe run (0)\n"
+          "  -J,--output_file <file>   write the results as JSON (nccl-tests' layout)\n",
+          takes & BENCH_TAKES_DATA ? "row" : "line", takes & BENCH_TAKES_DATA ? "buffers, " : "");
+  if (nt) {
+    /* Accepted so that one command line serves every nccl-tests program; nothing here changes with them. */
+    fprintf(out,
+            "accepted as nccl-tests accepts them, without effect here:\n"
+            "  -p,--parallel_init <0/1> (ranks of a process always initialise in parallel), -m,--agg_iters 1,\n"
+            "  -y,--stream_null 0, -x,--cta_policy 0, -D,--device_implementation 0, -V,--device_cta_count 16");
+    if (!(takes & BENCH_TAKES_OP)) fprintf(out, ",\n  -o,--op (%s has no reduction)", program);
+    if (!(takes & BENCH_TAKES_ROOT)) fprintf(out, ",\n  -r,--root (%s has no root)", program);
+    fprintf(out, "\n");
+  }
+  fprintf(out,
           "fccl's own:\n"
           "  -np,--nprocs <n>          processes to fork, one rank each unless -t/-g (0: one per local GPU)\n"
-          "  --compare nccl            run NCCL on the same buffers and print it beside fccl\n"
+          "  --compare nccl            %s\n"
           "  --path fccl|nccl|hier|auto  which engine carries fccl's communicator (sets FCCL_PATH; auto)\n"
           "  --csv <file>              write the results as CSV\n"
           "  --share-gpu               let ranks share a GPU (more ranks than GPUs)\n"
           "  --hosts <n>               the forked processes pose as n hosts, consecutive processes together (an\n"
-          "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths on one machine\n"
+          "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths on one\n"
+          "                            machine\n"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
+          "  -h,--help                 this text\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",
-          program, BENCH_MAX_RUN_CYCLES);
+          takes & BENCH_TAKES_DATA ? "run NCCL on the same buffers and print it beside fccl"
+                                   : "time NCCL's usual stand-in (an all-reduce of one float) beside fccl");
 }
 
 size_t benchSweepNext(const benchArgs_t* args, size_t bytes) {
@@ -532,6 +653,15 @@ int benchSweepLength(const benchArgs_t* args) {
 size_t benchCountOf(size_t bytes, int type) {
   size_t size = benchTypeSize(type);
   return size ? bytes / size : 0;
+}
+
+size_t benchCallCount(size_t bytes, int type, int nranks, int perRank, int alignBytes) {
+  size_t count = benchCountOf(bytes, type);
+  if (perRank && nranks > 0) count /= (size_t)nranks;
+  const size_t size = benchTypeSize(type);
+  const size_t unit = alignBytes > 0 && size > 0 ? (size_t)alignBytes / size : 1;
+  if (unit > 1) count -= count % unit;
+  return count;
 }
 
 double benchAlgBw(size_t bytes, double seconds) { return seconds > 0 ? (double)bytes / 1.0e9 / seconds : 0.0; }

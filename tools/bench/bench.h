@@ -44,7 +44,7 @@ typedef struct {
   size_t stepFactor;       /* -f (1: add stepBytes instead) */
   int iters;               /* -n */
   int warmupIters;         /* -w */
-  int runCycles;           /* -N: the whole sweep this many times, each cycle's rows printed */
+  int runCycles;           /* -N: the whole sweep this many times, each cycle's rows printed; 0: until a signal */
   int check;               /* -c: checked runs per size (0: no check) */
   int blocking;            /* -z: BENCH_BLOCKING_* */
   int graphLaunches;       /* -G: capture the iterations in a CUDA graph and launch it this many times */
@@ -57,6 +57,8 @@ typedef struct {
   int timestamps;          /* -S: a timestamp at the end of every row */
   int memoryReport;        /* -M: a line of device memory use after the footer */
   int localRegister;       /* -R: 0 plain cudaMalloc buffers, 1 registered, 2 registered symmetric (NCCL windows) */
+  int perIterTiming;       /* -I: every iteration timed on its own (CUDA events), i_min/i_max/i_p99/i_cv% columns */
+  int perIterSkip;         /* -K: the first this many iterations left out of -I's statistics */
   int type;                /* -d: a type, or BENCH_ALL */
   int op;                  /* -o: an op, or BENCH_ALL */
   int compareNccl;         /* --compare nccl */
@@ -67,7 +69,23 @@ typedef struct {
   const char* jsonPath;    /* -J */
   const char* csvPath;     /* --csv */
   const char* path;        /* --path: FCCL_PATH for every rank ("fccl", "nccl", "auto"), or NULL (the environment's) */
+  unsigned takes;          /* BENCH_TAKES_*: the flags the program honours (benchArgsDefaults: all of them) */
+  char notice[512];        /* what the parser changed, as nccl-tests warns and goes on ("... Disabling."): lines for
+                            * standard error; "" when nothing */
 } benchArgs_t;
+
+/* What a program honours beyond the flags every program takes (-t -g -n -w -N -z -G -a -T -C -S -M -J and fccl's
+ * own). A flag of these groups that the program does not honour is refused, unless the program is one of
+ * nccl-tests' (BENCH_TAKES_NCCL_TESTS): it then accepts every flag nccl-tests accepts, as nccl-tests' programs do,
+ * so that one command line serves them all, and its --help lists those under "no effect". */
+enum {
+  BENCH_TAKES_DATA = 1u << 0,       /* -b -e -i -f -c -d -u -R: sizes, types, checks and buffers */
+  BENCH_TAKES_OP = 1u << 1,         /* -o */
+  BENCH_TAKES_ROOT = 1u << 2,       /* -r */
+  BENCH_TAKES_PER_ITER = 1u << 3,   /* -I -K */
+  BENCH_TAKES_NCCL_TESTS = 1u << 4, /* one of nccl-tests' programs: also -p, -m 1, -y 0, -x 0, -D 0, -V 16 */
+  BENCH_TAKES_ALL = 0x1fu
+};
 
 /* -z, as nccl-tests defines it (with -m 1 an inner iteration is an outer one): after every operation, wait for it and
  * barrier (BARRIER), only wait (WAIT), or wait and barrier with the barrier left out of the time (EXCLUDE_BARRIER). */
@@ -79,12 +97,15 @@ void benchArgsDefaults(benchArgs_t* args);
 
 enum { BENCH_PARSE_OK = 0, BENCH_PARSE_HELP = 1, BENCH_PARSE_ERROR = -1 };
 #define BENCH_MAX_TIMEOUT_SEC 86400 /* -T: a day */
-#define BENCH_MAX_RUN_CYCLES 100000 /* -N: every cycle's rows are kept for the footer, -J and --csv */
-/* Parses nccl-tests' flags plus fccl's own (see benchPrintUsage). Returns BENCH_PARSE_*; on error err says why. */
+#define BENCH_MAX_RUN_CYCLES 100000 /* -N: above, a soak run is -N 0 (until SIGINT or SIGTERM) */
+/* Parses nccl-tests' flags plus fccl's own (see benchPrintUsage), as far as args->takes says the program honours
+ * them. Returns BENCH_PARSE_*; on error err says why. Combinations nccl-tests resolves with a warning (-I or -z 3
+ * with -G, -K out of range or without -I) are resolved alike, the warning in args->notice. */
 int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen);
 /* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else (negative, NaN, beyond 8 EiB). */
 int benchParseSize(const char* text, size_t* bytes);
-void benchPrintUsage(FILE* out, const char* program);
+/* The flags program honours (takes: BENCH_TAKES_*), and the ones accepted without effect. */
+void benchPrintUsage(FILE* out, const char* program, unsigned takes);
 /* Whether an output file (-J, --csv) can be written, checked before the run so that a typo does not cost the whole
  * benchmark: an existing file must be writable, a new one needs a writable directory. Nothing is created. 0, or -1
  * with err. */
@@ -99,6 +120,10 @@ size_t benchSweepNext(const benchArgs_t* args, size_t bytes);
 int benchSweepLength(const benchArgs_t* args);
 /* Elements of `type` in `bytes`, as nccl-tests counts them (rounded down). */
 size_t benchCountOf(size_t bytes, int type);
+/* A call's count for a sweep size, as nccl-tests (2.19) computes it: the size's elements, or (perRank) a rank's share
+ * of them rounded down to whole alignBytes (16 for the all-gather, reduce-scatter, all-to-all, gather and scatter;
+ * 0: not rounded). */
+size_t benchCallCount(size_t bytes, int type, int nranks, int perRank, int alignBytes);
 
 /* Algorithm bandwidth in GB/s (1e9 bytes per second) for bytes moved in seconds. */
 double benchAlgBw(size_t bytes, double seconds);
@@ -111,12 +136,32 @@ enum { BENCH_OUT_OF_PLACE = 0, BENCH_IN_PLACE = 1 };
 #define BENCH_MAX_ENGINES 2 /* fccl, and NCCL beside it */
 #define BENCH_MAX_LOCAL 16  /* GPUs one thread drives (-g) */
 
+/* -I: the statistics nccl-tests prints and writes for the iterations of one measurement, each iteration's time being
+ * the slowest rank's (nccl-tests: "i_* uses max over process rows"). */
+typedef struct {
+  int valid;   /* measured with -I */
+  int skipped; /* -K: leading iterations left out of the statistics (still in timesUs) */
+  double minUs, maxUs, avgUs, p50Us, p95Us, p99Us, stdevUs;
+  double cvPct;          /* stdev / avg, in percent (0 when avg is 0) */
+  const double* timesUs; /* every iteration, nTimes of them (the JSON's times_us); NULL: not kept */
+  int nTimes;
+  const double* processUs; /* nProcesses x nTimes: each process's slowest GPU per iteration; NULL: one process */
+  int nProcesses;
+} benchIterStats_t;
+
+/* nccl-tests' statistics of times[skip..n): min, max, mean, p50 (the middle element), p95 and p99 (nearest rank:
+ * element ceil(m p / 100) - 1 of the m sorted samples, so p99 is the maximum below 100 samples), population standard
+ * deviation, coefficient of variation. timesUs and nTimes are set to times and n. 0, or -1 (nothing left after
+ * skip, out of memory). */
+int benchIterStatsCompute(const double* times, int n, int skip, benchIterStats_t* stats);
+
 typedef struct {
   double timeUs;
   double algBw;
   double busBw;
   int64_t wrong; /* wrong elements summed over ranks; -1: not checked */
   int valid;     /* measured */
+  benchIterStats_t iter; /* -I */
 } benchMeasure_t;
 
 typedef struct {
@@ -136,16 +181,19 @@ typedef struct {
   const char* engineNames[BENCH_MAX_ENGINES];
   int cputime;                               /* label the time column "cputime" */
   int timestamps;                            /* -S: a "timestamp" column at the end */
+  int perIter;                               /* -I: i_min, i_max, i_p99, i_cv% after each placement's #wrong */
 } benchTable_t;
 
 /* Formats value in exactly `width` characters where it fits (2, then 1, then 0 decimals, then exponent), like
  * nccl-tests. out must hold width + 1 bytes (more when the value does not fit at all). */
 void benchFormatFloat(double value, int width, char* out, size_t outLen);
-/* nccl-tests' column headers (three lines), plus the NCCL columns when nEngines == 2. */
+/* nccl-tests' column headers (three lines; with -I its per-iteration ones), plus the NCCL columns when
+ * nEngines == 2. */
 void benchPrintTableHeader(FILE* out, const benchTable_t* table);
 /* One row: size, count, type, redop, root, then time/algbw/busbw/#wrong out of place and in place (nccl-tests'
- * layout), then for NCCL time/busbw/#wrong/speedup per placement (speedup: NCCL time / fccl time), then with -S the
- * row's local time as nccl-tests writes it ("%Y-%m-%d %H:%M:%S"). */
+ * layout; with -I each followed by i_min/i_max/i_p99/i_cv%), then for NCCL time/busbw/#wrong (with -I the four
+ * i_* columns)/speedup per placement (speedup: NCCL time / fccl time), then with -S the row's local time as
+ * nccl-tests writes it ("%Y-%m-%d %H:%M:%S"). */
 void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row);
 /* nccl-tests' time format ("%Y-%m-%d %H:%M:%S", local time) of a time_t; -S's column and the JSON's times. */
 #define BENCH_TIME_FORMAT "%Y-%m-%d %H:%M:%S"
@@ -156,7 +204,18 @@ typedef struct {
   double avgBusBw[BENCH_MAX_ENGINES];
   double speedupGeomean[2];          /* per placement; 0 when not compared */
 } benchSummary_t;
-/* Accumulates the footer numbers over the rows (averages over every measured size and placement). */
+/* The footer's numbers, accumulated row by row as the rows are printed (a -N 0 run keeps no rows). */
+typedef struct {
+  int errors[BENCH_MAX_ENGINES];
+  double busBwSum[BENCH_MAX_ENGINES];
+  int busBwCount[BENCH_MAX_ENGINES];
+  double logSpeedupSum[2];
+  int speedupCount[2];
+  int rows;
+} benchSummaryAcc_t;
+void benchSummaryAdd(const benchTable_t* table, benchSummaryAcc_t* acc, const benchRow_t* row);
+void benchSummaryFinish(const benchTable_t* table, const benchSummaryAcc_t* acc, benchSummary_t* summary);
+/* The footer numbers over the rows (averages over every measured size and placement): the two above. */
 void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows, benchSummary_t* summary);
 /* "# Out of bounds values", "# Avg bus bandwidth", the NCCL lines, "#", "# Collective test concluded". */
 void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t* summary);
@@ -169,7 +228,8 @@ void benchPrintMemoryReport(FILE* out, const double bytes[BENCH_MEM_PARTS]);
 /* nccl-tests' amount ("0.00 B", "512 MB", "1.25 GB": powers of 1024, two decimals below 10, one below 100). */
 void benchFormatMemory(double bytes, char* out, size_t len);
 
-/* CSV: one line per size, engine and placement; buffers[engine] names the engine's buffer kind. */
+/* CSV: one line per size, engine and placement; buffers[engine] names the engine's buffer kind; with -I the
+ * i_min_us, i_max_us, i_p99_us and i_cv_pct columns at the end are filled (empty otherwise). */
 void benchCsvHeader(FILE* out);
 void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* const* buffers, int graph,
                   int nranks);
@@ -227,11 +287,14 @@ typedef struct {
 
 /* Starts the document on out: the preamble, then an open "results" array. */
 void benchJsonBegin(toolJson_t* json, FILE* out, const benchJsonInfo_t* info);
-/* One result row as nccl-tests' JSON does it, with an object per engine compared and the speedups. */
+/* One result row as nccl-tests' JSON does it (with -I its "out_of_place_per_iter" and "in_place_per_iter"), with an
+ * object per engine compared and the speedups. */
 void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row, int iterations);
 /* Ends the results and the document: "out_of_bounds", "average_bus_bandwidth" (summary NULL: none, for programs
- * without a bandwidth), fccl's "comparison" (with NCCL compared), "errors", "end_time". */
-void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* endTime);
+ * without a bandwidth), fccl's "comparison" (with NCCL compared), "errors" (error: why the run failed, or NULL),
+ * "end_time". */
+void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* error,
+                  const char* endTime);
 
 /* ---- input data and result checking ----------------------------------------------------------------------------
  * Inputs are small integers (exactly representable in every type, sums and products of up to 64 ranks included), so
@@ -250,7 +313,10 @@ void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummar
 
 /* Result element `index` of a rank is element `input` of `source`, and so are the next run - 1 elements, one input
  * element each (run >= 1; SIZE_MAX: every element from here on). */
-enum { BENCH_SOURCE_REDUCED = -1 }; /* the source that is the reduction, with the op, of every rank's input */
+enum {
+  BENCH_SOURCE_REDUCED = -1,  /* the source that is the reduction, with the op, of every rank's input */
+  BENCH_SOURCE_UNCHECKED = -2 /* no rule fixes these elements (a reduce's or a gather's result on a non-root rank) */
+};
 typedef struct {
   int source; /* a rank (its input), or BENCH_SOURCE_REDUCED */
   size_t input;
@@ -266,6 +332,16 @@ benchSpan_t benchAllReduceResult(size_t index, size_t count, int rank, int nrank
 benchSpan_t benchAllGatherResult(size_t index, size_t count, int rank, int nranks, int root);
 benchSpan_t benchReduceScatterResult(size_t index, size_t count, int rank, int nranks, int root);
 benchSpan_t benchBroadcastResult(size_t index, size_t count, int rank, int nranks, int root);
+/* send/recv (nccl-tests' ring): rank r holds rank r - 1's input. All-to-all: block p (count elements at p x count)
+ * is rank p's input block r. */
+benchSpan_t benchSendRecvResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchAllToAllResult(size_t index, size_t count, int rank, int nranks, int root);
+/* For the programs of fccl's reduce, gather and scatter (docs/benchmark.md#adding-a-program): reduce, the reduction on
+ * root (elsewhere unchecked); gather, rank q's input at q x count on root (elsewhere unchecked); scatter, root's input
+ * block r on rank r. */
+benchSpan_t benchReduceResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchGatherResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchScatterResult(size_t index, size_t count, int rank, int nranks, int root);
 
 typedef struct {
   int type;
@@ -330,6 +406,8 @@ void benchShmAbort(void* region);
 void benchOobShmInit(benchOob_t* oob, void* region, int agent, int timeoutSec);
 
 int benchOobBarrier(benchOob_t* oob);
+/* Every agent's n doubles, in agent order, into all (nAgents x n): several exchanges when they exceed a slot. */
+int benchOobGatherDoubles(benchOob_t* oob, const double* mine, int n, double* all);
 /* Copies agent 0's bytes to everyone. */
 int benchOobBcast(benchOob_t* oob, void* data, size_t bytes);
 enum { BENCH_REDUCE_SUM, BENCH_REDUCE_MIN, BENCH_REDUCE_MAX, BENCH_REDUCE_AVG, BENCH_REDUCE_FIRST };
@@ -383,6 +461,22 @@ int benchNcclTakesSharing(const benchLayout_t* layout);
  * Returns 0 when all exited 0, otherwise the first failure's exit code (or 128 + signal). */
 int benchForkRun(int nProcs, int (*body)(int proc, void* arg), void* arg, void (*onFailure)(void* arg),
                  int graceSec);
+/* ---- -N 0: until a signal ----------------------------------------------------------------------------------------
+ * A soak run ends on SIGINT (Ctrl-C) or SIGTERM (timeout(1), a job scheduler): the handlers only ask for a stop, and
+ * every rank stops after the same row (benchStopAgreed in the runtime), so the footer, -J and --csv come out whole.
+ * A second signal ends the process at once (the handler is reset by the first). */
+
+/* Installs the handlers in this process (forked ranks inherit them); region: the shared exchange, whose flag every
+ * forked rank sees, so that a signal to the launcher alone (kill PID) stops them too; NULL without one. */
+void benchStopOnSignals(void* region);
+/* Whether this process, or (region not NULL) any process of the exchange, was asked to stop. */
+int benchStopRequested(void* region);
+/* The signal that asked this process to stop (SIGINT, SIGTERM), or 0. */
+int benchStopSignal(void);
+/* Marks the shared exchange stopped (async-signal-safe). */
+void benchShmRequestStop(void* region);
+int benchShmStopRequested(void* region);
+
 /* Runs probe in a child process (so that the parent never initialises CUDA before forking its ranks) and returns
  * its int result; the child's message (up to len bytes) lands in msg. Returns 0, or -1 if the child failed or gave
  * no answer within timeoutSec (it is killed then; errno is ETIMEDOUT). */

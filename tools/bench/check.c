@@ -182,6 +182,37 @@ benchSpan_t benchBroadcastResult(size_t index, size_t count, int rank, int nrank
   return (benchSpan_t){root, index, SIZE_MAX};
 }
 
+/* The previous rank's input (nccl-tests' ring: every rank sends to the next). */
+benchSpan_t benchSendRecvResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)count;
+  (void)root;
+  return (benchSpan_t){(rank + nranks - 1) % nranks, index, SIZE_MAX};
+}
+
+/* Block p comes from rank p's block for this rank: runs of one block. */
+benchSpan_t benchAllToAllResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)nranks;
+  (void)root;
+  if (count == 0) return (benchSpan_t){0, index, 1}; /* no elements: never asked */
+  return (benchSpan_t){(int)(index / count), (size_t)rank * count + index % count, count - index % count};
+}
+
+benchSpan_t benchReduceResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)count;
+  (void)nranks;
+  return (benchSpan_t){rank == root ? BENCH_SOURCE_REDUCED : BENCH_SOURCE_UNCHECKED, index, SIZE_MAX};
+}
+
+benchSpan_t benchGatherResult(size_t index, size_t count, int rank, int nranks, int root) {
+  if (rank != root) return (benchSpan_t){BENCH_SOURCE_UNCHECKED, index, SIZE_MAX};
+  return benchAllGatherResult(index, count, rank, nranks, root);
+}
+
+benchSpan_t benchScatterResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)nranks;
+  return (benchSpan_t){root, (size_t)rank * count + index, SIZE_MAX};
+}
+
 /* ---- the checker ---------------------------------------------------------------------------------------------- */
 
 /* One period of source's expected elements. */
@@ -258,6 +289,7 @@ static double avgTolerance(int type) {
 /* Wrong elements among data[0..n), which should hold elements [input, input + n) of source. */
 static int64_t countSpan(const benchChecker_t* checker, int source, size_t input, const unsigned char* data,
                          size_t n) {
+  if (source == BENCH_SOURCE_UNCHECKED) return 0;
   if (source < BENCH_SOURCE_REDUCED || source >= checker->nranks) return (int64_t)n; /* no such source */
   size_t size = checker->elemSize;
   int64_t wrong = 0;

@@ -8,6 +8,7 @@
 #include "collective.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,12 +25,23 @@ typedef struct {
   int inPlace;
 } collCall_t;
 
+const char* benchCallName(benchCall_t call) {
+  static const char* const names[BENCH_NUM_CALLS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                     "broadcast",  "send_recv",  "all_to_all",
+                                                     "reduce",     "gather",     "scatter"};
+  return call >= 0 && call < BENCH_NUM_CALLS ? names[call] : "?";
+}
+
+unsigned benchCollectiveTakes(const benchCollective_t* collective) {
+  return BENCH_TAKES_DATA | BENCH_TAKES_PER_ITER | BENCH_TAKES_NCCL_TESTS | (collective->hasOp ? BENCH_TAKES_OP : 0) |
+         (collective->hasRoot ? BENCH_TAKES_ROOT : 0);
+}
+
 static collCall_t makeCall(const benchAgent_t* agent, size_t bytes, int type, int op, int root, int inPlace) {
   collCall_t call;
   memset(&call, 0, sizeof(call));
   call.collective = agent->test->collective;
-  call.count = benchCountOf(bytes, type);
-  if (call.collective->sizeIsLargest) call.count /= (size_t)agent->nranks;
+  call.count = benchCallCount(bytes, type, agent->nranks, call.collective->perRank, call.collective->alignBytes);
   call.elems = call.collective->counts(call.count, agent->nranks);
   call.bytes = (call.elems.send > call.elems.recv ? call.elems.send : call.elems.recv) * benchTypeSize(type);
   call.type = type;
@@ -67,7 +79,8 @@ static int launchCall(benchAgent_t* agent, int engine, int gpu, int iter, void* 
   char* send = NULL;
   char* recv = NULL;
   placeCall(agent, engine, gpu, call, slices > 1 ? (size_t)iter % slices : 0, &send, &recv);
-  return call->collective->launch(agent, engine, gpu, send, recv, call->count, call->type, call->op, call->root);
+  return agent->engines[engine].ops->calls[call->collective->call](agent, engine, gpu, send, recv, call->count,
+                                                                   call->type, call->op, call->root);
 }
 
 static int warmUp(benchAgent_t* agent, int type, int op, int root) {
@@ -121,69 +134,119 @@ static int checkRun(benchAgent_t* agent, int engine, collCall_t* call, int64_t* 
   return 0;
 }
 
+/* -I: one measurement's iteration times (timing.c fills them; the row that shows them is written before the next
+ * measurement reuses them). */
+typedef struct {
+  double* iterUs;      /* -n: each iteration's slowest rank */
+  double* agentIterUs; /* nAgents x -n */
+  double* processUs;   /* processes x -n: each process's slowest agent (the JSON's per-process series) */
+} iterBuffers_t;
+
+static int allocIterBuffers(benchAgent_t* agent, iterBuffers_t buffers[BENCH_MAX_ENGINES][2]) {
+  const size_t iters = (size_t)agent->args.iters;
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++) {
+    for (int place = 0; place < 2; place++) {
+      iterBuffers_t* b = &buffers[engine][place];
+      b->iterUs = (double*)calloc(iters, sizeof(double));
+      b->agentIterUs = (double*)calloc(iters * (size_t)agent->nAgents, sizeof(double));
+      b->processUs = (double*)calloc(iters * (size_t)agent->nAgents, sizeof(double));
+      if (!b->iterUs || !b->agentIterUs || !b->processUs) {
+        benchFail(agent, "out of memory for %zu iteration times", iters);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+static void freeIterBuffers(iterBuffers_t buffers[BENCH_MAX_ENGINES][2]) {
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++) {
+    for (int place = 0; place < 2; place++) {
+      free(buffers[engine][place].iterUs);
+      free(buffers[engine][place].agentIterUs);
+      free(buffers[engine][place].processUs);
+    }
+  }
+}
+
+/* -I: the statistics of one measurement, and the per-process series nccl-tests writes (a process's slowest thread;
+ * agents of one process are consecutive, -t of them). */
+static int iterStatistics(benchAgent_t* agent, const iterBuffers_t* b, benchIterStats_t* stats) {
+  const int iters = agent->args.iters;
+  const int perProcess = agent->args.nThreads > 0 ? agent->args.nThreads : 1;
+  const int processes = agent->nAgents / perProcess;
+  for (int p = 0; p < processes; p++) {
+    for (int iter = 0; iter < iters; iter++) {
+      double slowest = 0;
+      for (int t = 0; t < perProcess; t++)
+        slowest = fmax(slowest, b->agentIterUs[(size_t)(p * perProcess + t) * iters + iter]);
+      b->processUs[(size_t)p * iters + iter] = slowest;
+    }
+  }
+  if (benchIterStatsCompute(b->iterUs, iters, agent->args.perIterSkip, stats) != 0) {
+    benchFail(agent, "the per-iteration statistics of %d iterations (-K %d) failed", iters, agent->args.perIterSkip);
+    return -1;
+  }
+  stats->processUs = b->processUs;
+  stats->nProcesses = processes;
+  return 0;
+}
+
 /* Times one engine at one size and placement, then checks -c runs on fresh data. Algorithm bandwidth counts the
  * larger buffer, as nccl-tests does for every collective. */
-static int measure(benchAgent_t* agent, int engine, collCall_t* call, benchMeasure_t* m) {
+static int measure(benchAgent_t* agent, int engine, collCall_t* call, const iterBuffers_t* iter, benchMeasure_t* m) {
   if (benchRunOnce(agent, engine, launchCall, call, 1) != 0) return -1;
-  double timeUs = 0, cpuUs = 0;
-  if (benchTimeLoop(agent, engine, launchCall, call, &timeUs, &cpuUs) != 0) return -1;
+  benchTiming_t timing;
+  memset(&timing, 0, sizeof(timing));
+  if (iter) {
+    timing.iterUs = iter->iterUs;
+    timing.agentIterUs = iter->agentIterUs;
+  }
+  if (benchTimeLoop(agent, engine, launchCall, call, &timing) != 0) return -1;
   const size_t moved = (call->elems.send > call->elems.recv ? call->elems.send : call->elems.recv) *
                        benchTypeSize(call->type);
-  m->timeUs = agent->args.cputime ? cpuUs : timeUs;
+  m->timeUs = agent->args.cputime ? timing.cpuUs : timing.timeUs;
   m->algBw = benchAlgBw(moved, m->timeUs * 1.0e-6);
   m->busBw = m->algBw * call->collective->busFactor(agent->nranks);
-  m->wrong = agent->args.check > 0 ? 0 : -1;
+  const int checked = !(call->inPlace && call->collective->inPlace == BENCH_IN_PLACE_UNCHECKED);
+  m->wrong = agent->args.check > 0 && checked ? 0 : -1;
   m->valid = 1;
-  for (int c = 0; c < agent->args.check; c++) {
+  if (iter && iterStatistics(agent, iter, &m->iter) != 0) return -1;
+  for (int c = 0; c < agent->args.check && checked; c++) {
     if (checkRun(agent, engine, call, &m->wrong) != 0) return -1;
     if (m->wrong > 0) break;
   }
   return 0;
 }
 
-static int writeJson(benchAgent_t* agent, const benchTable_t* table, const benchRow_t* rows, int nRows,
-                     const benchSummary_t* summary) {
-  toolJson_t json;
-  FILE* file = benchJsonStart(agent, &json);
-  if (!file) return -1;
-  for (int r = 0; r < nRows; r++) benchJsonRow(&json, table, &rows[r], agent->args.iters);
-  char endTime[32];
-  benchNowText(endTime, sizeof(endTime));
-  benchJsonEnd(&json, table, summary, endTime);
-  return benchCloseOutput(agent, file, agent->args.jsonPath);
-}
-
-static int writeCsv(benchAgent_t* agent, const benchTable_t* table, const benchRow_t* rows, int nRows) {
-  FILE* file = benchOpenOutput(agent, agent->args.csvPath);
-  if (!file) return -1;
-  benchCsvHeader(file);
-  for (int r = 0; r < nRows; r++)
-    benchCsvRows(file, table, &rows[r], agent->buffersText, agent->args.graphLaunches, agent->nranks);
-  return benchCloseOutput(agent, file, agent->args.csvPath);
-}
-
-/* The row after the last, growing rows as -N's cycles need it; NULL after benchFail when memory runs out. */
-static benchRow_t* nextRow(benchAgent_t* agent, benchRow_t** rows, int* capacity, int nRows) {
-  if (nRows == *capacity) {
-    int grown = *capacity ? 2 * *capacity : 64;
-    benchRow_t* more = (benchRow_t*)realloc(*rows, (size_t)grown * sizeof(benchRow_t));
-    if (!more) {
-      benchFail(agent, "out of memory for %d result rows", grown);
-      return NULL;
-    }
-    *rows = more;
-    *capacity = grown;
+/* The engines a collective needs: each measured engine must have its call. */
+static int checkCalls(benchAgent_t* agent, const benchCollective_t* collective) {
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    if (agent->engines[engine].ops->calls[collective->call]) continue;
+    benchFail(agent, "%s has no %s call in this build: %s cannot run on it", agent->engineNames[engine],
+              benchCallName(collective->call), collective->program);
+    return -1;
   }
-  benchRow_t* row = &(*rows)[nRows];
-  memset(row, 0, sizeof(*row));
-  return row;
+  return 0;
+}
+
+/* One row as it comes: the table, -J and --csv. */
+static void emitRow(benchAgent_t* agent, const benchTable_t* table, benchOutputs_t* outputs, const benchRow_t* row) {
+  if (!agent->output) return;
+  benchProgress(agent, NULL);
+  benchPrintRow(stdout, table, row);
+  if (outputs->json) benchJsonRow(&outputs->writer, table, row, agent->args.iters);
+  if (outputs->csv)
+    benchCsvRows(outputs->csv, table, row, agent->buffersText, agent->args.graphLaunches, agent->nranks);
+  benchOutputsFlush(outputs);
 }
 
 static int runCollective(benchAgent_t* agent) {
   const benchCollective_t* collective = agent->test->collective;
   const benchArgs_t* args = &agent->args;
-  benchTable_t table = {collective->program, agent->nEngines, {agent->engineNames[0], agent->engineNames[1]},
-                        args->cputime, args->timestamps};
+  benchTable_t table = {collective->program, agent->nEngines,  {agent->engineNames[0], agent->engineNames[1]},
+                        args->cputime,       args->timestamps, args->perIterTiming};
+  if (checkCalls(agent, collective) != 0) return -1;
   if (collective->hasRoot && args->root >= agent->nranks) {
     benchFail(agent, "-r %d: the root must be one of the %d ranks", args->root, agent->nranks);
     return -1;
@@ -193,48 +256,67 @@ static int runCollective(benchAgent_t* agent) {
   int lastType = args->type == BENCH_ALL ? BENCH_NUM_TYPES - 1 : args->type;
   int firstOp = !collective->hasOp ? BENCH_NO_OP : args->op == BENCH_ALL ? 0 : args->op;
   int lastOp = !collective->hasOp ? BENCH_NO_OP : args->op == BENCH_ALL ? BENCH_NUM_OPS - 1 : args->op;
-  int sweep = benchSweepLength(args);
-  /* nccl-tests' order: per type and op, the warm-up, then -N cycles of the whole sweep. */
-  long long total = (long long)(lastType - firstType + 1) * (lastOp - firstOp + 1) * sweep * args->runCycles;
-  benchRow_t* rows = NULL;
-  int capacity = 0, nRows = 0, status = 0;
+  const int sweep = benchSweepLength(args);
+  const int forever = args->runCycles == 0;
+  /* nccl-tests' order: per type and op, the warm-up, then -N cycles of the whole sweep (-N 0: until a signal, so the
+   * first type and op only, as in nccl-tests). */
+  long long total = (long long)(lastType - firstType + 1) * (lastOp - firstOp + 1) * sweep *
+                    (forever ? 1 : args->runCycles);
+  iterBuffers_t iterBuffers[BENCH_MAX_ENGINES][2];
+  memset(iterBuffers, 0, sizeof(iterBuffers));
+  const int perIter = args->perIterTiming && args->graphLaunches == 0;
+  benchOutputs_t outputs;
+  benchSummaryAcc_t acc;
+  memset(&acc, 0, sizeof(acc));
+  int status = perIter ? allocIterBuffers(agent, iterBuffers) : 0;
+  if (status == 0) status = benchOutputsOpen(agent, &outputs);
+  if (status != 0) {
+    freeIterBuffers(iterBuffers);
+    return -1;
+  }
   if (agent->output) benchPrintTableHeader(stdout, &table);
   static const char* const placeNames[2] = {"out-of-place", "in-place"};
-  for (int type = firstType; type <= lastType && status == 0; type++) {
-    for (int redop = firstOp; redop <= lastOp && status == 0; redop++) {
+  int stopped = 0, done = 0, stoppedCycle = 0;
+  for (int type = firstType; type <= lastType && status == 0 && !stopped; type++) {
+    for (int redop = firstOp; redop <= lastOp && status == 0 && !stopped; redop++) {
       status = warmUp(agent, type, redop, root);
-      for (int cycle = 0; cycle < args->runCycles && status == 0; cycle++) {
+      for (int cycle = 0; (forever || cycle < args->runCycles) && status == 0 && !stopped; cycle++) {
         for (size_t bytes = args->minBytes; status == 0;) {
-          benchRow_t* row = nextRow(agent, &rows, &capacity, nRows);
-          if (!row) {
-            status = -1;
-            break;
-          }
-          /* nccl-tests' columns: the size's elements, and the larger buffer's bytes (all-gather, reduce-scatter:
-           * nranks x the call's count, which may be fewer than the size's elements). */
-          row->count = benchCountOf(bytes, type);
-          row->bytes = makeCall(agent, bytes, type, redop, root, 0).bytes;
-          row->type = type;
-          row->op = redop;
-          row->root = root;
-          row->cycle = cycle;
+          benchRow_t row;
+          memset(&row, 0, sizeof(row));
+          /* nccl-tests' columns: the size's elements (or the call's count), and the larger buffer's bytes
+           * (all-gather, reduce-scatter: nranks x the call's count, which may be fewer than the size's elements). */
+          collCall_t sized = makeCall(agent, bytes, type, redop, root, 0);
+          row.count = collective->countIsCall ? sized.count : benchCountOf(bytes, type);
+          row.bytes = sized.bytes;
+          row.type = type;
+          row.op = redop;
+          row.root = root;
+          row.cycle = cycle;
           for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
             for (int place = 0; place < 2 && status == 0; place++) {
+              if (place == BENCH_IN_PLACE && collective->inPlace == BENCH_IN_PLACE_NONE) continue;
               char what[64], text[160];
               snprintf(what, sizeof(what), "%s %s", agent->engineNames[engine], placeNames[place]);
-              benchFormatProgress(text, sizeof(text), nRows + 1, (int)(total < INT_MAX ? total : INT_MAX), row,
-                                  what);
+              benchFormatProgress(text, sizeof(text), (int)(done % (total < INT_MAX ? total : INT_MAX)) + 1,
+                                  (int)(total < INT_MAX ? total : INT_MAX), &row, what);
               benchProgress(agent, text);
               collCall_t call = makeCall(agent, bytes, type, redop, root, place == BENCH_IN_PLACE);
-              status = measure(agent, engine, &call, &row->m[engine][place]);
+              status = measure(agent, engine, &call, perIter ? &iterBuffers[engine][place] : NULL,
+                               &row.m[engine][place]);
             }
           }
           if (status != 0) break;
-          row->timestamp = (long long)time(NULL);
-          nRows++;
-          if (agent->output) {
-            benchProgress(agent, NULL);
-            benchPrintRow(stdout, &table, row);
+          row.timestamp = (long long)time(NULL);
+          done++;
+          benchSummaryAdd(&table, &acc, &row);
+          emitRow(agent, &table, &outputs, &row);
+          if (forever) {
+            const int agreed = benchStopAgreed(agent);
+            if (agreed < 0) status = -1;
+            stopped = agreed > 0;
+            stoppedCycle = cycle;
+            if (stopped) break;
           }
           size_t next = benchSweepNext(args, bytes);
           if (next == 0) break;
@@ -244,12 +326,14 @@ static int runCollective(benchAgent_t* agent) {
     }
   }
   benchProgress(agent, NULL);
+  freeIterBuffers(iterBuffers);
+  benchSummary_t summary;
+  benchSummaryFinish(&table, &acc, &summary);
   if (status != 0) {
-    free(rows);
+    benchOutputsClose(agent, &outputs, &table, &summary, agent->error);
     return -1;
   }
-  benchSummary_t summary;
-  benchSummarize(&table, rows, nRows, &summary);
+  if (stopped && agent->output) printf("# Stopped on a signal (-N 0) after %d rows, in cycle %d\n", done, stoppedCycle);
   int wrong = 0;
   for (int engine = 0; engine < table.nEngines; engine++) {
     if (!summary.errors[engine]) continue;
@@ -257,18 +341,14 @@ static int runCollective(benchAgent_t* agent) {
     /* The table says FAILED on stdout; a script that keeps only stderr learns it here. */
     if (agent->output)
       fprintf(stderr, "%s: %s gave wrong results in %d of %d tests (size x placement; see #wrong)\n",
-              collective->program, table.engineNames[engine], summary.errors[engine], 2 * nRows);
+              collective->program, table.engineNames[engine], summary.errors[engine], 2 * done);
   }
-  if (agent->output) {
-    benchPrintFooter(stdout, &table, &summary);
-    if (args->jsonPath && writeJson(agent, &table, rows, nRows, &summary) != 0) status = -1;
-    if (args->csvPath && writeCsv(agent, &table, rows, nRows) != 0) status = -1;
-  }
-  free(rows);
+  if (agent->output) benchPrintFooter(stdout, &table, &summary);
+  if (benchOutputsClose(agent, &outputs, &table, &summary, NULL) != 0) status = -1;
   return status != 0 ? -1 : wrong;
 }
 
 int benchCollectiveMain(int argc, char** argv, const benchCollective_t* collective) {
-  const benchTest_t test = {collective->program, runCollective, collective};
+  const benchTest_t test = {collective->program, runCollective, collective, benchCollectiveTakes(collective)};
   return benchMain(argc, argv, &test);
 }

@@ -7,8 +7,9 @@
  *
  * Every entry takes the agent and the engine's index in it (BENCH_FCCL, BENCH_NCCL: also its place in the table's
  * columns) and acts on local rank gpu's communicator, stream and buffers; it returns 0, or -1 after benchFail has
- * said why. A new collective is one entry here and one function in each engine file, beside its program and its
- * result function (collective.h).
+ * said why. The calls are one table indexed by benchCall_t, so that a new program's call is one value there and one
+ * function in each engine file, beside the program itself (collective.h). NCCL's table already has the calls fccl is
+ * to add (reduce, gather, scatter); fccl's gets them with the library (docs/benchmark.md#adding-a-program).
  */
 #ifndef FCCL_BENCH_ENGINE_H_
 #define FCCL_BENCH_ENGINE_H_
@@ -31,6 +32,22 @@ enum { BENCH_BUFFERS_PLAIN = 0, BENCH_BUFFERS_REGISTERED = 1, BENCH_BUFFERS_SYMM
  * them. Enqueues only; the runtime waits. */
 typedef int (*benchCollectiveFn_t)(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv,
                                    size_t count, int type, int op, int root);
+
+/* The calls the programs time, as NCCL names them; count is each one's own argument. */
+typedef enum {
+  BENCH_CALL_ALL_REDUCE,     /* count */
+  BENCH_CALL_ALL_GATHER,     /* sendcount; op ignored */
+  BENCH_CALL_REDUCE_SCATTER, /* recvcount */
+  BENCH_CALL_BROADCAST,      /* count; op ignored, send read on root only */
+  BENCH_CALL_SEND_RECV,      /* count: a group of a send to rank + 1 and a receive from rank - 1 (nccl-tests' ring) */
+  BENCH_CALL_ALL_TO_ALL,     /* count per peer */
+  BENCH_CALL_REDUCE,         /* count; the result on root only */
+  BENCH_CALL_GATHER,         /* sendcount; op ignored, recv written on root only */
+  BENCH_CALL_SCATTER,        /* recvcount; op ignored, send read on root only */
+  BENCH_NUM_CALLS
+} benchCall_t;
+/* "all_reduce", "send_recv", ...: messages. */
+const char* benchCallName(benchCall_t call);
 
 typedef struct {
   const char* name;       /* "fccl", "nccl": the table's columns, JSON keys, messages */
@@ -76,12 +93,9 @@ typedef struct {
   int (*groupEnd)(benchAgent_t* agent, int engine);
   /* barrier_perf's operation: the library's barrier, or its usual stand-in (scratch: one float on the GPU). */
   int (*barrier)(benchAgent_t* agent, int engine, int gpu, void* scratch);
-  /* The collectives, one entry each; a program reaches its own through benchCollective_t.launch. count is the
-   * library's own argument: all-gather sendcount, reduce-scatter recvcount, broadcast count. */
-  benchCollectiveFn_t allReduce;
-  benchCollectiveFn_t allGather;     /* op ignored */
-  benchCollectiveFn_t reduceScatter;
-  benchCollectiveFn_t broadcast;     /* op ignored; send is read on root only */
+  /* The calls, one entry each (NULL: this library, or this build of it, has none); a program names its own in
+   * benchCollective_t.call. */
+  benchCollectiveFn_t calls[BENCH_NUM_CALLS];
 } benchEngineOps_t;
 
 typedef struct {

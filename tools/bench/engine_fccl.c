@@ -4,6 +4,8 @@
  */
 #include "runtime_internal.h"
 
+#include "collective.h"
+
 #include "fccl.h"
 
 #include <stdio.h>
@@ -175,11 +177,52 @@ static int fcclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+/* nccl-tests' ring: a send to the next rank and a receive from the previous one, in one group (fcclSend and fcclRecv
+ * go to the communicator's NCCL communicator: on the fccl path FCCL_NCCL_COMM must ask for it; the program sets it). */
+static int fcclSendRecvOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                          int type, int op, int root) {
+  (void)op;
+  (void)root;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  const int rank = agent->firstRank + gpu, nranks = agent->nranks;
+  void* stream = (void*)agent->streams[gpu];
+  BENCH_CHECK_FCCL(agent, NULL, fcclGroupStart());
+  fcclResult_t sent = fcclSend(send, count, (fcclDataType_t)type, (rank + 1) % nranks, comm, stream);
+  fcclResult_t received = sent == fcclSuccess
+                              ? fcclRecv(recv, count, (fcclDataType_t)type, (rank + nranks - 1) % nranks, comm, stream)
+                              : fcclSuccess;
+  /* The group is ended whatever happened inside it, so that this thread has none left open. */
+  fcclResult_t ended = fcclGroupEnd();
+  if (sent != fcclSuccess || received != fcclSuccess || ended != fcclSuccess) {
+    fcclResult_t failed = sent != fcclSuccess ? sent : received != fcclSuccess ? received : ended;
+    benchFail(agent, "%s failed: %s: %s",
+              sent != fcclSuccess       ? "fcclSend"
+              : received != fcclSuccess ? "fcclRecv"
+                                        : "fcclGroupEnd",
+              fcclGetErrorString(failed), fcclGetLastError(comm));
+    return -1;
+  }
+  return 0;
+}
+
+static int fcclAllToAllOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                          int type, int op, int root) {
+  (void)op;
+  (void)root;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclAllToAll(send, recv, count, (fcclDataType_t)type, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
 /* One thread driving several GPUs: on the fccl path the collectives only enqueue (fccl.h: Blocks: no), so no
- * bracket is needed; on the NCCL path NCCL's first call between ranks connects them and needs every rank's call,
- * so the launches of all local GPUs go in one group, as with NCCL itself. */
+ * bracket is needed; on the NCCL path, and for the calls NCCL carries on every path (send/recv, all-to-all), NCCL's
+ * first call between ranks connects them and needs every rank's call, so the launches of all local GPUs go in one
+ * group, as with NCCL itself. */
 static int ncclPathGroup(benchAgent_t* agent, int engine) {
   if (agent->nLocal < 2) return 0;
+  const benchCollective_t* collective = agent->test->collective;
+  if (collective && (collective->call == BENCH_CALL_SEND_RECV || collective->call == BENCH_CALL_ALL_TO_ALL)) return 1;
   fcclPath_t path;
   return fcclCommGetPath(commOf(agent, engine, 0), &path, NULL) == fcclSuccess && path == fcclPathNccl;
 }
@@ -217,10 +260,16 @@ const benchEngineOps_t benchFcclEngine = {
     .groupStart = fcclGroupStartOp,
     .groupEnd = fcclGroupEndOp,
     .barrier = fcclBarrierOp,
-    .allReduce = fcclAllReduceOp,
-    .allGather = fcclAllGatherOp,
-    .reduceScatter = fcclReduceScatterOp,
-    .broadcast = fcclBroadcastOp,
+    /* fccl's calls; reduce, gather and scatter come with the library's fcclReduce, fcclGather and fcclScatter. */
+    .calls =
+        {
+            [BENCH_CALL_ALL_REDUCE] = fcclAllReduceOp,
+            [BENCH_CALL_ALL_GATHER] = fcclAllGatherOp,
+            [BENCH_CALL_REDUCE_SCATTER] = fcclReduceScatterOp,
+            [BENCH_CALL_BROADCAST] = fcclBroadcastOp,
+            [BENCH_CALL_SEND_RECV] = fcclSendRecvOp,
+            [BENCH_CALL_ALL_TO_ALL] = fcclAllToAllOp,
+        },
 };
 
 _Static_assert(sizeof(fcclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "fccl's unique id must fit the exchange");

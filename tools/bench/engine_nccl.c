@@ -227,6 +227,88 @@ static int ncclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+static int ncclSendRecvOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                          int type, int op, int root) {
+  (void)op;
+  (void)root;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  const int rank = agent->firstRank + gpu, nranks = agent->nranks;
+  BENCH_CHECK_NCCL(agent, NULL, ncclGroupStart());
+  ncclResult_t sent = ncclSend(send, count, (ncclDataType_t)type, (rank + 1) % nranks, comm, agent->streams[gpu]);
+  ncclResult_t received = sent == ncclSuccess ? ncclRecv(recv, count, (ncclDataType_t)type,
+                                                         (rank + nranks - 1) % nranks, comm, agent->streams[gpu])
+                                              : ncclSuccess;
+  ncclResult_t ended = ncclGroupEnd(); /* whatever happened inside: no group left open on this thread */
+  if (sent != ncclSuccess || received != ncclSuccess || ended != ncclSuccess) {
+    ncclResult_t failed = sent != ncclSuccess ? sent : received != ncclSuccess ? received : ended;
+    benchFail(agent, "%s failed: %s: %s",
+              sent != ncclSuccess       ? "ncclSend"
+              : received != ncclSuccess ? "ncclRecv"
+                                        : "ncclGroupEnd",
+              ncclGetErrorString(failed), ncclGetLastError(comm));
+    return -1;
+  }
+  return 0;
+}
+
+/* ncclAlltoAll, ncclGather and ncclScatter came with NCCL 2.28; before, the all-to-all is nccl-tests' group of a send
+ * and a receive per peer, and the other two are missing. */
+#define BENCH_NCCL_ALLTOALL (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0))
+
+static int ncclAllToAllOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                          int type, int op, int root) {
+  (void)op;
+  (void)root;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+#if BENCH_NCCL_ALLTOALL
+  BENCH_CHECK_NCCL(agent, comm, ncclAlltoAll(send, recv, count, (ncclDataType_t)type, comm, agent->streams[gpu]));
+#else
+  const size_t blockBytes = count * benchTypeSize(type);
+  BENCH_CHECK_NCCL(agent, NULL, ncclGroupStart());
+  ncclResult_t res = ncclSuccess;
+  for (int peer = 0; peer < agent->nranks && res == ncclSuccess; peer++) {
+    res = ncclSend((const char*)send + peer * blockBytes, count, (ncclDataType_t)type, peer, comm, agent->streams[gpu]);
+    if (res == ncclSuccess)
+      res = ncclRecv((char*)recv + peer * blockBytes, count, (ncclDataType_t)type, peer, comm, agent->streams[gpu]);
+  }
+  ncclResult_t ended = ncclGroupEnd();
+  if (res != ncclSuccess || ended != ncclSuccess) {
+    benchFail(agent, "NCCL all-to-all (send/recv group) failed: %s: %s",
+              ncclGetErrorString(res != ncclSuccess ? res : ended), ncclGetLastError(comm));
+    return -1;
+  }
+#endif
+  return 0;
+}
+
+static int ncclReduceOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                        int op, int root) {
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm,
+                   ncclReduce(send, recv, count, (ncclDataType_t)type, (ncclRedOp_t)op, root, comm,
+                              agent->streams[gpu]));
+  return 0;
+}
+
+#if BENCH_NCCL_ALLTOALL
+static int ncclGatherOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                        int op, int root) {
+  (void)op;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm, ncclGather(send, recv, count, (ncclDataType_t)type, root, comm, agent->streams[gpu]));
+  return 0;
+}
+
+static int ncclScatterOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                         int op, int root) {
+  (void)op;
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_NCCL(agent, comm, ncclScatter(send, recv, count, (ncclDataType_t)type, root, comm, agent->streams[gpu]));
+  return 0;
+}
+
+#endif
+
 /* NCCL has no barrier call; an all-reduce of one element is the usual stand-in. */
 static int ncclBarrierOp(benchAgent_t* agent, int engine, int gpu, void* scratch) {
   return ncclAllReduceOp(agent, engine, gpu, scratch, scratch, 1, benchFloat32, benchSum, 0);
@@ -252,10 +334,20 @@ static const benchEngineOps_t ncclOps = {
     .groupStart = ncclGroupStartOp,
     .groupEnd = ncclGroupEndOp,
     .barrier = ncclBarrierOp,
-    .allReduce = ncclAllReduceOp,
-    .allGather = ncclAllGatherOp,
-    .reduceScatter = ncclReduceScatterOp,
-    .broadcast = ncclBroadcastOp,
+    .calls =
+        {
+            [BENCH_CALL_ALL_REDUCE] = ncclAllReduceOp,
+            [BENCH_CALL_ALL_GATHER] = ncclAllGatherOp,
+            [BENCH_CALL_REDUCE_SCATTER] = ncclReduceScatterOp,
+            [BENCH_CALL_BROADCAST] = ncclBroadcastOp,
+            [BENCH_CALL_SEND_RECV] = ncclSendRecvOp,
+            [BENCH_CALL_ALL_TO_ALL] = ncclAllToAllOp,
+            [BENCH_CALL_REDUCE] = ncclReduceOp,
+#if BENCH_NCCL_ALLTOALL
+            [BENCH_CALL_GATHER] = ncclGatherOp,
+            [BENCH_CALL_SCATTER] = ncclScatterOp,
+#endif
+        },
 };
 
 _Static_assert(sizeof(ncclUniqueId) <= BENCH_UNIQUE_ID_BYTES, "NCCL's unique id must fit the exchange");

@@ -30,6 +30,21 @@ int benchBarrier(benchAgent_t* agent) {
   return 0;
 }
 
+int benchGatherDoubles(benchAgent_t* agent, const double* mine, int n, double* all) {
+  if (benchOobGatherDoubles(agent->oob, mine, n, all) != 0) {
+    benchFail(agent, "exchange with the other ranks failed: %s", agent->oob->error);
+    return -1;
+  }
+  return 0;
+}
+
+int benchStopAgreed(benchAgent_t* agent) {
+  /* Any agent asked (a signal to its process, or the launcher's flag): every agent stops after the same row. */
+  double stop = benchStopRequested(agent->stopRegion) ? 1.0 : 0.0;
+  if (benchReduce(agent, &stop, 1, BENCH_REDUCE_MAX) != 0) return -1;
+  return stop > 0 ? 1 : 0;
+}
+
 int benchBcast(benchAgent_t* agent, void* data, size_t bytes) {
   if (benchOobBcast(agent->oob, data, bytes) != 0) {
     benchFail(agent, "exchange with the other ranks failed: %s", agent->oob->error);
@@ -73,8 +88,8 @@ static int commAllgather(benchOob_t* oob, const void* mine, size_t bytes, void* 
   if (bytes) memcpy(state->host + (size_t)oob->agent * BENCH_OOB_SLOT, mine, bytes);
   cudaStream_t stream = agent->streams[0];
   cudaError_t copied = cudaMemcpyAsync(state->device, state->host, total, cudaMemcpyHostToDevice, stream);
-  if (copied == cudaSuccess &&
-      ops->allReduce(agent, 0, 0, state->device, state->device, total, benchUint8, benchSum, 0) != 0) {
+  if (copied == cudaSuccess && ops->calls[BENCH_CALL_ALL_REDUCE](agent, 0, 0, state->device, state->device, total,
+                                                                 benchUint8, benchSum, 0) != 0) {
     snprintf(oob->error, sizeof(oob->error), "exchange through the communicator failed");
     return -1;
   }

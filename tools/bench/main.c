@@ -79,6 +79,7 @@ static void* agentThread(void* arg) {
   agent->compareSkipped = process.compareSkipped;
   agent->argc = process.argc;
   agent->argv = process.argv;
+  agent->stopRegion = process.shm;
   agent->output = plan->agentIndex == 0;
   agent->showProgress = agent->output && (process.args.progress == 1 ||
                                           (process.args.progress == -1 && isatty(STDERR_FILENO)));
@@ -183,10 +184,11 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
   process.argc = argc;
   process.argv = argv;
   benchArgsDefaults(&process.args);
+  process.args.takes = test->takes;
   char err[512];
   int parsed = benchParseArgs(argc, argv, &process.args, err, sizeof(err));
   if (parsed == BENCH_PARSE_HELP) {
-    benchPrintUsage(stdout, program);
+    benchPrintUsage(stdout, program, test->takes);
     return 0;
   }
   if (parsed != BENCH_PARSE_OK) {
@@ -194,6 +196,12 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     return 2;
   }
   benchArgs_t* args = &process.args;
+  /* What the parser turned off as nccl-tests does, in nccl-tests' words, each line naming the program. */
+  for (const char* line = args->notice; *line;) {
+    const size_t len = strcspn(line, "\n");
+    fprintf(stderr, "%s: %.*s\n", program, (int)len, line);
+    line += len + (line[len] == '\n');
+  }
   for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++)
     if (buildEngine(engine) && buildEngine(engine)->prepareProcess) buildEngine(engine)->prepareProcess();
   if (args->compareNccl && !benchNcclEngine) process.compareSkipped = 1;
@@ -223,10 +231,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
         fprintf(stderr, "%s: could not count the GPUs (the probe process failed)\n", program);
       return 2;
     }
-    if (nDevices == 0) {
-      fprintf(stderr, "%s: no GPU to run on: %s. The benchmark needs at least one CUDA GPU.\n", program, msg);
-      return 2;
-    }
+    if (nDevices == 0) return toolReportNoGpu(program, msg);
     if (benchPlanLocal(args, nDevices, &process.layout, err, sizeof(err)) != 0) {
       fprintf(stderr, "%s: %s\n", program, err);
       return 2;
@@ -258,6 +263,9 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
       fprintf(stderr, "%s: cannot map the shared exchange: %s\n", program, strerror(errno));
       return 1;
     }
+    /* -N 0: SIGINT and SIGTERM ask every rank to stop after its row (the shared exchange carries a signal the
+     * launcher alone gets); the forked processes inherit the handlers. */
+    if (args->runCycles == 0) benchStopOnSignals(process.shm);
     if (process.layout.nProcs == 1)
       code = processMain(0, NULL);
     else
@@ -280,11 +288,13 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
             useMpi ? " (-g works with MPI)" : "");
     return 2;
   }
-  int nVisible = 0;
-  if (cudaGetDeviceCount(&nVisible) != cudaSuccess || nVisible == 0) {
-    (void)cudaGetLastError();
-    fprintf(stderr, "%s: rank %d: no GPU to run on\n", program, process.env.rank);
-    return 2;
+  toolCudaStatus_t cuda;
+  toolCudaQuery(&cuda);
+  const int nVisible = cuda.deviceCount;
+  if (nVisible == 0) {
+    char reason[320];
+    snprintf(reason, sizeof(reason), "rank %d: %s", process.env.rank, cuda.noGpu);
+    return toolReportNoGpu(program, reason);
   }
   process.layout.nProcs = process.env.size;
   process.layout.nThreads = 1;
@@ -308,6 +318,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
 #if FCCL_HAVE_MPI
   if (useMpi) {
     process.mode = BENCH_LAUNCH_MPI;
+    if (args->runCycles == 0) benchStopOnSignals(NULL);
     MPI_Init(&argc, &argv);
     code = processMain(process.env.rank, NULL);
     MPI_Finalize();
@@ -315,6 +326,7 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
   }
 #endif
   process.mode = BENCH_LAUNCH_ENV;
+  if (args->runCycles == 0) benchStopOnSignals(NULL); /* the launcher signals every process itself */
   if (cudaSetDevice(process.env.localRank % nVisible) != cudaSuccess) {
     fprintf(stderr, "%s: rank %d: cudaSetDevice failed\n", program, process.env.rank);
     return 1;

@@ -21,6 +21,7 @@ typedef struct {
   atomic_uint arrived;
   atomic_uint generation;
   atomic_int aborted;
+  atomic_int stopRequested; /* -N 0: a signal asked the run to stop (benchShmRequestStop) */
   int nAgents;
   size_t mapBytes;
   unsigned char slots[]; /* two buffers (alternating per exchange) of nAgents slots */
@@ -46,10 +47,17 @@ void* benchShmCreate(int nAgents) {
   atomic_init(&region->arrived, 0);
   atomic_init(&region->generation, 0);
   atomic_init(&region->aborted, 0);
+  atomic_init(&region->stopRequested, 0);
   region->nAgents = nAgents;
   region->mapBytes = bytes;
   return region;
 }
+
+void benchShmRequestStop(void* region) {
+  if (region) atomic_store(&((shmRegion_t*)region)->stopRequested, 1);
+}
+
+int benchShmStopRequested(void* region) { return region ? atomic_load(&((shmRegion_t*)region)->stopRequested) : 0; }
 
 void benchShmDestroy(void* region) {
   if (region) munmap(region, ((shmRegion_t*)region)->mapBytes);
@@ -189,4 +197,25 @@ int benchOobReduce(benchOob_t* oob, double* values, int n, int how) {
 
 void benchOobAbort(benchOob_t* oob) {
   if (oob && oob->abort) oob->abort(oob);
+}
+
+int benchOobGatherDoubles(benchOob_t* oob, const double* mine, int n, double* all) {
+  enum { PIECE = BENCH_OOB_SLOT / sizeof(double) };
+  double* piece = (double*)malloc((size_t)oob->nAgents * PIECE * sizeof(double));
+  if (!piece) {
+    oobError(oob, "out of memory");
+    return -1;
+  }
+  int status = 0;
+  int first = 0;
+  /* n == 0 still takes part in one exchange, so that every agent makes the same number of them. */
+  do {
+    const int count = n - first < (int)PIECE ? n - first : (int)PIECE;
+    status = oob->allgather(oob, mine + first, (size_t)count * sizeof(double), piece);
+    for (int a = 0; status == 0 && a < oob->nAgents; a++)
+      memcpy(all + (size_t)a * n + first, piece + (size_t)a * count, (size_t)count * sizeof(double));
+    first += PIECE;
+  } while (status == 0 && first < n);
+  free(piece);
+  return status;
 }

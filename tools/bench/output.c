@@ -94,6 +94,14 @@ void benchPrintHeader(benchAgent_t* agent) {
          args->stepFactor > 1 ? args->stepFactor : args->stepBytes, args->stepFactor > 1 ? "factor" : "bytes",
          args->warmupIters, args->iters, args->check, args->graphLaunches, args->unalign);
   if (args->blocking != BENCH_BLOCKING_OFF) printf("# %s\n", benchBlockingText(args->blocking));
+  if (args->perIterTiming) {
+    /* nccl-tests' line, with its trailing space. */
+    printf("# Per-Iteration Report: CUDA event timing; i_* uses max over process rows");
+    if (args->perIterSkip) printf("; summary skips first %d iterations", args->perIterSkip);
+    printf(" \n");
+  }
+  if (args->runCycles == 0)
+    printf("# Run cycles: until SIGINT or SIGTERM (-N 0), which stop the run after the measurement in flight\n");
   if (strcmp(FCCL_BUILD_TYPE, "debug") == 0)
     printf("# Warning: a debug build (-O0): these are not the times of an optimised fccl; ./scripts/bench measures "
            "a release build\n");
@@ -168,6 +176,41 @@ int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path) {
   return 0;
 }
 
+int benchOutputsOpen(benchAgent_t* agent, benchOutputs_t* outputs) {
+  memset(outputs, 0, sizeof(*outputs));
+  if (!agent->output) return 0;
+  if (agent->args.jsonPath && !(outputs->json = benchJsonStart(agent, &outputs->writer))) return -1;
+  if (agent->args.csvPath) {
+    outputs->csv = benchOpenOutput(agent, agent->args.csvPath);
+    if (!outputs->csv) {
+      fclose(outputs->json);
+      outputs->json = NULL;
+      return -1;
+    }
+    benchCsvHeader(outputs->csv);
+  }
+  benchOutputsFlush(outputs);
+  return 0;
+}
+
+void benchOutputsFlush(benchOutputs_t* outputs) {
+  if (outputs->json) fflush(outputs->json);
+  if (outputs->csv) fflush(outputs->csv);
+}
+
+int benchOutputsClose(benchAgent_t* agent, benchOutputs_t* outputs, const benchTable_t* table,
+                      const benchSummary_t* summary, const char* failure) {
+  int status = 0;
+  if (outputs->json) {
+    char endTime[32];
+    benchNowText(endTime, sizeof(endTime));
+    benchJsonEnd(&outputs->writer, table, summary, failure, endTime);
+    if (benchCloseOutput(agent, outputs->json, agent->args.jsonPath) != 0) status = -1;
+  }
+  if (outputs->csv && benchCloseOutput(agent, outputs->csv, agent->args.csvPath) != 0) status = -1;
+  memset(outputs, 0, sizeof(*outputs));
+  return status;
+}
 
 void benchProgress(benchAgent_t* agent, const char* text) {
   if (!agent->showProgress) return;

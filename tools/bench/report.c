@@ -28,38 +28,77 @@ static void printCentered(FILE* out, const char* text, int width) {
   fprintf(out, "%*s%s%*s", left, "", text, right, "");
 }
 
-/* Width of one NCCL block: "  time  busbw  #wrong  speedup". */
+/* Width of one NCCL block: "  time  busbw  #wrong  speedup", and with -I the four i_* columns of 9 each. */
 #define COMPARE_BLOCK_WIDTH 34
+#define PER_ITER_WIDTH 36
+
+/* -I: the four per-iteration column labels after a placement's #wrong ("  %7s" each, as nccl-tests). */
+static void printIterLabels(FILE* out, int units) {
+  if (units)
+    fprintf(out, "  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
+  else
+    fprintf(out, "  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
+}
 
 void benchPrintTableHeader(FILE* out, const benchTable_t* table) {
   const char* timeLabel = table->cputime ? "cputime" : "time";
+  const int perIter = table->perIter;
   fprintf(out, "#\n");
-  fprintf(out, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
-          "", "", "");
+  int titleWidth = 0;
+  if (perIter)
+    titleWidth = fprintf(out,
+                         "# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                      "
+                         "          in-place (+ per-iteration)",
+                         "", "", "", "", "");
+  else
+    fprintf(out, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "",
+            "", "", "");
+  if (perIter && table->nEngines > 1) {
+    /* nccl-tests' per-iteration title ends before its table does: the NCCL titles start where fccl's columns end
+     * (size to root, then two placements of time, algbw, busbw, #wrong and the four i_* columns). */
+    const int fcclColumns = 52 + 2 * (33 + PER_ITER_WIDTH);
+    fprintf(out, "%*s", fcclColumns > titleWidth ? fcclColumns - titleWidth : 0, "");
+  }
   for (int engine = 1; engine < table->nEngines; engine++) {
     char label[64];
+    const int width = COMPARE_BLOCK_WIDTH + (perIter ? PER_ITER_WIDTH : 0);
     snprintf(label, sizeof(label), "%s out-of-place", table->engineNames[engine]);
-    printCentered(out, label, COMPARE_BLOCK_WIDTH);
+    printCentered(out, label, width);
     snprintf(label, sizeof(label), "%s in-place", table->engineNames[engine]);
-    printCentered(out, label, COMPARE_BLOCK_WIDTH);
+    printCentered(out, label, width);
   }
   fprintf(out, "\n");
   /* nccl-tests ends these two lines with " %*s": the timestamp column, 19 wide, or nothing. */
   const int stampWidth = table->timestamps ? 19 : 0;
-  fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "size", "count", "type", "redop",
-          "root", timeLabel, "algbw", "busbw", "#wrong", timeLabel, "algbw", "busbw", "#wrong");
-  for (int engine = 1; engine < table->nEngines; engine++)
-    for (int place = 0; place < 2; place++)
-      fprintf(out, "  %7s  %6s  %6s  %7s", timeLabel, "busbw", "#wrong", "speedup");
-  if (table->nEngines == 1 || table->timestamps) fprintf(out, " %*s", stampWidth, table->timestamps ? "timestamp" : "");
-  fprintf(out, "\n");
-  fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s", "(B)", "(elements)", "", "", "",
-          "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-  for (int engine = 1; engine < table->nEngines; engine++)
-    for (int place = 0; place < 2; place++) fprintf(out, "  %7s  %6s  %6s  %7s", "(us)", "(GB/s)", "", "(x)");
-  if (table->nEngines == 1 || table->timestamps)
-    fprintf(out, " %*s", stampWidth, table->timestamps ? BENCH_TIME_FORMAT : "");
-  fprintf(out, "\n");
+  for (int units = 0; units < 2; units++) {
+    if (units)
+      fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+              "(GB/s)", "");
+    else
+      fprintf(out, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s", "size", "count", "type", "redop", "root",
+              timeLabel, "algbw", "busbw", "#wrong");
+    if (perIter) printIterLabels(out, units);
+    if (units)
+      fprintf(out, "  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    else
+      fprintf(out, "  %7s  %6s  %6s  %6s", timeLabel, "algbw", "busbw", "#wrong");
+    if (perIter) printIterLabels(out, units);
+    for (int engine = 1; engine < table->nEngines; engine++) {
+      for (int place = 0; place < 2; place++) {
+        if (units)
+          fprintf(out, "  %7s  %6s  %6s", "(us)", "(GB/s)", "");
+        else
+          fprintf(out, "  %7s  %6s  %6s", timeLabel, "busbw", "#wrong");
+        if (perIter) printIterLabels(out, units);
+        fprintf(out, "  %7s", units ? "(x)" : "speedup");
+      }
+    }
+    if (table->nEngines == 1 || table->timestamps) {
+      const char* stamp = units ? BENCH_TIME_FORMAT : "timestamp";
+      fprintf(out, " %*s", stampWidth, table->timestamps ? stamp : "");
+    }
+    fprintf(out, "\n");
+  }
 }
 
 static void printWrong(FILE* out, int64_t wrong) {
@@ -69,6 +108,20 @@ static void printWrong(FILE* out, int64_t wrong) {
     fprintf(out, "  %6g", (double)wrong);
 }
 
+/* -I: i_min, i_max, i_p99 (us) and i_cv% of a measurement, formatted as nccl-tests does (7 wide). */
+static void printIterStats(FILE* out, const benchIterStats_t* stats) {
+  if (!stats->valid) {
+    fprintf(out, "  %7s  %7s  %7s  %7s", "N/A", "N/A", "N/A", "N/A");
+    return;
+  }
+  const double values[4] = {stats->minUs, stats->maxUs, stats->p99Us, stats->cvPct};
+  for (int i = 0; i < 4; i++) {
+    char text[32];
+    benchFormatFloat(values[i], 7, text, sizeof(text));
+    fprintf(out, "  %7s", text);
+  }
+}
+
 void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row) {
   char root[32];
   snprintf(root, sizeof(root), "%6i", row->root);
@@ -76,22 +129,29 @@ void benchPrintRow(FILE* out, const benchTable_t* table, const benchRow_t* row) 
           root);
   for (int place = 0; place < 2; place++) {
     const benchMeasure_t* m = &row->m[0][place];
-    char time[32], alg[32], bus[32];
-    benchFormatFloat(m->timeUs, 7, time, sizeof(time));
-    benchFormatFloat(m->algBw, 6, alg, sizeof(alg));
-    benchFormatFloat(m->busBw, 6, bus, sizeof(bus));
+    char time[32] = "N/A", alg[32] = "N/A", bus[32] = "N/A";
+    /* A placement the collective does not run (an all-to-all in place) reads N/A throughout. */
+    if (m->valid) {
+      benchFormatFloat(m->timeUs, 7, time, sizeof(time));
+      benchFormatFloat(m->algBw, 6, alg, sizeof(alg));
+      benchFormatFloat(m->busBw, 6, bus, sizeof(bus));
+    }
     fprintf(out, "  %7s  %6s  %6s", time, alg, bus);
-    printWrong(out, m->wrong);
+    printWrong(out, m->valid ? m->wrong : -1);
+    if (table->perIter) printIterStats(out, &m->iter);
   }
   for (int engine = 1; engine < table->nEngines; engine++) {
     for (int place = 0; place < 2; place++) {
       const benchMeasure_t* base = &row->m[0][place];
       const benchMeasure_t* m = &row->m[engine][place];
-      char time[32], bus[32], ratio[32];
-      benchFormatFloat(m->timeUs, 7, time, sizeof(time));
-      benchFormatFloat(m->busBw, 6, bus, sizeof(bus));
+      char time[32] = "N/A", bus[32] = "N/A", ratio[32];
+      if (m->valid) {
+        benchFormatFloat(m->timeUs, 7, time, sizeof(time));
+        benchFormatFloat(m->busBw, 6, bus, sizeof(bus));
+      }
       fprintf(out, "  %7s  %6s", time, bus);
-      printWrong(out, m->wrong);
+      printWrong(out, m->valid ? m->wrong : -1);
+      if (table->perIter) printIterStats(out, &m->iter);
       if (base->valid && m->valid && base->timeUs > 0) {
         benchFormatFloat(m->timeUs / base->timeUs, 7, ratio, sizeof(ratio));
         fprintf(out, "  %7s", ratio);
@@ -116,35 +176,45 @@ void benchFormatTime(long long when, char* out, size_t len) {
   if (localtime_r(&t, &tm)) strftime(out, len, BENCH_TIME_FORMAT, &tm);
 }
 
-void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows, benchSummary_t* summary) {
-  memset(summary, 0, sizeof(*summary));
+void benchSummaryAdd(const benchTable_t* table, benchSummaryAcc_t* acc, const benchRow_t* row) {
+  acc->rows++;
   for (int engine = 0; engine < table->nEngines; engine++) {
-    double sum = 0;
-    int count = 0;
-    for (int r = 0; r < nRows; r++) {
-      for (int place = 0; place < 2; place++) {
-        const benchMeasure_t* m = &rows[r].m[engine][place];
-        if (!m->valid) continue;
-        sum += m->busBw;
-        count++;
-        if (m->wrong > 0) summary->errors[engine]++;
-      }
+    for (int place = 0; place < 2; place++) {
+      const benchMeasure_t* m = &row->m[engine][place];
+      if (!m->valid) continue;
+      acc->busBwSum[engine] += m->busBw;
+      acc->busBwCount[engine]++;
+      if (m->wrong > 0) acc->errors[engine]++;
     }
-    summary->avgBusBw[engine] = count ? sum / count : 0.0;
   }
   if (table->nEngines < 2) return;
   for (int place = 0; place < 2; place++) {
-    double logSum = 0;
-    int count = 0;
-    for (int r = 0; r < nRows; r++) {
-      const benchMeasure_t* base = &rows[r].m[0][place];
-      const benchMeasure_t* other = &rows[r].m[1][place];
-      if (!base->valid || !other->valid || base->timeUs <= 0 || other->timeUs <= 0) continue;
-      logSum += log(other->timeUs / base->timeUs);
-      count++;
-    }
-    summary->speedupGeomean[place] = count ? exp(logSum / count) : 0.0;
+    const benchMeasure_t* base = &row->m[0][place];
+    const benchMeasure_t* other = &row->m[1][place];
+    if (!base->valid || !other->valid || base->timeUs <= 0 || other->timeUs <= 0) continue;
+    acc->logSpeedupSum[place] += log(other->timeUs / base->timeUs);
+    acc->speedupCount[place]++;
   }
+}
+
+void benchSummaryFinish(const benchTable_t* table, const benchSummaryAcc_t* acc, benchSummary_t* summary) {
+  memset(summary, 0, sizeof(*summary));
+  for (int engine = 0; engine < table->nEngines; engine++) {
+    summary->errors[engine] = acc->errors[engine];
+    summary->avgBusBw[engine] = acc->busBwCount[engine] ? acc->busBwSum[engine] / acc->busBwCount[engine] : 0.0;
+  }
+  if (table->nEngines < 2) return;
+  for (int place = 0; place < 2; place++)
+    summary->speedupGeomean[place] = acc->speedupCount[place]
+                                         ? exp(acc->logSpeedupSum[place] / acc->speedupCount[place])
+                                         : 0.0;
+}
+
+void benchSummarize(const benchTable_t* table, const benchRow_t* rows, int nRows, benchSummary_t* summary) {
+  benchSummaryAcc_t acc;
+  memset(&acc, 0, sizeof(acc));
+  for (int r = 0; r < nRows; r++) benchSummaryAdd(table, &acc, &rows[r]);
+  benchSummaryFinish(table, &acc, summary);
 }
 
 void benchPrintFooter(FILE* out, const benchTable_t* table, const benchSummary_t* summary) {
@@ -189,8 +259,9 @@ void benchPrintMemoryReport(FILE* out, const double bytes[BENCH_MEM_PARTS]) {
 }
 
 void benchCsvHeader(FILE* out) {
-  fprintf(out, "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,"
-               "wrong\n");
+  fprintf(out,
+          "collective,engine,buffers,graph,nranks,size,count,type,redop,placement,time_us,algbw_gbs,busbw_gbs,"
+          "wrong,i_min_us,i_max_us,i_p99_us,i_cv_pct\n");
 }
 
 void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, const char* const* buffers, int graph,
@@ -200,10 +271,13 @@ void benchCsvRows(FILE* out, const benchTable_t* table, const benchRow_t* row, c
     for (int place = 0; place < 2; place++) {
       const benchMeasure_t* m = &row->m[engine][place];
       if (!m->valid) continue;
-      fprintf(out, "%s,%s,%s,%d,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%lld\n", table->program,
-              table->engineNames[engine], buffers[engine], graph, nranks, row->bytes, row->count,
-              benchTypeName(row->type),
-              benchOpName(row->op), placeNames[place], m->timeUs, m->algBw, m->busBw, (long long)m->wrong);
+      fprintf(out, "%s,%s,%s,%d,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%lld", table->program, table->engineNames[engine],
+              buffers[engine], graph, nranks, row->bytes, row->count, benchTypeName(row->type), benchOpName(row->op),
+              placeNames[place], m->timeUs, m->algBw, m->busBw, (long long)m->wrong);
+      if (m->iter.valid)
+        fprintf(out, ",%.3f,%.3f,%.3f,%.3f\n", m->iter.minUs, m->iter.maxUs, m->iter.p99Us, m->iter.cvPct);
+      else
+        fprintf(out, ",,,,\n");
     }
   }
 }
@@ -270,8 +344,8 @@ static void jsonConfig(toolJson_t* json, const benchJsonInfo_t* info) {
   toolJsonInt(json, "validation", args->check);
   toolJsonInt(json, "graph", args->graphLaunches);
   ncclTestsBool(json, "blocking_collectives", args->blocking != BENCH_BLOCKING_OFF);
-  ncclTestsBool(json, "per_iter_timing", 0);
-  toolJsonInt(json, "per_iter_skip", 0);
+  ncclTestsBool(json, "per_iter_timing", args->perIterTiming);
+  toolJsonInt(json, "per_iter_skip", args->perIterSkip);
   ncclTestsBool(json, "parallel_init", args->parallelInit);
   toolJsonBeginArray(json, "devices");
   for (int i = 0; i < info->nDevices; i++) {
@@ -336,7 +410,39 @@ void benchJsonBegin(toolJson_t* json, FILE* out, const benchJsonInfo_t* info) {
   toolJsonBeginArray(json, "results");
 }
 
+/* -I: nccl-tests' "<placement>_per_iter" object, after the placement's own. */
+static void jsonIterStats(toolJson_t* json, const char* key, const benchIterStats_t* stats) {
+  toolJsonBeginObject(json, key);
+  toolJsonInt(json, "skipped_iterations", stats->skipped);
+  toolJsonDouble(json, "min_us", stats->minUs);
+  toolJsonDouble(json, "max_us", stats->maxUs);
+  toolJsonDouble(json, "avg_us", stats->avgUs);
+  toolJsonDouble(json, "p50_us", stats->p50Us);
+  toolJsonDouble(json, "p95_us", stats->p95Us);
+  toolJsonDouble(json, "p99_us", stats->p99Us);
+  toolJsonDouble(json, "stdev_us", stats->stdevUs);
+  toolJsonDouble(json, "cv_pct", stats->cvPct);
+  toolJsonBeginInlineArray(json, "times_us");
+  for (int i = 0; stats->timesUs && i < stats->nTimes; i++) toolJsonDouble(json, NULL, stats->timesUs[i]);
+  toolJsonEnd(json);
+  if (stats->processUs && stats->nProcesses > 1) {
+    toolJsonBeginArray(json, "per_process_max_times_us");
+    for (int p = 0; p < stats->nProcesses; p++) {
+      toolJsonBeginInlineArray(json, NULL);
+      for (int i = 0; i < stats->nTimes; i++)
+        toolJsonDouble(json, NULL, stats->processUs[(size_t)p * stats->nTimes + i]);
+      toolJsonEnd(json);
+    }
+    toolJsonEnd(json);
+  }
+  toolJsonEnd(json);
+}
+
 static void jsonMeasure(toolJson_t* json, const char* key, const benchTable_t* table, const benchMeasure_t* m) {
+  if (!m->valid) {
+    toolJsonNull(json, key); /* nccl-tests' writeBenchMarkLineNullBody: a placement not run */
+    return;
+  }
   toolJsonBeginObject(json, key);
   toolJsonDouble(json, table->cputime ? "cpu_time" : "time", m->timeUs);
   toolJsonDouble(json, "alg_bw", m->algBw);
@@ -346,6 +452,11 @@ static void jsonMeasure(toolJson_t* json, const char* key, const benchTable_t* t
   else
     toolJsonInt(json, "nwrong", m->wrong);
   toolJsonEnd(json);
+  if (m->iter.valid) {
+    char iterKey[64];
+    snprintf(iterKey, sizeof(iterKey), "%s_per_iter", key);
+    jsonIterStats(json, iterKey, &m->iter);
+  }
 }
 
 void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t* row, int iterations) {
@@ -381,7 +492,8 @@ void benchJsonRow(toolJson_t* json, const benchTable_t* table, const benchRow_t*
   toolJsonEnd(json);
 }
 
-void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* endTime) {
+void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummary_t* summary, const char* error,
+                  const char* endTime) {
   toolJsonEnd(json); /* results */
   if (summary) {
     toolJsonBeginObject(json, "out_of_bounds");
@@ -408,7 +520,50 @@ void benchJsonEnd(toolJson_t* json, const benchTable_t* table, const benchSummar
     }
   }
   toolJsonBeginArray(json, "errors");
+  if (error && *error) toolJsonString(json, NULL, error);
   toolJsonEnd(json);
   toolJsonString(json, "end_time", endTime);
   toolJsonEnd(json);
+}
+
+/* ---- -I: per-iteration statistics ------------------------------------------------------------------------------ */
+
+static int compareDoubles(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* nccl-tests' nearest-rank index of percentile p among n sorted samples. */
+static int percentileIndex(int n, int percentile) {
+  const int index = (n * percentile + 99) / 100 - 1;
+  return index < n - 1 ? (index > 0 ? index : 0) : n - 1;
+}
+
+int benchIterStatsCompute(const double* times, int n, int skip, benchIterStats_t* stats) {
+  memset(stats, 0, sizeof(*stats));
+  const int m = n - skip;
+  if (!times || skip < 0 || m < 1) return -1;
+  double* sorted = (double*)malloc((size_t)m * sizeof(double));
+  if (!sorted) return -1;
+  memcpy(sorted, times + skip, (size_t)m * sizeof(double));
+  qsort(sorted, (size_t)m, sizeof(double), compareDoubles);
+  double sum = 0;
+  for (int i = 0; i < m; i++) sum += sorted[i];
+  const double avg = sum / m;
+  double squares = 0;
+  for (int i = 0; i < m; i++) squares += (sorted[i] - avg) * (sorted[i] - avg);
+  stats->valid = 1;
+  stats->skipped = skip;
+  stats->minUs = sorted[0];
+  stats->maxUs = sorted[m - 1];
+  stats->avgUs = avg;
+  stats->p50Us = sorted[m / 2];
+  stats->p95Us = sorted[percentileIndex(m, 95)];
+  stats->p99Us = sorted[percentileIndex(m, 99)];
+  stats->stdevUs = sqrt(squares / m);
+  stats->cvPct = avg > 0 ? stats->stdevUs / avg * 100.0 : 0.0;
+  stats->timesUs = times;
+  stats->nTimes = n;
+  free(sorted);
+  return 0;
 }

@@ -7,9 +7,11 @@
  * goes through the agent that owns rank 0.
  *
  * One file per job: main.c (flags, launch modes, processes and their agents), agent.c (an agent's life and its
- * communicators), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table each), exchange.c
- * (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks), output.c (the header,
- * the progress line, the -J and --csv files) and collective.h/.c (a collective's description and its driver).
+ * communicators), agent_gpus.c (what every part of the run uses on the agent's GPUs: failures, per-GPU work, the
+ * bounded wait, aborting an engine), engine.h with engine_fccl.c and engine_nccl.c (the libraries, one ops table
+ * each), exchange.c (the channels between agents), buffers.c, timing.c, data.c (inputs, poisoning, checks),
+ * output.c (the header, the progress line, the -J and --csv files) and collective.h/.c (a collective's description
+ * and its driver).
  */
 #ifndef FCCL_BENCH_RUNTIME_H_
 #define FCCL_BENCH_RUNTIME_H_
@@ -26,6 +28,7 @@ typedef struct {
   int (*run)(benchAgent_t* agent);     /* 0: done, results right; 1: wrong results; -1: failed (agent->error says) */
   const benchCollective_t* collective; /* a collective's benchmark: send and receive buffers per rank and engine,
                                         * as large as the collective's counts make them at maxBytes; NULL: none */
+  unsigned takes;                      /* the flags it honours (BENCH_TAKES_*): its --help and its parser */
 } benchTest_t;
 
 /* Parses the flags, launches the ranks and runs test on each; returns the process exit status
@@ -66,6 +69,8 @@ struct benchAgent {
   cudaStream_t streams[BENCH_MAX_LOCAL];
   cudaEvent_t start[BENCH_MAX_LOCAL];
   cudaEvent_t stop[BENCH_MAX_LOCAL];
+  cudaEvent_t* iterEvents[BENCH_MAX_LOCAL]; /* -I (not -z 3): -n + 1 events per GPU, one before each iteration */
+  void* stopRegion;          /* -N 0: the shared exchange whose stop flag the launcher sets (NULL: none) */
   int nEngines;              /* engines measured: fccl, and NCCL beside it with --compare nccl */
   benchEngine_t engines[BENCH_MAX_ENGINES]; /* every engine the build has (ops NULL for one it lacks) */
   const char* engineNames[BENCH_MAX_ENGINES];
@@ -90,12 +95,20 @@ typedef int (*benchLaunchFn_t)(benchAgent_t* agent, int engine, int gpu, int ite
 int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count);
 /* One untimed pass (count iterations, then wait), in a CUDA graph when -G is set: the check run. */
 int benchRunOnce(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int count);
+/* What the timed loop measured. Every rank gets the same numbers. */
+typedef struct {
+  double timeUs; /* per operation, combined over ranks as -a says */
+  double cpuUs;  /* host time of the launch loop per operation */
+  /* -I: the caller's arrays, or NULL. iterUs: -n values, each iteration's time on the slowest rank; agentIterUs:
+   * nAgents x -n values, each agent's slowest GPU per iteration (agent order). */
+  double* iterUs;
+  double* agentIterUs;
+} benchTiming_t;
 /* The timed loop: barrier, events, -n iterations (captured once and launched -G times in graph mode; with -z 1 a
  * wait and a barrier after each, with -z 2 a wait), wait. With -z 3 each iteration is timed on its own between
- * barriers that are not timed. *timeUs: per operation, combined over ranks as -a says; *cpuUs: host time of the
- * launch loop per operation. Every rank gets the same numbers. */
-int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
-                  double* cpuUs);
+ * barriers that are not timed. With -I (eager only) an event before every iteration times each one, as nccl-tests
+ * does: from one iteration's start to the next's (with -z 3, each iteration's own events). */
+int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, benchTiming_t* timing);
 /* Waits (bounded by -T) for every local stream, watching the engine's asynchronous errors. */
 int benchSync(benchAgent_t* agent, int engine);
 
@@ -114,6 +127,11 @@ int benchCorrupt(benchAgent_t* agent, int gpu, void* ptr, size_t index, int type
 /* Combined over agents (every agent calls). */
 int benchReduce(benchAgent_t* agent, double* values, int n, int how);
 int benchBarrier(benchAgent_t* agent);
+/* Every agent's n doubles, in agent order, into all (nAgents x n; any n: the exchange's slot is used in pieces). */
+int benchGatherDoubles(benchAgent_t* agent, const double* mine, int n, double* all);
+/* -N 0: whether every agent stops now, because a signal asked any of them to (every agent calls, between rows);
+ * 1 stop, 0 go on, -1 the exchange failed. */
+int benchStopAgreed(benchAgent_t* agent);
 
 /* The progress line on stderr (output agent, terminal only); NULL text clears it. */
 void benchProgress(benchAgent_t* agent, const char* text);
@@ -127,6 +145,24 @@ int benchCloseOutput(benchAgent_t* agent, FILE* file, const char* path);
  * writes its results, ends the document with benchJsonEnd and calls benchCloseOutput. NULL after benchFail when the
  * file cannot be opened. */
 FILE* benchJsonStart(benchAgent_t* agent, toolJson_t* json);
+
+/* The output agent's -J and --csv files, opened before the first result and written as each result comes, so that a
+ * run that never ends (-N 0) keeps nothing but the footer's sums, and a failed run leaves a whole document (its
+ * "errors" say why). */
+typedef struct {
+  FILE* json;
+  toolJson_t writer;
+  FILE* csv;
+} benchOutputs_t;
+/* Opens what -J and --csv ask for (nothing on the other agents) and writes their beginning (the CSV header). 0, or -1
+ * after benchFail. */
+int benchOutputsOpen(benchAgent_t* agent, benchOutputs_t* outputs);
+/* Flushes both after a result, so that what a run killed at once leaves is readable up to its last line. */
+void benchOutputsFlush(benchOutputs_t* outputs);
+/* Ends the JSON document (benchJsonEnd with table and summary, which may be NULL; failure: the agent's error, or
+ * NULL) and closes both. 0, or -1 after benchFail when anything written was lost. */
+int benchOutputsClose(benchAgent_t* agent, benchOutputs_t* outputs, const benchTable_t* table,
+                      const benchSummary_t* summary, const char* failure);
 /* The local time now, as BENCH_TIME_FORMAT. */
 void benchNowText(char* out, size_t len);
 

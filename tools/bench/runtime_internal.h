@@ -29,6 +29,9 @@
 /* Sets up the agent's GPUs, creates the communicators, prints the header, makes the buffers, runs the test and
  * tears everything down. Returns what the test's run returned (0, 1), or -1 after a failure. */
 int benchRunAgent(benchAgent_t* agent);
+
+/* ---- agent_gpus.c: what every part of the run uses on the agent's GPUs (benchFail, benchSync: runtime.h) ------- */
+
 /* Makes local rank gpu's device current when this thread drives several. */
 int benchUseDevice(benchAgent_t* agent, int gpu);
 /* Runs fn for every local GPU at once, each on a thread with that device current (collective, blocking calls such
@@ -37,9 +40,6 @@ typedef int (*benchPerGpuFn_t)(benchAgent_t* agent, int gpu, void* ctx);
 int benchForEachGpu(benchAgent_t* agent, benchPerGpuFn_t fn, void* ctx);
 /* Aborts this agent's communicators of engine after a failure or a timeout, and the exchange with them. */
 void benchAbortEngine(benchAgent_t* agent, int engine);
-
-/* ---- timing.c --------------------------------------------------------------------------------------------------- */
-
 double benchNowSec(void);
 /* -T, or the default bound on every wait. */
 int benchTimeoutSec(const benchAgent_t* agent);

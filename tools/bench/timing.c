@@ -1,58 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Launching and timing: every local rank's operation per iteration (grouped where the engine needs it), CUDA
- * graphs for -G, the timed loop with CUDA events, and the bounded wait that watches the engine's asynchronous
- * errors and aborts it after -T.
+ * graphs for -G and the timed loop with CUDA events; each waits with agent_gpus.c's bounded benchSync.
  */
 #include "runtime_internal.h"
 
-#include <sched.h>
-#include <time.h>
-
-#define DEFAULT_TIMEOUT_SEC 300
-
-double benchNowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int benchTimeoutSec(const benchAgent_t* agent) {
-  return agent->args.timeoutSec > 0 ? agent->args.timeoutSec : DEFAULT_TIMEOUT_SEC;
-}
-
-int benchSync(benchAgent_t* agent, int engine) {
-  double deadline = benchNowSec() + benchTimeoutSec(agent);
-  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
-    for (unsigned long polls = 0;; polls++) {
-      cudaError_t status = cudaStreamQuery(agent->streams[gpu]);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        benchFail(agent, "waiting for rank %d's stream: %s (%s)", agent->firstRank + gpu, cudaGetErrorName(status),
-                  cudaGetErrorString(status));
-        return -1;
-      }
-      if ((polls & 255) == 255) {
-        char text[600];
-        if (agent->engines[engine].ops->asyncError(agent, engine, gpu, text, sizeof(text))) {
-          benchFail(agent, "%s reported an error on rank %d: %s", agent->engineNames[engine],
-                    agent->firstRank + gpu, text);
-          benchAbortEngine(agent, engine);
-          return -1;
-        }
-        if (benchNowSec() > deadline) {
-          benchFail(agent, "%s did not complete on rank %d within %d s (-T changes the bound); aborting",
-                    agent->engineNames[engine], agent->firstRank + gpu, benchTimeoutSec(agent));
-          benchAbortEngine(agent, engine);
-          return -1;
-        }
-      }
-      sched_yield();
-    }
-  }
-  return 0;
-}
+#include <stdlib.h>
 
 int benchLaunchAll(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, int firstIter, int count) {
   const benchEngineOps_t* ops = agent->engines[engine].ops;
@@ -156,6 +109,19 @@ static int recordEvents(benchAgent_t* agent, cudaEvent_t* events) {
   return 0;
 }
 
+/* -I: the event before iteration iter (iters: after the last) on every local stream. */
+static int recordIterEvents(benchAgent_t* agent, int iter) {
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    if (benchUseDevice(agent, gpu) != 0) return -1;
+    if (cudaEventRecord(agent->iterEvents[gpu][iter], agent->streams[gpu]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cudaEventRecord failed (iteration %d)", iter);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* The slowest local GPU's time between the start and stop events, once both are complete. */
 static int slowestElapsed(benchAgent_t* agent, float* slowestMs) {
   *slowestMs = 0;
@@ -171,10 +137,39 @@ static int slowestElapsed(benchAgent_t* agent, float* slowestMs) {
   return 0;
 }
 
+/* -I: the slowest local GPU's time of iteration iter, between its event and the next one. */
+static int slowestIteration(benchAgent_t* agent, int iter, double* slowestUs) {
+  *slowestUs = 0;
+  for (int gpu = 0; gpu < agent->nLocal; gpu++) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, agent->iterEvents[gpu][iter], agent->iterEvents[gpu][iter + 1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      benchFail(agent, "cudaEventElapsedTime failed (iteration %d)", iter);
+      return -1;
+    }
+    if (ms * 1000.0 > *slowestUs) *slowestUs = ms * 1000.0;
+  }
+  return 0;
+}
+
+/* -I: every agent's series to everyone (timing->agentIterUs), and each iteration's slowest agent (timing->iterUs). */
+static int combineIterations(benchAgent_t* agent, const double* mine, benchTiming_t* timing) {
+  const int iters = agent->args.iters;
+  double* all = timing->agentIterUs;
+  if (benchGatherDoubles(agent, mine, iters, all) != 0) return -1;
+  for (int iter = 0; iter < iters; iter++) {
+    double slowest = 0;
+    for (int a = 0; a < agent->nAgents; a++)
+      if (all[(size_t)a * iters + iter] > slowest) slowest = all[(size_t)a * iters + iter];
+    timing->iterUs[iter] = slowest;
+  }
+  return 0;
+}
+
 /* -z 3: every iteration timed on its own (events around it, then the wait), the barrier between iterations left out;
- * *gpuMs and *cpuSec are the sums over the iterations. */
+ * *gpuMs and *cpuSec are the sums over the iterations, mineUs (-I, or NULL) gets each iteration's slowest GPU. */
 static int timeBetweenBarriers(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* gpuMs,
-                               double* cpuSec) {
+                               double* cpuSec, double* mineUs) {
   *gpuMs = 0;
   *cpuSec = 0;
   for (int iter = 0; iter < agent->args.iters; iter++) {
@@ -188,36 +183,49 @@ static int timeBetweenBarriers(benchAgent_t* agent, int engine, benchLaunchFn_t 
     float ms = 0;
     if (slowestElapsed(agent, &ms) != 0) return -1;
     *gpuMs += ms;
+    if (mineUs) mineUs[iter] = ms * 1000.0;
   }
   if (agent->nLocal > 1) BENCH_CHECK_CUDA(agent, cudaSetDevice(agent->devices[0]));
   return benchBarrier(agent);
 }
 
-int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, double* timeUs,
-                  double* cpuUs) {
+int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void* ctx, benchTiming_t* timing) {
   const int iters = agent->args.iters;
   const int launches = agent->args.graphLaunches;
   const int blocking = agent->args.blocking;
+  /* -I is eager only (the parser turns it off under -G, as nccl-tests does). */
+  const int perIter = agent->args.perIterTiming && launches == 0 && timing->iterUs && timing->agentIterUs;
+  double* mineUs = NULL;
+  if (perIter && !(mineUs = (double*)calloc((size_t)iters, sizeof(double)))) {
+    benchFail(agent, "out of memory for %d iteration times", iters);
+    return -1;
+  }
   double gpuMs = 0, cpu = 0;
   int status = 0;
   if (blocking == BENCH_BLOCKING_EXCLUDE_BARRIER) {
-    status = timeBetweenBarriers(agent, engine, launch, ctx, &gpuMs, &cpu);
+    status = timeBetweenBarriers(agent, engine, launch, ctx, &gpuMs, &cpu, mineUs);
   } else {
     cudaGraphExec_t exec[BENCH_MAX_LOCAL] = {0};
-    if (launches > 0 && captureGraphs(agent, engine, launch, ctx, iters, exec) != 0) return -1;
+    if (launches > 0 && captureGraphs(agent, engine, launch, ctx, iters, exec) != 0) {
+      free(mineUs);
+      return -1;
+    }
     status = benchBarrier(agent);
     if (status == 0) status = recordEvents(agent, agent->start);
     double begin = benchNowSec();
     if (status == 0) {
       if (launches > 0) {
         for (int l = 0; l < launches && status == 0; l++) status = launchGraphs(agent, exec);
-      } else if (blocking != BENCH_BLOCKING_OFF) {
-        /* -z 1 and 2: wait after every operation (and barrier with -z 1), inside the timed span. */
+      } else if (blocking != BENCH_BLOCKING_OFF || perIter) {
+        /* -z 1 and 2: wait after every operation (and barrier with -z 1), inside the timed span; -I: an event before
+         * every iteration, and one after the last. */
         for (int iter = 0; iter < iters && status == 0; iter++) {
-          status = benchLaunchAll(agent, engine, launch, ctx, iter, 1);
-          if (status == 0) status = benchSync(agent, engine);
+          if (perIter) status = recordIterEvents(agent, iter);
+          if (status == 0) status = benchLaunchAll(agent, engine, launch, ctx, iter, 1);
+          if (status == 0 && blocking != BENCH_BLOCKING_OFF) status = benchSync(agent, engine);
           if (status == 0 && blocking == BENCH_BLOCKING_BARRIER) status = benchBarrier(agent);
         }
+        if (status == 0 && perIter) status = recordIterEvents(agent, iters);
       } else {
         status = benchLaunchAll(agent, engine, launch, ctx, 0, iters);
       }
@@ -228,15 +236,19 @@ int benchTimeLoop(benchAgent_t* agent, int engine, benchLaunchFn_t launch, void*
     float slowestMs = 0;
     if (status == 0) status = slowestElapsed(agent, &slowestMs);
     gpuMs = slowestMs;
+    for (int iter = 0; iter < iters && status == 0 && perIter; iter++)
+      status = slowestIteration(agent, iter, &mineUs[iter]);
     if (agent->nLocal > 1) cudaSetDevice(agent->devices[0]);
     destroyGraphs(agent, exec);
   }
+  if (status == 0 && perIter) status = combineIterations(agent, mineUs, timing);
+  free(mineUs);
   if (status != 0) return -1;
   double ops = (double)iters * (launches > 0 ? launches : 1);
   double values[2] = {gpuMs * 1000.0 / ops, cpu * 1.0e6 / ops};
   static const int how[4] = {BENCH_REDUCE_FIRST, BENCH_REDUCE_AVG, BENCH_REDUCE_MIN, BENCH_REDUCE_MAX};
   if (benchReduce(agent, values, 2, how[agent->args.average]) != 0) return -1;
-  *timeUs = values[0];
-  *cpuUs = values[1];
+  timing->timeUs = values[0];
+  timing->cpuUs = values[1];
   return 0;
 }

@@ -31,4 +31,17 @@ void toolCudaQuery(toolCudaStatus_t* status);
 void toolCudaDescribe(toolCudaStatus_t* status, cudaError_t countError, int deviceNodes, int libcuda,
                       const char* visibleDevices);
 
+/* Every tool that needs a GPU and finds none (the benchmarks, fccl-call-cost, fccl-faultbench, fused_norm_perf)
+ * exits with this status, the one of a command line it cannot run, after toolReportNoGpu's one line. A test harness
+ * that wants meson's skip (77) maps it: test/gpu/skip_without_gpu.sh. */
+#define TOOL_EXIT_NO_GPU 2
+
+/* "PROGRAM: no GPU to run on: REASON" on stderr (REASON: toolCudaStatus_t.noGpu); returns TOOL_EXIT_NO_GPU. */
+int toolReportNoGpu(const char* program, const char* reason);
+
+/* toolCudaQuery in a child process, for programs that fork ranks afterwards (a CUDA context does not survive fork,
+ * so the parent must never create one). A child that fails or gives no answer within timeoutSec (it is killed)
+ * leaves deviceCount 0 and noGpu saying so. */
+void toolCudaQueryInChild(toolCudaStatus_t* status, int timeoutSec);
+
 #endif /* FCCL_TOOL_CUDA_STATUS_H_ */

@@ -73,6 +73,7 @@ typedef struct {
   unsigned vendor, device, subVendor, subDevice;
   float linkGBs;  /* hwloc's link speed in GB/s (0: unknown) */
   char label[64]; /* OS device name(s) ("mlx5_0", "eth0", "nvme0n1") or "" */
+  int rdma;       /* the label is an RDMA (OpenFabrics) device's: a NIC of nvidia-smi topo -m's matrix */
   int gpu;        /* index into topoSystem_t.gpus, -1 */
   /* locality: for host bridges the CPUs/NUMA nodes they are attached to; devices inherit their host bridge's */
   char cpus[TOPO_SET_MAX];
@@ -237,6 +238,12 @@ int topoModelAnalyse(topoSystem_t* sys, char* err, size_t errLen);
 
 /* The PCI path class between two PCI nodes, from the PCI tree alone (no NVLink). */
 topoPathClass_t topoPciPathClass(const topoSystem_t* sys, int nodeA, int nodeB);
+/* The NICs of nvidia-smi topo -m's matrix: the PCI devices with an RDMA (OpenFabrics) device ("mlx5_0"), in the order
+ * of the PCI tree, as indices into sys->pci; at most max of them. Returns how many there are (all, even past max). */
+int topoMatrixNics(const topoSystem_t* sys, int* nodes, int max);
+/* The matrix cell between a GPU (or a NIC, gpu -1) and PCI node nic: the PCI path class ("?" when hwloc does not
+ * show the GPU). */
+topoPath_t topoNicPath(const topoSystem_t* sys, int gpu, int fromNode, int nic);
 /* nvidia-smi's cell text for a path: "X", "NV18", "PIX", ... */
 void topoPathName(const topoPath_t* path, char* buf, size_t len);
 const char* topoPathClassName(topoPathClass_t cls);

@@ -59,32 +59,64 @@ static void printGpus(const topoSystem_t* sys, FILE* out) {
   }
 }
 
+#define TOPO_MAX_MATRIX_NICS 64
+
+/* The cell between row device r and column device c of the matrix: GPUs first (0 .. ngpus - 1), then the NICs. */
+static void matrixCell(const topoSystem_t* sys, const int* nics, int r, int c, char* cell, size_t len) {
+  const int n = sys->ngpus;
+  if (r < n && c < n) {
+    topoPathName(&sys->paths[r * n + c], cell, len);
+    return;
+  }
+  /* A GPU-NIC or NIC-NIC cell: the PCI tree between them (symmetric). */
+  const int gpuSide = r < n ? r : c < n ? c : -1;
+  const int nic = r < n ? nics[c - n] : nics[r - n];
+  const int other = gpuSide >= 0 ? -1 : nics[c - n];
+  topoPath_t path = topoNicPath(sys, gpuSide, other, nic);
+  topoPathName(&path, cell, len);
+}
+
+/* The matrix of nvidia-smi topo -m: GPUs and NICs (the RDMA devices) in rows and columns, each GPU's CPU and NUMA
+ * affinity, the legend and the NIC legend naming each NIC. */
 static void printMatrix(const topoSystem_t* sys, FILE* out) {
-  int n = sys->ngpus;
+  int nics[TOPO_MAX_MATRIX_NICS];
+  int nnics = topoMatrixNics(sys, nics, TOPO_MAX_MATRIX_NICS);
+  if (nnics > TOPO_MAX_MATRIX_NICS) nnics = TOPO_MAX_MATRIX_NICS;
+  const int n = sys->ngpus, devices = n + nnics;
   int width = 6;
-  for (int i = 0; i < n * n; i++) {
-    char cell[16];
-    topoPathName(&sys->paths[i], cell, sizeof(cell));
-    if ((int)strlen(cell) + 2 > width) width = (int)strlen(cell) + 2;
+  for (int r = 0; r < devices; r++) {
+    for (int c = 0; c < devices; c++) {
+      char cell[16];
+      matrixCell(sys, nics, r, c, cell, sizeof(cell));
+      if ((int)strlen(cell) + 2 > width) width = (int)strlen(cell) + 2;
+    }
+    char label[16];
+    snprintf(label, sizeof(label), r < n ? "GPU%d" : "NIC%d", r < n ? r : r - n);
+    if ((int)strlen(label) + 2 > width) width = (int)strlen(label) + 2;
   }
   fprintf(out, "\nTopology (nvidia-smi topo -m)\n");
   fprintf(out, "  %-7s", "");
-  for (int j = 0; j < n; j++) {
+  for (int c = 0; c < devices; c++) {
     char label[16];
-    snprintf(label, sizeof(label), "GPU%d", j);
+    snprintf(label, sizeof(label), c < n ? "GPU%d" : "NIC%d", c < n ? c : c - n);
     fprintf(out, "%-*s", width, label);
   }
   fprintf(out, "%-20s%s\n", "CPU Affinity", "NUMA Affinity");
-  for (int i = 0; i < n; i++) {
+  for (int r = 0; r < devices; r++) {
     char label[16];
-    snprintf(label, sizeof(label), "GPU%d", i);
+    snprintf(label, sizeof(label), r < n ? "GPU%d" : "NIC%d", r < n ? r : r - n);
     fprintf(out, "  %-7s", label);
-    for (int j = 0; j < n; j++) {
+    for (int c = 0; c < devices; c++) {
       char cell[16];
-      topoPathName(&sys->paths[i * n + j], cell, sizeof(cell));
-      fprintf(out, "%-*s", width, cell);
+      matrixCell(sys, nics, r, c, cell, sizeof(cell));
+      /* A NIC's row has no affinity columns (as in nvidia-smi): its last cell ends the line. */
+      fprintf(out, "%-*s", r >= n && c == devices - 1 ? 0 : width, cell);
     }
-    const topoGpu_t* gpu = &sys->gpus[i];
+    if (r >= n) {
+      fprintf(out, "\n");
+      continue;
+    }
+    const topoGpu_t* gpu = &sys->gpus[r];
     char numa[64];
     topoGpuNuma(sys, gpu, numa, sizeof(numa));
     const char* cpus = gpu->pciNode >= 0 && sys->pci[gpu->pciNode].cpus[0] ? sys->pci[gpu->pciNode].cpus : "N/A";
@@ -92,6 +124,13 @@ static void printMatrix(const topoSystem_t* sys, FILE* out) {
   }
   fprintf(out, "  Legend:\n");
   for (int l = 0; topoLegend[l][0][0]; l++) fprintf(out, "    %-5s= %s\n", topoLegend[l][0], topoLegend[l][1]);
+  if (nnics == 0) return;
+  fprintf(out, "  NIC Legend:\n");
+  for (int k = 0; k < nnics; k++) {
+    char bus[32];
+    topoBusIdFormat(&sys->pci[nics[k]].busId, bus, sizeof(bus));
+    fprintf(out, "    NIC%d: %s (%s)\n", k, sys->pci[nics[k]].label, bus);
+  }
 }
 
 static void printNvLink(const topoSystem_t* sys, FILE* out) {

@@ -98,12 +98,14 @@ static int compareIo(const void* a, const void* b) {
   return ka < kb ? -1 : ka > kb ? 1 : 0;
 }
 
-/* OS devices below a PCI device, as a short label: the RDMA device name for NICs, else network, else block. */
-static void osdevLabel(hwloc_obj_t pcidev, char* buf, size_t len) {
+/* OS devices below a PCI device, as a short label: the RDMA device name for NICs, else network, else block. Returns
+ * whether the label is an RDMA device's. */
+static int osdevLabel(hwloc_obj_t pcidev, char* buf, size_t len) {
   static const hwloc_obj_osdev_type_t preference[] = {HWLOC_OBJ_OSDEV_OPENFABRICS, HWLOC_OBJ_OSDEV_NETWORK,
                                                       HWLOC_OBJ_OSDEV_BLOCK};
   buf[0] = '\0';
-  for (size_t p = 0; p < sizeof(preference) / sizeof(preference[0]) && buf[0] == '\0'; p++) {
+  size_t p = 0;
+  for (; p < sizeof(preference) / sizeof(preference[0]) && buf[0] == '\0'; p++) {
     size_t used = 0;
     for (hwloc_obj_t child = pcidev->io_first_child; child; child = child->next_sibling) {
       if (child->type != HWLOC_OBJ_OS_DEVICE || child->attr->osdev.type != preference[p] || !child->name) continue;
@@ -112,6 +114,7 @@ static void osdevLabel(hwloc_obj_t pcidev, char* buf, size_t len) {
       used += (size_t)wrote;
     }
   }
+  return buf[0] != '\0' && p == 1; /* found in the first pass: OpenFabrics */
 }
 
 static void setPciIds(topoPciNode_t* node, const struct hwloc_pcidev_attr_s* pci) {
@@ -211,7 +214,7 @@ static int addIoSubtree(hwlocWalk_t* walk, hwloc_obj_t obj, int parent, int host
   } else {
     node->kind = TOPO_PCI_DEVICE;
     setPciIds(node, &obj->attr->pcidev);
-    osdevLabel(obj, node->label, sizeof(node->label));
+    node->rdma = osdevLabel(obj, node->label, sizeof(node->label));
   }
   const topoPciNode_t* host = &sys->pci[hostBridge];
   copyText(node->cpus, sizeof(node->cpus), host->cpus);

@@ -252,6 +252,37 @@ static void writeMatrix(toolJson_t* w, const topoSystem_t* sys) {
     toolJsonEnd(w);
   }
   toolJsonEnd(w);
+  /* The NICs of nvidia-smi topo -m's matrix (the RDMA devices): each with its cells against the GPUs and the NICs. */
+  int nics[64];
+  int nnics = topoMatrixNics(sys, nics, 64);
+  if (nnics > 64) nnics = 64;
+  toolJsonBeginArray(w, "nics");
+  for (int k = 0; k < nnics; k++) {
+    const topoPciNode_t* node = &sys->pci[nics[k]];
+    char bus[32];
+    toolJsonBeginObject(w, NULL);
+    snprintf(cell, sizeof(cell), "NIC%d", k);
+    toolJsonString(w, "label", cell);
+    toolJsonString(w, "name", node->label);
+    topoBusIdFormat(&node->busId, bus, sizeof(bus));
+    toolJsonString(w, "busid", bus);
+    toolJsonBeginInlineArray(w, "gpus");
+    for (int g = 0; g < sys->ngpus; g++) {
+      topoPath_t path = topoNicPath(sys, g, -1, nics[k]);
+      topoPathName(&path, cell, sizeof(cell));
+      toolJsonString(w, NULL, cell);
+    }
+    toolJsonEnd(w);
+    toolJsonBeginInlineArray(w, "nics");
+    for (int m = 0; m < nnics; m++) {
+      topoPath_t path = topoNicPath(sys, -1, nics[m], nics[k]);
+      topoPathName(&path, cell, sizeof(cell));
+      toolJsonString(w, NULL, cell);
+    }
+    toolJsonEnd(w);
+    toolJsonEnd(w);
+  }
+  toolJsonEnd(w);
   toolJsonEnd(w);
   toolJsonBeginArray(w, "peers");
   for (int i = 0; i < sys->ngpus; i++) {

@@ -269,6 +269,23 @@ const char* topoPathClassName(topoPathClass_t cls) {
   }
 }
 
+int topoMatrixNics(const topoSystem_t* sys, int* nodes, int max) {
+  int count = 0;
+  for (int i = 0; i < sys->npci; i++) {
+    if (sys->pci[i].kind != TOPO_PCI_DEVICE || !sys->pci[i].rdma) continue;
+    if (count < max) nodes[count] = i;
+    count++;
+  }
+  return count;
+}
+
+topoPath_t topoNicPath(const topoSystem_t* sys, int gpu, int fromNode, int nic) {
+  /* No NVLink between a GPU and a NIC: the PCI tree alone, as nvidia-smi's PIX ... SYS. */
+  const int from = gpu >= 0 ? sys->gpus[gpu].pciNode : fromNode;
+  topoPath_t path = {topoPciPathClass(sys, from, nic), 0, 0};
+  return path;
+}
+
 void topoPathName(const topoPath_t* path, char* buf, size_t len) {
   if (path->cls == TOPO_PATH_NVLINK)
     snprintf(buf, len, "NV%d", path->nvlinks);

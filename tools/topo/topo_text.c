@@ -4,7 +4,7 @@
 #include <string.h>
 
 const char* const topoLegend[][2] = {
-    {"X", "the GPU itself"},
+    {"X", "the device itself"},
     {"SYS", "PCIe and the SMP interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)"},
     {"NODE", "PCIe and the interconnect between PCIe host bridges of one NUMA node"},
     {"PHB", "PCIe through a PCIe host bridge (the CPU)"},

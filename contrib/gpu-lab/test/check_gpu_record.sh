@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # gpu-record's paths, faults and fused stages without a GPU: a "build" of stand-ins that record their arguments.
 # Checks the runs each stage makes on 4 GPUs and on 2 (where the hierarchical path cannot be laid), the files they
-# leave, a failing run failing its stage only, and the refusal of an unknown stage.
+# leave (each stage's environment among them), a failing run failing its stage only, and the refusal of an unknown
+# stage.
 # usage: check_gpu_record.sh GPU_LAB_DIR
 lab=$1
 dir=$(mktemp -d)
@@ -34,9 +35,10 @@ grep -q "^fccl-faultbench -s kernel -n 50 -r 2 -J $dir/out4/faults/kernel.json" 
 grep -q "^fccl-faultbench -s all -n 10 -r 3" "$dir/calls.txt" || fail "no run of every fault scenario"
 grep -q "^fused_norm_perf -H 4096,8192 -t 1:8192 -F auto,oneshot,twoshot" "$dir/calls.txt" || fail "no fused run"
 for file in paths/nccl-hosts.csv paths/nccl-one-host.csv paths/hier-2hosts.csv paths/nccl-2hosts.csv \
-  paths/nccl-hosts.txt faults/kernel.txt faults/all.txt fused/fused.txt; do
+  paths/nccl-hosts.txt faults/kernel.txt faults/all.txt fused/fused.txt paths/env.txt faults/env.txt fused/env.txt; do
   [ -f "$dir/out4/$file" ] || fail "no $file"
 done
+grep -q "^commit: " "$dir/out4/paths/env.txt" || fail "the paths stage's env.txt names no commit"
 
 : > "$dir/calls.txt"
 RECORD_GPUS=2 FAKE_FAIL=fccl-faultbench bash "$lab/gpu-record" "$dir/out2" paths faults > "$dir/stdout2.txt" 2>&1 &&

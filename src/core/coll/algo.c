@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Which all-reduce algorithm runs a call, and on how many blocks. Pure functions of the call's size, the rank
+ * Which algorithm runs a collective call, and on how many blocks. Pure functions of the call's size, the rank
  * count and whether the buffers are registered, so every rank makes the same choice. The thresholds are one table;
- * docs/collectives.md explains each algorithm, docs/perf/notes/selection.md how each threshold was measured.
+ * docs/collectives.md explains each algorithm, docs/perf/notes/selection.md how each threshold was measured. The
+ * names and each collective's set of forms are generated here from kernel_list.h.
  */
 #include "algo.h"
 
@@ -42,29 +43,55 @@ static const struct {
  * in one pass. */
 #define FCCL_LL_MAX_PACKETS_PER_PASS 32768
 
+/* ---- the names and the collectives' sets, generated from kernel_list.h ---------------------------------------- */
+
+#define FCCL_NAME4_(id, request, name, kernel) [id] = name,
+#define FCCL_NAME3_(id, request, name) [id] = name,
+#define FCCL_NAME2_(id, name) [id] = name,
+static const char* const algoNames[FCCL_ALGO_IDS] = {FCCL_KERNEL_LIST(FCCL_NAME4_, FCCL_NAME3_, FCCL_NAME2_)};
+
 const char* fcclAlgoName(int algo) {
-  switch (algo) {
-    case FCCL_ALGO_LL: return "ll";
-    case FCCL_ALGO_ONESHOT_PUSH: return "oneshot_push";
-    case FCCL_ALGO_ONESHOT_PULL: return "oneshot_pull";
-    case FCCL_ALGO_TWOSHOT_STAGED: return "twoshot_staged";
-    case FCCL_ALGO_TWOSHOT_REG: return "twoshot_reg";
-    case FCCL_ALGO_LL128: return "ll128";
-    case FCCL_KERNEL_ALLGATHER_LL: return "allgather_ll";
-    case FCCL_KERNEL_ALLGATHER_DIRECT: return "allgather_direct";
-    case FCCL_KERNEL_ALLGATHER_STAGED: return "allgather_staged";
-    case FCCL_KERNEL_ALLGATHER_COPY: return "allgather_copy";
-    case FCCL_KERNEL_REDUCESCATTER_LL: return "reducescatter_ll";
-    case FCCL_KERNEL_REDUCESCATTER_DIRECT: return "reducescatter_direct";
-    case FCCL_KERNEL_REDUCESCATTER_STAGED: return "reducescatter_staged";
-    case FCCL_KERNEL_BROADCAST_LL: return "broadcast_ll";
-    case FCCL_KERNEL_BROADCAST_DIRECT: return "broadcast_direct";
-    case FCCL_KERNEL_BROADCAST_STAGED: return "broadcast_staged";
-    case FCCL_KERNEL_BROADCAST_COPY: return "broadcast_copy";
-    case FCCL_KERNEL_BARRIER: return "barrier";
-    case FCCL_KERNEL_FUSED_NORM: return "fused_norm";
-    default: return "unknown";
-  }
+  return algo >= 0 && algo < FCCL_ALGO_IDS && algoNames[algo] != NULL ? algoNames[algo] : "unknown";
+}
+
+/* A set: its rows' algorithms and requests in list order, and "auto" + aliases + every request for messages. */
+#define FCCL_SET_ALGO4_(id, request, name, kernel) id,
+#define FCCL_SET_ALGO3_(id, request, name) id,
+#define FCCL_SET_REQUEST4_(id, request, name, kernel) request,
+#define FCCL_SET_REQUEST3_(id, request, name) request,
+#define FCCL_SET_LISTED4_(id, request, name, kernel) ", " request
+#define FCCL_SET_LISTED3_(id, request, name) ", " request
+#define FCCL_DEFINE_SET_(set, collective, aliases, FORMS)                                                \
+  static const int set##Forms_[] = {FORMS(FCCL_SET_ALGO4_, FCCL_SET_ALGO3_)};                            \
+  static const char* const set##Requests_[] = {FORMS(FCCL_SET_REQUEST4_, FCCL_SET_REQUEST3_)};           \
+  const fcclAlgoSet set = {collective, (int)(sizeof(set##Forms_) / sizeof(set##Forms_[0])), set##Forms_, \
+                           set##Requests_, "auto" aliases FORMS(FCCL_SET_LISTED4_, FCCL_SET_LISTED3_)};
+
+FCCL_DEFINE_SET_(fcclAllReduceAlgos, "allreduce", ", oneshot, twoshot", FCCL_ALLREDUCE_FORMS)
+FCCL_DEFINE_SET_(fcclAllGatherAlgos, "allgather", "", FCCL_ALLGATHER_FORMS)
+FCCL_DEFINE_SET_(fcclReduceScatterAlgos, "reducescatter", "", FCCL_REDUCESCATTER_FORMS)
+FCCL_DEFINE_SET_(fcclBroadcastAlgos, "broadcast", "", FCCL_BROADCAST_FORMS)
+
+static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos, &fcclReduceScatterAlgos,
+                                              &fcclBroadcastAlgos};
+
+int fcclAlgoSetForm(const fcclAlgoSet* set, int algo) {
+  for (int form = 0; set != NULL && form < set->count; form++)
+    if (set->algos[form] == algo) return form;
+  return -1;
+}
+
+const fcclAlgoSet* fcclAlgoSetOf(int algo) {
+  for (size_t i = 0; i < sizeof(algoSets) / sizeof(algoSets[0]); i++)
+    if (fcclAlgoSetForm(algoSets[i], algo) >= 0) return algoSets[i];
+  return NULL;
+}
+
+/* The form of set whose FCCL_*ALGO value is name; -1 for none. */
+static int setParse(const fcclAlgoSet* set, const char* name) {
+  for (int form = 0; form < set->count; form++)
+    if (strcmp(name, set->requests[form]) == 0) return form;
+  return -1;
 }
 
 const char* fcclScatterName(int scatter) {
@@ -81,16 +108,15 @@ int fcclAlgoParseRequest(const char* name) {
   if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_ALGO_REQUEST_AUTO;
   if (strcmp(name, "oneshot") == 0) return FCCL_ALGO_REQUEST_ONESHOT;
   if (strcmp(name, "twoshot") == 0) return FCCL_ALGO_REQUEST_TWOSHOT;
-  for (int algo = 0; algo < FCCL_ALGO_COUNT; algo++)
-    if (strcmp(name, fcclAlgoName(algo)) == 0) return algo;
-  return -1;
+  const int form = setParse(&fcclAllReduceAlgos, name);
+  return form >= 0 ? fcclAllReduceAlgos.algos[form] : -1;
 }
 
 int fcclAlgoResolveRequest(int request, int registered) {
   switch (request) {
     case FCCL_ALGO_REQUEST_ONESHOT: return registered ? FCCL_ALGO_ONESHOT_PULL : FCCL_ALGO_ONESHOT_PUSH;
     case FCCL_ALGO_REQUEST_TWOSHOT: return registered ? FCCL_ALGO_TWOSHOT_REG : FCCL_ALGO_TWOSHOT_STAGED;
-    default: return request >= 0 && request < FCCL_ALGO_COUNT ? request : -1;
+    default: return fcclAlgoSetForm(&fcclAllReduceAlgos, request) >= 0 ? request : -1;
   }
 }
 
@@ -116,7 +142,7 @@ static int dataBlocks(const fcclAlgoQuery* q, uint64_t unitsPerGrid) {
   return blocksFor(q, unitsPerGrid, FCCL_DEVICE_THREADS, FCCL_DEVICE_MAX_BLOCKS);
 }
 
-/* Units per owner in a round of the staged two-shot: one chunk per writer and parity (twoshot_staged.cu). */
+/* Units per owner in a round of the staged two-shot: one chunk per writer and parity (allreduce_twoshot_staged.cu). */
 static uint64_t stagedRoundUnits(const fcclAlgoQuery* q) { return q->chunkBytes / FCCL_UNIT_BYTES; }
 
 static size_t tableRow(const fcclAlgoQuery* q) {
@@ -231,7 +257,7 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
   fcclDevKernel_t algo;
   if (q->forced >= 0) {
     const char* why = NULL;
-    if (q->forced >= FCCL_ALGO_COUNT)
+    if (fcclAlgoSetForm(&fcclAllReduceAlgos, q->forced) < 0)
       return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "unknown all-reduce algorithm %d", q->forced);
     if (fcclAlgoApplicable((fcclDevKernel_t)q->forced, q, &why)) {
       algo = (fcclDevKernel_t)q->forced;
@@ -260,27 +286,19 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
  * fcclAlgoQuery.copyMoveMin, FCCL_COPY_MOVE_MIN, which is 0 until two GPUs have measured where the copies pay),
  * plain ones through staging in rounds of one chunk. */
 
-int fcclMoveForms(int firstKernel) { return firstKernel == FCCL_KERNEL_REDUCESCATTER_LL ? 3 : 4; }
-
-int fcclMoveParseRequest(const char* name, int firstKernel) {
+int fcclMoveParseRequest(const char* name, const fcclAlgoSet* set) {
   if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) return FCCL_MOVE_REQUEST_AUTO;
-  if (strcmp(name, "ll") == 0) return FCCL_MOVE_LL;
-  if (strcmp(name, "direct") == 0) return FCCL_MOVE_DIRECT;
-  if (strcmp(name, "staged") == 0) return FCCL_MOVE_STAGED;
-  if (strcmp(name, "copy") == 0 && fcclMoveForms(firstKernel) > FCCL_MOVE_COPY) return FCCL_MOVE_COPY;
-  return -1;
+  return setParse(set, name);
 }
 
-const char* fcclMoveRequestNames(int firstKernel) {
-  return fcclMoveForms(firstKernel) > FCCL_MOVE_COPY ? "auto, ll, direct, staged, copy" : "auto, ll, direct, staged";
-}
-
-int fcclMoveResolveRequest(int request, int firstKernel) {
-  return request >= FCCL_MOVE_LL && request < fcclMoveForms(firstKernel) ? firstKernel + request : -1;
+int fcclMoveResolveRequest(int request, const fcclAlgoSet* set) {
+  return request >= 0 && request < set->count ? set->algos[request] : -1;
 }
 
 /* Rounds of the staged form, and whether each still fits a signal's steps (+2: the broadcast's ready step). */
-static uint64_t moveRounds(const fcclAlgoQuery* q) { return divUp(divUp(q->bytes, FCCL_UNIT_BYTES), stagedRoundUnits(q)); }
+static uint64_t moveRounds(const fcclAlgoQuery* q) {
+  return divUp(divUp(q->bytes, FCCL_UNIT_BYTES), stagedRoundUnits(q));
+}
 
 static int moveApplicable(int form, const fcclAlgoQuery* q, const char** why) {
   const char* reason = NULL;
@@ -307,16 +325,16 @@ static int moveApplicable(int form, const fcclAlgoQuery* q, const char** why) {
   return reason == NULL;
 }
 
-fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoChoice* c) {
-  if (q == NULL || c == NULL || q->nranks < 1 || q->nranks > FCCL_DEVICE_MAX_RANKS || q->bytes == 0)
+fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, const fcclAlgoSet* set, fcclAlgoChoice* c) {
+  if (q == NULL || set == NULL || c == NULL || q->nranks < 1 || q->nranks > FCCL_DEVICE_MAX_RANKS || q->bytes == 0)
     return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "algorithm selection called with an invalid query");
   int form = -1;
   if (q->forced >= 0) {
-    const int wanted = q->forced - firstKernel;
+    const int wanted = fcclAlgoSetForm(set, q->forced);
     const char* why = NULL;
-    if (wanted < FCCL_MOVE_LL || wanted >= fcclMoveForms(firstKernel))
-      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "algorithm %d is not one of this collective's",
-                        q->forced);
+    if (wanted < 0)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "algorithm %d (%s) is not one of this collective's",
+                        q->forced, fcclAlgoName(q->forced));
     if (moveApplicable(wanted, q, &why))
       form = wanted;
     else if (q->strict)
@@ -329,8 +347,7 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
   if (form < 0) {
     if (q->bytes <= algoTable[tableRow(q)].llMax && moveApplicable(FCCL_MOVE_LL, q, NULL))
       form = FCCL_MOVE_LL;
-    else if (q->registered && fcclMoveForms(firstKernel) > FCCL_MOVE_COPY && q->copyMoveMin > 0 &&
-             q->bytes >= q->copyMoveMin)
+    else if (q->registered && set->count > FCCL_MOVE_COPY && q->copyMoveMin > 0 && q->bytes >= q->copyMoveMin)
       form = FCCL_MOVE_COPY;
     else
       form = q->registered ? FCCL_MOVE_DIRECT : FCCL_MOVE_STAGED;
@@ -340,7 +357,7 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "a block of %llu bytes cannot be moved: %s",
                       (unsigned long long)q->bytes, why);
   memset(c, 0, sizeof(*c));
-  c->algo = (fcclDevKernel_t)(firstKernel + form);
+  c->algo = set->algos[form];
   c->scatter = FCCL_SCATTER_PULL;
   c->threads = FCCL_DEVICE_THREADS;
   const uint64_t units = divUp(q->bytes, FCCL_UNIT_BYTES);
@@ -364,10 +381,11 @@ fcclResult_t fcclMoveSelect(const fcclAlgoQuery* q, int firstKernel, fcclAlgoCho
   return fcclSuccess;
 }
 
-int fcclMoveRegisteredPays(const fcclAlgoQuery* query, int firstKernel) {
+int fcclMoveRegisteredPays(const fcclAlgoQuery* query, const fcclAlgoSet* set) {
   fcclAlgoChoice choice;
-  if (fcclMoveSelect(query, firstKernel, &choice) != fcclSuccess) return 0;
-  return (int)choice.algo == firstKernel + FCCL_MOVE_DIRECT || (int)choice.algo == firstKernel + FCCL_MOVE_COPY;
+  if (fcclMoveSelect(query, set, &choice) != fcclSuccess) return 0;
+  const int form = fcclAlgoSetForm(set, choice.algo);
+  return form == FCCL_MOVE_DIRECT || form == FCCL_MOVE_COPY;
 }
 
 /* ---- fcclAllReduceAddRMSNorm: one-shot or two-shot ------------------------------------------------------------ */

@@ -18,7 +18,7 @@
 
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
-  return fcclMoveResolveRequest(state->allGatherRequest, FCCL_KERNEL_ALLGATHER_LL);
+  return fcclMoveResolveRequest(state->allGatherRequest, &fcclAllGatherAlgos);
 }
 
 /*
@@ -51,7 +51,7 @@ static fcclResult_t allGatherByCopy(struct fcclComm* comm, const struct fcclPlan
 
 static fcclResult_t launch(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                            cudaStream_t stream) {
-  if (plan->choice.algo == FCCL_KERNEL_ALLGATHER_COPY) return allGatherByCopy(comm, plan, stream);
+  if (plan->choice.algo == FCCL_FORM_ALLGATHER_COPY) return allGatherByCopy(comm, plan, stream);
   return fcclEnqueueKernel(comm, call, plan, stream);
 }
 
@@ -59,9 +59,8 @@ const struct fcclCollective fcclCollAllGather = {
     .name = "fcclAllGather",
     .ncclForm = FCCL_NCCL_ALLGATHER,
     .moves = 1,
-    .firstKernel = FCCL_KERNEL_ALLGATHER_LL,
+    .algos = &fcclAllGatherAlgos,
     .peerBuffers = FCCL_PEERS_RECV,
-    .kernels = 4,
     .recvPerRank = 1,
     .request = request,
     .select = fcclEnqueueMoveSelect,

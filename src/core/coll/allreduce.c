@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduce: every rank's count elements reduced in rank order into every rank's recvbuf. Its algorithms are
- * the table of algo.c; the kernels are in src/device/ (ll.cu, ll128.cu, oneshot_*.cu, twoshot_*.cu).
+ * the table of algo.c; the kernels are in src/device/allreduce_*.cu.
  */
 #include "algo.h"
 #include "check.h"
@@ -67,9 +67,8 @@ const struct fcclCollective fcclCollAllReduce = {
     .ncclForm = FCCL_NCCL_ALLREDUCE,
     .moves = 1,
     .reduces = 1,
-    .firstKernel = 0,
+    .algos = &fcclAllReduceAlgos,
     .peerBuffers = FCCL_PEERS_SEND | FCCL_PEERS_RECV,
-    .kernels = FCCL_ALGO_COUNT,
     .request = request,
     .select = selectAlgo,
     .registeredPays = registeredPays,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* fcclBarrier: a device-side rendezvous of every rank, ordered on the stream (the barrier kernel of launch.cu). */
+/* fcclBarrier: a device-side rendezvous of every rank, ordered on the stream (the barrier kernel of barrier.cu). */
 #include "check.h"
 #include "comm.h"
 #include "device.h"
@@ -19,8 +19,6 @@ static fcclResult_t launchBarrier(struct fcclComm* comm, const struct fcclCall* 
 const struct fcclCollective fcclCollBarrier = {
     .name = "fcclBarrier",
     .ncclForm = FCCL_NCCL_BARRIER,
-    .firstKernel = FCCL_KERNEL_BARRIER,
-    .kernels = 1,
     .launch = launchBarrier,
 };
 

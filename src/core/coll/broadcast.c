@@ -18,7 +18,7 @@
 
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
-  return fcclMoveResolveRequest(state->broadcastRequest, FCCL_KERNEL_BROADCAST_LL);
+  return fcclMoveResolveRequest(state->broadcastRequest, &fcclBroadcastAlgos);
 }
 
 /*
@@ -48,7 +48,7 @@ static fcclResult_t broadcastByCopy(struct fcclComm* comm, const struct fcclPlan
 
 static fcclResult_t launch(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,
                            cudaStream_t stream) {
-  if (plan->choice.algo == FCCL_KERNEL_BROADCAST_COPY) return broadcastByCopy(comm, plan, stream);
+  if (plan->choice.algo == FCCL_FORM_BROADCAST_COPY) return broadcastByCopy(comm, plan, stream);
   return fcclEnqueueKernel(comm, call, plan, stream);
 }
 
@@ -57,9 +57,8 @@ const struct fcclCollective fcclCollBroadcast = {
     .ncclForm = FCCL_NCCL_BROADCAST,
     .moves = 1,
     .rooted = 1,
-    .firstKernel = FCCL_KERNEL_BROADCAST_LL,
+    .algos = &fcclBroadcastAlgos,
     .peerBuffers = FCCL_PEERS_RECV,
-    .kernels = 4,
     .request = request,
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,

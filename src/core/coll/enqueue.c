@@ -11,6 +11,7 @@
 #include "check.h"
 #include "comm.h"
 #include "cudawrap.h"
+#include "datatype.h"
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"
@@ -22,12 +23,6 @@
 #include <string.h>
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_COLL
-
-const char* fcclTypeName(fcclDataType_t type) {
-  static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",     "uint64",
-                                      "float16", "float32", "float64", "bfloat16", "float8e4m3"};
-  return (int)type >= 0 && type < fcclNumTypes ? names[type] : "unknown";
-}
 
 fcclResult_t fcclEnqueueEnterDevice(struct fcclComm* comm, struct fcclCallDevice* cd) {
   CUDACHECK(cudaGetDevice(&cd->saved));
@@ -162,7 +157,7 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
                       caller, send ? "sendbuf" : "recvbuf", send ? call->sendbuf : (const void*)call->recvbuf,
                       fcclTypeName(call->datatype), (size_t)size);
   }
-  if (call->algo != -1 && (call->algo < coll->firstKernel || call->algo >= coll->firstKernel + coll->kernels))
+  if (call->algo != -1 && fcclAlgoSetForm(coll->algos, call->algo) < 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, call->algo);
   return fcclSuccess;
 }
@@ -267,11 +262,11 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
 
 fcclResult_t fcclEnqueueMoveSelect(const struct fcclCollective* coll, const fcclAlgoQuery* query,
                                    fcclAlgoChoice* choice) {
-  return fcclMoveSelect(query, coll->firstKernel, choice);
+  return fcclMoveSelect(query, coll->algos, choice);
 }
 
 int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query) {
-  return fcclMoveRegisteredPays(query, coll->firstKernel);
+  return fcclMoveRegisteredPays(query, coll->algos);
 }
 
 fcclResult_t fcclEnqueueKernel(struct fcclComm* comm, const struct fcclCall* call, const struct fcclPlan* plan,

@@ -3,7 +3,7 @@
 #include "fingerprint.h"
 
 #include "algo.h"
-#include "enqueue.h"
+#include "datatype.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -13,28 +13,24 @@ typedef enum { KIND_ALLREDUCE, KIND_ALLGATHER, KIND_REDUCESCATTER, KIND_BROADCAS
                KIND_UNKNOWN } printKind;
 
 static printKind formKind(uint32_t form) {
-  if (form < FCCL_ALGO_COUNT || form == FCCL_PRINT_FORM_SCATTER_PUSH || form == FCCL_PRINT_FORM_SCATTER_INBOX ||
-      form == FCCL_PRINT_FORM_SCATTER_COPY)
-    return KIND_ALLREDUCE;
   switch (form) {
-    case FCCL_KERNEL_ALLGATHER_LL:
-    case FCCL_KERNEL_ALLGATHER_DIRECT:
-    case FCCL_KERNEL_ALLGATHER_STAGED:
-    case FCCL_KERNEL_ALLGATHER_COPY: return KIND_ALLGATHER;
-    case FCCL_KERNEL_REDUCESCATTER_LL:
-    case FCCL_KERNEL_REDUCESCATTER_DIRECT:
-    case FCCL_KERNEL_REDUCESCATTER_STAGED: return KIND_REDUCESCATTER;
-    case FCCL_KERNEL_BROADCAST_LL:
-    case FCCL_KERNEL_BROADCAST_DIRECT:
-    case FCCL_KERNEL_BROADCAST_STAGED:
-    case FCCL_KERNEL_BROADCAST_COPY: return KIND_BROADCAST;
+    case FCCL_PRINT_FORM_SCATTER_PUSH:
+    case FCCL_PRINT_FORM_SCATTER_INBOX:
+    case FCCL_PRINT_FORM_SCATTER_COPY: return KIND_ALLREDUCE;
     case FCCL_KERNEL_BARRIER: return KIND_BARRIER;
     case FCCL_KERNEL_FUSED_NORM:
     case FCCL_PRINT_FORM_FUSED_STAGED:
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_REG:
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED: return KIND_FUSED;
-    default: return KIND_UNKNOWN;
+    default: break;
   }
+  /* An algorithm: the collective whose set it is in (kernel_list.h). */
+  const fcclAlgoSet* set = fcclAlgoSetOf((int)form);
+  if (set == &fcclAllReduceAlgos) return KIND_ALLREDUCE;
+  if (set == &fcclAllGatherAlgos) return KIND_ALLGATHER;
+  if (set == &fcclReduceScatterAlgos) return KIND_REDUCESCATTER;
+  if (set == &fcclBroadcastAlgos) return KIND_BROADCAST;
+  return KIND_UNKNOWN;
 }
 
 static const char* kindName(printKind kind) {
@@ -71,13 +67,13 @@ static uint32_t printType(uint32_t print) { return (print >> FCCL_PRINT_TYPE_SHI
 static uint32_t printArg(uint32_t print) { return (print >> FCCL_PRINT_ARG_SHIFT) & 7u; }
 static uint32_t printCount(uint32_t print) { return (print >> FCCL_PRINT_COUNT_SHIFT) & 255u; }
 
-uint32_t fcclPrintForm(int kernel, int scatter) {
-  if (kernel == FCCL_ALGO_TWOSHOT_REG) {
+uint32_t fcclPrintForm(int algo, int scatter) {
+  if (algo == FCCL_ALGO_TWOSHOT_REG) {
     if (scatter == FCCL_SCATTER_PUSH) return FCCL_PRINT_FORM_SCATTER_PUSH;
     if (scatter == FCCL_SCATTER_INBOX) return FCCL_PRINT_FORM_SCATTER_INBOX;
     if (scatter == FCCL_SCATTER_COPY) return FCCL_PRINT_FORM_SCATTER_COPY;
   }
-  return (uint32_t)kernel;
+  return (uint32_t)algo;
 }
 
 uint32_t fcclCallPrint(uint32_t form, fcclDataType_t datatype, int arg, uint64_t count) {
@@ -88,8 +84,9 @@ uint32_t fcclFusedPrint(int registered, int twoshot, fcclDataType_t datatype, fc
                         uint64_t tokens, uint64_t hidden) {
   /* Tokens and hidden size in one hash: a change of either changes it. */
   const uint64_t shape = (tokens << 32) ^ (tokens >> 32) ^ hidden;
-  const uint32_t form = twoshot ? (registered ? FCCL_PRINT_FORM_FUSED_TWOSHOT_REG : FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED)
-                                : (registered ? FCCL_KERNEL_FUSED_NORM : FCCL_PRINT_FORM_FUSED_STAGED);
+  const uint32_t form = twoshot
+                            ? (registered ? FCCL_PRINT_FORM_FUSED_TWOSHOT_REG : FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED)
+                            : (registered ? FCCL_KERNEL_FUSED_NORM : FCCL_PRINT_FORM_FUSED_STAGED);
   return fcclPrintMake(form, (uint32_t)datatype, (uint32_t)scaleMode, shape);
 }
 

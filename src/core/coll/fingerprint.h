@@ -13,9 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The form a print names for kernel (fcclDevKernel_t) with the registered two-shot's scatter (fcclScatter_t;
- * ignored for other kernels). */
-uint32_t fcclPrintForm(int kernel, int scatter);
+/* The form a print names for algo (fcclAlgoChoice.algo: a kernel or an FCCL_FORM_*) with the registered two-shot's
+ * scatter (fcclScatter_t; ignored for other algorithms). */
+uint32_t fcclPrintForm(int algo, int scatter);
 
 /* The print of a collective's call: its form (fcclPrintForm), datatype, op (reducing), root (broadcast) or 0 in arg,
  * and count as fcclDevArgs has it. */

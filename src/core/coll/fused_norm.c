@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fcclAllReduceAddRMSNorm: the all-reduce of a transformer layer's output, the residual add and the RMSNorm in one
- * kernel (src/device/fused_norm.cu; docs/fused.md). Its arguments are not an all-reduce's (rows, a residual, a
+ * kernel (src/device/fused_norm_*.cu; docs/fused.md). Its arguments are not an all-reduce's (rows, a residual, a
  * weight, an output of another type, a scale), so it takes its own path to the stream over the checks that
  * fcclEnqueue shares: every argument first (nothing touches the device before), then the communicator's state,
  * device, stream and buffers, the input's registration, the form (one-shot or two-shot: fusedForm), the grid and
@@ -10,6 +10,7 @@
 #include "algo.h"
 #include "check.h"
 #include "comm.h"
+#include "datatype.h"
 #include "debug.h"
 #include "device.h"
 #include "device_state.h"
@@ -66,8 +67,9 @@ static fcclResult_t checkArguments(const struct fusedCall* c, uint64_t* rowBytes
                       "%s: datatype %s (%d): the fused norm takes float16, bfloat16 or float32", kCaller,
                       fcclTypeName(dt), (int)dt);
   if (c->outtype != dt && c->outtype != fcclFloat8e4m3)
-    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: outtype %s (%d) is neither datatype %s nor float8e4m3",
-                      kCaller, fcclTypeName(c->outtype), (int)c->outtype, fcclTypeName(dt));
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "%s: outtype %s (%d) is neither datatype %s nor float8e4m3", kCaller, fcclTypeName(c->outtype),
+                      (int)c->outtype, fcclTypeName(dt));
   if ((int)c->scaleMode < 0 || c->scaleMode >= fcclNumScaleModes)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown scaleMode %d", kCaller, (int)c->scaleMode);
   const int fp8 = c->outtype == fcclFloat8e4m3;
@@ -174,9 +176,9 @@ static uint64_t twoshotRoundRows(const struct fusedCall* c, uint64_t pitch, uint
 
 /*
  * The form of this call: the one asked for (form >= 0: strict, for tests), else FCCL_FUSED_ALGO's, else
- * fcclFusedAutoForm's; outside the strict case a two-shot that cannot run the call becomes the one-shot. The two-shot needs one row
- * per owner in a staging chunk and its rounds counted by a signal's steps; *roundRows receives its rows per owner
- * and round. Every input to the choice is the same on every rank for one call.
+ * fcclFusedAutoForm's; outside the strict case a two-shot that cannot run the call becomes the one-shot. The two-shot
+ * needs one row per owner in a staging chunk and its rounds counted by a signal's steps; *roundRows receives its rows
+ * per owner and round. Every input to the choice is the same on every rank for one call.
  */
 static fcclResult_t fusedForm(struct fcclComm* comm, const struct fusedCall* c, uint64_t bytes, uint64_t pitch,
                               uint64_t outRowBytes, int registered, int form, int* chosen, uint64_t* roundRows) {

@@ -13,7 +13,7 @@
 
 static int request(const struct fcclDeviceState* state, int registered) {
   (void)registered;
-  return fcclMoveResolveRequest(state->reduceScatterRequest, FCCL_KERNEL_REDUCESCATTER_LL);
+  return fcclMoveResolveRequest(state->reduceScatterRequest, &fcclReduceScatterAlgos);
 }
 
 const struct fcclCollective fcclCollReduceScatter = {
@@ -21,9 +21,8 @@ const struct fcclCollective fcclCollReduceScatter = {
     .ncclForm = FCCL_NCCL_REDUCESCATTER,
     .moves = 1,
     .reduces = 1,
-    .firstKernel = FCCL_KERNEL_REDUCESCATTER_LL,
+    .algos = &fcclReduceScatterAlgos,
     .peerBuffers = FCCL_PEERS_SEND,
-    .kernels = 3,
     .sendPerRank = 1,
     .request = request,
     .select = fcclEnqueueMoveSelect,

@@ -162,23 +162,23 @@ static void parseRequests(struct fcclDeviceState* s) {
   const char* algo = fcclParamString(FCCL_PARAM_ALGO);
   s->algoRequest = fcclAlgoParseRequest(algo);
   if (s->algoRequest < 0) {
-    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s is not one of auto, ll, oneshot, twoshot, oneshot_push, oneshot_pull, "
-              "twoshot_staged, twoshot_reg, ll128; choosing by size", algo);
+    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_ALGO=%s is not one of %s; choosing by size", algo,
+              fcclAllReduceAlgos.requestNames);
     s->algoRequest = FCCL_ALGO_REQUEST_AUTO;
   }
   const struct {
     fcclParamId_t param;
-    int firstKernel;
+    const fcclAlgoSet* set;
     int* request;
-  } moves[] = {{FCCL_PARAM_ALLGATHER_ALGO, FCCL_KERNEL_ALLGATHER_LL, &s->allGatherRequest},
-               {FCCL_PARAM_REDUCESCATTER_ALGO, FCCL_KERNEL_REDUCESCATTER_LL, &s->reduceScatterRequest},
-               {FCCL_PARAM_BROADCAST_ALGO, FCCL_KERNEL_BROADCAST_LL, &s->broadcastRequest}};
+  } moves[] = {{FCCL_PARAM_ALLGATHER_ALGO, &fcclAllGatherAlgos, &s->allGatherRequest},
+               {FCCL_PARAM_REDUCESCATTER_ALGO, &fcclReduceScatterAlgos, &s->reduceScatterRequest},
+               {FCCL_PARAM_BROADCAST_ALGO, &fcclBroadcastAlgos, &s->broadcastRequest}};
   for (size_t m = 0; m < sizeof(moves) / sizeof(moves[0]); m++) {
     const char* name = fcclParamString(moves[m].param);
-    *moves[m].request = fcclMoveParseRequest(name, moves[m].firstKernel);
+    *moves[m].request = fcclMoveParseRequest(name, moves[m].set);
     if (*moves[m].request < 0) {
-      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of %s; choosing by size", fcclParamInfo(moves[m].param)->name,
-                name, fcclMoveRequestNames(moves[m].firstKernel));
+      FCCL_WARN(FCCL_SUBSYS_COLL, "%s=%s is not one of %s; choosing by size", fcclParamInfo(moves[m].param)->name, name,
+                moves[m].set->requestNames);
       *moves[m].request = FCCL_MOVE_REQUEST_AUTO;
     }
   }

@@ -114,6 +114,9 @@ FCCL_API fcclResult_t fcclCommGetMemStats(fcclComm_t comm, fcclMemStats_t* stats
   out.commRegistrations = ts.registrations + (comm ? fcclNcclRegistrations(comm) : 0);
   out.commDeviceBytes = ts.deviceBytes;
   out.commGraphRegistrations = ts.graphRegistrations;
+  out.arenaBytes = ts.arenaBytes;
+  out.arenaChunks = ts.arenaChunks;
+  out.commPeerBytes = ts.peerBytes;
   /* Fields beyond the caller's size are not written: an older caller's smaller struct stays valid. */
   size_t bytes = stats->size < sizeof(out) ? stats->size : sizeof(out);
   out.size = stats->size;

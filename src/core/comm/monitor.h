@@ -2,9 +2,10 @@
 /*
  * The process's watch over its peers' processes (src/core/comm/monitor.c). One thread, shared by every communicator of
  * the process, polls a pidfd per peer process on this host (readable when its process exits: a SIGKILL, a crash,
- * the OOM killer) and a peer link per peer elsewhere (its end or a failed keepalive). Every communicator that includes that process is then failed at once: its
- * async error becomes fcclRemoteError naming the rank, its failure text says so, and its abort flag is set, so
- * that kernels stop at the abort word and host waits give up. docs/errors.md has the failure model.
+ * the OOM killer) and a peer link per peer elsewhere (its end or a failed keepalive). Every communicator that includes
+ * that process is then failed at once: its async error becomes fcclRemoteError naming the rank, its failure text says
+ * so, and its abort flag is set, so that kernels stop at the abort word and host waits give up. docs/errors.md has the
+ * failure model.
  */
 #ifndef FCCL_CORE_MONITOR_H_
 #define FCCL_CORE_MONITOR_H_

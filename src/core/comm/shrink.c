@@ -53,15 +53,21 @@ static fcclResult_t checkShrink(const struct fcclComm* comm, const int* exclude,
   return fcclSuccess;
 }
 
-/* A name the survivors of this communicator agree on and no other communicator shares: every rank's init salt, the
- * excluded ranks and the count of earlier shrinks of it. */
-static void rendezvousName(const struct fcclComm* comm, const char* excluded, char* name, size_t size) {
-  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+/* A name the survivors of this communicator agree on, no other communicator shares, and a process that is not one of
+ * its ranks cannot compute: a MAC keyed with the communicator's secret over every rank's init salt (handed round
+ * only among its ranks), the excluded ranks and the count of earlier shrinks of it, so that a stranger who saw a
+ * failed attempt's name cannot take the retry's first (bootstrap.h, fcclBootstrapShareName). */
+static fcclResult_t rendezvousName(const struct fcclComm* comm, const char* excluded, char* name, size_t size) {
+  uint8_t* context = malloc((size_t)comm->nranks * 5);
+  if (!context) return FCCL_ERROR(fcclSystemError, FCCL_LOG_SUBSYS, "out of host memory");
   for (int r = 0; r < comm->nranks; r++) {
-    const uint64_t word = (uint64_t)comm->peerInfo[r].salt << 1 | (uint64_t)(excluded[r] != 0);
-    for (int b = 0; b < 8; b++) hash = (hash ^ ((word >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    for (int b = 0; b < 4; b++) context[5 * r + b] = (uint8_t)(comm->peerInfo[r].salt >> (8 * b));
+    context[5 * r + 4] = excluded[r] != 0;
   }
-  snprintf(name, size, "%016llx-%u", (unsigned long long)hash, comm->shrinks);
+  fcclResult_t res = fcclBootstrapShareName(comm->bootstrap, context, (size_t)comm->nranks * 5, comm->shrinks, name,
+                                            size);
+  free(context);
+  return res;
 }
 
 FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, int excludeCount, fcclComm_t* newcomm,
@@ -89,7 +95,7 @@ FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, i
       pids[n] = comm->peerInfo[r].pid;
       ranks[n++] = r;
     }
-    rendezvousName(comm, excluded, name, sizeof(name));
+    res = rendezvousName(comm, excluded, name, sizeof(name));
     comm->shrinks++;
     /* The parent's kernels still waiting for an excluded rank stop now rather than at FCCL_TIMEOUT. */
     if (flags == FCCL_SHRINK_ABORT) fcclCommFail(comm, fcclInvalidUsage, "aborted by fcclCommShrink", 1);

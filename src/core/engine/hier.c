@@ -28,6 +28,7 @@ struct fcclHier {
   int* hostOf;     /* every rank's host (its rank on its rail) */
   int* localOf;    /* every rank's local rank */
   int consecutive; /* every rank r is host(r) x localRanks + localRank(r) */
+  const struct fcclHierHostOps* hostOps; /* how comm/ makes, destroys and reads the host communicator */
   struct fcclComm* host;     /* the host's ranks, fccl path; shares comm's abort flag */
   struct fcclNcclComm* rail; /* NCCL: the ranks of this local rank, one per host, ranked by host */
   void* scratch;             /* the reduce-scatter's partials between its two steps (device memory) */
@@ -64,7 +65,7 @@ static fcclResult_t createHost(struct fcclComm* comm, struct fcclHier* h) {
     (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank %d could not make its host communicator's unique id (%s)",
                      l->hostLeader, fcclGetErrorString(local));
   if (local == fcclSuccess) {
-    local = fcclCommInitHostPart(comm, &ids[l->hostLeader].id, l->localRanks, l->localRank, &h->host);
+    local = h->hostOps->create(comm, &ids[l->hostLeader].id, l->localRanks, l->localRank, &h->host);
     /* A failed host communicator was torn down with the abort flag the two share set: this rank's exchanges stop
      * at once, so it leaves with its own cause, and the others learn of it when its bootstrap closes. */
     if (local != fcclSuccess) {
@@ -87,9 +88,10 @@ exit:
   return res;
 }
 
-fcclResult_t fcclHierCreate(struct fcclComm* comm) {
+fcclResult_t fcclHierCreate(struct fcclComm* comm, const struct fcclHierHostOps* hostOps) {
   struct fcclHier* h = calloc(1, sizeof(*h));
   if (!h) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the hierarchical path");
+  h->hostOps = hostOps;
   comm->hier = h; /* from here on commFree releases what was made */
   FCCLCHECK(fcclPathHierLayout(comm->peerInfo, comm->nranks, comm->rank, &h->layout));
   const struct fcclHierLayout* l = &h->layout;
@@ -114,7 +116,7 @@ fcclResult_t fcclHierFree(struct fcclComm* comm) {
   comm->hier = NULL;
   /* NCCL first: an aborted rail stops its kernels, which fccl's on the same streams may be queued behind. */
   fcclNcclRailFree(comm, h->rail);
-  fcclResult_t res = h->host ? fcclCommFreeHostPart(h->host) : fcclSuccess;
+  fcclResult_t res = h->host ? h->hostOps->destroy(h->host) : fcclSuccess;
   if (h->scratch || h->nRetired > 0) {
     struct fcclCallDevice cd = {-1};
     fcclResult_t entered = fcclEnqueueEnterDevice(comm, &cd);
@@ -134,7 +136,7 @@ fcclResult_t fcclHierAsyncError(struct fcclComm* comm) {
   struct fcclHier* h = comm->hier;
   if (!h) return fcclSuccess;
   if (h->host) {
-    const fcclResult_t state = fcclCommAsyncState(h->host);
+    const fcclResult_t state = h->hostOps->state(h->host);
     if (state != fcclSuccess && state != fcclInProgress) {
       char failure[FCCL_LAST_ERROR_MAX - 128], text[FCCL_LAST_ERROR_MAX]; /* room for the words around it */
       fcclCommFailure(h->host, failure, sizeof(failure));
@@ -160,6 +162,22 @@ static fcclResult_t ncclStep(struct fcclComm* comm, struct fcclNcclComm* nc, con
   const struct fcclCall step = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
                                 .datatype = datatype, .op = op, .root = root, .stream = stream, .algo = -1};
   return fcclNcclLaunchOn(comm, nc, &step, stream);
+}
+
+/* One step of a hierarchical call on the host communicator: coll's call there, checked and enqueued by fcclEnqueue
+ * as any caller's (a collective's hierLaunch -> here -> fcclEnqueue: the recursion docs/design.md declares). */
+static fcclResult_t hostStep(struct fcclHier* h, const struct fcclCollective* coll, const void* sendbuf, void* recvbuf,
+                             size_t count, fcclDataType_t datatype, fcclRedOp_t op, int root, cudaStream_t stream) {
+  const struct fcclCall step = {.coll = coll,
+                                .sendbuf = sendbuf,
+                                .recvbuf = recvbuf,
+                                .count = count,
+                                .datatype = datatype,
+                                .op = op,
+                                .root = root,
+                                .stream = stream,
+                                .algo = -1};
+  return fcclEnqueue(h->host, &step);
 }
 
 /* A failure seen earlier on either part, as the call's error. */
@@ -199,13 +217,13 @@ fcclResult_t fcclHierAllReduce(struct fcclComm* comm, const struct fcclCall* cal
   char* recv = call->recvbuf;
   if (shard > 0) {
     char* mine = recv + (size_t)h->layout.localRank * shard * size;
-    FCCLCHECK(fcclReduceScatterAlgo(send, mine, shard, call->datatype, op, h->host, stream, -1));
-    FCCLCHECK(ncclStep(comm, h->rail, &fcclCollAllReduce, mine, mine, shard, call->datatype, op, -1, stream));
+    FCCLCHECK(hostStep(h, &fcclCollReduceScatter, send, mine, shard, call->datatype, op, -1, stream));
+    FCCLCHECK(ncclStep(comm, h->rail, call->coll, mine, mine, shard, call->datatype, op, -1, stream));
     if (call->op == fcclAvg) FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, mine, shard, comm->nranks, stream));
-    FCCLCHECK(fcclAllGatherAlgo(mine, recv, shard, call->datatype, h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollAllGather, mine, recv, shard, call->datatype, fcclSum, -1, stream));
   }
   if (call->count > hierCount)
-    FCCLCHECK(ncclStep(comm, comm->nccl, &fcclCollAllReduce, send + hierCount * size, recv + hierCount * size,
+    FCCLCHECK(ncclStep(comm, comm->nccl, call->coll, send + hierCount * size, recv + hierCount * size,
                        call->count - hierCount, call->datatype, call->op, -1, stream));
   return fcclSuccess;
 }
@@ -223,7 +241,7 @@ fcclResult_t fcclHierAllGather(struct fcclComm* comm, const struct fcclCall* cal
   FCCLCHECK(checkParts(comm, caller));
   const size_t part = call->count * (size_t)h->layout.localRanks;
   char* mine = (char*)call->recvbuf + (size_t)h->layout.host * part * fcclTypeSize(call->datatype);
-  FCCLCHECK(fcclAllGatherAlgo(call->sendbuf, mine, call->count, call->datatype, h->host, stream, -1));
+  FCCLCHECK(hostStep(h, &fcclCollAllGather, call->sendbuf, mine, call->count, call->datatype, fcclSum, -1, stream));
   return ncclStep(comm, h->rail, call->coll, mine, call->recvbuf, part, call->datatype, fcclSum, -1, stream);
 }
 
@@ -239,8 +257,8 @@ fcclResult_t fcclHierBroadcast(struct fcclComm* comm, const struct fcclCall* cal
   FCCLCHECK(checkParts(comm, caller));
   const int rootHost = h->hostOf[call->root];
   if (rootHost == h->layout.host)
-    FCCLCHECK(fcclBroadcastAlgo(call->sendbuf, call->recvbuf, call->count, call->datatype, h->localOf[call->root],
-                                h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollBroadcast, call->sendbuf, call->recvbuf, call->count, call->datatype, fcclSum,
+                       h->localOf[call->root], stream));
   return ncclStep(comm, h->rail, call->coll, call->recvbuf, call->recvbuf, call->count, call->datatype, fcclSum,
                   rootHost, stream);
 }
@@ -293,8 +311,8 @@ fcclResult_t fcclHierReduceScatter(struct fcclComm* comm, const struct fcclCall*
   const char* send = call->sendbuf;
   char* scratch = h->scratch;
   for (int host = 0; host < h->layout.hosts; host++)
-    FCCLCHECK(fcclReduceScatterAlgo(send + (size_t)host * part, scratch + (size_t)host * block, call->count,
-                                    call->datatype, op, h->host, stream, -1));
+    FCCLCHECK(hostStep(h, &fcclCollReduceScatter, send + (size_t)host * part, scratch + (size_t)host * block,
+                       call->count, call->datatype, op, -1, stream));
   FCCLCHECK(ncclStep(comm, h->rail, call->coll, scratch, call->recvbuf, call->count, call->datatype, op, -1, stream));
   if (call->op == fcclAvg)
     FCCLCHECK(fcclDeviceLaunchDivide(call->datatype, call->recvbuf, call->count, comm->nranks, stream));

@@ -20,9 +20,26 @@ struct fcclComm;
 struct fcclCall;
 struct fcclTransport;
 
-/* Makes comm->hier: the host communicator, then the rail. Collective over comm (its bootstrap carries the host
- * communicators' unique ids and NCCL's); every rank learns whether every rank made its parts. */
-fcclResult_t fcclHierCreate(struct fcclComm* comm);
+/*
+ * What the hierarchical path needs of the communicator layer for its host communicator, a communicator of the fccl
+ * path like any other: comm/, which makes communicators, hands these to fcclHierCreate (as core hands the transport
+ * its exchange), so that engine/ never calls up into comm/ (docs/design.md: Cycles).
+ */
+struct fcclHierHostOps {
+  /* The host communicator of parent: rank of nranks, the ranks of parent's host, met through id; on the fccl path,
+   * with parent's device, timeout, name, allowSharedDevice and abort flag. Blocking; the init's error on failure
+   * (nothing is left then). */
+  fcclResult_t (*create)(struct fcclComm* parent, const fcclUniqueId* id, int nranks, int rank, struct fcclComm** out);
+  /* Destroys it (collective over its ranks unless the abort flag is set); its error, if any. */
+  fcclResult_t (*destroy)(struct fcclComm* host);
+  /* Its asynchronous state, as fcclCommGetAsyncError reports it. */
+  fcclResult_t (*state)(struct fcclComm* host);
+};
+
+/* Makes comm->hier: the host communicator (through hostOps, kept for its teardown and state), then the rail.
+ * Collective over comm (its bootstrap carries the host communicators' unique ids and NCCL's); every rank learns
+ * whether every rank made its parts. */
+fcclResult_t fcclHierCreate(struct fcclComm* comm, const struct fcclHierHostOps* hostOps);
 
 /* Releases comm->hier (NULL is fine): the rail as the world NCCL communicator is released, then the host
  * communicator (collective over the host's ranks unless comm's abort flag is set, which the two share). */

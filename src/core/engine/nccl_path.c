@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The communicator's NCCL communicator (nccl_path.h): creation through fccl's bootstrap, the calls NCCL carries,
- * groups, registration, asynchronous errors and teardown. NCCL is reached through base's loader (ncclwrap.h); a
+ * groups, registration, asynchronous errors and teardown. The NCCL communicators are non-blocking: NCCL answers
+ * ncclInProgress and works on a thread of its own, and every wait for it is fccl's (waitNccl), bounded by the
+ * communicator's timeout, abort flag and peer monitor. NCCL is reached through base's loader (ncclwrap.h); a
  * build without nccl.h keeps only what reports that NCCL is missing. docs/paths.md.
  */
 #include "nccl_path.h"
@@ -14,6 +16,7 @@
 #include "enqueue.h"
 #include "ncclwrap.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,18 +55,25 @@ static fcclResult_t fromNccl(ncclResult_t result) {
   return (int)result >= 0 && (int)result <= (int)fcclInProgress ? (fcclResult_t)result : fcclInternalError;
 }
 
-static int64_t nowMs(void) {
+/* How long a wait on NCCL polls without sleeping: a call's launch on NCCL's thread takes tens of microseconds, and
+ * the shortest sleep takes the timer's slack (50 us by default) on top. */
+#define FCCL_NCCL_SPIN_NS 200000
+
+static int64_t nowNs(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 /*
- * Waits while NCCL reports ncclInProgress on comm (a non-blocking init, connection setup, a finalize): bounded by
- * the fccl communicator's timeout and abort flag. A failure marks the NCCL communicator broken.
+ * Waits while NCCL reports ncclInProgress on comm: a non-blocking communicator's init, every call's launch on NCCL's
+ * thread, a group's end, a finalize. Bounded by the fccl communicator's timeout and abort flag, which its peer
+ * monitor sets when a peer is gone (the failure it recorded is then the error). A failure marks the NCCL
+ * communicator broken: it is aborted, never finalized.
  */
 static fcclResult_t waitLoop(struct fcclComm* owner, ncclComm_t comm, struct fcclNcclComm* nc, const char* what) {
-  const int64_t deadline = nowMs() + owner->timeoutMs;
+  const int64_t start = nowNs();
+  const int64_t deadline = start + (int64_t)owner->timeoutMs * 1000000;
   long sleepNs = 1000;
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -77,14 +87,24 @@ static fcclResult_t waitLoop(struct fcclComm* owner, ncclComm_t comm, struct fcc
     }
     if (__atomic_load_n(owner->abortFlag, __ATOMIC_ACQUIRE)) {
       if (nc) nc->broken = 1;
+      char failure[FCCL_LAST_ERROR_MAX - 128]; /* room for the words around it */
+      const fcclResult_t cause = fcclCommFailure(owner, failure, sizeof(failure));
+      if (cause != fcclSuccess)
+        return FCCL_ERROR(cause, FCCL_SUBSYS_COLL, "rank %d: %s: stopped while NCCL worked: %s", owner->rank, what,
+                          failure);
       return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "rank %d: %s: aborted (fcclCommAbort) while NCCL worked",
                         owner->rank, what);
     }
-    if (nowMs() >= deadline) {
+    const int64_t now = nowNs();
+    if (now >= deadline) {
       if (nc) nc->broken = 1;
       return FCCL_ERROR(fcclTimeout, FCCL_SUBSYS_COLL,
                         "rank %d: %s: NCCL did not finish within %d ms (a rank has not made the call?)", owner->rank,
                         what, owner->timeoutMs);
+    }
+    if (now - start < FCCL_NCCL_SPIN_NS) {
+      sched_yield(); /* NCCL's thread may need this core */
+      continue;
     }
     struct timespec pause = {.tv_sec = 0, .tv_nsec = sleepNs};
     nanosleep(&pause, NULL);
@@ -298,6 +318,7 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle) {
   *link = reg->next;
   free(reg);
   __atomic_sub_fetch(&nc->regCount, 1, __ATOMIC_RELAXED);
+  if (result == ncclInProgress) return waitNccl(comm, nc->comm, nc, "fcclCommDeregister");
   if (result != ncclSuccess)
     return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_IPC, "fcclCommDeregister: ncclCommDeregister failed: %s",
                       pfn_ncclGetErrorString(result));
@@ -360,35 +381,64 @@ fcclResult_t fcclNcclCommFree(struct fcclComm* comm) {
   return fcclSuccess;
 }
 
-/* This rank's part of the creation: rank of an NCCL communicator of nranks, bounded. The result is every rank's
- * to see. */
-static fcclResult_t createLocal(struct fcclComm* comm, const ncclUniqueId* id, int nranks, int rank,
-                                struct fcclNcclComm* nc) {
-  /* Blocking: a non-blocking NCCL communicator launches every call from a thread of NCCL's (ncclInProgress, then
-   * polling), which costs each call far more than fccl's budget of host time. Every rank has just met in fccl's
-   * bootstrap, so NCCL's own rendezvous finds them all. NCCL_COMM_BLOCKING=0 still makes it non-blocking: the
-   * ncclInProgress answers are then waited for, bounded by the timeout and the abort flag (waitNccl). */
+/*
+ * This rank's start of the creation: rank of an NCCL communicator of nranks, non-blocking, so that NCCL's init runs
+ * on a thread of NCCL's and every wait for it is fccl's, bounded (finishLocal). What fails here fails at once (NCCL
+ * without a usable interface, a bad argument): the peers learn of it before any of them waits for this rank inside
+ * NCCL's rendezvous, where no peer's failure would reach them.
+ */
+static fcclResult_t startLocal(struct fcclComm* comm, const ncclUniqueId* id, int nranks, int rank,
+                               struct fcclNcclComm* nc) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
+  config.blocking = 0;
   if (comm->name[0]) config.commName = comm->name;
   ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, nranks, *id, rank, &config);
-  if (result != ncclSuccess && result != ncclInProgress) {
-    fcclResult_t res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommInitRankConfig failed: %s (%s)",
-                                  comm->rank, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
-    if (nc->comm) nc->broken = 1;
-    return res;
-  }
+  if (result == ncclSuccess || result == ncclInProgress) return fcclSuccess;
+  if (nc->comm) nc->broken = 1;
+  return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommInitRankConfig failed: %s (%s)", comm->rank,
+                    pfn_ncclGetErrorString(result), pfn_ncclGetLastError(NULL));
+}
+
+/* The rest of this rank's creation: NCCL's init waited for (bounded by the timeout, the abort flag and the peer
+ * monitor, which sets it), then the barrier's device word. */
+static fcclResult_t finishLocal(struct fcclComm* comm, struct fcclNcclComm* nc) {
   FCCLCHECK(waitNccl(comm, nc->comm, nc, "ncclCommInitRankConfig"));
   CUDACHECK(cudaMalloc((void**)&nc->barrierWord, sizeof(float)));
   CUDACHECK(cudaMemset(nc->barrierWord, 0, sizeof(float)));
   return fcclSuccess;
 }
 
+/* An all-gather of every rank's result of a step of the creation (results: a slot per rank of comm). *failedRank:
+ * the first rank that failed, or -1. The exchange's own failure is returned. */
+static fcclResult_t gatherResults(struct fcclComm* comm, int32_t* results, fcclResult_t local, int* failedRank) {
+  *failedRank = -1;
+  results[comm->rank] = (int32_t)local;
+  FCCLCHECK(fcclBootstrapAllGather(comm->bootstrap, results, sizeof(*results)));
+  for (int r = 0; r < comm->nranks && *failedRank < 0; r++)
+    if (results[r] != fcclSuccess) *failedRank = r;
+  return fcclSuccess;
+}
+
+/* A rank that failed a step: this rank's own cause (kept in cause), or fcclRemoteError naming the other. */
+static fcclResult_t failedStep(struct fcclComm* comm, const int32_t* results, int failed, fcclResult_t local,
+                               const char* cause, const char* what) {
+  if (failed == comm->rank) {
+    fcclRestoreThreadError(cause);
+    return local;
+  }
+  return FCCL_ERROR(fcclRemoteError, FCCL_SUBSYS_INIT, "rank %d could not create its %s (%s)", failed, what,
+                    fcclGetErrorString((fcclResult_t)results[failed]));
+}
+
 /*
  * Makes an NCCL communicator of nranks in which this rank is rank, over every rank of comm's bootstrap: the ranks
  * whose leader (a rank of comm) is the same form one NCCL communicator, the leader its NCCL rank 0 and maker of its
- * unique id. Collective over comm. Every rank learns whether every rank of comm made its own: *out is set on every
- * rank or on none. *failedRank: the first rank that could not (-1 when all could).
+ * unique id. Collective over comm. Every rank learns whether every rank made its own: *out is set on every rank or
+ * on none. *failedRank: the first rank that could not (-1 when all could).
+ * Three exchanges of fccl's bootstrap: the ids; whether every rank started NCCL's init (so that no rank waits in
+ * NCCL's rendezvous for one that failed at once: those that started abort theirs); whether every rank finished it.
+ * A rank whose init fails while it runs aborts it before the last exchange, which closes its NCCL connections:
+ * peers waiting for it inside NCCL see them close, or give up at the timeout.
  */
 static fcclResult_t createGroup(struct fcclComm* comm, int nranks, int rank, int leader, const char* what,
                                 struct fcclNcclComm** out, int* failedRank) {
@@ -403,6 +453,7 @@ static fcclResult_t createGroup(struct fcclComm* comm, int nranks, int rank, int
   int32_t* results = calloc((size_t)comm->nranks, sizeof(*results));
   struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
   fcclResult_t res = fcclSuccess;
+  char cause[FCCL_LAST_ERROR_MAX];
   if (!ids || !results || !nc) {
     res = FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
     goto exit;
@@ -420,22 +471,22 @@ static fcclResult_t createGroup(struct fcclComm* comm, int nranks, int rank, int
   if (local != fcclSuccess && comm->rank != leader)
     (void)FCCL_ERROR(local, FCCL_SUBSYS_INIT, "rank %d could not make NCCL's unique id (%s)", leader,
                      fcclGetErrorString(local));
-  if (local == fcclSuccess) local = createLocal(comm, &ids[leader].id, nranks, rank, nc);
-  char cause[FCCL_LAST_ERROR_MAX];
+  if (local == fcclSuccess) local = startLocal(comm, &ids[leader].id, nranks, rank, nc);
   snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
-  /* Every rank learns whether every rank has its NCCL communicator, so that all keep it or none does. */
-  results[comm->rank] = (int32_t)local;
-  FCCLCHECKGOTO(fcclBootstrapAllGather(comm->bootstrap, results, sizeof(*results)), res, exit);
-  for (int r = 0; r < comm->nranks && *failedRank < 0; r++)
-    if (results[r] != fcclSuccess) *failedRank = r;
+  FCCLCHECKGOTO(gatherResults(comm, results, local, failedRank), res, exit);
+  if (*failedRank < 0) {
+    local = finishLocal(comm, nc);
+    if (local != fcclSuccess) {
+      snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+      nc->broken = 1;
+      releaseNccl(comm, nc); /* its connections close now, not after the exchange below */
+      nc = NULL;
+    }
+    /* Every rank learns whether every rank has its NCCL communicator, so that all keep it or none does. */
+    FCCLCHECKGOTO(gatherResults(comm, results, local, failedRank), res, exit);
+  }
   if (*failedRank >= 0) {
-    const int failed = *failedRank;
-    if (failed == comm->rank)
-      fcclRestoreThreadError(cause);
-    else
-      (void)FCCL_ERROR((fcclResult_t)results[failed], FCCL_SUBSYS_INIT, "rank %d could not create its %s (%s)",
-                       failed, what, fcclGetErrorString((fcclResult_t)results[failed]));
-    res = failed == comm->rank ? local : fcclRemoteError;
+    res = failedStep(comm, results, *failedRank, local, cause, what);
     goto exit;
   }
   int version = 0;

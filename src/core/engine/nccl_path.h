@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The NCCL communicator a fccl communicator creates and owns (src/core/engine/nccl_path.c): made at init through fccl's
- * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), blocking (NCCL's calls return once
- * launched; an ncclInProgress, from NCCL_COMM_BLOCKING=0, is waited for within the communicator's timeout and abort
- * flag), and aborted or destroyed with the communicator.
+ * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), non-blocking (NCCL's init and every
+ * call answer ncclInProgress, which is waited for within the communicator's timeout, abort flag and peer monitor, so
+ * that no wait inside NCCL is unbounded), and aborted or destroyed with the communicator.
  * It carries every call on the NCCL path, and send, receive and all-to-all on every path. docs/paths.md.
  */
 #ifndef FCCL_NCCL_PATH_H_
@@ -34,8 +34,9 @@ typedef enum {
 /*
  * Creates comm->nccl over comm->bootstrap (collective; the comm's device current). required 0: a failure that every
  * rank saw leaves comm->nccl NULL, says why in comm->ncclMissing and returns fcclSuccess; required 1: it fails the
- * init. fccl's bootstrap steps are bounded by comm->timeoutMs and the abort flag; ncclCommInitRankConfig, which
- * starts once every rank has met in the bootstrap, by NCCL.
+ * init. Every wait, fccl's bootstrap steps and NCCL's init alike, is bounded by comm->timeoutMs and the abort flag
+ * (which the peer monitor sets); a rank whose NCCL init fails at once is known to every rank before any waits for
+ * it in NCCL, and the others abort theirs.
  */
 fcclResult_t fcclNcclCommCreate(struct fcclComm* comm, int required);
 

@@ -80,6 +80,7 @@ struct layout {
   int maxPerHost; /* ranks of the host with the most */
   int noAccess;   /* a rank whose GPU is refused peer access to another of its host, or -1 */
   int noArch;     /* a rank whose GPU this build has no kernels for, or -1 */
+  int mps;        /* a rank whose GPU shares its contexts through CUDA MPS, or -1 */
   int noNccl;     /* a rank that cannot load NCCL, or -1 */
   int sharedA, sharedB; /* two ranks on one GPU that NCCL sees on one host, or -1 */
   char archWhy[180];
@@ -87,7 +88,7 @@ struct layout {
 
 static void readLayout(const struct fcclPathInput* in, struct layout* l) {
   memset(l, 0, sizeof(*l));
-  l->noAccess = l->noArch = l->noNccl = l->sharedA = l->sharedB = -1;
+  l->noAccess = l->noArch = l->mps = l->noNccl = l->sharedA = l->sharedB = -1;
   l->minPerHost = in->nranks;
   l->maxPerHost = 0;
   for (int r = 0; r < in->nranks; r++) {
@@ -104,6 +105,7 @@ static void readLayout(const struct fcclPathInput* in, struct layout* l) {
       if (perHost > l->maxPerHost) l->maxPerHost = perHost;
     }
     if (!in->records[r].peerAccess && l->noAccess < 0) l->noAccess = r;
+    if (in->records[r].mps && l->mps < 0) l->mps = r;
     if (!in->records[r].ncclLoaded && l->noNccl < 0) l->noNccl = r;
     if (info->computeCapability > 0 && l->noArch < 0 &&
         !fcclDeviceArchRunnable(info->computeCapability, in->sassArchs, in->ptxArch, l->archWhy,
@@ -125,6 +127,14 @@ static int gpusCannot(const struct layout* l, char* why, size_t size) {
     snprintf(why, size, "rank %d's GPU has no peer access to another GPU of its host", l->noAccess);
   } else if (l->noArch >= 0) {
     snprintf(why, size, "rank %d's GPU cannot run fccl's kernels: %s", l->noArch, l->archWhy);
+  } else if (l->mps >= 0) {
+    /* Under MPS every client's kernels share one context with no time slicing between them, so a kernel of fccl's
+     * that waits for a peer's kernel on the same GPU may hold the SMs the peer's needs; and a fault in one client
+     * is fatal to every client of the GPU. docs/paths.md#cuda-mps. */
+    snprintf(why, size,
+             "rank %d's GPU shares its contexts through CUDA MPS, under which fccl's kernels may wait for peer kernels "
+             "that cannot start",
+             l->mps);
   } else {
     return 0;
   }
