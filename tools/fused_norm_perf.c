@@ -188,10 +188,10 @@ static int checkRows(int rank, fcclComm_t comm, cudaStream_t stream, struct buff
   const size_t bytes = tokens * hidden * 2;
   CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
   if (shape == NULL) {
-    CHECK_FCCL(fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f,
-                                       fcclBfloat16, fcclBfloat16, fcclScaleNone, NULL, comm, stream));
-  } else if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->output, tokens, hidden, 1e-6f,
-                                shape->rowThreads, shape->blockThreads, stream) != 0) {
+    CHECK_FCCL(fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
+                                       fcclBfloat16, fcclScaleNone, NULL, comm, stream));
+  } else if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, shape->rowThreads,
+                                shape->blockThreads, stream) != 0) {
     return 1;
   }
   CHECK_CUDA(cudaMemcpyAsync(b->hostOut, b->output, bytes, cudaMemcpyDeviceToHost, stream));
@@ -349,14 +349,17 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
     if (ftell(csv) == 0) fprintf(csv, "kind,form,kernel,hidden,tokens,row_threads,block_threads,us,GBps,check\n");
   }
   if (rank == 0) {
-    printf("# fused_norm_perf: %d ranks, %d GPUs%s, bf16, %s input, CUDA graphs of %d calls, %d replays (%d "
-           "warm-up), fused form %s (FCCL_FUSED_ALGO), one-shot kernel %s (FCCL_FUSED_KERNEL)\n",
-           o->nranks, gpus, o->nranks > gpus ? " (ranks share GPUs)" : "", o->registered ? "registered" : "plain",
-           o->calls, o->iters, o->warmup, form, kernel);
-    printf("# pair: fcclAllReduce + fccl's add + RMSNorm kernel; norm: that kernel alone; GB/s: bytes of the local "
-           "part (input read, residual read and written, output written, weight once) / time\n");
-    printf("# same: fused output and residual against the norm's: yes (bitwise), ulp (residual bitwise, output within "
-           "one ulp), NO\n");
+    printf(
+        "# fused_norm_perf: %d ranks, %d GPUs%s, bf16, %s input, CUDA graphs of %d calls, %d replays (%d "
+        "warm-up), fused form %s (FCCL_FUSED_ALGO), one-shot kernel %s (FCCL_FUSED_KERNEL)\n",
+        o->nranks, gpus, o->nranks > gpus ? " (ranks share GPUs)" : "", o->registered ? "registered" : "plain",
+        o->calls, o->iters, o->warmup, form, kernel);
+    printf(
+        "# pair: fcclAllReduce + fccl's add + RMSNorm kernel; norm: that kernel alone; GB/s: bytes of the local "
+        "part (input read, residual read and written, output written, weight once) / time\n");
+    printf(
+        "# same: fused output and residual against the norm's: yes (bitwise), ulp (residual bitwise, output within "
+        "one ulp), NO\n");
     printf("%8s %7s %7s %7s %11s %10s %8s %10s %10s %8s %8s %5s\n", "form", "kernel", "hidden", "tokens", "bytes",
            "fused(us)", "GB/s", "pair(us)", "norm(us)", "GB/s", "speedup", "same");
   }
@@ -443,14 +446,20 @@ int main(int argc, char** argv) {
   struct options o = {0, {4096, 8192}, 2, {0}, 0, 20, 5, 20, 0, 1, 0, {0}, 1, {0}, 1, NULL};
   parseTokens("1:8192", &o);
   int badList = 0;
-  static const struct option longOptions[] = {
-      {"ngpus", required_argument, NULL, 'g'}, {"hidden", required_argument, NULL, 'H'},
-      {"tokens", required_argument, NULL, 't'}, {"calls", required_argument, NULL, 'n'},
-      {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
-      {"registered", required_argument, NULL, 'R'}, {"form", required_argument, NULL, 'F'},
-      {"kernel", required_argument, NULL, 'K'}, {"baseline", required_argument, NULL, 'b'},
-      {"candidates", no_argument, NULL, 'C'}, {"csv", required_argument, NULL, 'c'},
-      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  static const struct option longOptions[] = {{"ngpus", required_argument, NULL, 'g'},
+                                              {"hidden", required_argument, NULL, 'H'},
+                                              {"tokens", required_argument, NULL, 't'},
+                                              {"calls", required_argument, NULL, 'n'},
+                                              {"warmup", required_argument, NULL, 'w'},
+                                              {"iters", required_argument, NULL, 'i'},
+                                              {"registered", required_argument, NULL, 'R'},
+                                              {"form", required_argument, NULL, 'F'},
+                                              {"kernel", required_argument, NULL, 'K'},
+                                              {"baseline", required_argument, NULL, 'b'},
+                                              {"candidates", no_argument, NULL, 'C'},
+                                              {"csv", required_argument, NULL, 'c'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {NULL, 0, NULL, 0}};
   int opt;
   opterr = 0;
   while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:F:K:b:Ch", longOptions, NULL)) != -1) {

@@ -22,16 +22,15 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) addRmsNorm(fcclF
 
 extern "C" int fusedNormRefShape(size_t hidden, unsigned rowThreads, unsigned blockThreads, unsigned* rowsPerBlock) {
   const uint64_t rowBytes = (uint64_t)hidden * 2;
-  const fcclFusedShape shape =
-      rowThreads == 0 ? fcclFusedShapeOf(rowBytes) : fcclFusedShapeMake(rowBytes, rowThreads, blockThreads);
+  const fcclFusedShape shape = rowThreads == 0 ? fcclFusedShapeOf(rowBytes)
+                                               : fcclFusedShapeMake(rowBytes, rowThreads, blockThreads);
   if (shape.rowThreads == 0) return -1;
   if (rowsPerBlock) *rowsPerBlock = shape.rowsPerBlock;
   return (int)shape.rowThreads;
 }
 
-extern "C" int fusedNormRefLaunch(const void* reduced, void* residual, const void* weight, void* output,
-                                  size_t tokens, size_t hidden, float eps, unsigned rowThreads, unsigned blockThreads,
-                                  void* stream) {
+extern "C" int fusedNormRefLaunch(const void* reduced, void* residual, const void* weight, void* output, size_t tokens,
+                                  size_t hidden, float eps, unsigned rowThreads, unsigned blockThreads, void* stream) {
   if (tokens == 0) return 0;
   const uint64_t rowBytes = (uint64_t)hidden * 2;
   if (hidden == 0 || rowBytes > FCCL_FUSED_MAX_ROW_BYTES) return -1;
@@ -54,8 +53,9 @@ extern "C" int fusedNormRefLaunch(const void* reduced, void* residual, const voi
   a.scaleMode = fcclScaleNone;
   /* Batches of rowsPerBlock rows over as many blocks as stay resident, as the library's one-rank form launches. */
   const uint64_t batches = (tokens + shape.rowsPerBlock - 1) / shape.rowsPerBlock;
-  const uint64_t perSm =
-      shape.blockThreads < FCCL_FUSED_RESIDENT_THREADS ? FCCL_FUSED_RESIDENT_THREADS / shape.blockThreads : 1;
+  const uint64_t perSm = shape.blockThreads < FCCL_FUSED_RESIDENT_THREADS
+                             ? FCCL_FUSED_RESIDENT_THREADS / shape.blockThreads
+                             : 1;
   const uint64_t resident = (uint64_t)(sms > 0 ? sms : 1) * perSm;
   const unsigned blocks = (unsigned)(batches < resident ? batches : resident);
   if (fcclFusedVectorizable(&a, rowBytes, 1))

@@ -17,8 +17,8 @@ int fusedNormRefShape(size_t hidden, unsigned rowThreads, unsigned blockThreads,
 
 /* residual = bf16(residual + reduced); output = bf16(residual * rsqrt(mean(residual^2) + eps) * weight), bf16 rows of
  * hidden (at most 32768) elements, in the shape rowThreads x blockThreads (rowThreads 0: the library's for this token
- * count on the current GPU, whose bits are fcclAllReduceAddRMSNorm's), enqueued on stream (a cudaStream_t). 0, or -1 when the shape is not one the kernel
- * runs or the launch failed. */
+ * count on the current GPU, whose bits are fcclAllReduceAddRMSNorm's), enqueued on stream (a cudaStream_t). 0, or -1
+ * when the shape is not one the kernel runs or the launch failed. */
 int fusedNormRefLaunch(const void* reduced, void* residual, const void* weight, void* output, size_t tokens,
                        size_t hidden, float eps, unsigned rowThreads, unsigned blockThreads, void* stream);
 

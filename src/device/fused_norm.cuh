@@ -299,7 +299,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
 
   if constexpr (!FP8) {
     const uint64_t out = a.output + row * rowBytes;
-    forEachNormalised([&](uint32_t u, const float (&y)[E]) {
+    forEachNormalised([&](uint32_t u, const float(&y)[E]) {
       Unit o;
 #pragma unroll
       for (int e = 0; e < E; e++) o.e[e] = TT::fromAcc(y[e]);
@@ -312,7 +312,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
     if (dynamic) {
       /* Elements past the row are zero: they cannot raise the maximum. */
       float amax = 0.0f;
-      forEachNormalised([&](uint32_t, const float (&y)[E]) {
+      forEachNormalised([&](uint32_t, const float(&y)[E]) {
 #pragma unroll
         for (int e = 0; e < E; e++) amax = maxNaN(fabsf(y[e]), amax);
       });
@@ -330,7 +330,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
       if (unitOf(C) < units) loadWeight(0);
     }
     const uint64_t out = a.output + row * a.hidden;
-    forEachNormalised([&](uint32_t u, const float (&y)[E]) {
+    forEachNormalised([&](uint32_t u, const float(&y)[E]) {
       uint64_t packed = 0;
 #pragma unroll
       for (int e = 0; e < E; e++) {

@@ -133,7 +133,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
 
   if constexpr (!FP8) {
     const uint64_t out = a.output + row * rowBytes;
-    forEachNormalised([&](uint64_t u, const float (&y)[E]) {
+    forEachNormalised([&](uint64_t u, const float(&y)[E]) {
       Unit o;
 #pragma unroll
       for (int e = 0; e < E; e++) o.e[e] = TT::fromAcc(y[e]);
@@ -144,7 +144,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
     if (a.scaleMode == fcclScaleDynamic) {
       float amax = 0.0f;
       /* Elements past the row are zero: they cannot raise the maximum. */
-      forEachNormalised([&](uint64_t, const float (&y)[E]) {
+      forEachNormalised([&](uint64_t, const float(&y)[E]) {
 #pragma unroll
         for (int e = 0; e < E; e++) amax = maxNaN(fabsf(y[e]), amax);
       });
@@ -155,7 +155,7 @@ __device__ __forceinline__ void normRow(const fcclFusedArgs& a, const uint64_t (
       }
     }
     const uint64_t out = a.output + row * a.hidden;
-    forEachNormalised([&](uint64_t u, const float (&y)[E]) {
+    forEachNormalised([&](uint64_t u, const float(&y)[E]) {
       uint64_t packed = 0;
 #pragma unroll
       for (int e = 0; e < E; e++) {

@@ -21,9 +21,9 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormLocal(f
 
 /* The one-rank kernel for (datatype, FP8 output or not, vector path); NULL for a type without one. */
 const void* fusedNormLocalInstance(fcclDataType_t type, bool fp8, bool vec) {
-#define FCCL_FUSED_ENTRY_(dt, f8)                                                                     \
-  if (type == dt && fp8 == f8)                                                                        \
-    return vec ? reinterpret_cast<const void*>(&fusedNormLocal<dt, f8, true>)                         \
+#define FCCL_FUSED_ENTRY_(dt, f8)                                             \
+  if (type == dt && fp8 == f8)                                                \
+    return vec ? reinterpret_cast<const void*>(&fusedNormLocal<dt, f8, true>) \
                : reinterpret_cast<const void*>(&fusedNormLocal<dt, f8, false>);
 #define FCCL_FUSED_FOR_OUT_(dt) FCCL_FUSED_ENTRY_(dt, false) FCCL_FUSED_ENTRY_(dt, true)
   FCCL_FUSED_FOR_OUT_(fcclFloat16)

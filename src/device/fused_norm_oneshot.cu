@@ -98,12 +98,14 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNorm(fcclDe
  * general path (unaligned buffers, rows of a partial unit) comes in the largest rank bound only: it is there to be
  * right, the vector path to be fast. */
 const void* fusedNormInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec) {
-#define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                                                 \
-  if (type == dt && fp8 == f8 && rankBound == nr && vec == v)                            \
+#define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                      \
+  if (type == dt && fp8 == f8 && rankBound == nr && vec == v) \
     return reinterpret_cast<const void*>(&fusedNorm<dt, f8, nr, v>);
-#define FCCL_FUSED_FOR_BOUNDS_(dt, f8)                                                           \
-  FCCL_FUSED_ENTRY_(dt, f8, 2, true) FCCL_FUSED_ENTRY_(dt, f8, 4, true)                          \
-  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, true) FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, false)
+#define FCCL_FUSED_FOR_BOUNDS_(dt, f8)                   \
+  FCCL_FUSED_ENTRY_(dt, f8, 2, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, 4, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, true) \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, false)
 #define FCCL_FUSED_FOR_OUT_(dt) FCCL_FUSED_FOR_BOUNDS_(dt, false) FCCL_FUSED_FOR_BOUNDS_(dt, true)
   FCCL_FUSED_FOR_OUT_(fcclFloat16)
   FCCL_FUSED_FOR_OUT_(fcclBfloat16)

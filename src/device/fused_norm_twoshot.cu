@@ -163,8 +163,7 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormTwoshot
           fused::copyRow<ByteIO>(region + outAt + i * outPitch, a.output + row * outRowBytes, outRowBytes, g);
         else
           fused::copyRow<IO>(region + outAt + i * outPitch, a.output + row * outRowBytes, outRowBytes, g);
-        if (dynamic && g.lane == 0)
-          ptr<float>(a.scale)[row] = *ptr<const float>(region + scaleAt + i * sizeof(float));
+        if (dynamic && g.lane == 0) ptr<float>(a.scale)[row] = *ptr<const float>(region + scaleAt + i * sizeof(float));
       });
     }
     /* Registered: our result area of this parity is free for round k + 2. */
@@ -179,12 +178,14 @@ __global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormTwoshot
 /* The two-shot kernel for (datatype, FP8 output or not, rank bound, vector path); NULL for a type without one. The
  * general path comes in the largest rank bound only, as the one-shot form's (fused_norm_oneshot.cu). */
 const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec) {
-#define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                                                 \
-  if (type == dt && fp8 == f8 && rankBound == nr && vec == v)                            \
+#define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                      \
+  if (type == dt && fp8 == f8 && rankBound == nr && vec == v) \
     return reinterpret_cast<const void*>(&fusedNormTwoshot<dt, f8, nr, v>);
-#define FCCL_FUSED_FOR_BOUNDS_(dt, f8)                                                           \
-  FCCL_FUSED_ENTRY_(dt, f8, 2, true) FCCL_FUSED_ENTRY_(dt, f8, 4, true)                          \
-  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, true) FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, false)
+#define FCCL_FUSED_FOR_BOUNDS_(dt, f8)                   \
+  FCCL_FUSED_ENTRY_(dt, f8, 2, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, 4, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, true) \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, false)
 #define FCCL_FUSED_FOR_OUT_(dt) FCCL_FUSED_FOR_BOUNDS_(dt, false) FCCL_FUSED_FOR_BOUNDS_(dt, true)
   FCCL_FUSED_FOR_OUT_(fcclFloat16)
   FCCL_FUSED_FOR_OUT_(fcclBfloat16)

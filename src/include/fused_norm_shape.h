@@ -48,7 +48,7 @@ typedef struct {
  * [32, FCCL_FUSED_MAX_BLOCK_THREADS] holding the row in FCCL_FUSED_ROW_UNITS units per thread, blockThreads not a
  * multiple of it within the launch bound, or too many multi-warp groups for the named barriers). */
 static inline FCCL_HOST_DEVICE fcclFusedShape fcclFusedShapeMake(uint64_t rowBytes, uint32_t rowThreads,
-                                                                uint32_t blockThreads) {
+                                                                 uint32_t blockThreads) {
   fcclFusedShape shape = {0, 0, 0};
   const uint64_t units = (rowBytes + FCCL_UNIT_BYTES - 1) / FCCL_UNIT_BYTES;
   if (rowThreads < 32 || rowThreads > FCCL_FUSED_MAX_BLOCK_THREADS || (rowThreads & (rowThreads - 1)) != 0 ||

@@ -66,8 +66,8 @@ static void storeBits(fcclDataType_t type, void* buffer, size_t i, uint64_t bits
 /* Values of magnitude [0.0625, 2.0625) of random sign (input, residual), [0.5, 1.5) (weight): never zero. */
 enum { DATA_INPUT = 1, DATA_RESIDUAL = 2, DATA_WEIGHT = 3 };
 static uint64_t dataBits(fcclDataType_t type, uint64_t seed, uint64_t call, int tensor, int rank, uint64_t index) {
-  const uint64_t r = mix64(seed ^ mix64(call * 0x100000001b3ull ^ ((uint64_t)tensor << 56) ^ ((uint64_t)rank << 48) ^
-                                        mix64(index)));
+  const uint64_t r = mix64(
+      seed ^ mix64(call * 0x100000001b3ull ^ ((uint64_t)tensor << 56) ^ ((uint64_t)rank << 48) ^ mix64(index)));
   const double unit = (double)(r >> 11) / 9007199254740992.0;
   double v = tensor == DATA_WEIGHT ? 0.5 + unit : 0.0625 + 2.0 * unit;
   if (tensor != DATA_WEIGHT && (r & 1)) v = -v;
@@ -128,7 +128,7 @@ struct context {
   cudaStream_t stream;
   size_t capacity;
   struct collBuffer plainIn, regIn;
-  char *residual, *weight, *output, *reduced, *scale;                      /* device, 256-byte aligned */
+  char *residual, *weight, *output, *reduced, *scale;                           /* device, 256-byte aligned */
   char *hIn, *hResidual, *hWeight, *hOutput, *hReduced, *hResidualOut, *hScale; /* pinned */
 };
 
@@ -161,8 +161,8 @@ static int formOf(const struct context* x, const struct shapeCase* c, int form) 
 static void describe(const struct shapeCase* c, uint64_t call, int form, char* out, size_t size) {
   snprintf(out, size, "call %llu: %zu x %zu %s -> %s scale %d%s%s %s shift %zu, %s", (unsigned long long)call,
            c->tokens, c->hidden, refTypeName(c->type), refTypeName(c->out), (int)c->mode,
-           c->residual ? " residual" : "", c->weight ? " weight" : "", c->registered ? "registered" : "plain",
-           c->shift, form < 0 ? "auto" : fcclFusedFormName(form));
+           c->residual ? " residual" : "", c->weight ? " weight" : "", c->registered ? "registered" : "plain", c->shift,
+           form < 0 ? "auto" : fcclFusedFormName(form));
 }
 
 /* The call on rows [first, first + tokens) of the case's buffers, in form (-1: the public call's choice). */
@@ -171,9 +171,9 @@ static fcclResult_t fusedCall(struct context* x, const struct shapeCase* c, size
   return fcclAllReduceAddRMSNormForm(inputOf(x, c) + first * c->hidden * in,
                                      c->residual ? shifted(x->residual, c, c->type) + first * c->hidden * in : NULL,
                                      c->weight ? shifted(x->weight, c, c->type) : NULL,
-                                     shifted(x->output, c, c->out) + first * c->hidden * out, tokens, c->hidden,
-                                     1e-6f, c->type, c->out, c->mode,
-                                     c->mode == fcclScaleNone  ? NULL
+                                     shifted(x->output, c, c->out) + first * c->hidden * out, tokens, c->hidden, 1e-6f,
+                                     c->type, c->out, c->mode,
+                                     c->mode == fcclScaleNone     ? NULL
                                      : c->mode == fcclScaleStatic ? (float*)x->scale
                                                                   : (float*)x->scale + first,
                                      x->comm, x->stream, form);
@@ -198,8 +198,8 @@ static int upload(struct context* x, const struct shapeCase* c, uint64_t call) {
   COLL_CHECK_CUDA("poison", cudaMemsetAsync(x->output, COLL_POISON, outBytes(c) + 128, x->stream));
   COLL_CHECK_CUDA("poison", cudaMemsetAsync(x->scale, COLL_POISON, c->tokens * sizeof(float) + 64, x->stream));
   if (c->mode == fcclScaleStatic)
-    COLL_CHECK_CUDA("scale", cudaMemcpyAsync(x->scale, &kStaticScale, sizeof(float), cudaMemcpyHostToDevice,
-                                             x->stream));
+    COLL_CHECK_CUDA("scale",
+                    cudaMemcpyAsync(x->scale, &kStaticScale, sizeof(float), cudaMemcpyHostToDevice, x->stream));
   return 0;
 }
 
@@ -210,11 +210,11 @@ static int download(struct context* x, const struct shapeCase* c, int reduced) {
                                               cudaMemcpyDeviceToHost, x->stream));
   COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hOutput, shifted(x->output, c, c->out), outBytes(c) + 64,
                                               cudaMemcpyDeviceToHost, x->stream));
-  COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hScale, x->scale, c->tokens * sizeof(float),
-                                              cudaMemcpyDeviceToHost, x->stream));
+  COLL_CHECK_CUDA("download",
+                  cudaMemcpyAsync(x->hScale, x->scale, c->tokens * sizeof(float), cudaMemcpyDeviceToHost, x->stream));
   if (reduced)
-    COLL_CHECK_CUDA("download", cudaMemcpyAsync(x->hReduced, x->reduced, inBytes(c), cudaMemcpyDeviceToHost,
-                                                x->stream));
+    COLL_CHECK_CUDA("download",
+                    cudaMemcpyAsync(x->hReduced, x->reduced, inBytes(c), cudaMemcpyDeviceToHost, x->stream));
   COLL_CHECK_CUDA("download", cudaStreamSynchronize(x->stream));
   return 0;
 }
@@ -258,8 +258,8 @@ static int check(struct context* x, const struct shapeCase* c, uint64_t call, in
         const double tol = fabs(y[i]) * (outRelative(t) + NORM_FP32_ERROR) + 1e-30;
         if (!(fabs(toDouble(t, got) - y[i]) <= tol) && problems++ < 4) {
           char a[64];
-          testFail(__FILE__, __LINE__, "rank %d: %s: output row %zu element %zu: %s, want %.9g", x->rank, what, row,
-                   i, refFormat(t, got, a, sizeof(a)), y[i]);
+          testFail(__FILE__, __LINE__, "rank %d: %s: output row %zu element %zu: %s, want %.9g", x->rank, what, row, i,
+                   refFormat(t, got, a, sizeof(a)), y[i]);
         }
       }
       continue;
@@ -281,8 +281,7 @@ static int check(struct context* x, const struct shapeCase* c, uint64_t call, in
   }
   free(y);
   if (!c->residual && memcmp(x->hResidualOut, x->hResidual, inBytes(c)) != 0) {
-    testFail(__FILE__, __LINE__, "rank %d: %s: the residual buffer changed without a residual argument", x->rank,
-             what);
+    testFail(__FILE__, __LINE__, "rank %d: %s: the residual buffer changed without a residual argument", x->rank, what);
     problems++;
   }
   const unsigned char* tail = (const unsigned char*)x->hOutput + outBytes(c);
@@ -323,8 +322,8 @@ static const fcclDataType_t kTypes[] = {fcclBfloat16, fcclFloat16, fcclFloat32};
 /* Hidden sizes of 2-byte and 4-byte types around every threads-per-row boundary (32 threads hold up to 128 units of
  * 16 bytes in FCCL_FUSED_TARGET_UNITS each, then 64, 128, 256, 512), a row of less than one unit, partial last units,
  * rows of two chunks per thread past 32 KiB, and the largest row (64 KiB). */
-static const size_t kHidden2[] = {5, 8, 100, 1024, 1032, 2048, 2056, 4096, 4100, 8192, 8200, 12289, 16384, 16392,
-                                  24577, 32768};
+static const size_t kHidden2[] = {5,    8,    100,  1024,  1032,  2048,  2056,  4096,
+                                  4100, 8192, 8200, 12289, 16384, 16392, 24577, 32768};
 static const size_t kHidden4[] = {3, 4, 100, 512, 516, 1024, 2048, 4096, 4098, 8192, 8196, 16384};
 
 static int modeRows(struct context* x) {
@@ -343,8 +342,10 @@ static int modeRows(struct context* x) {
         for (int opt = 0; opt < 4; opt++) {
           /* opt 0: plain; 1: registered; 2: unaligned (the general path), registered on odd token counts; 3: no
            * residual and no weight. */
-          struct shapeCase c = {kTypes[ti], kTypes[ti], fcclScaleNone, tokens[k], hiddens[hi], opt != 3, opt != 3,
-                                opt == 1 || (opt == 2 && (tokens[k] & 1)), opt == 2 ? 1u : 0u};
+          const int full = opt != 3, registered = opt == 1 || (opt == 2 && (tokens[k] & 1));
+          const size_t shift = opt == 2 ? 1u : 0u;
+          const fcclDataType_t type = kTypes[ti];
+          struct shapeCase c = {type, type, fcclScaleNone, tokens[k], hiddens[hi], full, full, registered, shift};
           if (inBytes(&c) + 256 > x->capacity) {
             testFail(__FILE__, __LINE__, "rank %d: %zu x %zu does not fit the buffers", x->rank, c.tokens, c.hidden);
             return (int)call + 1;
@@ -380,8 +381,9 @@ static int modeInvariance(struct context* x) {
     const size_t nHidden = wide ? 4 : 5;
     for (size_t hi = 0; hi < nHidden; hi++)
       for (int fp8 = 0; fp8 < 2; fp8++) {
-        struct shapeCase c = {kTypes[ti], fp8 ? fcclFloat8e4m3 : kTypes[ti], fp8 ? fcclScaleDynamic : fcclScaleNone,
-                              big, hiddens[hi], 1, 1, 0, 0};
+        const fcclDataType_t out = fp8 ? fcclFloat8e4m3 : kTypes[ti];
+        const fcclScaleMode_t mode = fp8 ? fcclScaleDynamic : fcclScaleNone;
+        struct shapeCase c = {kTypes[ti], out, mode, big, hiddens[hi], 1, 1, 0, 0};
         if (inBytes(&c) + 256 > x->capacity) {
           testFail(__FILE__, __LINE__, "rank %d: %zu x %zu does not fit the buffers", x->rank, c.tokens, c.hidden);
           return (int)call + 1;
@@ -410,8 +412,8 @@ static int modeInvariance(struct context* x) {
             const int form = formOf(x, &c, forms[(s + (size_t)variant) % 3]);
             const size_t f = slices[s][0], n = slices[s][1];
             /* The whole batch's inputs and residual in place at this shift, the output poisoned. */
-            COLL_CHECK_CUDA("slice", cudaMemcpyAsync(inputOf(x, &c), x->hIn, big * row, cudaMemcpyHostToDevice,
-                                                     x->stream));
+            COLL_CHECK_CUDA("slice",
+                            cudaMemcpyAsync(inputOf(x, &c), x->hIn, big * row, cudaMemcpyHostToDevice, x->stream));
             COLL_CHECK_CUDA("slice", cudaMemcpyAsync(shifted(x->residual, &c, c.type), x->hResidual, big * row,
                                                      cudaMemcpyHostToDevice, x->stream));
             COLL_CHECK_CUDA("slice", cudaMemcpyAsync(shifted(x->weight, &c, c.type), x->hWeight, row,
@@ -422,8 +424,8 @@ static int modeInvariance(struct context* x) {
             char what[256];
             describe(&c, call, form, what, sizeof(what));
             EXPECT_MSG(memcmp(x->hOutput + f * orow, refOut + f * orow, n * orow) == 0,
-                       "rank %d: %s: tokens [%zu, %zu) alone differ in the output from the batch of %zu", x->rank,
-                       what, f, f + n, big);
+                       "rank %d: %s: tokens [%zu, %zu) alone differ in the output from the batch of %zu", x->rank, what,
+                       f, f + n, big);
             EXPECT_MSG(memcmp(x->hResidualOut + f * row, refRes + f * row, n * row) == 0,
                        "rank %d: %s: tokens [%zu, %zu) alone differ in the residual", x->rank, what, f, f + n);
             if (fp8)
@@ -535,7 +537,6 @@ int main(int argc, char** argv) {
   EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
   collSharedFree(args.shared);
   char name[64];
-  snprintf(name, sizeof(name), "fused_norm_shapes %s %s", mode,
-           args.form < 0 ? "auto" : fcclFusedFormName(args.form));
+  snprintf(name, sizeof(name), "fused_norm_shapes %s %s", mode, args.form < 0 ? "auto" : fcclFusedFormName(args.form));
   return testSummary(name);
 }

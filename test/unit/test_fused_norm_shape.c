@@ -67,8 +67,7 @@ static void testPerCall(void) {
         ok &= s.rowsPerBlock == full.rowsPerBlock || rows[r] < gpuSms * full.rowsPerBlock;
         if (!ok) {
           testFail(__FILE__, __LINE__, "row of %llu bytes, %llu rows, %d SMs: shape %u x %u",
-                   (unsigned long long)rowBytes[b], (unsigned long long)rows[r], sms[m], s.rowThreads,
-                   s.rowsPerBlock);
+                   (unsigned long long)rowBytes[b], (unsigned long long)rows[r], sms[m], s.rowThreads, s.rowsPerBlock);
           bad++;
         }
       }
@@ -83,11 +82,11 @@ static void testMake(void) {
   EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 128, 512).rowsPerBlock, 4);
   EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 128, 128).rowsPerBlock, 1);
   EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 128, 0).blockThreads, FCCL_FUSED_MIN_BLOCK_THREADS);
-  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 64, 512).rowThreads, 0);   /* 1024 units in 64 x 8: no room */
-  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 96, 0).rowThreads, 0);     /* not a power of two */
-  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 1024, 0).rowThreads, 0);   /* over the launch bound */
-  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 256, 384).rowThreads, 0);  /* not a multiple */
-  EXPECT_EQ_INT((int)fcclFusedShapeMake(200, 32, 512).rowsPerBlock, 16);  /* one-warp groups need no barrier */
+  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 64, 512).rowThreads, 0);  /* 1024 units in 64 x 8: no room */
+  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 96, 0).rowThreads, 0);    /* not a power of two */
+  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 1024, 0).rowThreads, 0);  /* over the launch bound */
+  EXPECT_EQ_INT((int)fcclFusedShapeMake(16384, 256, 384).rowThreads, 0); /* not a multiple */
+  EXPECT_EQ_INT((int)fcclFusedShapeMake(200, 32, 512).rowsPerBlock, 16); /* one-warp groups need no barrier */
   EXPECT_EQ_INT((int)fcclFusedShapeMake(200, 64, 512).rowsPerBlock, 8);
 }
 

@@ -279,9 +279,11 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
              "%s %zu x %zu %s -> %s scale %d %s%s %s: %d blocks of %u rows x %u threads, %llu rows per %s, stream %p",
              kCaller, c->tokens, c->hidden, fcclTypeName(c->datatype), fcclTypeName(c->outtype), (int)c->scaleMode,
              fcclFusedFormName(chosen), args.form == FCCL_FUSED_ONESHOT_LEGACY ? " (legacy kernel)" : "",
-             args.registered ? "registered" : local ? "local" : "staged", blocks, shape.rowsPerBlock, shape.rowThreads,
-             (unsigned long long)args.roundRows, chosen == FCCL_FUSED_TWOSHOT ? "owner and round" : "round",
-             c->stream);
+             args.registered ? "registered"
+             : local         ? "local"
+                             : "staged",
+             blocks, shape.rowsPerBlock, shape.rowThreads, (unsigned long long)args.roundRows,
+             chosen == FCCL_FUSED_TWOSHOT ? "owner and round" : "round", c->stream);
   return fcclDeviceLaunchFusedNorm(c->datatype, c->outtype, &s->dev, &args, blocks, s->pdl, (cudaStream_t)c->stream);
 }
 
