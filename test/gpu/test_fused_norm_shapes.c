@@ -24,7 +24,7 @@
 #include "algo.h"
 #include "device_state.h"
 #include "enqueue.h"
-#include "test_allreduce_common.h"
+#include "test_fused_norm.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,30 +39,6 @@ static uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-static double toDouble(fcclDataType_t type, uint64_t bits) {
-  if (type == fcclFloat16) return refHalfToFloat((uint16_t)bits);
-  if (type == fcclBfloat16) return refBf16ToFloat((uint16_t)bits);
-  float f;
-  const uint32_t b = (uint32_t)bits;
-  memcpy(&f, &b, sizeof(f));
-  return f;
-}
-
-static uint64_t fromFloat(fcclDataType_t type, float value) {
-  if (type == fcclFloat16) return refFloatToHalf(value);
-  if (type == fcclBfloat16) return refFloatToBf16(value);
-  uint32_t b;
-  memcpy(&b, &value, sizeof(b));
-  return b;
-}
-
-static void storeBits(fcclDataType_t type, void* buffer, size_t i, uint64_t bits) {
-  if (fcclTypeSize(type) == 2)
-    ((uint16_t*)buffer)[i] = (uint16_t)bits;
-  else
-    ((uint32_t*)buffer)[i] = (uint32_t)bits;
-}
-
 /* Values of magnitude [0.0625, 2.0625) of random sign (input, residual), [0.5, 1.5) (weight): never zero. */
 enum { DATA_INPUT = 1, DATA_RESIDUAL = 2, DATA_WEIGHT = 3 };
 static uint64_t dataBits(fcclDataType_t type, uint64_t seed, uint64_t call, int tensor, int rank, uint64_t index) {
@@ -71,7 +47,7 @@ static uint64_t dataBits(fcclDataType_t type, uint64_t seed, uint64_t call, int 
   const double unit = (double)(r >> 11) / 9007199254740992.0;
   double v = tensor == DATA_WEIGHT ? 0.5 + unit : 0.0625 + 2.0 * unit;
   if (tensor != DATA_WEIGHT && (r & 1)) v = -v;
-  return fromFloat(type, (float)v);
+  return fusedFromFloat(type, (float)v);
 }
 
 /* E4M3: bits & 0x7f orders the magnitudes; 0x7f is NaN. */
@@ -166,7 +142,7 @@ static void describe(const struct shapeCase* c, uint64_t call, int form, char* o
 }
 
 /* The call on rows [first, first + tokens) of the case's buffers, in form (-1: the public call's choice). */
-static fcclResult_t fusedCall(struct context* x, const struct shapeCase* c, size_t first, size_t tokens, int form) {
+static fcclResult_t shapeCall(struct context* x, const struct shapeCase* c, size_t first, size_t tokens, int form) {
   const size_t in = fcclTypeSize(c->type), out = fcclTypeSize(c->out);
   return fcclAllReduceAddRMSNormForm(inputOf(x, c) + first * c->hidden * in,
                                      c->residual ? shifted(x->residual, c, c->type) + first * c->hidden * in : NULL,
@@ -185,11 +161,11 @@ static int upload(struct context* x, const struct shapeCase* c, uint64_t call) {
   struct context* ctx = x;
   const size_t n = c->tokens * c->hidden, size = fcclTypeSize(c->type);
   for (size_t i = 0; i < n; i++) {
-    storeBits(c->type, x->hIn, i, dataBits(c->type, x->seed, call, DATA_INPUT, x->rank, i));
-    storeBits(c->type, x->hResidual, i, dataBits(c->type, x->seed, call, DATA_RESIDUAL, 0, i));
+    fusedStoreBits(c->type, x->hIn, i, dataBits(c->type, x->seed, call, DATA_INPUT, x->rank, i));
+    fusedStoreBits(c->type, x->hResidual, i, dataBits(c->type, x->seed, call, DATA_RESIDUAL, 0, i));
   }
   for (size_t i = 0; i < c->hidden; i++)
-    storeBits(c->type, x->hWeight, i, dataBits(c->type, x->seed, call, DATA_WEIGHT, 0, i));
+    fusedStoreBits(c->type, x->hWeight, i, dataBits(c->type, x->seed, call, DATA_WEIGHT, 0, i));
   COLL_CHECK_CUDA("upload", cudaMemcpyAsync(inputOf(x, c), x->hIn, n * size, cudaMemcpyHostToDevice, x->stream));
   COLL_CHECK_CUDA("upload", cudaMemcpyAsync(shifted(x->residual, c, c->type), x->hResidual, n * size,
                                             cudaMemcpyHostToDevice, x->stream));
@@ -234,7 +210,8 @@ static int check(struct context* x, const struct shapeCase* c, uint64_t call, in
       const size_t at = row * hidden + i;
       uint64_t want = refLoadBits(t, x->hReduced, at);
       if (c->residual) {
-        want = fromFloat(t, (float)toDouble(t, refLoadBits(t, x->hResidual, at)) + (float)toDouble(t, want));
+        want = fusedFromFloat(t, (float)fusedToDouble(t, refLoadBits(t, x->hResidual, at)) +
+                                     (float)fusedToDouble(t, want));
         const uint64_t got = refLoadBits(t, x->hResidualOut, at);
         if (got != want && problems++ < 4) {
           char a[64], b[64];
@@ -242,21 +219,21 @@ static int check(struct context* x, const struct shapeCase* c, uint64_t call, in
                    refFormat(t, got, a, sizeof(a)), refFormat(t, want, b, sizeof(b)));
         }
       }
-      y[i] = toDouble(t, want);
+      y[i] = fusedToDouble(t, want);
       squares += y[i] * y[i];
     }
     const double inv = 1.0 / sqrt(squares / (double)hidden + 1e-6);
     double amax = 0;
     for (size_t i = 0; i < hidden; i++) {
       y[i] *= inv;
-      if (c->weight) y[i] *= toDouble(t, refLoadBits(t, x->hWeight, i));
+      if (c->weight) y[i] *= fusedToDouble(t, refLoadBits(t, x->hWeight, i));
       amax = fmax(amax, fabs(y[i]));
     }
     if (c->out != fcclFloat8e4m3) {
       for (size_t i = 0; i < hidden; i++) {
         const uint64_t got = refLoadBits(t, x->hOutput, row * hidden + i);
         const double tol = fabs(y[i]) * (outRelative(t) + NORM_FP32_ERROR) + 1e-30;
-        if (!(fabs(toDouble(t, got) - y[i]) <= tol) && problems++ < 4) {
+        if (!(fabs(fusedToDouble(t, got) - y[i]) <= tol) && problems++ < 4) {
           char a[64];
           testFail(__FILE__, __LINE__, "rank %d: %s: output row %zu element %zu: %s, want %.9g", x->rank, what, row, i,
                    refFormat(t, got, a, sizeof(a)), y[i]);
@@ -308,7 +285,7 @@ static int runCase(struct context* x, const struct shapeCase* c, uint64_t call) 
   describe(c, call, form, what, sizeof(what));
   if (collVerbose() && x->rank == 0) printf("%s\n", what);
   if (upload(x, c, call)) return 1;
-  COLL_CHECK_FCCL(what, fusedCall(x, c, 0, c->tokens, form));
+  COLL_CHECK_FCCL(what, shapeCall(x, c, 0, c->tokens, form));
   COLL_CHECK_FCCL(what, fcclAllReduce(inputOf(x, c), x->reduced, c->tokens * c->hidden, c->type, fcclSum, x->comm,
                                       x->stream));
   if (download(x, c, 1)) return 1;
@@ -419,7 +396,7 @@ static int modeInvariance(struct context* x) {
             COLL_CHECK_CUDA("slice", cudaMemcpyAsync(shifted(x->weight, &c, c.type), x->hWeight, row,
                                                      cudaMemcpyHostToDevice, x->stream));
             COLL_CHECK_CUDA("slice", cudaMemsetAsync(x->output, COLL_POISON, big * orow + 128, x->stream));
-            COLL_CHECK_FCCL("slice", fusedCall(x, &c, f, n, form));
+            COLL_CHECK_FCCL("slice", shapeCall(x, &c, f, n, form));
             if (download(x, &c, 0)) return (int)call + 1;
             char what[256];
             describe(&c, call, form, what, sizeof(what));
@@ -450,14 +427,6 @@ static int modeInvariance(struct context* x) {
 }
 
 /* ---- ranks --------------------------------------------------------------------------------------------------- */
-
-struct modeArgs {
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-  const char* mode;
-  int form;
-};
 
 static int contextInit(struct context* x, const struct modeArgs* args, fcclComm_t comm, int rank, int nranks) {
   memset(x, 0, sizeof(*x));
