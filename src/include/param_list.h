@@ -52,6 +52,10 @@ FCCL_PARAM(COPY_MOVE_MIN, FCCL_PARAM_INT, "0",
 FCCL_PARAM(FUSED_ALGO, FCCL_PARAM_STRING, "",
            "fcclAllReduceAddRMSNorm's form: empty or auto (two-shot from the size where the all-reduce switches to "
            "two-shot), oneshot, or twoshot (falls back to oneshot for a call it cannot run). Equal on every rank.")
+FCCL_PARAM(FUSED_KERNEL, FCCL_PARAM_STRING, "",
+           "fcclAllReduceAddRMSNorm's one-shot kernel: empty, auto or row (the row kernel), or legacy (its previous "
+           "kernel, one block of 512 threads per row, for comparison measurements; its bits differ). Equal on every "
+           "rank.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",
