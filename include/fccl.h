@@ -388,7 +388,8 @@ FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
 
 /** Data types; values match NCCL's, and so do NCCL's other names for five of them (fcclChar, fcclInt, fcclHalf,
  *  fcclFloat, fcclDouble). fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no infinities,
- *  largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
+ *  largest finite 448) is an output type of fcclAllReduceAddRMSNorm and a type of fcclMoeDispatch only: the
+ *  collectives refuse it. */
 typedef enum {
   fcclInt8 = 0,
   fcclChar = 0,
@@ -564,6 +565,163 @@ FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual,
                                               fcclComm_t comm, void* stream);
 
 /* end of collectives */
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Mixture of experts: dispatch and combine of expert parallelism on one node (docs/moe.md)
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/** A layout: the peer memory and device state of one MoE configuration on a communicator, sized by its worst
+ *  case at creation, and the routing of its last dispatch, which the next combine sends back. */
+typedef struct fcclMoeLayout* fcclMoeLayout_t;
+
+/** How a dispatch lays out each rank's received rows: expert-major either way, local expert e's rows one after
+ *  another (the first expertCounts[e] rows of its block hold data, the rows after them are not written). */
+typedef enum {
+  fcclMoePacked = 0, /**< local expert e's block starts where expert e - 1's ends, rounded up to a multiple of
+                          expertAlignment rows (expertOffsets gives each start): the contiguous layout of grouped
+                          GEMMs. */
+  fcclMoePadded = 1  /**< local expert e's block starts at row e x nranks x maxTokensPerRank: a tensor
+                          [localExperts][nranks x maxTokensPerRank][hidden] with a row count per expert (DeepEP's
+                          low-latency and pplx-kernels' shape, for masked GEMMs). */
+} fcclMoeRecvLayout_t;
+
+#define FCCL_MOE_CONFIG_MAGIC 0xfcc1e0e1u
+/** A layout's configuration; the same on every rank. Start from FCCL_MOE_CONFIG_INITIALIZER. */
+typedef struct {
+  size_t size;                    /**< sizeof(fcclMoeConfig_t) as compiled by the caller. */
+  unsigned int magic;             /**< FCCL_MOE_CONFIG_MAGIC. */
+  unsigned int version;           /**< FCCL_VERSION_CODE as compiled by the caller. */
+  int numExperts;                 /**< experts, a multiple of the rank count, at most 1024: rank r holds experts
+                                       [r x L, (r + 1) x L), L = numExperts / nranks. */
+  int topk;                       /**< experts per token, 1..8 (and at most numExperts). */
+  size_t hidden;                  /**< elements of a token's row, a multiple of 8 (of 128 for FP8 dispatch), at most
+                                       65536. */
+  size_t maxTokensPerRank;        /**< the most tokens any rank passes to one dispatch, 1..1048576: the worst case
+                                       every buffer is sized for. */
+  fcclMoeRecvLayout_t recvLayout; /**< fcclMoePacked (default) or fcclMoePadded. */
+  int expertAlignment;            /**< fcclMoePacked: each expert's first row is a multiple of this, 1..1024 (default
+                                       1); ignored for fcclMoePadded. */
+  int blocks;                     /**< the SM budget of calls that pass blocks 0: thread blocks each kernel may use
+                                       (1 per SM at most); 0 (default): min(32, the GPU's SMs). */
+} fcclMoeConfig_t;
+
+#define FCCL_MOE_CONFIG_INITIALIZER \
+  { sizeof(fcclMoeConfig_t), FCCL_MOE_CONFIG_MAGIC, FCCL_VERSION_CODE, 0, 0, 0, 0, fcclMoePacked, 1, 0 }
+
+/** Where a dispatch writes what a rank receives: device memory of the communicator's device. */
+typedef struct {
+  void* x;                /**< recvRows x hidden elements of the dispatch's datatype, 16-byte aligned. */
+  float* scales;          /**< FP8 dispatch: recvRows x hidden / 128 scales (row-major); otherwise NULL. */
+  float* weights;         /**< recvRows: the router weight of each row's (token, expert) pair (topkWeights' entry);
+                               NULL: not written. */
+  int32_t* sourceTokens;  /**< recvRows: the row's token as source rank x maxTokensPerRank + its index there; NULL:
+                               not written. */
+  int32_t* expertCounts;  /**< localExperts: the rows each local expert received (required). */
+  int32_t* expertOffsets; /**< localExperts + 1: each local expert's first row, then the row after the last block;
+                               NULL: not written. */
+} fcclMoeRecv_t;
+
+/**
+ * Creates a layout for config on comm: allocates its peer memory (a workspace of about nranks x maxTokensPerRank x
+ * (2 x hidden + 112) bytes, or maxTokensPerRank x topk x 2 x hidden if more, fcclMemAlloc'd and registered with
+ * every rank as fcclCommRegister does; docs/moe.md#memory) and its device state (about 1 MiB, plus 4 x (2 x topk +
+ * 8) bytes per token of maxTokensPerRank and 4 per received row). Every rank must pass the same configuration.
+ * @param comm         communicator on fccl's kernels (fcclPathFccl).
+ * @param config       the configuration (FCCL_MOE_CONFIG_INITIALIZER, then numExperts, topk, hidden,
+ *                     maxTokensPerRank and any other field).
+ * @param[out] layout  receives the layout.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL config or layout, a config field out of range, or
+ *         ranks that passed different configurations: every rank returns it); fcclInvalidUsage (the communicator's
+ *         init did not finish, or it is on the NCCL or hierarchical path); fcclRemoteError (another rank failed);
+ *         fcclUnhandledCudaError (out of device memory); fcclTimeout; the communicator's recorded error.
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded by the communicator's
+ * timeout). Collective: yes. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclMoeLayoutCreate(fcclComm_t comm, const fcclMoeConfig_t* config, fcclMoeLayout_t* layout);
+
+/**
+ * Destroys a layout: waits for the device (its calls must have been enqueued by now and graphs that captured them
+ * destroyed), releases its peer memory with every rank and frees it. Destroy every layout before its communicator.
+ * @return fcclSuccess; fcclInvalidArgument (not a live layout); fcclTimeout or fcclRemoteError (a peer did not
+ *         take part; the memory is freed all the same); fcclUnhandledCudaError.
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes.
+ * Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclMoeLayoutDestroy(fcclMoeLayout_t layout);
+
+/**
+ * The rows a dispatch on layout may write on this rank: the first dimension of fcclMoeRecv_t's x, scales, weights
+ * and sourceTokens, and of the combine's y. fcclMoePacked: nranks x maxTokensPerRank x min(topk, localExperts) +
+ * localExperts x (expertAlignment - 1); fcclMoePadded: localExperts x nranks x maxTokensPerRank.
+ * @return fcclSuccess; fcclInvalidArgument (not a live layout, NULL rows).
+ * Thread safety: any thread. Blocks: no. Collective: no. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclMoeLayoutRecvRows(fcclMoeLayout_t layout, size_t* rows);
+
+/**
+ * Sends every token to the ranks that hold its experts and groups what each rank receives by local expert. Token t
+ * of this rank (row t of x) goes once to each rank holding one of its experts topkIdx[t][0..topk), however many of
+ * them that rank holds, and lands there once per such expert, in that expert's block of recv->x
+ * (fcclMoeRecvLayout_t): within an expert, rows from rank 0 first, then rank 1, ..., each rank's in token order, so
+ * the layout depends on the routing only, never on timing. Each row also gets its weight (recv->weights) and
+ * source (recv->sourceTokens); recv->expertCounts and expertOffsets say where the rows are, in device memory: no
+ * host synchronisation. The layout remembers the routing for the next fcclMoeCombine.
+ * Every rank calls it, also with tokens 0. An entry -1 means no expert; an entry outside [-1, numExperts) or an
+ * expert repeated in a token's row is invalid routing: the call still completes on every rank without that entry,
+ * and the communicator then fails with fcclInvalidArgument on every rank, naming the rank, token and entry
+ * (fcclCommGetAsyncError; as a kernel timeout does).
+ * @param x            tokens x hidden elements of datatype, 16-byte aligned (NULL only with tokens 0).
+ * @param xScales      FP8: tokens x hidden / 128 fp32 scales (row-major), carried with each row; otherwise NULL.
+ * @param topkIdx      tokens x topk expert indices of idxType (NULL only with tokens 0).
+ * @param idxType      fcclInt32 or fcclInt64.
+ * @param topkWeights  tokens x topk fp32 router weights, carried to recv->weights; NULL when recv->weights is.
+ * @param tokens       this rank's tokens, 0..maxTokensPerRank.
+ * @param datatype     fcclBfloat16, fcclFloat16 or fcclFloat8e4m3 (hidden a multiple of 128).
+ * @param recv         the outputs (fcclMoeRecv_t); no output may overlap another buffer of the call.
+ * @param blocks       thread blocks the kernel may use (the SM budget, at most the GPU's SMs); 0: the layout's.
+ * @param layout       the layout.
+ * @param stream       cudaStream_t of the communicator's device (NULL: the default stream).
+ * @return fcclSuccess; fcclInvalidArgument (not a live layout; tokens above maxTokensPerRank; a datatype or idxType
+ *         outside the above; FP8 with hidden not a multiple of 128, or without scales; scales without FP8; NULL
+ *         buffers where needed; misaligned or overlapping buffers; blocks out of range; a buffer or stream of
+ *         another device or a host buffer); fcclInvalidUsage (the communicator's init did not finish);
+ *         fcclUnhandledCudaError (the launch failed); an error an earlier kernel recorded, in which case nothing
+ *         is launched.
+ * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
+ * fcclCommAbort). Collective: yes, every rank with the same layout and datatype, in the same order as the
+ * communicator's other calls; tokens and routing are each rank's own. Graph capture: yes, and a replay reads the
+ * routing and data the buffers then hold.
+ */
+FCCL_API fcclResult_t fcclMoeDispatch(const void* x, const float* xScales, const void* topkIdx, fcclDataType_t idxType,
+                                      const float* topkWeights, size_t tokens, fcclDataType_t datatype,
+                                      const fcclMoeRecv_t* recv, int blocks, fcclMoeLayout_t layout, void* stream);
+
+/**
+ * Returns the experts' outputs to their tokens and sums them: y holds, in the rows of the layout's last dispatch,
+ * each local expert's output for each row it received; every row goes back to its token's rank, which computes for
+ * each of its tokens t
+ *   out[t] = round(acc), acc = fma(w_e, y_e[t], acc) in fp32 from +0 over t's experts e in ascending index,
+ *   w_e = topkWeights[t][entry of e] (1 when topkWeights is NULL),
+ * rounded once to datatype: bitwise the same on every run and on any number of ranks, whichever rank or block
+ * finished first. A token with no expert gets zeros.
+ * @param y            recvRows x hidden elements of datatype (fcclMoeLayoutRecvRows), 16-byte aligned; only the
+ *                     rows the dispatch wrote are read.
+ * @param out          tokens x hidden elements of datatype, 16-byte aligned (NULL only with tokens 0).
+ * @param topkWeights  tokens x topk fp32 weights (entries of invalid or -1 routing are not read); NULL: 1.
+ * @param tokens       this rank's tokens of the last dispatch on layout.
+ * @param datatype     fcclBfloat16 or fcclFloat16.
+ * @param blocks       as fcclMoeDispatch.
+ * @return fcclSuccess; fcclInvalidArgument (not a live layout, a datatype outside the above, NULL, misaligned or
+ *         overlapping buffers, blocks out of range, a buffer or stream of another device); fcclInvalidUsage (no
+ *         dispatch on layout yet, tokens other than the last dispatch's, the communicator's init did not finish);
+ *         fcclUnhandledCudaError; an error an earlier kernel recorded.
+ * Thread safety, blocking, graph capture: as fcclMoeDispatch. Collective: yes, every rank with the same layout
+ * and datatype.
+ */
+FCCL_API fcclResult_t fcclMoeCombine(const void* y, void* out, const float* topkWeights, size_t tokens,
+                                     fcclDataType_t datatype, int blocks, fcclMoeLayout_t layout, void* stream);
+
+/* end of mixture of experts */
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Peer memory: user buffer registration and statistics

@@ -257,7 +257,9 @@ typedef struct {
   uint64_t errorWaitedNs;
   uint32_t errorPrint;     /* the print of this rank's call */
   uint32_t errorPeerPrint; /* fcclInvalidUsage: the print of the peer's call of the same epoch */
-  uint64_t reserved[2];
+  uint64_t errorDetail;    /* fcclInvalidArgument found in a call's input on the device (errorPeer's): what was wrong
+                            * (the MoE dispatch: (token << 35) | (top-k entry << 32) | the expert's low 32 bits) */
+  uint64_t reserved[1];
 } fcclDevHostWords;
 FCCL_STATIC_ASSERT(sizeof(fcclDevHostWords) == 64, "fcclDevHostWords layout");
 
@@ -272,13 +274,19 @@ FCCL_STATIC_ASSERT(sizeof(fcclDevState) == FCCL_DEVICE_MAX_BLOCKS * 8 + 64, "fcc
 /* What waited when a kernel gave up (errorPhase). */
 typedef enum {
   FCCL_PHASE_BARRIER = 1,
-  FCCL_PHASE_LL = 2,      /* LL packets of a peer */
-  FCCL_PHASE_READY = 3,   /* a peer reaching the call (registered buffers) */
-  FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
-  FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
-  FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
-  FCCL_PHASE_LL128 = 7,   /* LL128 lines of a peer */
-  FCCL_PHASE_CONSUMED = 8 /* a peer to have copied a staging round out, before its parity is written again */
+  FCCL_PHASE_LL = 2,          /* LL packets of a peer */
+  FCCL_PHASE_READY = 3,       /* a peer reaching the call (registered buffers) */
+  FCCL_PHASE_INBOX = 4,       /* a peer's staged input */
+  FCCL_PHASE_RESULT = 5,      /* an owner's reduced chunk */
+  FCCL_PHASE_DONE = 6,        /* a peer finishing with this rank's buffers */
+  FCCL_PHASE_LL128 = 7,       /* LL128 lines of a peer */
+  FCCL_PHASE_CONSUMED = 8,    /* a peer to have copied a staging round out, before its parity is written again */
+  FCCL_PHASE_MOE_COUNTS = 9,  /* MoE dispatch: a peer's rows per expert */
+  FCCL_PHASE_MOE_DATA = 10,   /* MoE dispatch: a peer's tokens */
+  FCCL_PHASE_MOE_RESULT = 11, /* MoE combine: a peer's expert outputs */
+  FCCL_PHASE_MOE_FREE = 12,   /* MoE: a peer to have read its staging of the layout's previous call */
+  FCCL_PHASE_MOE_GRID = 13,   /* MoE: the other blocks of this rank's kernel (a grid barrier) */
+  FCCL_PHASE_MOE_ROUTING = 14 /* MoE dispatch: invalid routing (fcclInvalidArgument, not a wait) */
 } fcclDevPhase_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */

@@ -14,8 +14,9 @@
  *       FCCL_SIZED_KERNEL_TABLE of kernels.cuh).
  *   COPY(id, request, name)  a form with no kernel of its own: copy-engine copies between two barrier kernels,
  *       enqueued by its collective's launch (src/core/coll/). Its id is not a kernel: the ids follow the kernels'.
- *   OWN(id, name)  a kernel with a launcher of its own, outside the collectives' sets: the barrier, and the fused
- *       all-reduce + RMSNorm (whose one-shot, one-rank, two-shot and legacy one-shot kernels report under one id).
+ *   OWN(id, name)  a kernel with a launcher of its own, outside the collectives' sets: the barrier, the fused
+ *       all-reduce + RMSNorm (whose one-shot, one-rank, two-shot and legacy one-shot kernels report under one id),
+ *       and the mixture-of-experts dispatch and combine (src/device/moe_*.cu, one id for both).
  *
  * Adding a form: a row here, its kernel in its device file (src/device/<collective>_<form>.cu, or the collective's
  * file), its rule in the selection (src/core/coll/algo.c). A collective with kernels of its own: its FCCL_<NAME>_FORMS
@@ -60,7 +61,8 @@
   FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)    \
   FCCL_BROADCAST_FORMS(KERNEL, COPY)        \
   OWN(FCCL_KERNEL_BARRIER, "barrier")       \
-  OWN(FCCL_KERNEL_FUSED_NORM, "fused_norm")
+  OWN(FCCL_KERNEL_FUSED_NORM, "fused_norm") \
+  OWN(FCCL_KERNEL_MOE, "moe")
 
 /* Row macros for expansions that skip a kind of row. */
 #define FCCL_LIST_SKIP2_(a, b)

@@ -2,9 +2,9 @@
 /*
  * The one kernel list (src/include/kernel_list.h) and what is generated from it, without a GPU: the kernel ids are
  * kernels and nothing else, the forms with no kernel of their own follow them, every algorithm is a form of exactly
- * one collective (the barrier and the fused norm, with launchers of their own, of none) under a name of its own,
- * each collective's set is its forms in FCCL_MOVE_* order with the FCCL_*ALGO values and names the docs state, and
- * each struct fcclCollective points at its set.
+ * one collective (the barrier, the fused norm and the MoE kernels, with launchers of their own, of none) under a name
+ * of its own, each collective's set is its forms in FCCL_MOVE_* order with the FCCL_*ALGO values and names the docs
+ * state, and each struct fcclCollective points at its set.
  */
 #include "algo.h"
 #include "device_host.h"
@@ -21,15 +21,16 @@ static const fcclAlgoSet* const kSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAl
 static void testIds(void) {
   int forms = 0;
   for (size_t m = 0; m < SETS; m++) forms += kSets[m]->count;
-  EXPECT_EQ_INT(forms + 2, FCCL_ALGO_IDS); /* + the barrier and the fused norm */
-  EXPECT(FCCL_KERNEL_BARRIER < FCCL_KERNEL_COUNT && FCCL_KERNEL_FUSED_NORM < FCCL_KERNEL_COUNT);
+  EXPECT_EQ_INT(forms + 3, FCCL_ALGO_IDS); /* + the barrier, the fused norm and the MoE kernels */
+  EXPECT(FCCL_KERNEL_BARRIER < FCCL_KERNEL_COUNT && FCCL_KERNEL_FUSED_NORM < FCCL_KERNEL_COUNT &&
+         FCCL_KERNEL_MOE < FCCL_KERNEL_COUNT);
   EXPECT(FCCL_FORM_ALLGATHER_COPY >= FCCL_KERNEL_COUNT && FCCL_FORM_ALLGATHER_COPY < FCCL_ALGO_IDS);
   EXPECT(FCCL_FORM_BROADCAST_COPY >= FCCL_KERNEL_COUNT && FCCL_FORM_BROADCAST_COPY < FCCL_ALGO_IDS);
   EXPECT(FCCL_ALGO_IDS <= FCCL_PRINT_FORM_FUSED_STAGED);
   for (int id = 0; id < FCCL_ALGO_IDS; id++) {
     int in = 0;
     for (size_t m = 0; m < SETS; m++) in += fcclAlgoSetForm(kSets[m], id) >= 0;
-    const int own = id == FCCL_KERNEL_BARRIER || id == FCCL_KERNEL_FUSED_NORM;
+    const int own = id == FCCL_KERNEL_BARRIER || id == FCCL_KERNEL_FUSED_NORM || id == FCCL_KERNEL_MOE;
     EXPECT_MSG(in == (own ? 0 : 1), "%s (%d) is a form of %d collectives", fcclAlgoName(id), id, in);
     EXPECT((fcclAlgoSetOf(id) == NULL) == own);
     if (!own) EXPECT(fcclAlgoSetForm(fcclAlgoSetOf(id), id) >= 0);
@@ -101,7 +102,8 @@ static void testNames(void) {
                {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"},
                {FCCL_FORM_BROADCAST_COPY, "broadcast_copy"},
                {FCCL_KERNEL_BARRIER, "barrier"},
-               {FCCL_KERNEL_FUSED_NORM, "fused_norm"}};
+               {FCCL_KERNEL_FUSED_NORM, "fused_norm"},
+               {FCCL_KERNEL_MOE, "moe"}};
   EXPECT_EQ_INT((int)(sizeof(names) / sizeof(names[0])), FCCL_ALGO_IDS);
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     EXPECT_MSG(strcmp(fcclAlgoName(names[i].algo), names[i].name) == 0, "algorithm %d is named %s", names[i].algo,

@@ -9,8 +9,16 @@
 #include <string.h>
 
 /* What kind of call a form belongs to: it says what the print's arg field holds. */
-typedef enum { KIND_ALLREDUCE, KIND_ALLGATHER, KIND_REDUCESCATTER, KIND_BROADCAST, KIND_BARRIER, KIND_FUSED,
-               KIND_UNKNOWN } printKind;
+typedef enum {
+  KIND_ALLREDUCE,
+  KIND_ALLGATHER,
+  KIND_REDUCESCATTER,
+  KIND_BROADCAST,
+  KIND_BARRIER,
+  KIND_FUSED,
+  KIND_MOE,
+  KIND_UNKNOWN
+} printKind;
 
 static printKind formKind(uint32_t form) {
   switch (form) {
@@ -22,6 +30,7 @@ static printKind formKind(uint32_t form) {
     case FCCL_PRINT_FORM_FUSED_STAGED:
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_REG:
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED: return KIND_FUSED;
+    case FCCL_KERNEL_MOE: return KIND_MOE;
     default: break;
   }
   /* An algorithm: the collective whose set it is in (kernel_list.h). */
@@ -34,8 +43,9 @@ static printKind formKind(uint32_t form) {
 }
 
 static const char* kindName(printKind kind) {
-  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "barrier",
-                                      "fused all-reduce + RMSNorm", "unknown call"};
+  static const char* const names[] = {"all-reduce", "all-gather",  "reduce-scatter",
+                                      "broadcast",  "barrier",     "fused all-reduce + RMSNorm",
+                                      "MoE",        "unknown call"};
   return names[kind];
 }
 
@@ -90,6 +100,10 @@ uint32_t fcclFusedPrint(int registered, int twoshot, fcclDataType_t datatype, fc
   return fcclPrintMake(form, (uint32_t)datatype, (uint32_t)scaleMode, shape);
 }
 
+uint32_t fcclMoePrint(int combine, fcclDataType_t datatype, uint64_t layoutHash) {
+  return fcclPrintMake(FCCL_KERNEL_MOE, (uint32_t)datatype, combine ? 1u : 0u, layoutHash);
+}
+
 void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
   if (size == 0) return;
   const uint32_t form = printForm(print);
@@ -100,6 +114,11 @@ void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
   }
   if (kind == KIND_BARRIER) {
     snprintf(buf, size, "barrier");
+    return;
+  }
+  if (kind == KIND_MOE) {
+    snprintf(buf, size, "MoE %s, %s, layout hash 0x%02x", printArg(print) == 1 ? "combine" : "dispatch",
+             fcclTypeName((fcclDataType_t)printType(print)), printCount(print));
     return;
   }
   char arg[32] = "";
@@ -126,8 +145,12 @@ void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size)
   if (printForm(mine) != printForm(theirs)) fields[n++] = kind == KIND_FUSED ? "form" : "algorithm";
   if (printType(mine) != printType(theirs)) fields[n++] = "datatype";
   if (printArg(mine) != printArg(theirs))
-    fields[n++] = kind == KIND_BROADCAST ? "root" : kind == KIND_FUSED ? "scale mode" : "op";
-  if (printCount(mine) != printCount(theirs)) fields[n++] = kind == KIND_FUSED ? "token count or hidden size" : "count";
+    fields[n++] = kind == KIND_BROADCAST ? "root"
+                  : kind == KIND_FUSED   ? "scale mode"
+                  : kind == KIND_MOE     ? "call (dispatch or combine)"
+                                         : "op";
+  if (printCount(mine) != printCount(theirs))
+    fields[n++] = kind == KIND_FUSED ? "token count or hidden size" : kind == KIND_MOE ? "layout" : "count";
   if (n == 0) {
     snprintf(buf, size, "nothing");
     return;

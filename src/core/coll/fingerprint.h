@@ -25,6 +25,10 @@ uint32_t fcclCallPrint(uint32_t form, fcclDataType_t datatype, int arg, uint64_t
 uint32_t fcclFusedPrint(int registered, int twoshot, fcclDataType_t datatype, fcclScaleMode_t scaleMode,
                         uint64_t tokens, uint64_t hidden);
 
+/* The print of a MoE dispatch (combine 0) or combine (1) of datatype on a layout whose configuration hashes to
+ * layoutHash (src/core/coll/moe.c). */
+uint32_t fcclMoePrint(int combine, fcclDataType_t datatype, uint64_t layoutHash);
+
 /* A print in words ("all-reduce, float32, sum, algorithm ll, count hash 0x3a"), into buf (always terminated). */
 void fcclPrintDescribe(uint32_t print, char* buf, size_t size);
 

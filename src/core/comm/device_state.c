@@ -41,6 +41,12 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
     case FCCL_PHASE_LL128: return "LL128 lines";
     case FCCL_PHASE_CONSUMED: return "the peer to copy a staging round out";
+    case FCCL_PHASE_MOE_COUNTS: return "the peer's MoE rows per expert";
+    case FCCL_PHASE_MOE_DATA: return "the peer's dispatched tokens";
+    case FCCL_PHASE_MOE_RESULT: return "the peer's expert outputs";
+    case FCCL_PHASE_MOE_FREE: return "the peer to read its MoE staging of the layout's previous call";
+    case FCCL_PHASE_MOE_GRID: return "the kernel's other blocks";
+    case FCCL_PHASE_MOE_ROUTING: return "the routing";
     default: return "unknown";
   }
 }
@@ -437,6 +443,15 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
                        "%s; seen by the %s kernel (epoch %llu) in block %d, waiting for %s; the communicator is "
                        "unusable, destroy or abort it", mismatch, fcclAlgoName(w->errorKernel),
                        (unsigned long long)w->errorEpoch, w->errorBlock, phaseName(w->errorPhase));
+    } else if (result == fcclInvalidArgument) {
+      /* A kernel found the call's input invalid (the MoE dispatch: a routing entry of rank errorPeer). */
+      (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
+                       "rank %d: the %s kernel of call %llu (%s; epoch %llu) found invalid input of rank %d in %s: "
+                       "token %llu, top-k entry %u holds expert %d, outside [-1, experts) or repeated in the token's "
+                       "row; the communicator is unusable, destroy or abort it",
+                       w->errorRank, fcclAlgoName(w->errorKernel), call, ours, (unsigned long long)w->errorEpoch,
+                       w->errorPeer, phaseName(w->errorPhase), (unsigned long long)(w->errorDetail >> 35),
+                       (unsigned)((w->errorDetail >> 32) & 7u), (int)(uint32_t)w->errorDetail);
     } else {
       (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
                        "rank %d: the %s kernel of call %llu (%s; epoch %llu) gave up in block %d after %.1f ms: rank "
