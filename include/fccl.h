@@ -641,7 +641,9 @@ FCCL_API fcclResult_t fcclMoeLayoutCreate(fcclComm_t comm, const fcclMoeConfig_t
 
 /**
  * Destroys a layout: waits for the device (its calls must have been enqueued by now and graphs that captured them
- * destroyed), releases its peer memory with every rank and frees it. Destroy every layout before its communicator.
+ * destroyed), releases its peer memory with every rank and frees it. Destroy every layout before its communicator:
+ * a communicator destroyed or aborted first frees its layouts' memory with its own, after which fcclMoeDispatch and
+ * fcclMoeCombine on them return fcclInvalidUsage and fcclMoeLayoutDestroy only frees the handle (on this rank alone).
  * @return fcclSuccess; fcclInvalidArgument (not a live layout); fcclTimeout or fcclRemoteError (a peer did not
  *         take part; the memory is freed all the same); fcclUnhandledCudaError.
  * Thread safety: not concurrently with other calls on the same comm. Blocks: yes (bounded). Collective: yes.
@@ -684,7 +686,8 @@ FCCL_API fcclResult_t fcclMoeLayoutRecvRows(fcclMoeLayout_t layout, size_t* rows
  * @return fcclSuccess; fcclInvalidArgument (not a live layout; tokens above maxTokensPerRank; a datatype or idxType
  *         outside the above; FP8 with hidden not a multiple of 128, or without scales; scales without FP8; NULL
  *         buffers where needed; misaligned or overlapping buffers; blocks out of range; a buffer or stream of
- *         another device or a host buffer); fcclInvalidUsage (the communicator's init did not finish);
+ *         another device or a host buffer); fcclInvalidUsage (the communicator's init did not finish, or it was
+ *         destroyed or aborted);
  *         fcclUnhandledCudaError (the launch failed); an error an earlier kernel recorded, in which case nothing
  *         is launched.
  * Thread safety, blocking: as fcclAllReduce (the kernel waits for the peers, at most FCCL_TIMEOUT, and stops on
@@ -713,7 +716,8 @@ FCCL_API fcclResult_t fcclMoeDispatch(const void* x, const float* xScales, const
  * @param blocks       as fcclMoeDispatch.
  * @return fcclSuccess; fcclInvalidArgument (not a live layout, a datatype outside the above, NULL, misaligned or
  *         overlapping buffers, blocks out of range, a buffer or stream of another device); fcclInvalidUsage (no
- *         dispatch on layout yet, tokens other than the last dispatch's, the communicator's init did not finish);
+ *         dispatch on layout yet, tokens other than the last dispatch's, the communicator's init did not finish,
+ *         or it was destroyed or aborted);
  *         fcclUnhandledCudaError; an error an earlier kernel recorded.
  * Thread safety, blocking, graph capture: as fcclMoeDispatch. Collective: yes, every rank with the same layout
  * and datatype.

@@ -42,6 +42,8 @@ struct moeRefCase {
   int fullTokens; /* every rank (but emptyRank) has maxTokens */
   uint64_t seed;
   uint64_t call;
+  int identityExperts; /* every expert's output is its input row (type == outType, 16-bit): the tests that copy
+                        * the received rows into y on the device */
 };
 
 /* One rank's routing, as the application passes it: tokens x topk expert indices (-1: none). */
@@ -64,7 +66,8 @@ float moeRefWeight(const struct moeRefCase* c, int rank, size_t t, int j);
 uint16_t moeRefX(const struct moeRefCase* c, int rank, size_t t, size_t i);
 /* Scale b (of hidden / 128) of token t's FP8 row on rank. */
 float moeRefXScale(const struct moeRefCase* c, int rank, size_t t, size_t b);
-/* Element i of expert's output for token t of source: the combine's type's bits, from that token's row. */
+/* Element i of expert's output for token t of source: the combine's type's bits, from that token's row (the row's
+ * own element with identityExperts). */
 uint16_t moeRefExpertOut(const struct moeRefCase* c, int expert, int source, size_t t, size_t i);
 
 /* Whether entry j of token t is a valid expert in routing: in [0, experts) and not repeated earlier in the row. */

@@ -266,7 +266,8 @@ static void testReferenceGenerated(void) {
                            cases[ci].nranks > 2 ? 1 : -1,
                            0,
                            99,
-                           ci};
+                           ci,
+                           0};
     const int n = c.nranks, k = c.topk, local = c.experts / n;
     int64_t* topk[MOE_REF_MAX_RANKS];
     struct moeRefRouting routings[MOE_REF_MAX_RANKS];
@@ -313,7 +314,7 @@ static void testReferenceGenerated(void) {
 
 /* The combine's reference: the fma chain over the token's experts in ascending order, one rounding. */
 static void testReferenceCombine(void) {
-  struct moeRefCase c = {2, 16, 4, 64, 8, 0, 1, fcclBfloat16, fcclBfloat16, MOE_ROUTE_RANDOM, -1, 1, 7, 1};
+  struct moeRefCase c = {2, 16, 4, 64, 8, 0, 1, fcclBfloat16, fcclBfloat16, MOE_ROUTE_RANDOM, -1, 1, 7, 1, 0};
   const fcclDataType_t types[] = {fcclBfloat16, fcclFloat16};
   for (int ti = 0; ti < 2; ti++) {
     c.outType = types[ti];
@@ -485,6 +486,19 @@ static void testCalls(void) {
   /* Destroying the layout makes its handle stale. */
   EXPECT_EQ_INT(fcclMoeLayoutDestroy(layout), fcclSuccess);
   EXPECT_COMBINE(invalid, "not a live MoE layout", y, out, PW, 0, bf, 0, layout);
+
+  /* A communicator torn down before its layouts takes their memory with it: only the handle is left to destroy. */
+  static struct fcclComm other;
+  EXPECT_EQ_INT(fcclMoeLayoutCreateHostOnly(&comm, &c, 16, &layout), fcclSuccess);
+  fcclMoeReleaseLayouts(&other);
+  EXPECT_DISPATCH(ready, noState, PX, NULL, PIDX, i32, PW, 4, bf, &r, 0, layout);
+  fcclMoeReleaseLayouts(&comm);
+  EXPECT_DISPATCH(ready, "communicator was destroyed or aborted", PX, NULL, PIDX, i32, PW, 4, bf, &r, 0, layout);
+  layout->dispatchTokens = 4;
+  EXPECT_COMBINE(ready, "communicator was destroyed or aborted", y, out, PW, 4, bf, 0, layout);
+  EXPECT_EQ_INT(fcclMoeLayoutRecvRows(layout, &rows), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoeLayoutDestroy(layout), fcclSuccess);
+  EXPECT_EQ_INT(fcclMoeLayoutDestroy(layout), invalid);
   pthread_mutex_destroy(&comm.errorLock);
 }
 

@@ -236,12 +236,37 @@ FCCL_API fcclResult_t fcclMoeLayoutCreate(fcclComm_t comm, const fcclMoeConfig_t
   return res;
 }
 
+void fcclMoeReleaseLayouts(struct fcclComm* comm) {
+  pthread_mutex_lock(&layoutsLock);
+  for (struct fcclMoeLayout* layout = layouts; layout; layout = layout->next) {
+    if (layout->comm != comm || layout->orphaned) continue;
+    (void)freeLocal(layout);
+    layout->registration = NULL; /* released by the transport's teardown */
+    layout->orphaned = 1;
+  }
+  pthread_mutex_unlock(&layoutsLock);
+}
+
+/* A layout whose communicator is still there. */
+static fcclResult_t checkLive(const struct fcclMoeLayout* layout, const char* caller) {
+  if (!layout->orphaned) return fcclSuccess;
+  return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                    "%s: the layout's communicator was destroyed or aborted (and the layout's memory with it): only "
+                    "fcclMoeLayoutDestroy takes it now",
+                    caller);
+}
+
 FCCL_API fcclResult_t fcclMoeLayoutDestroy(fcclMoeLayout_t layout) {
   const char* caller = "fcclMoeLayoutDestroy";
   fcclClearError();
   FCCLCHECK(checkLayout(layout, caller));
   if (!unlistLayout(layout))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %p is not a live MoE layout", caller, (void*)layout);
+  if (layout->orphaned) { /* its memory went with its communicator */
+    layout->magic = 0;
+    free(layout);
+    return fcclSuccess;
+  }
   struct fcclComm* comm = layout->comm;
   fcclResult_t res = fcclSuccess;
   struct fcclCallDevice cd = {-1};
@@ -249,17 +274,15 @@ FCCL_API fcclResult_t fcclMoeLayoutDestroy(fcclMoeLayout_t layout) {
     /* The layout's kernels end before its memory goes: their waits are bounded, and stop on abort. */
     res = fcclEnqueueEnterDevice(comm, &cd);
     if (res == fcclSuccess) CUDACHECKKEEP(cudaDeviceSynchronize(), res);
-    /* A communicator that failed (a peer died, a kernel gave up) cannot meet its peers: the registration stays
-     * with it, and its destroy or abort releases it; this rank's memory is freed now (peers that still map it keep
-     * their cuMem mappings valid). */
-    char why[FCCL_LAST_ERROR_MAX];
-    const int failed = fcclCommFailure(comm, why, sizeof(why)) != fcclSuccess ||
-                       (comm->abortFlag != NULL && *comm->abortFlag != 0);
-    if (failed) {
+    /* A communicator that was aborted (fcclCommAbort running, or a peer's death, which sets the abort word) does
+     * not meet its peers again: the registration stays with it and its destroy releases it, while this rank's
+     * memory is freed now (cuMem mappings keep it valid for peers that still map it). Otherwise the peers deregister
+     * together, a kernel's failure notwithstanding. */
+    if (comm->abortFlag != NULL && __atomic_load_n(comm->abortFlag, __ATOMIC_ACQUIRE) != 0) {
       FCCL_INFO(FCCL_SUBSYS_COLL,
-                "%s: the communicator failed (%s); its registration of the layout's workspace is "
-                "released with it",
-                caller, why[0] ? why : "aborted");
+                "%s: the communicator was aborted; its registration of the layout's workspace "
+                "goes with it",
+                caller);
     } else {
       fcclResult_t released = fcclTransportDeregister(comm->transport, layout->registration);
       if (res == fcclSuccess) res = released;
@@ -319,6 +342,7 @@ FCCL_API fcclResult_t fcclMoeDispatch(const void* x, const float* xScales, const
   const char* caller = "fcclMoeDispatch";
   fcclClearError();
   FCCLCHECK(checkLayout(layout, caller));
+  FCCLCHECK(checkLive(layout, caller));
   struct fcclComm* comm = layout->comm;
   fcclResult_t res = fcclCommCheckOwner(comm, caller);
   if (res == fcclSuccess && recv == NULL)
@@ -378,6 +402,7 @@ FCCL_API fcclResult_t fcclMoeCombine(const void* y, void* out, const float* topk
   const char* caller = "fcclMoeCombine";
   fcclClearError();
   FCCLCHECK(checkLayout(layout, caller));
+  FCCLCHECK(checkLive(layout, caller));
   struct fcclComm* comm = layout->comm;
   fcclResult_t res = fcclCommCheckOwner(comm, caller);
   const struct fcclMoeCombineCall call = {y, out, topkWeights, tokens, datatype, blocks};

@@ -28,6 +28,8 @@ struct fcclMoeLayout {
   int defaultBlocks;          /* blocks of a call that passes 0 */
   int maxBlocks;              /* the most a call may ask for: the SM count (FCCL_DEVICE_MAX_BLOCKS) */
   long long dispatchTokens;   /* tokens of the last dispatch enqueued; -1: none yet */
+  int orphaned;               /* its communicator was torn down, and its memory with it: only fcclMoeLayoutDestroy
+                               * takes it now */
   struct fcclMoeLayout* next; /* the process's live layouts */
 };
 
@@ -68,6 +70,13 @@ uint64_t fcclMoeConfigHash(const fcclMoeConfig_t* config);
  * dispatch of the same tokens. */
 fcclResult_t fcclMoeCheckDispatch(const struct fcclMoeLayout* layout, const struct fcclMoeDispatchCall* call);
 fcclResult_t fcclMoeCheckCombine(const struct fcclMoeLayout* layout, const struct fcclMoeCombineCall* call);
+
+/*
+ * Called by the communicator's teardown (core/comm/teardown.c) once its kernels have ended and its peer memory is
+ * released: frees the memory of comm's live layouts and orphans them, so that an abort or a destroy that comes first
+ * leaks nothing and the application's fcclMoeLayoutDestroy afterwards only frees the handle.
+ */
+void fcclMoeReleaseLayouts(struct fcclComm* comm);
 
 /*
  * For tests without a GPU: a layout of config on comm with no memory (the calls' checks run, and stop where they

@@ -17,6 +17,7 @@
 #include "device_state.h"
 #include "hier.h"
 #include "local_group.h"
+#include "moe.h"
 #include "monitor.h"
 #include "nccl_path.h"
 #include "transport.h"
@@ -55,6 +56,9 @@ fcclResult_t fcclCommReleaseShared(struct fcclComm* comm) {
   __atomic_store_n(&comm->transport, NULL, __ATOMIC_RELEASE); /* fcclCommGetMemStats may read it from any thread */
   fcclResult_t transportRes = fcclTransportFini(transport);
   if (res == fcclSuccess) res = transportRes;
+
+  /* MoE layouts the application has not destroyed: their memory, now that no kernel or peer uses it */
+  fcclMoeReleaseLayouts(comm);
   return res;
 }
 
