@@ -56,6 +56,7 @@ from ._communicator import Communicator, Registration, group, mem_stats
 from ._config import Config
 from ._enums import DataType, Path, RedOp, Result, ScaleMode
 from ._library import FcclError, error_string, load, version
+from ._moe import MoeDispatchResult, MoeLayout
 from ._unique_id import UniqueId
 
 __version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
@@ -63,6 +64,7 @@ __version__ = "0.1.0"  # the C library's version this layer is written against (
 __all__ = [
     "Result", "DataType", "RedOp", "ScaleMode", "Path", "FcclError", "version", "error_string", "UniqueId", "Config",
     "Communicator", "Registration", "mem_stats", "load", "group", "UNIQUE_ID_BYTES", "CONFIG_MAGIC", "SPLIT_NOCOLOR",
+    "MoeLayout", "MoeDispatchResult",
 ]
 
 # Public classes and functions name this package as their home, as they did when it was one file: fccl.FcclError in

@@ -44,6 +44,29 @@ class _MemStatsStruct(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t)] + [(name, ctypes.c_uint64) for name in _MEM_STATS_FIELDS]
 
 
+MOE_CONFIG_MAGIC = 0xFCC1E0E1  # FCCL_MOE_CONFIG_MAGIC
+
+
+class _MoeConfigStruct(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("magic", ctypes.c_uint),
+        ("version", ctypes.c_uint),
+        ("numExperts", ctypes.c_int),
+        ("topk", ctypes.c_int),
+        ("hidden", ctypes.c_size_t),
+        ("maxTokensPerRank", ctypes.c_size_t),
+        ("recvLayout", ctypes.c_int),
+        ("expertAlignment", ctypes.c_int),
+        ("blocks", ctypes.c_int),
+    ]
+
+
+class _MoeRecvStruct(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("x", "scales", "weights", "sourceTokens", "expertCounts",
+                                                     "expertOffsets")]
+
+
 _c_int_p = ctypes.POINTER(ctypes.c_int)
 _comm_t = ctypes.c_void_p
 _result_t = ctypes.c_int
@@ -92,4 +115,12 @@ _PROTOTYPES = {
     "fcclCommSplit": (_result_t, [_comm_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_comm_t),
                                   ctypes.POINTER(_ConfigStruct)]),
     "fcclCommFinalize": (_result_t, [_comm_t]),
+    "fcclMoeLayoutCreate": (_result_t, [_comm_t, ctypes.POINTER(_MoeConfigStruct), ctypes.POINTER(ctypes.c_void_p)]),
+    "fcclMoeLayoutDestroy": (_result_t, [ctypes.c_void_p]),
+    "fcclMoeLayoutRecvRows": (_result_t, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
+    "fcclMoeDispatch": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                    ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(_MoeRecvStruct), ctypes.c_int,
+                                    ctypes.c_void_p, ctypes.c_void_p]),
+    "fcclMoeCombine": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                   ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
 }

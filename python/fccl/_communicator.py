@@ -19,6 +19,7 @@ from ._config import Config, _config_pointer
 from ._device import _device_index, _OnDevice
 from ._enums import Path, Result
 from ._external_bootstrap import _ExternalBootstrap
+from . import _moe
 from ._library import FcclError, _check, _check_cuda_runtimes, _lib, load
 from ._names import _bind, _lookup, _release, _reserve, _Reservation
 from ._torch_compile import _compiling, _traced_stream
@@ -298,6 +299,40 @@ class Communicator:
                                                 pointer(scale_buffer), handle, stream_handle or None)
         _check(result, "fcclAllReduceAddRMSNorm", handle)
         return output
+
+    def moe_layout(self, num_experts, topk, hidden, max_tokens_per_rank, *, padded=False, expert_alignment=1,
+                   blocks=0, name=None):
+        """fcclMoeLayoutCreate (docs/moe.md): a MoeLayout of num_experts experts (a multiple of nranks; rank r holds
+        [r x L, (r + 1) x L)), topk experts per token, rows of hidden elements and at most max_tokens_per_rank tokens
+        per rank; received rows packed by expert (each expert's first row a multiple of expert_alignment), or padded
+        (expert e at row e x nranks x max_tokens_per_rank). blocks: the SM budget of calls that pass 0 (0: fccl's
+        default). name: the layout's name for fccl.ops (None: an automatic one). Collective, same arguments on every
+        rank."""
+        return _moe._create_layout(self, num_experts, topk, hidden, max_tokens_per_rank, padded, expert_alignment,
+                                   blocks, name)
+
+    def moe_dispatch(self, layout, x, topk_idx, topk_weights=None, x_scales=None, *, blocks=0, stream=None):
+        """fcclMoeDispatch: every token (row of x: tokens x hidden, bfloat16, float16 or float8_e4m3fn with x_scales,
+        tokens x hidden / 128 float32) to the ranks holding its experts (topk_idx: tokens x topk int32 or int64, -1
+        for none); returns a MoeDispatchResult of new tensors, rows grouped by local expert, with counts on the
+        device: no host synchronisation, capturable in a CUDA graph. topk_weights (tokens x topk float32) are
+        carried to the result's weights. Collective; every rank calls it, with 0 tokens too."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "moe_dispatch")
+            return ops.moe_dispatch(x, layout, topk_idx, topk_weights, x_scales, blocks=blocks)
+        return _moe._dispatch(self, layout, x, topk_idx, topk_weights, x_scales, blocks, stream)
+
+    def moe_combine(self, layout, y, topk_weights=None, *, tokens=None, blocks=0, stream=None):
+        """fcclMoeCombine: y (recv_rows x hidden, bfloat16 or float16) holds each expert's output in the rows of the
+        layout's last dispatch; returns a new tokens x hidden tensor, each token's expert outputs weighted by
+        topk_weights (None: 1) and summed in fp32 in ascending expert order, rounded once: bitwise reproducible.
+        tokens: this rank's tokens of that dispatch (None: as the last dispatch through this layout). Collective."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "moe_combine")
+            return ops.moe_combine(y, layout, topk_weights, tokens=tokens, blocks=blocks)
+        return _moe._combine(self, layout, y, topk_weights, tokens, blocks, stream)
 
     @property
     def path(self) -> Path:

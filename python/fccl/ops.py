@@ -14,6 +14,8 @@ as it captures the methods.
     g = fccl.ops.all_gather(x, "tp")            # the ranks' x concatenated along dimension 0
     s = fccl.ops.reduce_scatter(x, "tp")        # this rank's block of dimension 0 of the sum
     b = fccl.ops.broadcast(x, "tp", root=0)     # root's x; broadcast_ in place
+    r = fccl.ops.moe_dispatch(x, layout, topk_idx, topk_weights)   # a MoeDispatchResult (docs/moe.md)
+    o = fccl.ops.moe_combine(y, layout, topk_weights)              # y: the experts' outputs in r.x's rows
 
 An op names its communicator, as torch's functional collectives name their process group: the graph holds the
 string, never an address, and each run of the op looks the communicator up by that name
@@ -31,18 +33,20 @@ again after the new communicator exists; the compiled function needs no recompil
 ``Communicator``'s methods take these ops themselves while torch.compile traces them, so ``comm.all_reduce(x)``
 inside a compiled function needs nothing else. The op names are ``torch.ops.fccl.all_reduce`` and so on.
 """
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import torch
 
 from . import _torch_compile
 from ._buffers import _op_of
+from ._moe import FP8_SCALE_BLOCK, MoeDispatchResult, _dispatch, _combine, _lookup_layout
 from ._names import _check_name, _lookup
 
 if TYPE_CHECKING:  # for annotations only: the communicator module imports this one, never the other way round
     from ._communicator import Communicator
 
-__all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_"]
+__all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_", "moe_dispatch",
+           "moe_combine"]
 
 _torch_compile._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
 
@@ -140,6 +144,52 @@ def _(x, comm_name, root):
     return None
 
 
+# The MoE ops name their layout, which names its communicator. The dispatch returns every output, scales and weights
+# as empty tensors when the call has none (a custom op returns tensors, never None); the combine takes the dispatch's
+# expert_counts, which it does not read, so that the graph orders it after its dispatch.
+
+def _dispatch_shapes(layout, x, has_weights):
+    rows, local, hidden = layout.recv_rows, layout.local_experts, layout.hidden
+    fp8 = str(x.dtype) == "torch.float8_e4m3fn"
+    return ((rows, hidden), (rows if fp8 else 0, hidden // FP8_SCALE_BLOCK), (rows if has_weights else 0,), (rows,),
+            (local,), (local + 1,))
+
+
+@torch.library.custom_op("fccl::moe_dispatch", mutates_args=(), device_types="cuda")
+def _moe_dispatch(x: torch.Tensor, x_scales: Optional[torch.Tensor], topk_idx: torch.Tensor,
+                  topk_weights: Optional[torch.Tensor], layout_name: str,
+                  blocks: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                        torch.Tensor]:
+    layout = _lookup_layout(layout_name)
+    result = _dispatch(layout.comm, layout, x.contiguous(), topk_idx.contiguous(),
+                       topk_weights.contiguous() if topk_weights is not None else None,
+                       x_scales.contiguous() if x_scales is not None else None, blocks, None)
+    empty = x.new_empty((0,), dtype=torch.float32)
+    scales = result.scales if result.scales is not None else empty.new_empty((0, layout.hidden // FP8_SCALE_BLOCK))
+    weights = result.weights if result.weights is not None else empty
+    return result.x, scales, weights, result.source_tokens, result.expert_counts, result.expert_offsets
+
+
+@_moe_dispatch.register_fake
+def _(x, x_scales, topk_idx, topk_weights, layout_name, blocks):
+    shapes = _dispatch_shapes(_lookup_layout(layout_name), x, topk_weights is not None)
+    types = (x.dtype, torch.float32, torch.float32, torch.int32, torch.int32, torch.int32)
+    return tuple(x.new_empty(shape, dtype=dtype) for shape, dtype in zip(shapes, types))
+
+
+@torch.library.custom_op("fccl::moe_combine", mutates_args=(), device_types="cuda")
+def _moe_combine(y: torch.Tensor, topk_weights: Optional[torch.Tensor], expert_counts: torch.Tensor,
+                 layout_name: str, tokens: int, blocks: int) -> torch.Tensor:
+    layout = _lookup_layout(layout_name)
+    return _combine(layout.comm, layout, y.contiguous(),
+                    topk_weights.contiguous() if topk_weights is not None else None, tokens, blocks, None)
+
+
+@_moe_combine.register_fake
+def _(y, topk_weights, expert_counts, layout_name, tokens, blocks):
+    return y.new_empty((tokens, _lookup_layout(layout_name).hidden))
+
+
 # ---- the functions to call ----------------------------------------------------------------------------------------
 
 def _op_name(op) -> str:
@@ -185,3 +235,38 @@ def broadcast_(x: torch.Tensor, comm: Union[str, "Communicator"], root: int = 0)
     """root's x into x on every rank, in place; returns x."""
     torch.ops.fccl.broadcast_(x, _comm_name(comm), int(root))
     return x
+
+
+def _layout_name(layout) -> str:
+    """The name the op carries: layout itself, or a live MoeLayout's name (no lookup: torch.compile traces this)."""
+    if isinstance(layout, str):
+        return layout
+    layout._live_handle()  # a destroyed layout is refused here, at the call
+    return layout.name
+
+
+def moe_dispatch(x: torch.Tensor, layout, topk_idx: torch.Tensor, topk_weights: Optional[torch.Tensor] = None,
+                 x_scales: Optional[torch.Tensor] = None, blocks: int = 0) -> MoeDispatchResult:
+    """Communicator.moe_dispatch as a custom op, on layout (a MoeLayout or its name); a MoeDispatchResult whose
+    scales and weights are None when the call has none."""
+    name = _layout_name(layout)
+    out = torch.ops.fccl.moe_dispatch(x, x_scales, topk_idx, topk_weights, name, int(blocks))
+    return MoeDispatchResult(out[0], out[1] if x_scales is not None else None,
+                             out[2] if topk_weights is not None else None, out[3], out[4], out[5])
+
+
+def moe_combine(y: torch.Tensor, layout, topk_weights: Optional[torch.Tensor] = None, tokens: Optional[int] = None,
+                blocks: int = 0, expert_counts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Communicator.moe_combine as a custom op: tokens x hidden, y's type. tokens: this rank's tokens of the
+    dispatch (None: topk_weights' rows, else the layout's last dispatch's). expert_counts: the dispatch's, which
+    orders the combine after it in a graph (None: y's own order does)."""
+    name = _layout_name(layout)
+    if tokens is None and topk_weights is not None:
+        tokens = topk_weights.shape[0]
+    if tokens is None:
+        tokens = (_lookup_layout(name) if isinstance(layout, str) else layout).last_tokens
+    if tokens is None:
+        raise ValueError("moe_combine: no dispatch on this layout yet, and no tokens or topk_weights to count")
+    if expert_counts is None:
+        expert_counts = y.new_empty((0,), dtype=torch.int32)
+    return torch.ops.fccl.moe_combine(y, topk_weights, expert_counts, name, tokens, int(blocks))

@@ -17,7 +17,8 @@ import unittest
 
 import fccl
 import fccl._library
-from fccl._c_api import _PROTOTYPES, _BootstrapCallbacksStruct, _ConfigStruct, _MemStatsStruct, _UniqueIdStruct
+from fccl._c_api import (MOE_CONFIG_MAGIC, _PROTOTYPES, _BootstrapCallbacksStruct, _ConfigStruct, _MemStatsStruct,
+                         _MoeConfigStruct, _MoeRecvStruct, _UniqueIdStruct)
 from fccl._library import _lib
 from support import HERE, header_enum, header_text, header_version_code, run_python
 
@@ -83,6 +84,21 @@ class LibraryTest(unittest.TestCase):
             self.assertIn(name, declared)
             parameters = [p for p in declared[name].split(",") if p.strip() and p.strip() != "void"]
             self.assertEqual(len(argtypes), len(parameters), name)
+
+    def test_moe_structs_match_the_header(self):
+        # fcclMoeConfig_t: size_t, 2 x unsigned, 2 x int, 2 x size_t, 3 x int (an enum among them), padded to 56 bytes
+        # on x86-64; fcclMoeRecv_t: six pointers. The fields in the header's order, and its magic number.
+        self.assertEqual(ctypes.sizeof(_MoeConfigStruct), 56)
+        self.assertEqual(ctypes.sizeof(_MoeRecvStruct), 6 * ctypes.sizeof(ctypes.c_void_p))
+        text = re.sub(r"/\*.*?\*/", "", header_text(), flags=re.S)
+        for struct, c_name in ((_MoeConfigStruct, "fcclMoeConfig_t"), (_MoeRecvStruct, "fcclMoeRecv_t")):
+            body = re.search(r"typedef struct \{([^}]*)\} " + c_name + ";", text)
+            self.assertIsNotNone(body, c_name)
+            fields = re.findall(r"(\w+);", body.group(1))
+            self.assertEqual([name for name, _ in struct._fields_], fields, c_name)
+        found = re.search(r"#define FCCL_MOE_CONFIG_MAGIC (0x[0-9a-fA-F]+)u", header_text())
+        self.assertIsNotNone(found)
+        self.assertEqual(MOE_CONFIG_MAGIC, int(found.group(1), 16))
 
     def test_every_result_has_its_own_error_string(self):
         strings = [fccl.error_string(result) for result in fccl.Result]
