@@ -236,7 +236,8 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
   }
   uint64_t cap = s->smCount > 0 ? (uint64_t)s->smCount : 1;
   cap = minU64(cap, FCCL_DEVICE_MAX_BLOCKS);
-  const int blocks = (int)minU64(rows, cap);
+  /* The communicator's SM budget (docs/collectives.md#sm-budget) bounds the grid last. */
+  const int blocks = fcclCtaClamp((int)minU64(rows, cap), (int)cap, s->minCtas, s->maxCtas);
   FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %zu %s -> %s scale %d %s %s: %d blocks, %llu rows per %s, stream %p",
              kCaller, c->tokens, c->hidden, fcclTypeName(c->datatype), fcclTypeName(c->outtype), (int)c->scaleMode,
              fcclFusedFormName(chosen), args.registered ? "registered" : "staged", blocks,

@@ -31,6 +31,7 @@ struct fcclCommSettings {
   int blocking;
   int timeoutMs;
   int allowSharedDevice;
+  int minCtas, maxCtas; /* the SM budget as configured; FCCL_CONFIG_UNDEF_INT: not set */
   char name[FCCL_COMM_NAME_MAX];
 };
 

@@ -109,6 +109,8 @@ FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, i
     inherited.timeoutMs = comm->timeoutMs;
     inherited.commName = comm->name;
     inherited.allowSharedDevice = comm->allowSharedDevice;
+    inherited.minCTAs = comm->minCtas;
+    inherited.maxCTAs = comm->maxCtas;
     int saved = -1;
     if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(comm->cudaDev) != cudaSuccess) {
       (void)cudaGetLastError();
