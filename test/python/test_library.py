@@ -59,8 +59,9 @@ class LibraryTest(unittest.TestCase):
                                             (fccl.RedOp, "fcclRedOp_t", "fccl"),
                                             (fccl.Path, "fcclPath_t", "fcclPath"),
                                             (fccl.ScaleMode, "fcclScaleMode_t", "fcclScale")):
+            # fcclNum* count the members; fcclMaxRedOp only gives the op type the range of communicators' own ops.
             c_values = {name[len(prefix):].lower(): value for name, value in header_enum(c_enum).items()
-                        if not name.startswith("fcclNum")}
+                        if not name.startswith("fcclNum") and name != "fcclMaxRedOp"}
             python_values = {member.name.lower(): member.value for member in python_enum}
             self.assertEqual(python_values, c_values, c_enum)
 
@@ -80,9 +81,18 @@ class LibraryTest(unittest.TestCase):
         self.assertTrue(all(strings), strings)
         self.assertEqual(len(set(strings)), len(strings), strings)
 
+    def test_scalar_residences_match_the_header(self):
+        from fccl import _premul
+        self.assertEqual(header_enum("fcclScalarResidence_t"),
+                         {"fcclScalarDevice": _premul._SCALAR_DEVICE,
+                          "fcclScalarHostImmediate": _premul._SCALAR_HOST_IMMEDIATE})
+        self.assertEqual(header_enum("fcclRedOp_t")["fcclNumOps"], 5)
+
     def test_struct_sizes_match_the_c_layout(self):
-        # size_t, 2 x unsigned, 2 x int, a pointer, an int: 40 bytes with the tail padding on x86-64.
-        self.assertEqual(ctypes.sizeof(_ConfigStruct), 40)
+        # size_t, 2 x unsigned, 2 x int, a pointer, 3 x int (allowSharedDevice, minCTAs, maxCTAs): 48 bytes with
+        # the tail padding on x86-64.
+        self.assertEqual(ctypes.sizeof(_ConfigStruct), 48)
+        self.assertEqual([name for name, _ in _ConfigStruct._fields_][-2:], ["minCTAs", "maxCTAs"])
         self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 8 * 8)
         self.assertEqual(ctypes.sizeof(_UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
         self.assertEqual(ctypes.sizeof(_BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))
