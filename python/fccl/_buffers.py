@@ -6,6 +6,7 @@ import math
 import sys
 
 from ._enums import _ITEM_SIZE, DataType, RedOp
+from ._premul import PreMulSum, _premul_from_name, _premul_from_torch
 
 
 # __cuda_array_interface__ type strings. bfloat16 has none (CuPy and numba lack it): pass a torch tensor or a tuple.
@@ -118,7 +119,6 @@ _TORCH_REDUCE_OPS = {"SUM": RedOp.sum, "PRODUCT": RedOp.prod, "MAX": RedOp.max, 
 
 def _op_of(op):
     """A reduction: a RedOp, or a PreMulSum (fccl's, its "premul_sum:<float.hex>" name, or torch's PREMUL_SUM)."""
-    from ._premul import PreMulSum, _premul_from_name, _premul_from_torch
     if isinstance(op, PreMulSum):
         return op
     if isinstance(op, str):

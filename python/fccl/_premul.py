@@ -39,6 +39,8 @@ class PreMulSum:
             if not scalar.is_cuda:
                 scalar = scalar.item()  # a host tensor is a host value
         self.scalar = scalar
+        # Made here, once: torch.compile traces the op's name as a plain attribute (fccl.ops).
+        self._name = None if self.on_device else _PREFIX + float(scalar).hex()
 
     @property
     def on_device(self) -> bool:
@@ -48,10 +50,10 @@ class PreMulSum:
     def name(self) -> str:
         """What fccl.ops' custom ops carry: "premul_sum:" and the scalar exactly (float.hex). A scalar in device
         memory cannot be carried by a string: those calls are made outside torch.compile."""
-        if self.on_device:
+        if self._name is None:
             raise ValueError("fccl.ops cannot carry a PreMulSum whose scalar is a CUDA tensor (it is read when the "
                              "kernel runs): call the Communicator's method outside torch.compile, or give a number")
-        return _PREFIX + float(self.scalar).hex()
+        return self._name
 
     def __repr__(self):
         return f"fccl.PreMulSum({self.scalar!r})"
