@@ -13,8 +13,10 @@
 #include "comm.h"
 #include "debug.h"
 #include "device.h"
+#include "device_state.h"
 #include "enqueue.h"
 #include "ncclwrap.h"
+#include "param.h"
 
 #include <sched.h>
 #include <stdint.h>
@@ -473,6 +475,12 @@ static fcclResult_t startLocal(struct fcclComm* comm, const ncclUniqueId* id, in
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   if (comm->name[0]) config.commName = comm->name;
+  /* The SM budget carries over to NCCL's kernels (NCCL caps it at its channel count; its own NCCL_MIN_CTAS and
+   * NCCL_MAX_CTAS still override it, as they override any config). */
+  const int minCtas = fcclDeviceCtaBound(comm->minCtas, FCCL_PARAM_MIN_CTAS);
+  const int maxCtas = fcclDeviceCtaBound(comm->maxCtas, FCCL_PARAM_MAX_CTAS);
+  if (minCtas > 0) config.minCTAs = minCtas;
+  if (maxCtas > 0) config.maxCTAs = maxCtas;
   ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, nranks, *id, rank, &config);
   if (result == ncclSuccess || result == ncclInProgress) return fcclSuccess;
   if (nc->comm) nc->broken = 1;
