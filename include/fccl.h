@@ -31,6 +31,7 @@ extern "C" {
 #define FCCL_MAJOR 0
 #define FCCL_MINOR 1
 #define FCCL_PATCH 0
+#define FCCL_SUFFIX "" /**< NCCL_SUFFIX's counterpart: "" for a release. */
 /** Version as one integer, comparable: major * 10000 + minor * 100 + patch. */
 #define FCCL_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define FCCL_VERSION_CODE FCCL_VERSION(FCCL_MAJOR, FCCL_MINOR, FCCL_PATCH)
@@ -66,6 +67,8 @@ FCCL_API const char* fcclGetErrorString(fcclResult_t result);
 struct fcclComm;
 /** Opaque communicator handle. */
 typedef struct fcclComm* fcclComm_t;
+/** No communicator: what fcclCommSplit gives a rank of FCCL_SPLIT_NOCOLOR (NCCL_COMM_NULL's counterpart). */
+#define FCCL_COMM_NULL NULL
 
 /**
  * The cause of the most recent failure, in words, with the source file and line where it was detected.
@@ -122,19 +125,27 @@ typedef struct {
   const char* commName; /**< Shown in log lines; may be NULL. Copied. */
   int allowSharedDevice; /**< 1 lets two ranks use one GPU (tests); 0 (default) makes that an error. */
   /* ---- appended (a caller compiled with an older fccl.h passes a smaller size: these read as undefined) ---- */
-  int minCTAs; /**< SM budget, NCCL's field of the same name: every kernel of the communicator runs on at least this
-                    many blocks (CTAs), where the GPU has the SMs; -1 (default): FCCL_MIN_CTAS, else no minimum. */
-  int maxCTAs; /**< SM budget: every kernel of the communicator runs on at most this many blocks, one per SM, so
-                    that the rest of the GPU stays free for work that overlaps it; -1 (default): FCCL_MAX_CTAS, else
-                    no bound but one block per SM. Must be the same on every rank (checked at init); the environment
-                    variables override both, as NCCL's do. docs/collectives.md#sm-budget. */
+  int splitShare; /**< NCCL's field for fcclCommSplit's children: 1 lets a child's NCCL communicator share its
+                       parent's NCCL resources (the NCCL and hierarchical paths: NCCL's splitShare), 0 not;
+                       FCCL_CONFIG_UNDEF_INT (default) leaves it to NCCL (NCCL_COMM_SPLIT_SHARE_RESOURCES). A child
+                       on fccl's kernels maps the parent's peer memory again through the process's mappings whatever
+                       the value (each mapping counted, nothing freed under the other). */
+  int minCTAs;    /**< SM budget, NCCL's field of the same name: every kernel of the communicator runs on at least
+                       this many blocks (CTAs), where the GPU has the SMs; -1 (default): FCCL_MIN_CTAS, else no
+                       minimum. */
+  int maxCTAs;    /**< SM budget: every kernel of the communicator runs on at most this many blocks, one per SM, so
+                       that the rest of the GPU stays free for work that overlaps it; -1 (default): FCCL_MAX_CTAS,
+                       else no bound but one block per SM. Must be the same on every rank (checked at init); the
+                       environment variables override both, as NCCL's do. A child of fcclCommSplit or
+                       fcclCommShrink made without a config keeps its parent's. docs/collectives.md#sm-budget. */
 } fcclConfig_t;
 
 #define FCCL_CONFIG_UNDEF_INT (-1)
+#define FCCL_CONFIG_UNDEF_PTR NULL
 #define FCCL_CONFIG_INITIALIZER                                                                    \
   {                                                                                                \
     sizeof(fcclConfig_t), FCCL_CONFIG_MAGIC, FCCL_VERSION_CODE, 1, FCCL_CONFIG_UNDEF_INT, NULL, 0, \
-        FCCL_CONFIG_UNDEF_INT, FCCL_CONFIG_UNDEF_INT                                               \
+        FCCL_CONFIG_UNDEF_INT, FCCL_CONFIG_UNDEF_INT, FCCL_CONFIG_UNDEF_INT                        \
   }
 
 /** Callbacks through which an application that already owns a process group bootstraps fccl. */
@@ -279,7 +290,8 @@ FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
  * other's process; then every survivor makes the new communicator. comm stays to be destroyed or aborted.
  * @param excludeRanks  excludeCount ranks of comm (may be NULL when excludeCount is 0); not this rank.
  * @param newcomm       receives the new communicator (rank: this rank's index among the survivors).
- * @param config        the new communicator's options; NULL: comm's timeout, name and allowSharedDevice.
+ * @param config        the new communicator's options; NULL: comm's timeout, name, allowSharedDevice and
+ *                      splitShare (fcclCommShrink blocks whatever comm's blocking says).
  * @param flags         FCCL_SHRINK_DEFAULT or FCCL_SHRINK_ABORT.
  * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL newcomm, an excluded rank out of range, twice or
  *         this rank, excludeCount out of 0..nranks-1, unknown flags); fcclInvalidUsage (comm's init has not
@@ -292,6 +304,60 @@ FCCL_API fcclResult_t fcclCommAbort(fcclComm_t comm);
  */
 FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, int excludeCount, fcclComm_t* newcomm,
                                      const fcclConfig_t* config, int flags);
+
+/** The color of a rank that joins no communicator in fcclCommSplit (NCCL_SPLIT_NOCOLOR's value). */
+#define FCCL_SPLIT_NOCOLOR (-1)
+
+/**
+ * Splits comm into disjoint communicators (ncclCommSplit's semantics): the ranks that pass the same color form one
+ * new communicator, ordered by key and, for equal keys, by their rank in comm; a rank that passes
+ * FCCL_SPLIT_NOCOLOR takes part in the exchange and gets FCCL_COMM_NULL. Every rank of comm calls it. Each new
+ * communicator runs on the path its own ranks allow (fcclCommGetPath: fccl's kernels, NCCL or hierarchical, decided
+ * as at init), on comm's device, without a unique id from the application: the ranks agree on colors, keys and a
+ * rendezvous over comm's own exchange, the new communicator's ranks reuse what comm knows of them (their processes
+ * and GPUs) and comm's peer mappings (each gains a reference; nothing is mapped twice), and where comm has an NCCL
+ * communicator the new one's is ncclCommSplit of it. comm stays usable and is destroyed on its own, before or
+ * after its children. While the exchange over comm runs, comm's fcclCommGetAsyncError says fcclInProgress and its
+ * other calls return fcclInvalidUsage.
+ * @param comm     a communicator whose init has finished, not finalized.
+ * @param color    a value >= 0, or FCCL_SPLIT_NOCOLOR.
+ * @param key      orders the ranks of one color (any int).
+ * @param newcomm  receives the new communicator, or FCCL_COMM_NULL for FCCL_SPLIT_NOCOLOR.
+ * @param config   the new communicator's options; NULL: comm's (blocking, timeout, name, allowSharedDevice,
+ *                 splitShare). With blocking = 0 the call returns fcclInProgress at once: *newcomm is valid (its
+ *                 fcclCommCount and fcclCommUserRank give 0 and -1 until the exchange has placed it); poll
+ *                 fcclCommGetAsyncError(*newcomm), or for FCCL_SPLIT_NOCOLOR fcclCommGetAsyncError(comm), until it
+ *                 is no longer fcclInProgress; fcclCommAbort(*newcomm) ends it at once.
+ * @return fcclSuccess; fcclInProgress (non-blocking); fcclInvalidArgument (invalid comm, NULL newcomm, a color below
+ *         0 other than FCCL_SPLIT_NOCOLOR, a bad config); fcclInvalidUsage (comm's init not finished, comm
+ *         finalized or failed, a split of comm still running, a communicator made before a fork()); fcclTimeout or
+ *         fcclRemoteError (a rank of comm did not call it within the timeout, or died: named; comm's exchange is
+ *         then broken, and comm reports the failure); what fcclCommInitRankConfig returns for the new communicator
+ *         (a rank of the same color that failed makes every rank of its color fail).
+ * Thread safety: as fcclCommInitRank; not concurrently with other calls on comm. Blocks: when blocking, until the
+ * new communicator is ready, bounded by comm's timeout for the exchange and the new one's for the rest.
+ * Collective: yes, every rank of comm. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommSplit(fcclComm_t comm, int color, int key, fcclComm_t* newcomm,
+                                    const fcclConfig_t* config);
+
+/**
+ * Finishes the communicator's work with its peers (ncclCommFinalize's semantics): waits for its kernels and NCCL's
+ * work to complete, then releases, with the other ranks, everything shared with them (peer mappings, the slot of its
+ * arena, NCCL's communicator, the host communicator of the hierarchical path). After it, fcclCommDestroy is local
+ * and quick, and the communicator takes no collective call (fcclInvalidUsage). With a non-blocking config
+ * (blocking = 0, or inherited through fcclCommSplit) it returns fcclInProgress and runs on a thread of its own:
+ * poll fcclCommGetAsyncError until it is no longer fcclInProgress. A communicator of fcclCommInitAll is finished
+ * together with its group at the last destroy (fcclCommDestroy), so that one thread may finalize and destroy them
+ * in turn: here its own work is waited for.
+ * @return fcclSuccess; fcclInProgress (non-blocking); fcclInvalidArgument (invalid handle); fcclInvalidUsage (init
+ *         not finished, already finalized, a split of it running, a communicator made before a fork()); the
+ *         communicator's recorded error when its init or a kernel failed (abort or destroy it); fcclTimeout or
+ *         fcclRemoteError when a peer does not take part (the communicator then holds nothing shared with peers).
+ * Thread safety: not concurrently with other calls on the same comm. Blocks: when blocking, bounded by the timeout.
+ * Collective: yes. Graph capture: no.
+ */
+FCCL_API fcclResult_t fcclCommFinalize(fcclComm_t comm);
 
 /**
  * fcclSuccess, fcclInProgress (non-blocking init not finished), or the error the init thread or a kernel recorded
@@ -329,18 +395,24 @@ FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank);
  * Collectives
  * ------------------------------------------------------------------------------------------------------------- */
 
-/** Data types; values match NCCL's. fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no
- *  infinities, largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
+/** Data types; values match NCCL's, and so do NCCL's other names for five of them (fcclChar, fcclInt, fcclHalf,
+ *  fcclFloat, fcclDouble). fcclFloat8e4m3 (OCP FP8 E4M3: 1 sign, 4 exponent, 3 mantissa bits, no infinities,
+ *  largest finite 448) is an output type of fcclAllReduceAddRMSNorm only: the collectives refuse it. */
 typedef enum {
   fcclInt8 = 0,
+  fcclChar = 0,
   fcclUint8 = 1,
   fcclInt32 = 2,
+  fcclInt = 2,
   fcclUint32 = 3,
   fcclInt64 = 4,
   fcclUint64 = 5,
   fcclFloat16 = 6,
+  fcclHalf = 6,
   fcclFloat32 = 7,
+  fcclFloat = 7,
   fcclFloat64 = 8,
+  fcclDouble = 8,
   fcclBfloat16 = 9,
   fcclFloat8e4m3 = 10,
   fcclNumTypes = 11
@@ -776,6 +848,10 @@ FCCL_API fcclResult_t fcclRecv(void* recvbuf, size_t count, fcclDataType_t datat
  * Thread safety, blocking, graph capture: as fcclSend. Collective: yes, the same count and type on every rank.
  */
 FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                   fcclComm_t comm, void* stream);
+
+/** fcclAllToAll spelled as NCCL spells it (ncclAlltoAll): the same call, arguments and codes. */
+FCCL_API fcclResult_t fcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                    fcclComm_t comm, void* stream);
 
 /**

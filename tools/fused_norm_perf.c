@@ -1,16 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fused_norm_perf: fcclAllReduceAddRMSNorm against fcclAllReduce followed by a separate add + RMSNorm kernel
- * (fused_norm_ref.cu), bf16, in CUDA-graph mode: for each hidden size and token count, -n calls of each are captured
- * into one graph, the graph is replayed -i times after -w warm-up replays, and the time per call (cudaEvent over
- * the replays, divided by calls) is printed for both with the speedup. Both paths run on the same data; the fused
- * output is compared with the baseline's bit for bit (their arithmetic is the same, docs/fused.md), and the
- * "same" column says whether they agree. One forked process per rank, GPU rank % GPUs (ranks share GPUs when there
- * are fewer GPUs than -g). -F runs the sweep once per form of the fused call (auto, oneshot, twoshot: FCCL_FUSED_ALGO
- * set in each rank before its first call), so that one run records both forms side by side.
+ * fused_norm_perf: fcclAllReduceAddRMSNorm against the unfused pair a server would run instead, fcclAllReduce followed
+ * by fccl's own add + RMSNorm kernel (fused_norm_ref.cu: the library's row kernel, which reaches memory speed), bf16,
+ * in CUDA-graph mode: for each hidden size and token count, -n calls of each are captured into one graph, the graph is
+ * replayed -i times after -w warm-up replays, and the time per call (cudaEvent over the replays, divided by calls) is
+ * printed with the speedup (pair / fused). The norm kernel alone is timed too, and the achieved memory bandwidth of
+ * the fused call and of the norm alone: the bytes of the local part (input read, residual read and written, output
+ * written: 4 x tokens x hidden x 2 bytes, plus the weight read once) over the time. Both paths run on the same
+ * data; the "same" column compares the fused call's output and residual with the norm's: "yes" bit for bit (the
+ * arithmetic is the same, docs/fused.md), "ulp" residual equal and outputs within one bf16 ulp (another reduction
+ * order: FCCL_FUSED_KERNEL=legacy), "NO" otherwise. One forked process per rank, GPU rank % GPUs (ranks share GPUs
+ * when there are fewer GPUs than -g). -F and -K run the sweep once per form of the fused call and per one-shot
+ * kernel (FCCL_FUSED_ALGO and FCCL_FUSED_KERNEL set in each rank before its first call). -C also times the norm
+ * kernel in each candidate shape of the row (threads per row x per block, fused_norm_shape.h) around the library's,
+ * with the same check against the library's shape.
  *
  *   fused_norm_perf                       every GPU, hidden 4096 and 8192, tokens 1, 2, 4, ... 8192
  *   fused_norm_perf -F oneshot,twoshot    the same sweep in each form
+ *   fused_norm_perf -g 1 -t 1,64,4096 -K row,legacy -C --csv out.csv
  *   fused_norm_perf -g 8 -H 4096 -t 1:512 -R 1     8 ranks, registered input
  */
 #include "cuda_status.h"
@@ -32,19 +39,27 @@
 
 #define MAX_RANKS 8
 #define MAX_HIDDEN 8
+#define MAX_TOKENS 32
 #define MAX_FORMS 3
+#define MAX_KERNELS 2
+#define MAX_CANDIDATES 12
 
-/* The fused call's forms, as FCCL_FUSED_ALGO names them (docs/env.md). */
+/* The fused call's forms and one-shot kernels, as FCCL_FUSED_ALGO and FCCL_FUSED_KERNEL name them (docs/env.md). */
 static const char* const kForms[MAX_FORMS] = {"auto", "oneshot", "twoshot"};
+static const char* const kKernels[MAX_KERNELS] = {"row", "legacy"};
 
 struct options {
   int nranks;
   size_t hidden[MAX_HIDDEN];
   int hiddens;
-  size_t minTokens, maxTokens;
-  int calls, warmup, iters, registered;
+  size_t tokens[MAX_TOKENS];
+  int ntokens;
+  int calls, warmup, iters, registered, baseline, candidates;
   int forms[MAX_FORMS]; /* indices into kForms, in the order asked for */
   int nforms;
+  int kernels[MAX_KERNELS]; /* indices into kKernels */
+  int nkernels;
+  const char* csv;
 };
 
 /* Shared with the forked ranks: the unique id (rank 0 creates it) and a flag that it is there. */
@@ -77,15 +92,24 @@ static uint16_t bf16Of(float f) {
   return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
 }
 
-/* Per-rank buffers for the largest case. */
+/* Per-rank buffers for the largest case; host: the fused call's (or a candidate's) output and residual, and the
+ * norm's in the library's shape, which the others are checked against. */
 struct buffers {
   void *input, *residual, *pristine, *weight, *output, *reduced, *refOutput;
+  void *hostOut, *hostRes, *refOut, *refRes;
   fcclRegHandle_t handle;
+};
+
+/* What one timed graph runs: the fused call, fcclAllReduce + the norm, or the norm alone in a shape (0 x 0: the
+ * library's). */
+enum path { PATH_FUSED, PATH_PAIR, PATH_NORM };
+struct shapeChoice {
+  unsigned rowThreads, blockThreads;
 };
 
 /* Times `calls` captured calls of one path, replayed; returns microseconds per call (negative on failure). */
 static double timeGraph(int rank, fcclComm_t comm, cudaStream_t stream, const struct options* o, struct buffers* b,
-                        size_t tokens, size_t hidden, int fused) {
+                        size_t tokens, size_t hidden, enum path path, struct shapeChoice shape) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   double us = -1.0;
@@ -93,14 +117,16 @@ static double timeGraph(int rank, fcclComm_t comm, cudaStream_t stream, const st
   fcclResult_t res = fcclSuccess;
   int ref = 0;
   for (int k = 0; k < o->calls && res == fcclSuccess && ref == 0; k++) {
-    if (fused) {
+    if (path == PATH_FUSED) {
       res = fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
                                     fcclBfloat16, fcclScaleNone, NULL, comm, stream);
-    } else {
-      res = fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream);
-      if (res == fcclSuccess)
-        ref = fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f, stream);
+      continue;
     }
+    if (path == PATH_PAIR)
+      res = fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream);
+    if (res == fcclSuccess)
+      ref = fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f,
+                               shape.rowThreads, shape.blockThreads, stream);
   }
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   if (res != fcclSuccess || ref != 0 || end != cudaSuccess) {
@@ -128,27 +154,136 @@ static double timeGraph(int rank, fcclComm_t comm, cudaStream_t stream, const st
   return us;
 }
 
-/* One eager call of each path on the same residual, then whether the outputs agree bit for bit (1), not (0), or
- * the calls failed (-1). */
-static int sameBits(int rank, fcclComm_t comm, cudaStream_t stream, struct buffers* b, size_t tokens, size_t hidden,
-                    void* hostA, void* hostB) {
-  const size_t bytes = tokens * hidden * 2;
-  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
-  CHECK_FCCL(fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
-                                     fcclBfloat16, fcclScaleNone, NULL, comm, stream));
-  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
-  CHECK_FCCL(fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream));
-  if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f, stream) != 0)
-    return -1;
-  CHECK_CUDA(cudaMemcpyAsync(hostA, b->output, bytes, cudaMemcpyDeviceToHost, stream));
-  CHECK_CUDA(cudaMemcpyAsync(hostB, b->refOutput, bytes, cudaMemcpyDeviceToHost, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
-  return memcmp(hostA, hostB, bytes) == 0;
+/* "yes" when output and residual equal the reference bit for bit, "ulp" when the residuals do and the outputs are
+ * within one bf16 ulp of each other (same sign), else "NO". */
+static const char* compareRows(const uint16_t* out, const uint16_t* res, const uint16_t* refOut, const uint16_t* refRes,
+                               size_t count) {
+  if (memcmp(res, refRes, count * 2) != 0) return "NO";
+  if (memcmp(out, refOut, count * 2) == 0) return "yes";
+  for (size_t i = 0; i < count; i++) {
+    const int a = out[i], b = refOut[i];
+    if (a != b && (((a ^ b) & 0x8000) != 0 || abs(a - b) > 1)) return "NO";
+  }
+  return "ulp";
 }
 
-static int rankMain(int rank, int gpus, const struct options* o, struct shared* sh, const char* form) {
+/* The norm in the library's shape, eagerly, from the pristine residual: the reference rows on the host. */
+static int referenceRows(int rank, fcclComm_t comm, cudaStream_t stream, struct buffers* b, size_t tokens,
+                         size_t hidden) {
+  const size_t bytes = tokens * hidden * 2;
+  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+  CHECK_FCCL(fcclAllReduce(b->input, b->reduced, tokens * hidden, fcclBfloat16, fcclSum, comm, stream));
+  if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->refOutput, tokens, hidden, 1e-6f, 0, 0, stream) != 0)
+    return 1;
+  CHECK_CUDA(cudaMemcpyAsync(b->refOut, b->refOutput, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaMemcpyAsync(b->refRes, b->residual, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  return 0;
+}
+
+/* One eager call of the fused call (shape NULL) or of the norm in a shape, from the pristine residual, compared with
+ * the reference rows; *verdict as compareRows. */
+static int checkRows(int rank, fcclComm_t comm, cudaStream_t stream, struct buffers* b, size_t tokens, size_t hidden,
+                     const struct shapeChoice* shape, const char** verdict) {
+  const size_t bytes = tokens * hidden * 2;
+  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+  if (shape == NULL) {
+    CHECK_FCCL(fcclAllReduceAddRMSNorm(b->input, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, fcclBfloat16,
+                                       fcclBfloat16, fcclScaleNone, NULL, comm, stream));
+  } else if (fusedNormRefLaunch(b->reduced, b->residual, b->weight, b->output, tokens, hidden, 1e-6f, shape->rowThreads,
+                                shape->blockThreads, stream) != 0) {
+    return 1;
+  }
+  CHECK_CUDA(cudaMemcpyAsync(b->hostOut, b->output, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaMemcpyAsync(b->hostRes, b->residual, bytes, cudaMemcpyDeviceToHost, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  *verdict = compareRows(b->hostOut, b->hostRes, b->refOut, b->refRes, tokens * hidden);
+  return 0;
+}
+
+/* The candidate shapes of bf16 rows of hidden: half, the library's and twice its threads per row, each in blocks of
+ * that many threads, 256 and 512, where the kernel runs them. */
+static int candidates(size_t hidden, struct shapeChoice* out) {
+  const int base = fusedNormRefShape(hidden, 0, 0, NULL);
+  int n = 0;
+  for (int scale = 0; scale < 3 && base > 0; scale++) {
+    const unsigned rowThreads = scale == 0 ? (unsigned)base / 2 : scale == 1 ? (unsigned)base : (unsigned)base * 2;
+    const unsigned blocks[] = {rowThreads, 256, 512};
+    for (int k = 0; k < 3 && n < MAX_CANDIDATES; k++) {
+      int seen = 0;
+      for (int j = 0; j < k; j++) seen |= blocks[j] == blocks[k];
+      if (!seen && blocks[k] >= rowThreads && fusedNormRefShape(hidden, rowThreads, blocks[k], NULL) > 0)
+        out[n++] = (struct shapeChoice){rowThreads, blocks[k]};
+    }
+  }
+  return n;
+}
+
+/* Bytes of the local part of a call: input read, residual read and written, output written, the weight once. */
+static double localBytes(size_t tokens, size_t hidden) { return 4.0 * (double)tokens * hidden * 2 + hidden * 2.0; }
+
+static void csvRow(FILE* csv, const char* kind, const char* form, const char* kernel, size_t hidden, size_t tokens,
+                   unsigned rowThreads, unsigned blockThreads, double us, const char* check) {
+  if (!csv) return;
+  fprintf(csv, "%s,%s,%s,%zu,%zu,%u,%u,%.3f,%.1f,%s\n", kind, form, kernel, hidden, tokens, rowThreads, blockThreads,
+          us, localBytes(tokens, hidden) / (us * 1e3), check);
+  fflush(csv);
+}
+
+/* One size: the check, then the fused call, the pair and the norm alone, then the candidates. */
+static int runSize(int rank, fcclComm_t comm, cudaStream_t stream, const struct options* o, struct buffers* b,
+                   size_t tokens, size_t hidden, const char* form, const char* kernel, FILE* csv) {
+  const size_t bytes = tokens * hidden * 2;
+  const double gb = localBytes(tokens, hidden) / 1e3; /* GB/s from microseconds */
+  const struct shapeChoice library = {0, 0};
+  const char* same = "-";
+  if (referenceRows(rank, comm, stream, b, tokens, hidden) ||
+      checkRows(rank, comm, stream, b, tokens, hidden, NULL, &same))
+    return 1;
+  CHECK_CUDA(cudaMemcpyAsync(b->residual, b->pristine, bytes, cudaMemcpyDeviceToDevice, stream));
+  const double fused = timeGraph(rank, comm, stream, o, b, tokens, hidden, PATH_FUSED, library);
+  double pair = 0, norm = 0;
+  if (o->baseline) {
+    pair = timeGraph(rank, comm, stream, o, b, tokens, hidden, PATH_PAIR, library);
+    norm = timeGraph(rank, comm, stream, o, b, tokens, hidden, PATH_NORM, library);
+  }
+  if (fused < 0 || pair < 0 || norm < 0) return 1;
+  unsigned rowsPerBlock = 0;
+  const int rowThreads = fusedNormRefShape(hidden, 0, 0, &rowsPerBlock);
+  if (rank == 0) {
+    if (o->baseline)
+      printf("%8s %7s %7zu %7zu %11zu %10.2f %8.0f %10.2f %10.2f %8.0f %8.2f %5s\n", form, kernel, hidden, tokens,
+             bytes, fused, gb / fused, pair, norm, gb / norm, pair / fused, same);
+    else
+      printf("%8s %7s %7zu %7zu %11zu %10.2f %8.0f %10s %10s %8s %8s %5s\n", form, kernel, hidden, tokens, bytes, fused,
+             gb / fused, "-", "-", "-", "-", same);
+    csvRow(csv, "fused", form, kernel, hidden, tokens, 0, 0, fused, same);
+    if (o->baseline) {
+      csvRow(csv, "pair", form, kernel, hidden, tokens, (unsigned)rowThreads, rowThreads * rowsPerBlock, pair, "-");
+      csvRow(csv, "norm", form, kernel, hidden, tokens, (unsigned)rowThreads, rowThreads * rowsPerBlock, norm, "yes");
+    }
+  }
+  if (!o->candidates) return 0;
+  struct shapeChoice shapes[MAX_CANDIDATES];
+  const int n = candidates(hidden, shapes);
+  for (int c = 0; c < n; c++) {
+    const char* check = "-";
+    if (checkRows(rank, comm, stream, b, tokens, hidden, &shapes[c], &check)) return 1;
+    const double us = timeGraph(rank, comm, stream, o, b, tokens, hidden, PATH_NORM, shapes[c]);
+    if (us < 0) return 1;
+    if (rank == 0) {
+      printf("%8s %7s %7zu %7zu   norm in %4u threads per row, blocks of %4u: %10.2f us %8.0f GB/s %5s\n", "cand",
+             kernel, hidden, tokens, shapes[c].rowThreads, shapes[c].blockThreads, us, gb / us, check);
+      csvRow(csv, "cand", form, kernel, hidden, tokens, shapes[c].rowThreads, shapes[c].blockThreads, us, check);
+    }
+  }
+  return 0;
+}
+
+static int rankMain(int rank, int gpus, const struct options* o, struct shared* sh, const char* form,
+                    const char* kernel) {
   /* Read once by the library, at this process's first call: set before any. */
-  if (setenv("FCCL_FUSED_ALGO", form, 1) != 0) {
+  if (setenv("FCCL_FUSED_ALGO", form, 1) != 0 || setenv("FCCL_FUSED_KERNEL", kernel, 1) != 0) {
     fprintf(stderr, "rank %d: setenv: %s\n", rank, strerror(errno));
     return 1;
   }
@@ -173,9 +308,10 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-  size_t maxHidden = 0;
+  size_t maxHidden = 0, maxTokens = 0;
   for (int h = 0; h < o->hiddens; h++) maxHidden = o->hidden[h] > maxHidden ? o->hidden[h] : maxHidden;
-  const size_t maxBytes = o->maxTokens * maxHidden * 2;
+  for (int t = 0; t < o->ntokens; t++) maxTokens = o->tokens[t] > maxTokens ? o->tokens[t] : maxTokens;
+  const size_t maxBytes = maxTokens * maxHidden * 2;
   struct buffers b;
   memset(&b, 0, sizeof(b));
   if (o->registered) {
@@ -187,50 +323,53 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
   void** plain[] = {&b.residual, &b.pristine, &b.output, &b.reduced, &b.refOutput};
   for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) CHECK_CUDA(cudaMalloc(plain[i], maxBytes));
   CHECK_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
-  uint16_t* host = NULL;
-  void* hostB = NULL;
-  CHECK_CUDA(cudaMallocHost((void**)&host, maxBytes));
-  CHECK_CUDA(cudaMallocHost(&hostB, maxBytes));
+  void** host[] = {&b.hostOut, &b.hostRes, &b.refOut, &b.refRes};
+  for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) CHECK_CUDA(cudaMallocHost(host[i], maxBytes));
   /* Data: small values of both signs, different per rank and tensor. */
+  uint16_t* fill = b.hostOut;
   uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
   const void* targets[] = {b.input, b.pristine};
   for (int t = 0; t < 2; t++) {
     for (size_t i = 0; i < maxBytes / 2; i++) {
       state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-      host[i] = bf16Of(((float)(state >> 40) / 16777216.0f - 0.5f) * (t ? 2.0f : 0.5f));
+      fill[i] = bf16Of(((float)(state >> 40) / 16777216.0f - 0.5f) * (t ? 2.0f : 0.5f));
     }
-    CHECK_CUDA(cudaMemcpy((void*)targets[t], host, maxBytes, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy((void*)targets[t], fill, maxBytes, cudaMemcpyHostToDevice));
   }
-  for (size_t i = 0; i < maxHidden; i++) host[i] = bf16Of(0.75f + (float)(i % 7) * 0.0625f);
-  CHECK_CUDA(cudaMemcpy(b.weight, host, maxHidden * 2, cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < maxHidden; i++) fill[i] = bf16Of(0.75f + (float)(i % 7) * 0.0625f);
+  CHECK_CUDA(cudaMemcpy(b.weight, fill, maxHidden * 2, cudaMemcpyHostToDevice));
 
+  FILE* csv = NULL;
+  if (rank == 0 && o->csv) {
+    csv = fopen(o->csv, "a");
+    if (!csv) {
+      fprintf(stderr, "fused_norm_perf: %s: %s\n", o->csv, strerror(errno));
+      return 1;
+    }
+    if (ftell(csv) == 0) fprintf(csv, "kind,form,kernel,hidden,tokens,row_threads,block_threads,us,GBps,check\n");
+  }
   if (rank == 0) {
-    printf("# fused_norm_perf: %d ranks, %d GPUs%s, bf16, %s input, CUDA graphs of %d calls, %d replays (%d "
-           "warm-up), fused form %s (FCCL_FUSED_ALGO)\n",
-           o->nranks, gpus, o->nranks > gpus ? " (ranks share GPUs)" : "", o->registered ? "registered" : "plain",
-           o->calls, o->iters, o->warmup, form);
-    printf("# baseline: fcclAllReduce + a separate add + RMSNorm kernel; same: fused output == baseline bit for bit\n");
-    printf("%8s %8s %8s %12s %12s %12s %8s %5s\n", "form", "hidden", "tokens", "bytes", "fused(us)", "baseline(us)",
-           "speedup", "same");
+    printf(
+        "# fused_norm_perf: %d ranks, %d GPUs%s, bf16, %s input, CUDA graphs of %d calls, %d replays (%d "
+        "warm-up), fused form %s (FCCL_FUSED_ALGO), one-shot kernel %s (FCCL_FUSED_KERNEL)\n",
+        o->nranks, gpus, o->nranks > gpus ? " (ranks share GPUs)" : "", o->registered ? "registered" : "plain",
+        o->calls, o->iters, o->warmup, form, kernel);
+    printf(
+        "# pair: fcclAllReduce + fccl's add + RMSNorm kernel; norm: that kernel alone; GB/s: bytes of the local "
+        "part (input read, residual read and written, output written, weight once) / time\n");
+    printf(
+        "# same: fused output and residual against the norm's: yes (bitwise), ulp (residual bitwise, output within "
+        "one ulp), NO\n");
+    printf("%8s %7s %7s %7s %11s %10s %8s %10s %10s %8s %8s %5s\n", "form", "kernel", "hidden", "tokens", "bytes",
+           "fused(us)", "GB/s", "pair(us)", "norm(us)", "GB/s", "speedup", "same");
   }
   int status = 0;
-  for (int h = 0; h < o->hiddens && status == 0; h++) {
-    for (size_t tokens = o->minTokens; tokens <= o->maxTokens && status == 0; tokens *= 2) {
-      const size_t hidden = o->hidden[h];
-      const int same = sameBits(rank, comm, stream, &b, tokens, hidden, host, hostB);
-      CHECK_CUDA(cudaMemcpyAsync(b.residual, b.pristine, tokens * hidden * 2, cudaMemcpyDeviceToDevice, stream));
-      const double fused = timeGraph(rank, comm, stream, o, &b, tokens, hidden, 1);
-      const double base = timeGraph(rank, comm, stream, o, &b, tokens, hidden, 0);
-      if (same < 0 || fused < 0 || base < 0) {
-        status = 1;
-        break;
-      }
-      if (rank == 0)
-        printf("%8s %8zu %8zu %12zu %12.2f %12.2f %8.2f %5s\n", form, hidden, tokens, tokens * hidden * 2, fused,
-               base, base / fused, same ? "yes" : "NO");
+  for (int h = 0; h < o->hiddens && status == 0; h++)
+    for (int t = 0; t < o->ntokens && status == 0; t++) {
+      status = runSize(rank, comm, stream, o, &b, o->tokens[t], o->hidden[h], form, kernel, csv);
       fflush(stdout);
     }
-  }
+  if (csv) fclose(csv);
   fcclResult_t async = fcclSuccess;
   if (fcclCommGetAsyncError(comm, &async) != fcclSuccess || async != fcclSuccess) status = 1;
   if (o->registered) {
@@ -241,8 +380,7 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
   }
   for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) cudaFree(*plain[i]);
   cudaFree(b.weight);
-  cudaFreeHost(host);
-  cudaFreeHost(hostB);
+  for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) cudaFreeHost(*host[i]);
   cudaStreamDestroy(stream);
   if (fcclCommDestroy(comm) != fcclSuccess) status = 1;
   return status;
@@ -250,33 +388,81 @@ static int rankMain(int rank, int gpus, const struct options* o, struct shared* 
 
 static void usage(FILE* out) {
   fprintf(out,
-          "usage: fused_norm_perf [-g ranks] [-H hidden[,hidden...]] [-t min:max tokens, doubling]\n"
+          "usage: fused_norm_perf [-g ranks] [-H hidden[,hidden...]] [-t min:max | -t tokens[,tokens...]]\n"
           "          [-n calls per graph] [-w warm-up replays] [-i timed replays] [-R 0|1 registered input]\n"
-          "          [-F form[,form...]] [-h]\n"
+          "          [-F form[,form...]] [-K kernel[,kernel...]] [-b 0|1] [-C] [--csv FILE] [-h]\n"
           "  -g, --ngpus N      ranks, one process each (default: every GPU; more than the GPUs share them)\n"
-          "  -H, --hidden LIST  hidden sizes, comma separated (default 4096,8192)\n"
-          "  -t, --tokens A:B   tokens from A to B, doubling (default 1:8192)\n"
+          "  -H, --hidden LIST  hidden sizes, comma separated, 1..32768 (default 4096,8192)\n"
+          "  -t, --tokens A:B   tokens from A to B, doubling (default 1:8192), or a list, comma separated\n"
           "  -n, --calls N      calls per CUDA graph (default 20)\n"
           "  -w, --warmup N     warm-up replays (default 5)\n"
           "  -i, --iters N      timed replays (default 20)\n"
           "  -R, --registered B 1: the input in registered memory (default 0)\n"
           "  -F, --form LIST    forms of the fused call, comma separated, one sweep each: auto, oneshot, twoshot\n"
           "                     (default auto; the automatic choice is docs/fused.md's)\n"
+          "  -K, --kernel LIST  the one-shot form's kernel, one sweep each: row, legacy (default row)\n"
+          "  -b, --baseline B   0: time the fused call only (default 1: also the pair and the norm alone)\n"
+          "  -C, --candidates   also time the norm in the candidate shapes of the row (threads per row, per block)\n"
+          "      --csv FILE     append every timing as a CSV row (kind,form,kernel,hidden,tokens,row_threads,\n"
+          "                     block_threads,us,GBps,check)\n"
           "  -h, --help         this text\n");
 }
 
+/* Indices of the comma-separated names of `arg` in names[count], into out; their number, or -1 for an unknown one. */
+static int parseNames(char* arg, const char* const* names, int count, int* out) {
+  int n = 0;
+  for (char* f = strtok(arg, ","); f; f = strtok(NULL, ",")) {
+    int known = -1;
+    for (int k = 0; k < count; k++)
+      if (strcmp(f, names[k]) == 0) known = k;
+    if (known < 0 || n == count) return -1;
+    out[n++] = known;
+  }
+  return n > 0 ? n : -1;
+}
+
+/* -t: "A:B" doubling from A to B, or a comma list. 0 when malformed. */
+static int parseTokens(const char* arg, struct options* o) {
+  size_t lo = 0, hi = 0;
+  char tail = 0;
+  o->ntokens = 0;
+  if (strchr(arg, ':')) {
+    if (sscanf(arg, "%zu:%zu%c", &lo, &hi, &tail) != 2 || lo < 1 || hi < lo) return 0;
+    for (size_t t = lo; t <= hi && o->ntokens < MAX_TOKENS; t *= 2) o->tokens[o->ntokens++] = t;
+    return 1;
+  }
+  char copy[512];
+  snprintf(copy, sizeof(copy), "%s", arg);
+  for (char* s = strtok(copy, ","); s; s = strtok(NULL, ",")) {
+    char* end = NULL;
+    const unsigned long long t = strtoull(s, &end, 10);
+    if (*end != '\0' || t < 1 || o->ntokens == MAX_TOKENS) return 0;
+    o->tokens[o->ntokens++] = (size_t)t;
+  }
+  return o->ntokens > 0;
+}
+
 int main(int argc, char** argv) {
-  struct options o = {0, {4096, 8192}, 2, 1, 8192, 20, 5, 20, 0, {0}, 1};
-  int badForm = 0;
-  static const struct option longOptions[] = {
-      {"ngpus", required_argument, NULL, 'g'}, {"hidden", required_argument, NULL, 'H'},
-      {"tokens", required_argument, NULL, 't'}, {"calls", required_argument, NULL, 'n'},
-      {"warmup", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'i'},
-      {"registered", required_argument, NULL, 'R'}, {"form", required_argument, NULL, 'F'},
-      {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  struct options o = {0, {4096, 8192}, 2, {0}, 0, 20, 5, 20, 0, 1, 0, {0}, 1, {0}, 1, NULL};
+  parseTokens("1:8192", &o);
+  int badList = 0;
+  static const struct option longOptions[] = {{"ngpus", required_argument, NULL, 'g'},
+                                              {"hidden", required_argument, NULL, 'H'},
+                                              {"tokens", required_argument, NULL, 't'},
+                                              {"calls", required_argument, NULL, 'n'},
+                                              {"warmup", required_argument, NULL, 'w'},
+                                              {"iters", required_argument, NULL, 'i'},
+                                              {"registered", required_argument, NULL, 'R'},
+                                              {"form", required_argument, NULL, 'F'},
+                                              {"kernel", required_argument, NULL, 'K'},
+                                              {"baseline", required_argument, NULL, 'b'},
+                                              {"candidates", no_argument, NULL, 'C'},
+                                              {"csv", required_argument, NULL, 'c'},
+                                              {"help", no_argument, NULL, 'h'},
+                                              {NULL, 0, NULL, 0}};
   int opt;
   opterr = 0;
-  while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:F:h", longOptions, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":g:H:t:n:w:i:R:F:K:b:Ch", longOptions, NULL)) != -1) {
     switch (opt) {
       case 'g': o.nranks = atoi(optarg); break;
       case 'H': {
@@ -285,28 +471,16 @@ int main(int argc, char** argv) {
           o.hidden[o.hiddens++] = strtoull(s, NULL, 10);
         break;
       }
-      case 't':
-        if (sscanf(optarg, "%zu:%zu", &o.minTokens, &o.maxTokens) != 2) o.minTokens = 0;
-        break;
+      case 't': badList |= !parseTokens(optarg, &o); break;
       case 'n': o.calls = atoi(optarg); break;
       case 'w': o.warmup = atoi(optarg); break;
       case 'i': o.iters = atoi(optarg); break;
       case 'R': o.registered = atoi(optarg); break;
-      case 'F': {
-        o.nforms = 0;
-        for (char* f = strtok(optarg, ","); f; f = strtok(NULL, ",")) {
-          int known = -1;
-          for (int k = 0; k < MAX_FORMS; k++)
-            if (strcmp(f, kForms[k]) == 0) known = k;
-          if (known < 0 || o.nforms == MAX_FORMS) {
-            badForm = 1;
-            break;
-          }
-          o.forms[o.nforms++] = known;
-        }
-        badForm |= o.nforms == 0;
-        break;
-      }
+      case 'F': badList |= (o.nforms = parseNames(optarg, kForms, MAX_FORMS, o.forms)) < 0; break;
+      case 'K': badList |= (o.nkernels = parseNames(optarg, kKernels, MAX_KERNELS, o.kernels)) < 0; break;
+      case 'b': o.baseline = atoi(optarg); break;
+      case 'C': o.candidates = 1; break;
+      case 'c': o.csv = optarg; break;
       case 'h': usage(stdout); return 0;
       default: {
         char problem[128];
@@ -317,14 +491,14 @@ int main(int argc, char** argv) {
       }
     }
   }
-  int bad = o.hiddens < 1 || o.minTokens < 1 || o.maxTokens < o.minTokens || o.calls < 1 || o.iters < 1 ||
-            o.warmup < 0 || o.nranks < 0 || o.nranks > MAX_RANKS;
+  int bad = o.hiddens < 1 || o.ntokens < 1 || o.calls < 1 || o.iters < 1 || o.warmup < 0 || o.nranks < 0 ||
+            o.nranks > MAX_RANKS || (o.baseline != 0 && o.baseline != 1) || (o.candidates && !o.baseline);
   for (int h = 0; h < o.hiddens; h++) bad |= o.hidden[h] < 1 || o.hidden[h] > 32768;
-  if (bad || badForm || optind < argc) {
+  if (bad || badList || optind < argc) {
     fprintf(stderr, "fused_norm_perf: %s\n",
             optind < argc ? "unexpected argument"
-            : badForm     ? "-F takes auto, oneshot and twoshot, comma separated, at most 3"
-                          : "a value is out of range");
+            : badList     ? "-t takes A:B or a list of token counts; -F auto, oneshot, twoshot; -K row, legacy"
+                          : "a value is out of range (-C needs -b 1)");
     usage(stderr);
     return 2;
   }
@@ -340,25 +514,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   int failed = 0;
-  /* One set of ranks per form: the library reads FCCL_FUSED_ALGO once per process. */
+  /* One set of ranks per form and kernel: the library reads FCCL_FUSED_ALGO and FCCL_FUSED_KERNEL once per process. */
   for (int f = 0; f < o.nforms && failed == 0; f++) {
-    memset(sh, 0, sizeof(*sh));
-    fflush(stdout);
-    pid_t pids[MAX_RANKS];
-    int started = 0;
-    for (int r = 0; r < o.nranks; r++) {
-      pids[r] = fork();
-      if (pids[r] == 0) _exit(rankMain(r, gpus, &o, sh, kForms[o.forms[f]]));
-      if (pids[r] < 0) {
-        fprintf(stderr, "fused_norm_perf: fork: %s\n", strerror(errno));
-        failed++;
-        break;
+    for (int k = 0; k < o.nkernels && failed == 0; k++) {
+      memset(sh, 0, sizeof(*sh));
+      fflush(stdout);
+      pid_t pids[MAX_RANKS];
+      int started = 0;
+      for (int r = 0; r < o.nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) _exit(rankMain(r, gpus, &o, sh, kForms[o.forms[f]], kKernels[o.kernels[k]]));
+        if (pids[r] < 0) {
+          fprintf(stderr, "fused_norm_perf: fork: %s\n", strerror(errno));
+          failed++;
+          break;
+        }
+        started++;
       }
-      started++;
-    }
-    for (int r = 0; r < started; r++) {
-      int status = 0;
-      if (waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+      for (int r = 0; r < started; r++) {
+        int status = 0;
+        if (waitpid(pids[r], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+      }
     }
   }
   munmap(sh, sizeof(*sh));

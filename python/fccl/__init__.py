@@ -53,7 +53,7 @@ communicator. ``fccl.server.CustomAllReduce`` is the custom all-reduce of an inf
 """
 
 # The package is split by job into private modules; this file is its public face: every name a program uses is here.
-from ._c_api import CONFIG_MAGIC, UNIQUE_ID_BYTES
+from ._c_api import CONFIG_MAGIC, SPLIT_NOCOLOR, UNIQUE_ID_BYTES
 from ._communicator import Communicator, Registration, group, mem_stats
 from ._config import Config
 from ._enums import DataType, Path, RedOp, Result, ScaleMode
@@ -66,7 +66,7 @@ __version__ = "0.1.0"  # the C library's version this layer is written against (
 __all__ = [
     "Result", "DataType", "RedOp", "PreMulSum", "ScaleMode", "Path", "FcclError", "version", "error_string",
     "UniqueId", "Config", "Communicator", "Registration", "mem_stats", "load", "group", "UNIQUE_ID_BYTES",
-    "CONFIG_MAGIC",
+    "CONFIG_MAGIC", "SPLIT_NOCOLOR",
 ]
 
 # Public classes and functions name this package as their home, as they did when it was one file: fccl.FcclError in

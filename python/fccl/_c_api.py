@@ -6,6 +6,7 @@ import ctypes
 UNIQUE_ID_BYTES = 128
 CONFIG_MAGIC = 0xFCC1C0F1
 _CONFIG_UNDEF_INT = -1
+SPLIT_NOCOLOR = -1  # FCCL_SPLIT_NOCOLOR
 
 
 class _UniqueIdStruct(ctypes.Structure):
@@ -22,6 +23,7 @@ class _ConfigStruct(ctypes.Structure):
         ("timeoutMs", ctypes.c_int),
         ("commName", ctypes.c_char_p),
         ("allowSharedDevice", ctypes.c_int),
+        ("splitShare", ctypes.c_int),
         ("minCTAs", ctypes.c_int),
         ("maxCTAs", ctypes.c_int),
     ]
@@ -98,4 +100,7 @@ _PROTOTYPES = {
     "fcclCommShrink": (_result_t, [_comm_t, _c_int_p, ctypes.c_int, ctypes.POINTER(_comm_t),
                                    ctypes.POINTER(_ConfigStruct), ctypes.c_int]),
     "fcclGroupEnd": (_result_t, []),
+    "fcclCommSplit": (_result_t, [_comm_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_comm_t),
+                                  ctypes.POINTER(_ConfigStruct)]),
+    "fcclCommFinalize": (_result_t, [_comm_t]),
 }

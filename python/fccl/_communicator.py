@@ -14,7 +14,7 @@ from ._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_re
                          _all_to_all_arguments, _broadcast_arguments, _exclude_list, _gather_arguments,
                          _peer_arguments, _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments)
 from ._buffers import _as_buffer, _stream_handle
-from ._c_api import _MEM_STATS_FIELDS, _MemStatsStruct
+from ._c_api import _MEM_STATS_FIELDS, SPLIT_NOCOLOR, _MemStatsStruct
 from ._config import Config, _config_pointer
 from ._device import _device_index, _OnDevice
 from ._enums import Path, Result
@@ -389,6 +389,34 @@ class Communicator:
                                            config_pointer, 1 if abort else 0)
             _check(result, "fcclCommShrink", handle)
         return Communicator(new.value, name=name)
+
+    def split(self, color: Optional[int], key: int = 0, config: Optional[Config] = None,
+              name: Optional[str] = None) -> Optional["Communicator"]:
+        """fcclCommSplit (ncclCommSplit's semantics): the ranks that pass the same color (an int >= 0) make a new
+        communicator, ordered by key, then by their rank here; color None (or fccl.SPLIT_NOCOLOR) joins none and
+        returns None. Collective: every rank of this communicator calls it. The new one runs on the path its own
+        ranks allow, on this one's device, and this one stays usable. config None: this one's options; with blocking
+        False the call returns at once and the new communicator's async_error() is InProgress until it is ready
+        (None's rank: this one's async_error()). name: the new communicator's name (None: an automatic one)."""
+        nocolor = color is None or int(color) == SPLIT_NOCOLOR
+        handle = self._live_handle()
+        new = ctypes.c_void_p()
+        config_pointer = _config_pointer(config)
+        if nocolor:
+            result = _lib().fcclCommSplit(handle, SPLIT_NOCOLOR, int(key), ctypes.byref(new), config_pointer)
+            _check(result, "fcclCommSplit", handle, allowed=(Result.Success, Result.InProgress))
+            return None
+        with _Reservation(name) as name:
+            result = _lib().fcclCommSplit(handle, int(color), int(key), ctypes.byref(new), config_pointer)
+            _check(result, "fcclCommSplit", handle, allowed=(Result.Success, Result.InProgress))
+        return Communicator(new.value, name=name)
+
+    def finalize(self):
+        """fcclCommFinalize (ncclCommFinalize's semantics): finishes this communicator's work with its peers, so that
+        destroy() afterwards is local and quick; collective. A non-blocking communicator returns at once with
+        async_error() InProgress until it is done. The communicator takes no collective call afterwards."""
+        handle = self._live_handle()
+        _check(_lib().fcclCommFinalize(handle), "fcclCommFinalize", handle, allowed=(Result.Success, Result.InProgress))
 
     def send(self, send, peer: int, stream=None):
         """fcclSend of send's elements to rank peer, which posts the matching recv; through NCCL on every path (on

@@ -587,3 +587,26 @@ fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs) {
   fcclSocketLoopback(&listenAt, 0);
   return rootStartRandom(&listenAt, timeoutMs, id);
 }
+
+fcclResult_t fcclBootstrapGetUniqueIdNear(const struct fcclBootstrap* near, int local, int timeoutMs,
+                                          fcclUniqueId* id) {
+  union fcclSocketAddress listenAt;
+  const char* ifname = fcclParamString(FCCL_PARAM_SOCKET_IFNAME);
+  const char* commId = fcclParamString(FCCL_PARAM_COMM_ID);
+  if (near && near->ops && near->ops->localAddress && near->ops->localAddress(near, &listenAt) == 0) {
+    /* where this rank already reaches near's peers; port 0 */
+  } else if (local) {
+    fcclSocketLoopback(&listenAt, 0);
+  } else if (ifname[0] != '\0') {
+    FCCLCHECK(fcclSocketInterfaceAddress(ifname, &listenAt));
+  } else if (commId[0] != '\0') {
+    FCCLCHECK(fcclSocketParseHostPort(commId, &listenAt)); /* its host: the port is the first root's */
+  } else {
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_BOOT,
+                      "the ranks are on several hosts and this communicator's bootstrap (%s) has no address of its "
+                      "own: set FCCL_SOCKET_IFNAME to the interface the hosts reach each other on",
+                      near && near->ops ? near->ops->name : "none");
+  }
+  listenAt.sin.sin_port = 0; /* same offset for sin6_port */
+  return rootStartRandom(&listenAt, timeoutMs, id);
+}

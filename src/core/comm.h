@@ -33,6 +33,8 @@ struct fcclComm {
   char name[FCCL_COMM_NAME_MAX];
   int timeoutMs;          /* bound on every host-side wait for peers */
   int allowSharedDevice;  /* config: ranks may share a GPU (tests) */
+  int blocking;           /* config: 0 runs fcclCommFinalize on a thread, and a split of this one inherits it */
+  int splitShare;         /* config (NCCL's): 0, 1, or FCCL_CONFIG_UNDEF_INT; a split of this one inherits it */
   int minCtas, maxCtas;   /* config: the SM budget as given (FCCL_CONFIG_UNDEF_INT: not set); the device state
                            * resolves it with FCCL_MIN_CTAS and FCCL_MAX_CTAS */
 
@@ -64,8 +66,17 @@ struct fcclComm {
   struct fcclLocalGroup* localGroup; /* fcclCommInitAll's group (core/comm/local_group.h), or NULL */
 
   unsigned forkGeneration; /* fcclForkGeneration() when it was made: a fork() since makes it its parent's */
-  unsigned shrinks;        /* fcclCommShrink calls made on it: part of each one's rendezvous name
-                            * (core/comm/shrink.c) */
+  int finalized;           /* atomic: fcclCommFinalize was called (1) and has finished (2) (core/comm/finalize.c) */
+
+  /* ---- fcclCommSplit of this communicator (core/comm/split.c) ---- */
+  int splitActive;          /* atomic: a split's exchange over this communicator runs (its asyncError reads
+                             * fcclInProgress meanwhile); destroy and abort wait for it to end */
+  volatile int* splitAbort; /* while the exchange runs for a child: the child's abort flag, which the exchange
+                             * waits on and which aborting this communicator sets too; errorLock */
+  pthread_t splitThread;    /* a non-blocking split's exchange on a rank that joins no child (FCCL_SPLIT_NOCOLOR) */
+  int splitThreadActive;    /* it must still be joined */
+  unsigned shrinks;         /* fcclCommShrink calls made on it: part of each one's rendezvous name
+                             * (core/comm/shrink.c) */
 
   pthread_mutex_t errorLock;
   char lastError[FCCL_LAST_ERROR_MAX]; /* guarded by errorLock */
@@ -86,8 +97,8 @@ fcclResult_t fcclCommCheckOwner(const struct fcclComm* comm, const char* caller)
 
 /*
  * For entry points that use a communicator after init: fcclInvalidArgument for a bad handle (NULL, freed),
- * fcclInvalidUsage while a non-blocking init is still running, and the init's error when it failed. Reports the
- * failure with caller's name.
+ * fcclInvalidUsage while a non-blocking init, a split of it or its finalize is still running and once it was
+ * finalized, and the init's error when it failed. Reports the failure with caller's name.
  */
 fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller);
 

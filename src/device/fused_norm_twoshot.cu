@@ -8,14 +8,15 @@
  *   push(k)  staged input: our rows of every other owner's share into its inbox [parity][me], then pad A step k + 1
  *            (release). Registered input: nothing; the owner reads every rank's input in place.
  *   wait A   staged: every writer's rows of our share arrived (acquire).
- *   norm(k)  our share, one block per row (fused_norm.cuh: the same arithmetic as the one-shot form, so the same
- *            bits): r', the output row and the scale go into our buffers and, from the same registers, into our
- *            region [parity][me] of every peer's result area; then pad B step k + 1 (release).
+ *   norm(k)  our share, each row by one group of threads (fused_norm.cuh: the row kernel, as in the one-shot form,
+ *            so the same bits): r', the output row and the scale go into our buffers and, from the same registers,
+ *            into our region [parity][me] of every peer's result area; then pad B step k + 1 (release).
  *   wait B   every owner's results of round k arrived (acquire); copied into our residual, output and scales.
  *
- * Row i of a share is handled by block i mod grid on every rank (the grid is the same everywhere:
- * core/coll/fused_norm.c computes it from the call's arguments), and flags go between blocks of the same index, so a
- * block waits only for the rows it handles.
+ * Row i of a share is handled by the block of its batch (fused::forEachRow) on every rank, in pushing, normalising
+ * and copying out alike (the grid and the batches are the same everywhere: core/coll/fused_norm.c computes the grid
+ * from the call's arguments and the GPU, the batch from the row's size), and flags go between blocks of the same
+ * index, so a block waits only for the rows it handles.
  *
  * Staging reuse. Staged input: as the staged two-shot all-reduce (allreduce_twoshot_staged.cu): push(k + 1) is issued
  * after wait A of round k, an owner writes our result area of a parity again only after our push of the round after the
@@ -58,13 +59,11 @@ using ByteIO = UnitIO<MoveTraits<1>, 16>;
 
 }  // namespace
 
-template <int DT, bool FP8, int NR>
-__global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDevComm c, fcclFusedArgs a) {
+template <int DT, bool FP8, int NR, bool VEC>
+__global__ void __launch_bounds__(FCCL_FUSED_MAX_BLOCK_THREADS) fusedNormTwoshot(fcclDevComm c, fcclFusedArgs a) {
   using TT = TypeTraits<DT>;
   using IO = UnitIO<TT, 16>;
-  using Unit = typename IO::Unit;
-  constexpr int kThreads = fused::kThreads;
-  __shared__ float shared[fused::kWarps];
+  __shared__ fused::Scratch scratch;
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c, a.print);
   const int n = c.nranks;
@@ -72,10 +71,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
   const int kernel = FCCL_KERNEL_FUSED_NORM;
   const uint64_t rowBytes = a.hidden * sizeof(typename TT::Bits);
   const uint64_t pitch = divUp(rowBytes, FCCL_UNIT_BYTES) * FCCL_UNIT_BYTES;
-  const uint64_t units = pitch / FCCL_UNIT_BYTES;
   const uint64_t outRowBytes = FP8 ? a.hidden : rowBytes;
   const uint64_t outPitch = divUp(outRowBytes, FCCL_UNIT_BYTES) * FCCL_UNIT_BYTES;
-  const uint64_t outUnits = outPitch / FCCL_UNIT_BYTES;
   const bool dynamic = FP8 && a.scaleMode == fcclScaleDynamic;
   /* An owner's region of the result area: roundRows rows of r' (with a residual), of output, then the scales. */
   const uint64_t resPitch = a.residual ? pitch : 0;
@@ -84,6 +81,7 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
   const uint64_t cap = a.roundRows * (uint64_t)n;
   const uint64_t rounds = divUp(a.tokens, cap);
   const float staticScale = FP8 && a.scaleMode == fcclScaleStatic ? *ptr<const float>(a.scale) : 1.0f;
+  fused::RowGroup g(fcclFusedShapeOf(rowBytes).rowThreads);
 
   if (a.registered) {
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, 1), false);
@@ -101,15 +99,12 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
 #pragma unroll
     for (int s = 0; s < NR; s++) {
       if (s >= n || s == me) continue;
-      const uint64_t first = r.ownerStart(s), len = r.ownerLen(s);
-      for (uint64_t i = blockIdx.x; i < len; i += gridDim.x) {
-        const uint64_t in = a.input + (first + i) * rowBytes;
-        for (uint64_t u = threadIdx.x; u < units; u += kThreads) {
-          Unit v;
-          IO::load(in, u, rowBytes, v);
-          st_data16(ptr<void>(outbound[s] + i * pitch + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
-        }
-      }
+      const uint64_t first = r.ownerStart(s);
+      fused::forEachRow(r.ownerLen(s), g, [&](uint64_t i) {
+        uint64_t rows[FCCL_DEVICE_MAX_RANKS] = {};
+        rows[s] = outbound[s] + i * pitch;
+        fused::pushRow<IO, NR>(a.input + (first + i) * rowBytes, rowBytes, rows, g);
+      });
     }
     __syncthreads();
     postPeers(c, c.layout.signalAOffset, sigValue(epoch, (uint32_t)k + 1), true);
@@ -134,8 +129,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
       if (!a.registered) peerRegionsInbound<NR>(c, c.layout.inboxOffset, r.parity, inbound);
       fused::RowCopies copies = {};
       peerRegionsOutbound<NR>(c, c.layout.resultOffset, r.parity, copies.base);
-      const uint64_t first = r.ownerStart(me), len = r.ownerLen(me);
-      for (uint64_t i = blockIdx.x; i < len; i += gridDim.x) {
+      const uint64_t first = r.ownerStart(me);
+      fused::forEachRow(r.ownerLen(me), g, [&](uint64_t i) {
         const uint64_t row = first + i;
         uint64_t bases[FCCL_DEVICE_MAX_RANKS] = {};
 #pragma unroll
@@ -146,8 +141,8 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
         copies.residual = i * pitch;
         copies.output = outAt + i * outPitch;
         copies.scale = scaleAt + i * sizeof(float);
-        fused::normRow<TT, FP8, NR, true>(a, bases, n, row, staticScale, shared, &copies);
-      }
+        fused::normRow<TT, FP8, NR, VEC, true>(a, bases, n, row, staticScale, g, scratch, &copies);
+      });
     }
     __syncthreads();
     postPeers(c, c.layout.signalBOffset, sigValue(epoch, (uint32_t)k + 1), true);
@@ -160,30 +155,16 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
     for (int s = 0; s < NR; s++) {
       if (s >= n || s == me) continue;
       const uint64_t region = stagingRegion(c, c.layout.resultOffset, r.parity, s, me);
-      const uint64_t first = r.ownerStart(s), len = r.ownerLen(s);
-      for (uint64_t i = blockIdx.x; i < len; i += gridDim.x) {
+      const uint64_t first = r.ownerStart(s);
+      fused::forEachRow(r.ownerLen(s), g, [&](uint64_t i) {
         const uint64_t row = first + i;
-        for (uint64_t u = threadIdx.x; u < units; u += kThreads) {
-          if (!a.residual) break;
-          Unit v;
-          ld_data16(ptr<const void>(region + i * pitch + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
-          IO::store(a.residual + row * rowBytes, u, rowBytes, v);
-        }
-        for (uint64_t u = threadIdx.x; u < outUnits; u += kThreads) {
-          Unit v;
-          ld_data16(ptr<const void>(region + outAt + i * outPitch + u * FCCL_UNIT_BYTES), v.words[0], v.words[1]);
-          if constexpr (FP8) {
-            typename ByteIO::Unit b;
-            b.words[0] = v.words[0];
-            b.words[1] = v.words[1];
-            ByteIO::store(a.output + row * outRowBytes, u, outRowBytes, b);
-          } else {
-            IO::store(a.output + row * outRowBytes, u, outRowBytes, v);
-          }
-        }
-        if (dynamic && threadIdx.x == 0)
-          ptr<float>(a.scale)[row] = *ptr<const float>(region + scaleAt + i * sizeof(float));
-      }
+        if (a.residual) fused::copyRow<IO>(region + i * pitch, a.residual + row * rowBytes, rowBytes, g);
+        if constexpr (FP8)
+          fused::copyRow<ByteIO>(region + outAt + i * outPitch, a.output + row * outRowBytes, outRowBytes, g);
+        else
+          fused::copyRow<IO>(region + outAt + i * outPitch, a.output + row * outRowBytes, outRowBytes, g);
+        if (dynamic && g.lane == 0) ptr<float>(a.scale)[row] = *ptr<const float>(region + scaleAt + i * sizeof(float));
+      });
     }
     /* Registered: our result area of this parity is free for round k + 2. */
     if (a.registered && k + 2 < rounds) {
@@ -194,12 +175,17 @@ __global__ void __launch_bounds__(FCCL_FUSED_THREADS, 1) fusedNormTwoshot(fcclDe
   epochEnd(c, epoch);
 }
 
-/* The two-shot kernel for (datatype, FP8 output or not, rank bound); NULL for a type without one. */
-const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound) {
-#define FCCL_FUSED_ENTRY_(dt, f8, nr) \
-  if (type == dt && fp8 == f8 && rankBound == nr) return reinterpret_cast<const void*>(&fusedNormTwoshot<dt, f8, nr>);
-#define FCCL_FUSED_FOR_BOUNDS_(dt, f8) \
-  FCCL_FUSED_ENTRY_(dt, f8, 2) FCCL_FUSED_ENTRY_(dt, f8, 4) FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS)
+/* The two-shot kernel for (datatype, FP8 output or not, rank bound, vector path); NULL for a type without one. The
+ * general path comes in the largest rank bound only, as the one-shot form's (fused_norm_oneshot.cu). */
+const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec) {
+#define FCCL_FUSED_ENTRY_(dt, f8, nr, v)                      \
+  if (type == dt && fp8 == f8 && rankBound == nr && vec == v) \
+    return reinterpret_cast<const void*>(&fusedNormTwoshot<dt, f8, nr, v>);
+#define FCCL_FUSED_FOR_BOUNDS_(dt, f8)                   \
+  FCCL_FUSED_ENTRY_(dt, f8, 2, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, 4, true)                     \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, true) \
+  FCCL_FUSED_ENTRY_(dt, f8, FCCL_DEVICE_MAX_RANKS, false)
 #define FCCL_FUSED_FOR_OUT_(dt) FCCL_FUSED_FOR_BOUNDS_(dt, false) FCCL_FUSED_FOR_BOUNDS_(dt, true)
   FCCL_FUSED_FOR_OUT_(fcclFloat16)
   FCCL_FUSED_FOR_OUT_(fcclBfloat16)

@@ -22,11 +22,17 @@ FCCL_KERNEL_LIST(FCCL_DECLARE_INSTANCE_, FCCL_LIST_SKIP3_, FCCL_LIST_SKIP2_)
 #undef FCCL_DECLARE_INSTANCE_
 
 /* The kernels with launchers of their own (OWN rows). The barrier (barrier.cu) takes the device communicator and a
- * print. fcclAllReduceAddRMSNorm's one-shot and two-shot forms (FCCL_KERNEL_FUSED_NORM) come per input type (fp16,
- * bf16, fp32), FP8 output or the input's type, and rank bound. */
+ * print. fcclAllReduceAddRMSNorm (FCCL_KERNEL_FUSED_NORM) has four kernels, chosen by launch.cu from the call's form
+ * and rank count: one-shot (fused_norm_oneshot.cu), one rank (fused_norm_local.cu), two-shot
+ * (fused_norm_twoshot.cu), each per input type (fp16, bf16, fp32), FP8 output or the input's type, rank bound and
+ * vector path (fcclFusedVectorizable); and the one-shot kernel as it ran before the row kernel
+ * (fused_norm_legacy.cu, FCCL_FUSED_ONESHOT_LEGACY, kFusedLegacyThreads per block), kept to be measured against. */
 const void* barrierInstance();
-const void* fusedNormInstance(fcclDataType_t type, bool fp8, int rankBound);
-const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound);
+const void* fusedNormInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec);
+const void* fusedNormLocalInstance(fcclDataType_t type, bool fp8, bool vec);
+const void* fusedNormTwoshotInstance(fcclDataType_t type, bool fp8, int rankBound, bool vec);
+const void* fusedNormLegacyInstance(fcclDataType_t type, bool fp8, int rankBound);
+constexpr unsigned kFusedLegacyThreads = 512;
 
 /*
  * The rank bound a pulling kernel is compiled for: the smallest of 2, 4 and 8 that holds nranks. Its register

@@ -4,6 +4,7 @@
  * communicator and the call's arguments by value: a CUDA graph captures them as they were, and everything that
  * changes from call to call (epochs) lives in device memory.
  */
+#include "fused_norm_shape.h"
 #include "kernels.cuh"
 
 extern "C" {
@@ -32,6 +33,34 @@ static const void* dataKernel(fcclDevKernel_t kernel, fcclDataType_t type, fcclR
 #undef FCCL_LAUNCH_CASE_
     default: return nullptr; /* the OWN rows: the barrier and the fused norm have launchers of their own */
   }
+}
+
+/* fcclAllReduceAddRMSNorm's kernel for a call of input type `type` (fp16, bf16, fp32), FP8 output or the input's
+ * type, on nranks ranks, in args.form, with its threads per block and the most blocks it takes (the kernels with
+ * flags: one epoch counter per block); kernel NULL when there is none. */
+struct FusedLaunch {
+  const void* kernel;
+  unsigned threads;
+  int maxBlocks;
+};
+static FusedLaunch fusedNormLaunch(fcclDataType_t type, bool fp8, int nranks, const fcclFusedArgs& args) {
+  const int bound = fcclRankBound(nranks);
+  if (args.form == FCCL_FUSED_ONESHOT_LEGACY)
+    return {fusedNormLegacyInstance(type, fp8, bound), kFusedLegacyThreads, FCCL_DEVICE_MAX_BLOCKS};
+  const uint64_t rowBytes = args.hidden * fcclTypeSize(type);
+  const uint32_t rowThreads = fcclFusedShapeOf(rowBytes).rowThreads;
+  const fcclFusedShape shape = fcclFusedShapeMake(rowBytes, rowThreads, rowThreads * args.rowsPerBlock);
+  if (shape.rowThreads == 0) return {nullptr, 0, 0};
+  const bool vec = fcclFusedVectorizable(&args, rowBytes, nranks) != 0;
+  const int vecBound = vec ? bound : FCCL_DEVICE_MAX_RANKS;
+  /* One rank: no flags, so no epoch counter per block; any grid CUDA takes. */
+  if (args.form == FCCL_FUSED_ONESHOT && nranks == 1)
+    return {fusedNormLocalInstance(type, fp8, vec), shape.blockThreads, 0x7fffffff};
+  if (args.form == FCCL_FUSED_ONESHOT)
+    return {fusedNormInstance(type, fp8, vecBound, vec), shape.blockThreads, FCCL_DEVICE_MAX_BLOCKS};
+  if (args.form == FCCL_FUSED_TWOSHOT)
+    return {fusedNormTwoshotInstance(type, fp8, vecBound, vec), shape.blockThreads, FCCL_DEVICE_MAX_BLOCKS};
+  return {nullptr, 0, 0};
 }
 
 /* With pdl, the kernel may be scheduled while the kernel before it on the stream finishes; every kernel waits for
@@ -103,24 +132,20 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
   if ((args->print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) == 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm launch without the call's fingerprint");
   const bool fp8 = outtype == fcclFloat8e4m3;
-  const int bound = fccl::fcclRankBound(comm->nranks);
-  const void* function = nullptr;
-  if (fp8 || outtype == datatype) {
-    if (args->form == FCCL_FUSED_ONESHOT) function = fccl::fusedNormInstance(datatype, fp8, bound);
-    if (args->form == FCCL_FUSED_TWOSHOT) function = fccl::fusedNormTwoshotInstance(datatype, fp8, bound);
-  }
-  if (function == nullptr)
+  fccl::FusedLaunch kernel = {nullptr, 0, 0};
+  if (fp8 || outtype == datatype) kernel = fccl::fusedNormLaunch(datatype, fp8, comm->nranks, *args);
+  if (kernel.kernel == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
                       "no fused norm kernel for type %d, output type %d, form %d", (int)datatype, (int)outtype,
                       (int)args->form);
-  if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS)
+  if (blocks < 1 || blocks > kernel.maxBlocks)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "fused norm grid %d outside [1, %d]", blocks,
-                      FCCL_DEVICE_MAX_BLOCKS);
+                      kernel.maxBlocks);
   fcclDevComm c = *comm;
   fcclFusedArgs a = *args;
   void* params[] = {&c, &a};
-  FCCLCHECK(fccl::launch(function, dim3(blocks), dim3(FCCL_FUSED_THREADS), params, pdl, stream, "fused norm"));
-  fccl::recordLaunch(FCCL_KERNEL_FUSED_NORM, blocks, FCCL_FUSED_THREADS);
+  FCCLCHECK(fccl::launch(kernel.kernel, dim3(blocks), dim3(kernel.threads), params, pdl, stream, "fused norm"));
+  fccl::recordLaunch(FCCL_KERNEL_FUSED_NORM, blocks, kernel.threads);
   return fcclSuccess;
 }
 

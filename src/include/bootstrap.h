@@ -124,6 +124,15 @@ fcclResult_t fcclBootstrapGetUniqueId(fcclUniqueId* id, int timeoutMs);
 fcclResult_t fcclBootstrapGetLocalUniqueId(fcclUniqueId* id, int timeoutMs);
 
 /*
+ * Same, for a communicator made of ranks of an existing one, near (fcclCommSplit): its root listens where this rank
+ * reaches near's peers (near's own address, when its method has one: TCP), else on loopback when local says every
+ * rank is a process of this host, else at FCCL_SOCKET_IFNAME's address, else at FCCL_COMM_ID's host; always on a
+ * free port (never FCCL_COMM_ID's, which near's own root took). fcclInvalidUsage when the ranks span hosts and none
+ * of these is known.
+ */
+fcclResult_t fcclBootstrapGetUniqueIdNear(const struct fcclBootstrap* near, int local, int timeoutMs, fcclUniqueId* id);
+
+/*
  * Same with a fixed listen address (bound as given) and secret (FCCL_BOOTSTRAP_SECRET_BYTES: fcclCommInitFromEnv's
  * rank 0). The id is written to id.
  */

@@ -62,9 +62,11 @@ fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t type, fcclR
 
 /*
  * Launches the fused all-reduce + add + RMSNorm for datatype (fp16, bf16, fp32) and outtype (datatype or
- * fcclFloat8e4m3) in the form args->form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT) with blocks x FCCL_FUSED_THREADS
- * on stream; args->print as for fcclDeviceLaunch. fcclInvalidArgument for a type pair or form without a kernel, a
- * grid outside [1, FCCL_DEVICE_MAX_BLOCKS] or args without a print; fcclUnhandledCudaError when the launch fails.
+ * fcclFloat8e4m3) in the form args->form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT, FCCL_FUSED_ONESHOT_LEGACY) with
+ * `blocks` blocks of the row's shape (fused_norm_shape.h) on stream; args->print as for fcclDeviceLaunch.
+ * fcclInvalidArgument for a type pair or form without a kernel, a grid outside [1, FCCL_DEVICE_MAX_BLOCKS] (any
+ * size for the one-shot form of one rank, which has no flags) or args without a print; fcclUnhandledCudaError when
+ * the launch fails.
  */
 fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype, const fcclDevComm* comm,
                                        const fcclFusedArgs* args, int blocks, int pdl, cudaStream_t stream);

@@ -329,23 +329,18 @@ typedef struct {
 } fcclDevArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 72, "fcclDevArgs layout");
 
-/*
- * fcclAllReduceAddRMSNorm: one block of FCCL_FUSED_THREADS threads per token row at a time, whatever the grid, so
- * that a row's sum of squares has one reduction order (docs/fused.md#batch-invariance). A row of datatype is at
- * most FCCL_FUSED_MAX_ROW_BYTES: each thread keeps its units of the row in registers between the sum of squares
- * and the output.
- */
-#define FCCL_FUSED_THREADS 512
+/* fcclAllReduceAddRMSNorm: a row of datatype is at most this many bytes, because each thread keeps its share of the
+ * row in registers between the sum of squares and the output (fused_norm_shape.h: how a row's work is laid out). */
 #define FCCL_FUSED_MAX_ROW_BYTES 65536u
-#define FCCL_FUSED_UNITS_PER_THREAD (FCCL_FUSED_MAX_ROW_BYTES / FCCL_UNIT_BYTES / FCCL_FUSED_THREADS)
-FCCL_STATIC_ASSERT(FCCL_FUSED_THREADS <= FCCL_DEVICE_THREADS && FCCL_FUSED_THREADS % 32 == 0 &&
-                       FCCL_FUSED_MAX_ROW_BYTES % (FCCL_UNIT_BYTES * FCCL_FUSED_THREADS) == 0,
-                   "the fused norm's row must split into whole units per thread");
 
 /* fcclAllReduceAddRMSNorm's forms (docs/fused.md#how-the-data-moves): every rank reduces and normalises every row
  * (one-shot), or the rows it owns and then all-gathers their results (two-shot). */
 #define FCCL_FUSED_ONESHOT 0
 #define FCCL_FUSED_TWOSHOT 1
+/* Not a form of its own: the one-shot form run by the kernel it had before the row kernel (one block of 512 threads
+ * per row, fused_norm_legacy.cu), kept for comparison measurements (FCCL_FUSED_KERNEL=legacy). fcclFusedArgs.form
+ * only: the form as the fingerprint and the choice know it is FCCL_FUSED_ONESHOT. */
+#define FCCL_FUSED_ONESHOT_LEGACY 2
 
 /* Arguments of one fcclAllReduceAddRMSNorm call, passed by value. */
 typedef struct {
@@ -362,9 +357,10 @@ typedef struct {
   float eps;
   int32_t scaleMode;                        /* fcclScaleMode_t */
   int32_t registered;                       /* 1: read the peers' inputs in place; 0: staged in rounds */
-  int32_t form;                             /* FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT */
+  int32_t form;                             /* FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT (or _ONESHOT_LEGACY) */
   uint32_t print;                           /* the call's fingerprint (fcclPrintMake), carried by every flag */
-  uint32_t reserved;                        /* 0 */
+  uint32_t rowsPerBlock;                    /* row groups per block (fused_norm_shape.h): the launch's block size is
+                                             * this many times the row's threads */
 } fcclFusedArgs;
 FCCL_STATIC_ASSERT(sizeof(fcclFusedArgs) == 8 * FCCL_DEVICE_MAX_RANKS + 88, "fcclFusedArgs layout");
 

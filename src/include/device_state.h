@@ -48,6 +48,20 @@ size_t fcclDeviceSlotBytes(int nranks);
 /* FCCL_STAGING_BYTES as the collectives use it: clamped to what a slot layout can hold (warned once). */
 uint64_t fcclDeviceStagingBytes(void);
 
+/*
+ * The layout of nranks in a slot of slotBytes: with FCCL_STAGING_BYTES of staging where the slot holds it (a slot of
+ * fcclDeviceSlotBytes(nranks) does), else with the most staging it holds, to within FCCL_SLOT_ALIGN. The same on
+ * every rank for the same slot. 0 (layout at the least staging, too large) when the slot holds none.
+ */
+int fcclDeviceLayoutIn(int nranks, size_t slotBytes, fcclSlotLayout* layout);
+
+/*
+ * Whether a communicator of nranks may take a slot of slotBytes (another communicator's size, fcclCommSplit's
+ * parent's): its layout there keeps at least 7/8 of FCCL_STAGING_BYTES. Slot sizes differ by rank count only by
+ * rounding, so that a child keeps nearly all its staging and maps nothing new (core/comm/split.c).
+ */
+int fcclDeviceSlotHolds(int nranks, size_t slotBytes);
+
 /* FCCL_COPY_SCATTER_MIN as the algorithm table uses it (fcclAlgoQuery.copyScatterMin): 0 (never) when negative. */
 uint64_t fcclDeviceCopyScatterMin(void);
 

@@ -15,7 +15,7 @@
  *   COPY(id, request, name)  a form with no kernel of its own: copy-engine copies between two barrier kernels,
  *       enqueued by its collective's launch (src/core/coll/). Its id is not a kernel: the ids follow the kernels'.
  *   OWN(id, name)  a kernel with a launcher of its own, outside the collectives' sets: the barrier, and the fused
- *       all-reduce + RMSNorm (whose one-shot and two-shot kernels report under one id).
+ *       all-reduce + RMSNorm (whose one-shot, one-rank, two-shot and legacy one-shot kernels report under one id).
  *
  * Adding a form: a row here, its kernel in its device file (src/device/<collective>_<form>.cu, or the collective's
  * file), its rule in the selection (src/core/coll/algo.c). A collective with kernels of its own: its FCCL_<NAME>_FORMS

@@ -14,41 +14,42 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-/* Every NCCL function fccl uses: X(name, return-type, parameter list). ncclCommRegister (2.19) is the newest. */
-#define FCCL_NCCL_FUNCTIONS(X)                                                                                  \
-  X(ncclGetVersion, ncclResult_t, (int* version))                                                               \
-  X(ncclGetErrorString, const char*, (ncclResult_t result))                                                     \
-  X(ncclGetLastError, const char*, (ncclComm_t comm))                                                           \
-  X(ncclGetUniqueId, ncclResult_t, (ncclUniqueId * uniqueId))                                                   \
-  X(ncclCommInitRankConfig, ncclResult_t,                                                                       \
-    (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))                       \
-  X(ncclCommFinalize, ncclResult_t, (ncclComm_t comm))                                                          \
-  X(ncclCommDestroy, ncclResult_t, (ncclComm_t comm))                                                           \
-  X(ncclCommAbort, ncclResult_t, (ncclComm_t comm))                                                             \
-  X(ncclCommCount, ncclResult_t, (const ncclComm_t comm, int* count))                                           \
-  X(ncclCommUserRank, ncclResult_t, (const ncclComm_t comm, int* rank))                                         \
-  X(ncclCommCuDevice, ncclResult_t, (const ncclComm_t comm, int* device))                                       \
-  X(ncclCommGetAsyncError, ncclResult_t, (ncclComm_t comm, ncclResult_t * asyncError))                          \
-  X(ncclCommRegister, ncclResult_t, (const ncclComm_t comm, void* buff, size_t size, void** handle))            \
-  X(ncclCommDeregister, ncclResult_t, (const ncclComm_t comm, void* handle))                                    \
-  X(ncclAllReduce, ncclResult_t,                                                                                \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,               \
-     ncclComm_t comm, cudaStream_t stream))                                                                     \
-  X(ncclAllGather, ncclResult_t,                                                                                \
-    (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,          \
-     cudaStream_t stream))                                                                                      \
-  X(ncclReduceScatter, ncclResult_t,                                                                            \
-    (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op,           \
-     ncclComm_t comm, cudaStream_t stream))                                                                     \
-  X(ncclBroadcast, ncclResult_t,                                                                                \
-    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,    \
-     cudaStream_t stream))                                                                                      \
-  X(ncclSend, ncclResult_t,                                                                                     \
-    (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,                    \
-     cudaStream_t stream))                                                                                      \
-  X(ncclRecv, ncclResult_t,                                                                                     \
-    (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))    \
-  X(ncclGroupStart, ncclResult_t, (void))                                                                       \
+/* Every NCCL function fccl uses: X(name, return-type, parameter list). ncclCommRegister (2.19) is the newest;
+ * ncclCommSplit came in 2.18. */
+#define FCCL_NCCL_FUNCTIONS(X)                                                                                         \
+  X(ncclGetVersion, ncclResult_t, (int* version))                                                                      \
+  X(ncclGetErrorString, const char*, (ncclResult_t result))                                                            \
+  X(ncclGetLastError, const char*, (ncclComm_t comm))                                                                  \
+  X(ncclGetUniqueId, ncclResult_t, (ncclUniqueId * uniqueId))                                                          \
+  X(ncclCommInitRankConfig, ncclResult_t,                                                                              \
+    (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config))                              \
+  X(ncclCommSplit, ncclResult_t, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config))     \
+  X(ncclCommFinalize, ncclResult_t, (ncclComm_t comm))                                                                 \
+  X(ncclCommDestroy, ncclResult_t, (ncclComm_t comm))                                                                  \
+  X(ncclCommAbort, ncclResult_t, (ncclComm_t comm))                                                                    \
+  X(ncclCommCount, ncclResult_t, (const ncclComm_t comm, int* count))                                                  \
+  X(ncclCommUserRank, ncclResult_t, (const ncclComm_t comm, int* rank))                                                \
+  X(ncclCommCuDevice, ncclResult_t, (const ncclComm_t comm, int* device))                                              \
+  X(ncclCommGetAsyncError, ncclResult_t, (ncclComm_t comm, ncclResult_t * asyncError))                                 \
+  X(ncclCommRegister, ncclResult_t, (const ncclComm_t comm, void* buff, size_t size, void** handle))                   \
+  X(ncclCommDeregister, ncclResult_t, (const ncclComm_t comm, void* handle))                                           \
+  X(ncclAllReduce, ncclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,     \
+     cudaStream_t stream))                                                                                             \
+  X(ncclAllGather, ncclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm,                 \
+     cudaStream_t stream))                                                                                             \
+  X(ncclReduceScatter, ncclResult_t,                                                                                   \
+    (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, \
+     cudaStream_t stream))                                                                                             \
+  X(ncclBroadcast, ncclResult_t,                                                                                       \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,           \
+     cudaStream_t stream))                                                                                             \
+  X(ncclSend, ncclResult_t,                                                                                            \
+    (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))     \
+  X(ncclRecv, ncclResult_t,                                                                                            \
+    (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream))           \
+  X(ncclGroupStart, ncclResult_t, (void))                                                                              \
   X(ncclGroupEnd, ncclResult_t, (void))
 
 /* The same for the reduce and the pre-multiplied sums' ops (NCCL 2.11), a list of their own. */

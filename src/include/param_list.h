@@ -52,6 +52,10 @@ FCCL_PARAM(COPY_MOVE_MIN, FCCL_PARAM_INT, "0",
 FCCL_PARAM(FUSED_ALGO, FCCL_PARAM_STRING, "",
            "fcclAllReduceAddRMSNorm's form: empty or auto (two-shot from the size where the all-reduce switches to "
            "two-shot), oneshot, or twoshot (falls back to oneshot for a call it cannot run). Equal on every rank.")
+FCCL_PARAM(FUSED_KERNEL, FCCL_PARAM_STRING, "",
+           "fcclAllReduceAddRMSNorm's one-shot kernel: empty, auto or row (the row kernel), or legacy (its previous "
+           "kernel, one block of 512 threads per row, for comparison measurements; its bits differ). Equal on every "
+           "rank.")
 FCCL_PARAM(MIN_CTAS, FCCL_PARAM_INT, "0",
            "SM budget: every collective kernel runs on at least this many blocks (one per SM at most); overrides "
            "fcclConfig_t.minCTAs, as NCCL_MIN_CTAS overrides NCCL's. 0: the config's. Equal on every rank.")

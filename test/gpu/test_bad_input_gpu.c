@@ -11,8 +11,9 @@
  * or not visible; argument errors made from a child of fork(); calls made while the stream is captured that may
  * not be; fcclReduce, fcclGather, fcclScatter and fcclBcast on such buffers; pre-multiplied sums whose device scalar
  * is not device memory of the communicator's GPU, and ops used on another communicator, after their destruction or
- * for another datatype. With two GPUs or more, one process also destroys a member of an fcclCommInitAll group and
- * calls it again.
+ * for another datatype; calls on the victim while a non-blocking split of it waits for the other rank (refused: the
+ * split holds it); calls on a finalized child of the victim, the rooted ones and a new pre-multiplied sum included.
+ * With two GPUs or more, one process also destroys a member of an fcclCommInitAll group and calls it again.
  * Exits 77 without a GPU. docs/errors.md says what each result means.
  */
 #include "fccl.h"
@@ -38,12 +39,14 @@ struct shared {
   struct testShm* shm;
   int idsReady;
   fcclUniqueId ids[2];
+  int busyTried; /* rank 0 has made its calls on the victim while its split waited for rank 1 */
 };
 
 /* What the cases work with, on one rank. */
 struct ctx {
   int rank, nranks, dev;
   fcclComm_t victim, witness;
+  struct shared* shared;
   cudaStream_t stream;
   float* send; /* COUNT floats of device memory, and COUNT more after them (registrations use both) */
   float* recv;
@@ -400,6 +403,88 @@ static fcclResult_t preMulOtherType(struct ctx* c) {
   return fcclReduce(c->send, c->recv, COUNT, fcclFloat16, op, 0, c->victim, c->stream);
 }
 
+/* ---- splits and finalize ---- */
+
+/* Waits (at most 60 s) for a non-blocking child to be ready; its state. */
+static fcclResult_t waitReady(fcclComm_t comm) {
+  fcclResult_t state = fcclInProgress;
+  for (int64_t end = nowMs() + 60000; state == fcclInProgress && nowMs() < end;) {
+    if (fcclCommGetAsyncError(comm, &state) != fcclSuccess) return fcclInternalError;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  return state;
+}
+
+/*
+ * While a non-blocking split of the victim waits for rank 1 (which splits only once rank 0 is done), rank 0's calls
+ * on the victim are refused with fcclInvalidUsage and its state reads fcclInProgress; the split then completes on
+ * both ranks and its child works. What each call returned is checked here.
+ */
+static fcclResult_t splitBusy(struct ctx* c) {
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = INIT_TIMEOUT_MS;
+  config.allowSharedDevice = gpus < NRANKS;
+  fcclComm_t child = NULL, other = NULL;
+  if (c->rank == 0) {
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 3, 0, &child, &config), fcclInProgress);
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 4, 0, &other, NULL), fcclInvalidUsage);
+    EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "split (fcclCommSplit) has not finished");
+    EXPECT(other == NULL);
+    fcclResult_t state = fcclSuccess;
+    EXPECT_EQ_INT(fcclCommGetAsyncError(c->victim, &state), fcclSuccess);
+    EXPECT_EQ_INT(state, fcclInProgress);
+    EXPECT_EQ_INT(fcclAllReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, c->victim, c->stream), fcclInvalidUsage);
+    fcclRegHandle_t handle = NULL;
+    EXPECT_EQ_INT(fcclCommRegister(c->victim, c->send, COUNT * sizeof(float), &handle), fcclInvalidUsage);
+    EXPECT_EQ_INT(fcclCommFinalize(c->victim), fcclInvalidUsage);
+    testShmPost(&c->shared->busyTried, 1);
+  } else {
+    if (testShmWait(c->shared->shm, &c->shared->busyTried, 1, 60000, "rank 0's calls") != TEST_SHM_OK)
+      return fcclInternalError;
+    EXPECT_EQ_INT(fcclCommSplit(c->victim, 3, 0, &child, &config), fcclInProgress);
+  }
+  EXPECT_EQ_INT(waitReady(child), fcclSuccess);
+  int count = 0;
+  EXPECT_EQ_INT(fcclCommCount(child, &count), fcclSuccess);
+  EXPECT_EQ_INT(count, NRANKS);
+  if (child) checkedAllReduce(c, child, "the busy split's child");
+  EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
+  return fcclSuccess;
+}
+
+/* A child of the victim, finalized: its calls are refused but destroy, which is then local; the victim works on. */
+static fcclResult_t finalizedChild(struct ctx* c) {
+  fcclComm_t child = NULL, grandchild = NULL;
+  fcclResult_t res = fcclCommSplit(c->victim, 0, c->rank, &child, NULL);
+  EXPECT_MSG(res == fcclSuccess, "rank %d: split: %s", c->rank, fcclGetLastError(NULL));
+  if (res != fcclSuccess) return res;
+  EXPECT_EQ_INT(fcclCommFinalize(child), fcclSuccess);
+  EXPECT_EQ_INT(fcclAllReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, child, c->stream), fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "was finalized");
+  fcclRegHandle_t handle = NULL;
+  EXPECT_EQ_INT(fcclCommRegister(child, c->send, COUNT * sizeof(float), &handle), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclCommSplit(child, 0, 0, &grandchild, NULL), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, 0, child, c->stream), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclBcast(c->recv, COUNT, fcclFloat32, 0, child, c->stream), fcclInvalidUsage);
+  const float half = 0.5f;
+  fcclRedOp_t op = fcclSum;
+  EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&op, (void*)&half, fcclFloat32, fcclScalarHostImmediate, child),
+                fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "was finalized");
+  EXPECT_EQ_INT(op, fcclSum);
+  EXPECT_EQ_INT(fcclCommFinalize(child), fcclInvalidUsage);
+  fcclResult_t state = fcclInternalError;
+  EXPECT_EQ_INT(fcclCommGetAsyncError(child, &state), fcclSuccess);
+  EXPECT_EQ_INT(state, fcclSuccess);
+  int count = 0;
+  EXPECT_EQ_INT(fcclCommCount(child, &count), fcclSuccess);
+  EXPECT_EQ_INT(count, NRANKS);
+  EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
+  return fcclSuccess;
+}
+
 /* ---- the table ---- */
 
 #define ANY_ERROR (-1) /* any documented error code (with a message); for calls whose result CUDA decides */
@@ -448,6 +533,8 @@ static const struct gpuCase cases[] = {
     {"fcclReduce with an op of another datatype", preMulOtherType, 1, {ARG, 0}, "was made for float32"},
     {"argument errors from a child of fork()", forkedChild, 1, {ARG, 0}, "unknown datatype"},
     {"calls that may not be captured, during capture", duringCapture, 1, {fcclSuccess, 0}, NULL},
+    {"calls on a communicator while a split of it runs", splitBusy, 1, {fcclSuccess, 0}, NULL},
+    {"calls on a finalized communicator", finalizedChild, 1, {fcclSuccess, 0}, NULL},
 };
 #undef ARG
 #undef REMOTE
@@ -468,7 +555,7 @@ static fcclConfig_t rankConfig(const char* name) {
 static int rankMain(int rank, int nranks, void* arg) {
   testFailed = 0;
   struct shared* shared = arg;
-  struct ctx c = {.rank = rank, .nranks = nranks, .dev = rank % gpus};
+  struct ctx c = {.rank = rank, .nranks = nranks, .dev = rank % gpus, .shared = shared};
   EXPECT_EQ_INT(cudaSetDevice(c.dev), cudaSuccess);
   if (rank == 0) {
     EXPECT_EQ_INT(fcclGetUniqueId(&shared->ids[0]), fcclSuccess);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the files of fcclAllReduceAddRMSNorm's test share (test_fused_norm.c, test_fused_norm_case.c,
- * test_fused_norm_faults.c): a case, the per-rank buffers, the host reference's conversions and one case's run.
+ * test_fused_norm_faults.c): a case, the per-rank buffers, the host reference's conversions and one case's run. The
+ * shapes test (test_fused_norm_shapes.c) uses the conversions.
  */
 #ifndef FCCL_TEST_FUSED_NORM_H_
 #define FCCL_TEST_FUSED_NORM_H_

@@ -60,10 +60,19 @@ class LibraryTest(unittest.TestCase):
                                             (fccl.Path, "fcclPath_t", "fcclPath"),
                                             (fccl.ScaleMode, "fcclScaleMode_t", "fcclScale")):
             # fcclNum* count the members; fcclMaxRedOp only gives the op type the range of communicators' own ops.
-            c_values = {name[len(prefix):].lower(): value for name, value in header_enum(c_enum).items()
-                        if not name.startswith("fcclNum") and name != "fcclMaxRedOp"}
+            # A second C name for a value (fcclChar, fcclHalf: NCCL's own second names) is a C spelling only: the
+            # Python enum names each value once.
+            c_values = {}
+            for name, value in header_enum(c_enum).items():
+                if not name.startswith("fcclNum") and name != "fcclMaxRedOp" and value not in c_values.values():
+                    c_values[name[len(prefix):].lower()] = value
             python_values = {member.name.lower(): member.value for member in python_enum}
             self.assertEqual(python_values, c_values, c_enum)
+
+    def test_split_nocolor_is_the_headers(self):
+        found = re.search(r"#define FCCL_SPLIT_NOCOLOR \((-?\d+)\)", header_text())
+        self.assertIsNotNone(found)
+        self.assertEqual(fccl.SPLIT_NOCOLOR, int(found.group(1)))
 
     def test_prototypes_match_the_header(self):
         # Every declared function takes as many arguments as fccl.h gives it, the collectives included.
@@ -89,10 +98,10 @@ class LibraryTest(unittest.TestCase):
         self.assertEqual(header_enum("fcclRedOp_t")["fcclNumOps"], 5)
 
     def test_struct_sizes_match_the_c_layout(self):
-        # size_t, 2 x unsigned, 2 x int, a pointer, 3 x int (allowSharedDevice, minCTAs, maxCTAs): 48 bytes with
-        # the tail padding on x86-64.
+        # size_t, 2 x unsigned, 2 x int, a pointer, 4 x int (allowSharedDevice, splitShare, minCTAs, maxCTAs): 48
+        # bytes on x86-64.
         self.assertEqual(ctypes.sizeof(_ConfigStruct), 48)
-        self.assertEqual([name for name, _ in _ConfigStruct._fields_][-2:], ["minCTAs", "maxCTAs"])
+        self.assertEqual([name for name, _ in _ConfigStruct._fields_][-3:], ["splitShare", "minCTAs", "maxCTAs"])
         self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 8 * 8)
         self.assertEqual(ctypes.sizeof(_UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
         self.assertEqual(ctypes.sizeof(_BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))

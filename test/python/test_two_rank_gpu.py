@@ -278,11 +278,22 @@ def compile_scenarios(torch, comm, rank, nranks, report, progress):
 
 
 def add_rms_norm_scenario(torch, comm, rank, nranks):
-    """all_reduce_add_rms_norm in bf16 (odd hidden, 7 tokens): r' bit for bit all_reduce's sum plus the residual in
-    fp32 rounded once, the output within bf16's rounding of float64 arithmetic on r', and the FP8 dynamic form within
-    one E4M3 step, its scales max|y| / 448 (docs/fused.md)."""
+    """all_reduce_add_rms_norm in bf16 (7 tokens; an odd hidden, which takes the kernel's general path, and 4096, its
+    vector path): r' bit for bit all_reduce's sum plus the residual in fp32 rounded once, the output within bf16's
+    rounding of float64 arithmetic on r', and the FP8 dynamic form within one E4M3 step, its scales max|y| / 448
+    (docs/fused.md)."""
     problems, digests = [], []
-    tokens, hidden, eps = 7, 1031, 1e-6
+    for hidden in (1031, 4096):
+        found, sums = add_rms_norm_case(torch, comm, rank, nranks, hidden)
+        problems += [f"hidden {hidden}: {p}" for p in found]
+        digests += sums
+    return problems, digests
+
+
+def add_rms_norm_case(torch, comm, rank, nranks, hidden):
+    """One hidden size of add_rms_norm_scenario."""
+    problems, digests = [], []
+    tokens, eps = 7, 1e-6
     inputs = rank_inputs(torch, torch.bfloat16, tokens * hidden, nranks, seed=400)
     residual0 = rank_inputs(torch, torch.bfloat16, tokens * hidden, 1, seed=401)[0].view(tokens, hidden)
     weight = (rank_inputs(torch, torch.float64, hidden, 1, seed=402)[0].abs() + 0.5).to(torch.bfloat16)

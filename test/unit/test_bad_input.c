@@ -36,8 +36,9 @@ struct fixture {
   struct fcclComm* failed;  /* init failed with fcclTimeout */
   struct fcclComm* dead;    /* torn down: magic cleared, memory kept by this test */
   struct fcclComm* deferred; /* destroyed by the user, its fcclCommInitAll group still alive */
-  struct fcclComm* ops;      /* a live communicator with a pre-multiplied sum of float32 (opsOp) and one destroyed
-                              * (opsGone) */
+  struct fcclComm* finalized; /* fcclCommFinalize has run */
+  struct fcclComm* ops;       /* a live communicator with a pre-multiplied sum of float32 (opsOp) and one destroyed
+                               * (opsGone) */
   int opsOp, opsGone;
   fcclComm_t out;           /* output of init calls: must stay SENTINEL */
   float device[4];          /* stands for a buffer: never reached */
@@ -99,8 +100,9 @@ static fcclConfig_t configWith(int field, long value) {
     case 2: config.blocking = (int)value; break;
     case 3: config.timeoutMs = (int)value; break;
     case 4: config.allowSharedDevice = (int)value; break;
-    case 5: config.minCTAs = (int)value; break;
-    case 6: config.maxCTAs = (int)value; break;
+    case 5: config.splitShare = (int)value; break;
+    case 6: config.minCTAs = (int)value; break;
+    case 7: config.maxCTAs = (int)value; break;
   }
   return config;
 }
@@ -141,10 +143,10 @@ CASE(configSizeZero) { return initWithConfig(0, 0); }
 /* Smaller than the first fcclConfig_t (fccl 0.1.0's, which ends at allowSharedDevice: the fields since are
  * appended, and a caller compiled with the older header passes its size). */
 CASE(configSizeSmall) { return initWithConfig(0, offsetof(fcclConfig_t, allowSharedDevice) + sizeof(int) - 1); }
-CASE(configMinCtasZero) { return initWithConfig(5, 0); }
-CASE(configMaxCtasNegative) { return initWithConfig(6, -5); }
+CASE(configMinCtasZero) { return initWithConfig(6, 0); }
+CASE(configMaxCtasNegative) { return initWithConfig(7, -5); }
 CASE(configMinAboveMax) {
-  fcclConfig_t config = configWith(5, 16);
+  fcclConfig_t config = configWith(6, 16);
   config.maxCTAs = 8;
   return fcclCommInitRankConfig(&fx.out, 2, validId(), 0, &config);
 }
@@ -154,6 +156,7 @@ CASE(configBlocking) { return initWithConfig(2, 2); }
 CASE(configTimeoutZero) { return initWithConfig(3, 0); }
 CASE(configTimeoutNegative) { return initWithConfig(3, -5); }
 CASE(configShared) { return initWithConfig(4, 7); }
+CASE(configSplitShare) { return initWithConfig(5, 2); }
 CASE(configGarbage) {
   fcclConfig_t config;
   memset(&config, 0xa5, sizeof(config)); /* never initialised */
@@ -355,6 +358,10 @@ CASE(preMulFailed) {
   fcclRedOp_t op = fcclSum;
   return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.failed);
 }
+CASE(preMulFinalized) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.finalized);
+}
 CASE(redOpDestroyBuiltin) { return fcclRedOpDestroy(fcclSum, fx.live); }
 CASE(redOpDestroyUnmade) { return fcclRedOpDestroy((fcclRedOp_t)(fcclNumOps + 3), fx.live); }
 CASE(redOpDestroyNullComm) { return fcclRedOpDestroy(fcclNumOps, NULL); }
@@ -418,6 +425,45 @@ CASE(recvNullBuffer) { return fcclRecv(NULL, 4, fcclFloat32, 0, fx.live, NULL); 
 CASE(recvDead) { return fcclRecv(fx.device, 4, fcclFloat32, 0, fx.dead, NULL); }
 CASE(allToAllOverlap) { return fcclAllToAll(fx.device, (char*)fx.device + 4, 2, fcclFloat32, fx.live, NULL); }
 CASE(allToAllNullRecv) { return fcclAllToAll(fx.device, NULL, 2, fcclFloat32, fx.live, NULL); }
+CASE(alltoAllNullComm) { return fcclAlltoAll(fx.device, fx.device, 1, fcclFloat32, NULL, NULL); }
+CASE(alltoAllFinalized) { return fcclAlltoAll(fx.device, (char*)fx.device + 8, 1, fcclFloat32, fx.finalized, NULL); }
+CASE(reduceFinalized) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, 0, fx.finalized, NULL); }
+CASE(gatherFinalized) { return fcclGather(fx.device, fx.device, 1, fcclFloat32, 0, fx.finalized, NULL); }
+CASE(allReduceFinalized) { return fcclAllReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.finalized, NULL); }
+
+CASE(splitNull) { return fcclCommSplit(NULL, 0, 0, &fx.out, NULL); }
+CASE(splitDead) { return fcclCommSplit(fx.dead, 0, 0, &fx.out, NULL); }
+CASE(splitDeferred) { return fcclCommSplit(fx.deferred, 0, 0, &fx.out, NULL); }
+CASE(splitNullNew) { return fcclCommSplit(fx.live, 0, 0, NULL, NULL); }
+CASE(splitColorNegative) { return fcclCommSplit(fx.live, -2, 0, &fx.out, NULL); }
+CASE(splitColorMin) { return fcclCommSplit(fx.live, INT32_MIN, 0, &fx.out, NULL); }
+CASE(splitConfigMagic) {
+  fcclConfig_t config = configWith(1, 0);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitConfigShare) {
+  fcclConfig_t config = configWith(5, 7);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitConfigCtas) {
+  fcclConfig_t config = configWith(7, 0);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitPending) { return fcclCommSplit(fx.pending, 0, 0, &fx.out, NULL); }
+CASE(splitFailed) { return fcclCommSplit(fx.failed, FCCL_SPLIT_NOCOLOR, 0, &fx.out, NULL); }
+CASE(splitFinalized) { return fcclCommSplit(fx.finalized, 0, 0, &fx.out, NULL); }
+CASE(splitNoPeers) { return fcclCommSplit(fx.live, 0, 0, &fx.out, NULL); }
+CASE(finalizeNull) { return fcclCommFinalize(NULL); }
+CASE(finalizeDead) { return fcclCommFinalize(fx.dead); }
+CASE(finalizeDeferred) { return fcclCommFinalize(fx.deferred); }
+CASE(finalizePending) { return fcclCommFinalize(fx.pending); }
+CASE(finalizeFailed) { return fcclCommFinalize(fx.failed); }
+CASE(finalizeTwice) { return fcclCommFinalize(fx.finalized); }
+CASE(finalizeNoPeers) { return fcclCommFinalize(fx.live); }
+CASE(registerFinalized) {
+  fcclRegHandle_t handle;
+  return fcclCommRegister(fx.finalized, fx.device, sizeof(fx.device), &handle);
+}
 CASE(groupEndUnstarted) { return fcclGroupEnd(); }
 CASE(pathNullOut) { return fcclCommGetPath(fx.live, NULL, NULL); }
 CASE(pathDead) {
@@ -487,6 +533,7 @@ static const struct badCase cases[] = {
     {"fcclCommInitRankConfig", "config.timeoutMs 0", configTimeoutZero, ARG, "config.timeoutMs is 0"},
     {"fcclCommInitRankConfig", "config.timeoutMs -5", configTimeoutNegative, ARG, "config.timeoutMs is -5"},
     {"fcclCommInitRankConfig", "config.allowSharedDevice 7", configShared, ARG, "allowSharedDevice is 7"},
+    {"fcclCommInitRankConfig", "config.splitShare 2", configSplitShare, ARG, "config.splitShare is 2"},
     {"fcclCommInitRankConfig", "config never initialised", configGarbage, ARG, "FCCL_CONFIG_INITIALIZER"},
     {"fcclCommInitRankConfig", "config.minCTAs 0", configMinCtasZero, ARG, "config.minCTAs 0"},
     {"fcclCommInitRankConfig", "config.maxCTAs -5", configMaxCtasNegative, ARG, "maxCTAs -5"},
@@ -580,6 +627,7 @@ static const struct badCase cases[] = {
     {"fcclRedOpCreatePreMulSum", "NULL comm", preMulNullComm, ARG, "invalid communicator handle"},
     {"fcclRedOpCreatePreMulSum", "non-blocking init still running", preMulPending, USAGE, "has not finished"},
     {"fcclRedOpCreatePreMulSum", "init failed (fcclTimeout)", preMulFailed, fcclTimeout, "failed earlier"},
+    {"fcclRedOpCreatePreMulSum", "a finalized communicator", preMulFinalized, USAGE, "was finalized"},
     {"fcclRedOpDestroy", "a built-in op", redOpDestroyBuiltin, ARG, "a built-in op"},
     {"fcclRedOpDestroy", "an op never made", redOpDestroyUnmade, ARG, "not an op this communicator made"},
     {"fcclRedOpDestroy", "NULL comm", redOpDestroyNullComm, ARG, "invalid communicator handle"},
@@ -626,6 +674,32 @@ static const struct badCase cases[] = {
     {"fcclRecv", "a torn-down handle", recvDead, ARG, "invalid communicator handle"},
     {"fcclAllToAll", "overlapping buffers", allToAllOverlap, ARG, "overlap"},
     {"fcclAllToAll", "NULL recvbuf", allToAllNullRecv, ARG, "recvbuf is NULL with count 2"},
+    {"fcclAlltoAll", "NULL comm", alltoAllNullComm, ARG, "invalid communicator handle"},
+    {"fcclAlltoAll", "a finalized communicator", alltoAllFinalized, USAGE, "was finalized"},
+    {"fcclAllReduce", "a finalized communicator", allReduceFinalized, USAGE, "was finalized"},
+    {"fcclReduce", "a finalized communicator", reduceFinalized, USAGE, "was finalized"},
+    {"fcclGather", "a finalized communicator", gatherFinalized, USAGE, "was finalized"},
+    {"fcclCommRegister", "a finalized communicator", registerFinalized, USAGE, "was finalized"},
+    {"fcclCommSplit", "NULL comm", splitNull, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "a torn-down handle", splitDead, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "a destroyed group member", splitDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommSplit", "NULL newcomm", splitNullNew, ARG, "newcomm is NULL"},
+    {"fcclCommSplit", "color -2", splitColorNegative, ARG, "color -2 is negative"},
+    {"fcclCommSplit", "color INT32_MIN", splitColorMin, ARG, "FCCL_SPLIT_NOCOLOR (-1)"},
+    {"fcclCommSplit", "config.magic 0", splitConfigMagic, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommSplit", "config.splitShare 7", splitConfigShare, ARG, "config.splitShare is 7"},
+    {"fcclCommSplit", "config.maxCTAs 0", splitConfigCtas, ARG, "maxCTAs 0"},
+    {"fcclCommSplit", "non-blocking init still running", splitPending, USAGE, "has not finished"},
+    {"fcclCommSplit", "init failed (fcclTimeout)", splitFailed, fcclTimeout, "failed earlier"},
+    {"fcclCommSplit", "a finalized communicator", splitFinalized, USAGE, "was finalized"},
+    {"fcclCommSplit", "no peers' information", splitNoPeers, USAGE, "init has not finished"},
+    {"fcclCommFinalize", "NULL comm", finalizeNull, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "a torn-down handle", finalizeDead, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "a destroyed group member", finalizeDeferred, ARG, "invalid communicator handle"},
+    {"fcclCommFinalize", "non-blocking init still running", finalizePending, USAGE, "has not finished"},
+    {"fcclCommFinalize", "init failed (fcclTimeout)", finalizeFailed, fcclTimeout, "failed earlier"},
+    {"fcclCommFinalize", "finalized twice", finalizeTwice, USAGE, "was finalized"},
+    {"fcclCommFinalize", "no bootstrap", finalizeNoPeers, USAGE, "init has not finished"},
     {"fcclGroupEnd", "no group started", groupEndUnstarted, USAGE, "fcclGroupEnd"},
     {"fcclCommGetPath", "NULL path", pathNullOut, ARG, "path is NULL"},
     {"fcclCommGetPath", "a torn-down handle", pathDead, ARG, "invalid communicator handle"},
@@ -672,6 +746,9 @@ static void expectHandlesIntact(const char* where) {
              where);
   EXPECT_MSG(fx.dead->magic == 0 && fx.deferred->magic == FCCL_COMM_MAGIC_DEFERRED, "%s: a stale handle changed",
              where);
+  EXPECT_MSG(fx.finalized->finalized == 2 && fx.finalized->asyncError == fcclSuccess && fx.live->finalized == 0 &&
+                 fx.live->splitActive == 0,
+             "%s: a split or finalize changed a handle", where);
   EXPECT_MSG(fx.out == SENTINEL, "%s: an output was written on failure", where);
 }
 
@@ -730,6 +807,8 @@ int main(void) {
   fx.failed = fakeComm(FCCL_COMM_MAGIC, fcclTimeout);
   fx.dead = fakeComm(0, fcclSuccess);
   fx.deferred = fakeComm(FCCL_COMM_MAGIC_DEFERRED, fcclSuccess);
+  fx.finalized = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
+  fx.finalized->finalized = 2;
   /* A communicator of its own with two ops of float32 (the first stays, the second is destroyed): the first op is
    * fcclNumOps, the second fcclNumOps + 1. */
   fx.ops = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
@@ -781,7 +860,7 @@ int main(void) {
   EXPECT_EQ_INT(fcclRedOpDestroy(again, fx.ops), fcclSuccess);
   EXPECT_EQ_INT(fcclRedOpDestroy((fcclRedOp_t)fx.opsOp, fx.ops), fcclSuccess);
   fcclRedOpFreeAll(fx.ops);
-  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred, fx.ops};
+  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred, fx.finalized, fx.ops};
   for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) freeComm(handles[i]);
   return testSummary("bad_input");
 }

@@ -3,8 +3,9 @@
  * The SM budget without a GPU: fcclCtaClamp itself; the grids the selection gives every form of every collective
  * at every size, rank count and registration under budgets (within them, exactly the maximum where more was wanted,
  * raised to the minimum where less was, and unchanged without one); FCCL_MIN_CTAS and FCCL_MAX_CTAS over the config's
- * fields (fcclDeviceCtaBound); and the config's fields read from a config of this header's size, and not from one
- * of the first fcclConfig_t's size (a caller compiled with the older header), which is still taken.
+ * fields (fcclDeviceCtaBound); the config's fields read from a config of this header's size, and not from one of
+ * an older fcclConfig_t's size (a caller compiled with the older header), which is still taken; and the budget a
+ * child of a split or a shrink inherits.
  */
 #include "algo.h"
 #include "device_state.h"
@@ -13,6 +14,7 @@
 #include "test.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static void testClamp(void) {
@@ -119,8 +121,41 @@ static void testConfig(void) {
   EXPECT_EQ_INT(fcclCommResolveConfig(&config, "test", &settings), fcclSuccess);
   EXPECT_EQ_INT(settings.minCtas, FCCL_CONFIG_UNDEF_INT);
   EXPECT_EQ_INT(settings.maxCtas, FCCL_CONFIG_UNDEF_INT);
+  config.splitShare = 77; /* past the first struct too: neither read nor refused */
+  EXPECT_EQ_INT(fcclCommResolveConfig(&config, "test", &settings), fcclSuccess);
+  EXPECT_EQ_INT(settings.splitShare, FCCL_CONFIG_UNDEF_INT);
+  /* A caller compiled with the header that appended splitShare and not yet the budget. */
+  config.size = offsetof(fcclConfig_t, splitShare) + sizeof(int);
+  config.splitShare = 1;
+  EXPECT_EQ_INT(fcclCommResolveConfig(&config, "test", &settings), fcclSuccess);
+  EXPECT_EQ_INT(settings.splitShare, 1);
+  EXPECT_EQ_INT(settings.minCtas, FCCL_CONFIG_UNDEF_INT);
+  EXPECT_EQ_INT(settings.maxCtas, FCCL_CONFIG_UNDEF_INT);
   /* No config: undefined too. */
   EXPECT_EQ_INT(fcclCommResolveConfig(NULL, "test", &settings), fcclSuccess);
+  EXPECT_EQ_INT(settings.maxCtas, FCCL_CONFIG_UNDEF_INT);
+}
+
+/* A child of fcclCommSplit or fcclCommShrink made without a config takes its parent's budget (NCCL's rule). */
+static void testInherited(void) {
+  static struct fcclComm parent; /* zeroed: only the fields the inherited config reads matter */
+  snprintf(parent.name, sizeof(parent.name), "parent");
+  parent.blocking = 1;
+  parent.timeoutMs = 5000;
+  parent.splitShare = FCCL_CONFIG_UNDEF_INT;
+  parent.minCtas = 3;
+  parent.maxCtas = 9;
+  fcclConfig_t config;
+  fcclCommInheritedConfig(&parent, &config);
+  EXPECT_EQ_INT(config.minCTAs, 3);
+  EXPECT_EQ_INT(config.maxCTAs, 9);
+  struct fcclCommSettings settings;
+  EXPECT_EQ_INT(fcclCommResolveConfig(&config, "test", &settings), fcclSuccess);
+  EXPECT_EQ_INT(settings.minCtas, 3);
+  EXPECT_EQ_INT(settings.maxCtas, 9);
+  parent.minCtas = parent.maxCtas = FCCL_CONFIG_UNDEF_INT; /* a parent without a budget: none for the child */
+  fcclCommInheritedConfig(&parent, &config);
+  EXPECT_EQ_INT(fcclCommResolveConfig(&config, "test", &settings), fcclSuccess);
   EXPECT_EQ_INT(settings.maxCtas, FCCL_CONFIG_UNDEF_INT);
 }
 
@@ -129,5 +164,6 @@ int main(void) {
   testGrids();
   testBounds();
   testConfig();
+  testInherited();
   return testSummary("sm_budget");
 }

@@ -92,6 +92,9 @@ fcclResult_t fcclEnqueueCheckReady(struct fcclComm* comm, const char* caller, in
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                       "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
                       caller);
+  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                      "%s: the communicator was finalized (fcclCommFinalize): only destroy or abort it now", caller);
   if (viaNccl && comm->nccl == NULL)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no NCCL communicator (%s)", caller,
                       comm->ncclMissing[0] ? comm->ncclMissing : "its init failed");

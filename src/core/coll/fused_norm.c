@@ -16,9 +16,13 @@
 #include "device_state.h"
 #include "enqueue.h"
 #include "fingerprint.h"
+#include "fused_norm_shape.h"
+#include "param.h"
 #include "transport.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -131,6 +135,38 @@ static fcclResult_t checkArguments(const struct fusedCall* c, uint64_t* rowBytes
 static uint64_t minU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 static uint64_t maxU64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+/* FCCL_FUSED_KERNEL (docs/env.md): whether the one-shot form runs its previous kernel (fused_norm_legacy.cu) instead
+ * of the row kernel. An unknown value is warned about once and means the row kernel. */
+static int legacyKernelAsked(void) {
+  static atomic_int warned;
+  const char* kernel = fcclParamString(FCCL_PARAM_FUSED_KERNEL);
+  if (kernel[0] == '\0' || strcmp(kernel, "auto") == 0 || strcmp(kernel, "row") == 0) return 0;
+  if (strcmp(kernel, "legacy") == 0) return 1;
+  if (atomic_exchange(&warned, 1) == 0)
+    FCCL_WARN(FCCL_SUBSYS_COLL, "FCCL_FUSED_KERNEL=%s is not one of auto, row, legacy; using the row kernel", kernel);
+  return 0;
+}
+
+/*
+ * Blocks of a call of `rows` rows at a time (the form's rows in one round, or all of them), dealt out in batches of
+ * the shape's rowsPerBlock (fused_norm.cuh; fewer rows per block than a block holds when rows are few:
+ * fcclFusedShapeFor). At most as many blocks as stay resident together (FCCL_FUSED_RESIDENT_THREADS per SM): each
+ * takes batch after batch, its groups each on their own row, so that an SM never waits for a block to end and the
+ * next to start with no load in flight. The forms with flags also need every block resident at once, and an epoch
+ * counter each (FCCL_DEVICE_MAX_BLOCKS); one rank (local) posts no flags. A row's result does not depend on the
+ * grid; the grid depends only on the call's arguments and the GPU, so it is the same on every rank.
+ */
+static int fusedBlocks(const struct fcclComm* comm, uint64_t rows, const fcclFusedShape* shape, int local) {
+  const uint64_t batches = (rows + shape->rowsPerBlock - 1) / shape->rowsPerBlock;
+  const uint64_t perSm = maxU64(FCCL_FUSED_RESIDENT_THREADS / shape->blockThreads, 1);
+  const uint64_t sms = comm->device->smCount > 0 ? (uint64_t)comm->device->smCount : 1;
+  const uint64_t most = minU64(sms * perSm, local ? INT_MAX : FCCL_DEVICE_MAX_BLOCKS);
+  const int blocks = (int)maxU64(minU64(batches, most), 1);
+  /* The communicator's SM budget (docs/collectives.md#sm-budget) bounds the grid last; a block past the batches
+   * takes no row but still meets its peers' blocks, so a minimum may raise the grid up to what stays resident. */
+  return fcclCtaClamp(blocks, (int)most, comm->device->minCtas, comm->device->maxCtas);
+}
+
 /*
  * Rows per owner and round of the two-shot form (fused_norm_twoshot.cu), 0 when not even one fits: an inbox
  * region holds the rows pushed to an owner (each at the 16-byte pitch of a row of datatype), a result region the
@@ -226,23 +262,33 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
   args.print = fcclFusedPrint(args.registered, chosen == FCCL_FUSED_TWOSHOT, c->datatype, c->scaleMode, c->tokens,
                               c->hidden);
 
-  /* One block per row at a time, at most one per SM: the grid depends only on the call's arguments and the GPU,
-   * the same on every rank. A row's result does not depend on it (fused_norm.cuh). The two-shot's blocks share
-   * the rows of one owner's share of a round. */
-  uint64_t rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
+  /* The rows the grid shares at a time: every row (registered, or one rank), a round's, or the two-shot's rows of
+   * one owner's share of a round. */
+  const int local = comm->nranks == 1 && chosen == FCCL_FUSED_ONESHOT;
+  uint64_t rows = args.registered || local ? c->tokens : minU64(c->tokens, args.roundRows);
   if (chosen == FCCL_FUSED_TWOSHOT) {
     args.roundRows = ownerRows;
     rows = minU64(ownerRows, (c->tokens + (uint64_t)comm->nranks - 1) / (uint64_t)comm->nranks);
   }
-  uint64_t cap = s->smCount > 0 ? (uint64_t)s->smCount : 1;
-  cap = minU64(cap, FCCL_DEVICE_MAX_BLOCKS);
-  /* The communicator's SM budget (docs/collectives.md#sm-budget) bounds the grid last. */
-  const int blocks = fcclCtaClamp((int)minU64(rows, cap), (int)cap, s->minCtas, s->maxCtas);
-  FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %zu %s -> %s scale %d %s %s: %d blocks, %llu rows per %s, stream %p",
+  const fcclFusedShape shape = fcclFusedShapeFor(rowBytes, rows, s->smCount);
+  args.rowsPerBlock = shape.rowsPerBlock;
+  int blocks = fusedBlocks(comm, rows, &shape, local);
+  if (chosen == FCCL_FUSED_ONESHOT && legacyKernelAsked()) {
+    /* The previous kernel: one block of 512 threads per row at a time, at most one block per SM. */
+    args.form = FCCL_FUSED_ONESHOT_LEGACY;
+    rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
+    const uint64_t cap = minU64(s->smCount > 0 ? (uint64_t)s->smCount : 1, FCCL_DEVICE_MAX_BLOCKS);
+    blocks = fcclCtaClamp((int)minU64(rows, cap), (int)cap, s->minCtas, s->maxCtas);
+  }
+  FCCL_TRACE(FCCL_SUBSYS_COLL,
+             "%s %zu x %zu %s -> %s scale %d %s%s %s: %d blocks of %u rows x %u threads, %llu rows per %s, stream %p",
              kCaller, c->tokens, c->hidden, fcclTypeName(c->datatype), fcclTypeName(c->outtype), (int)c->scaleMode,
-             fcclFusedFormName(chosen), args.registered ? "registered" : "staged", blocks,
-             (unsigned long long)args.roundRows, chosen == FCCL_FUSED_TWOSHOT ? "owner and round" : "round",
-             c->stream);
+             fcclFusedFormName(chosen), args.form == FCCL_FUSED_ONESHOT_LEGACY ? " (legacy kernel)" : "",
+             args.registered ? "registered"
+             : local         ? "local"
+                             : "staged",
+             blocks, shape.rowsPerBlock, shape.rowThreads, (unsigned long long)args.roundRows,
+             chosen == FCCL_FUSED_TWOSHOT ? "owner and round" : "round", c->stream);
   return fcclDeviceLaunchFusedNorm(c->datatype, c->outtype, &s->dev, &args, blocks, s->pdl, (cudaStream_t)c->stream);
 }
 

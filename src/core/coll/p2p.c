@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fcclSend, fcclRecv and fcclAllToAll: calls fccl has no kernels for, carried by the communicator's NCCL
- * communicator on every path (NCCL's shapes: an all-to-all is a group of one send and one receive of count elements
- * per peer). The checks are every collective's (enqueue.c); the NCCL side is nccl_path.c.
+ * fcclSend, fcclRecv and fcclAllToAll (also spelled fcclAlltoAll, as NCCL does): calls fccl has no kernels for,
+ * carried by the communicator's NCCL communicator on every path (NCCL's shapes: an all-to-all is a group of one send
+ * and one receive of count elements per peer). The checks are every collective's (enqueue.c); the NCCL side is
+ * nccl_path.c.
  */
 #include "check.h"
 #include "comm.h"
@@ -58,4 +59,10 @@ FCCL_API fcclResult_t fcclAllToAll(const void* sendbuf, void* recvbuf, size_t co
   const struct fcclCall call = {.coll = &fcclCollAllToAll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
                                 .datatype = datatype, .op = fcclSum, .root = -1, .stream = stream, .algo = -1};
   return fcclEnqueue(comm, &call);
+}
+
+/* NCCL's spelling (ncclAlltoAll), so that a program renamed from NCCL's names finds the call. */
+FCCL_API fcclResult_t fcclAlltoAll(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                   fcclComm_t comm, void* stream) {
+  return fcclAllToAll(sendbuf, recvbuf, count, datatype, comm, stream);
 }

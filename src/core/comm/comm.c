@@ -32,8 +32,13 @@ fcclResult_t fcclCommEnsureReady(struct fcclComm* comm, const char* caller) {
   fcclResult_t state = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (state == fcclInProgress)
     return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
-                      "%s: the communicator's non-blocking init has not finished (poll fcclCommGetAsyncError)",
-                      caller);
+                      "%s: the communicator's %s has not finished (poll fcclCommGetAsyncError)", caller,
+                      __atomic_load_n(&comm->splitActive, __ATOMIC_ACQUIRE) ? "split (fcclCommSplit)"
+                      : __atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE) ? "finalize (fcclCommFinalize)"
+                                                                            : "non-blocking init");
+  if (__atomic_load_n(&comm->finalized, __ATOMIC_ACQUIRE))
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "%s: the communicator was finalized (fcclCommFinalize): only destroy or abort it now", caller);
   if (state != fcclSuccess) {
     char failure[FCCL_LAST_ERROR_MAX];
     fcclCommFailure(comm, failure, sizeof(failure));

@@ -84,6 +84,32 @@ size_t fcclDeviceSlotBytes(int nranks) {
   return (size_t)layout.totalBytes;
 }
 
+int fcclDeviceLayoutIn(int nranks, size_t slotBytes, fcclSlotLayout* layout) {
+  const uint64_t staging = fcclDeviceStagingBytes();
+  fcclSlotLayoutCompute(nranks, staging, layout);
+  if (layout->totalBytes <= slotBytes) return 1;
+  /* The slot's size grows with the staging bytes: the most that fits, to within one alignment step. */
+  uint64_t fits = FCCL_STAGING_MIN_BYTES, tooMuch = staging;
+  fcclSlotLayoutCompute(nranks, fits, layout);
+  if (layout->totalBytes > slotBytes) return 0;
+  while (tooMuch - fits > FCCL_SLOT_ALIGN) {
+    const uint64_t middle = fits + (tooMuch - fits) / 2;
+    fcclSlotLayoutCompute(nranks, middle, layout);
+    if (layout->totalBytes <= slotBytes)
+      fits = middle;
+    else
+      tooMuch = middle;
+  }
+  fcclSlotLayoutCompute(nranks, fits, layout);
+  return 1;
+}
+
+int fcclDeviceSlotHolds(int nranks, size_t slotBytes) {
+  fcclSlotLayout full, in;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &full);
+  return fcclDeviceLayoutIn(nranks, slotBytes, &in) && in.chunkBytes * 8 >= full.chunkBytes * 7;
+}
+
 static uint64_t timeoutNs(void) {
   int64_t ms = fcclParamInt(FCCL_PARAM_TIMEOUT);
   if (ms <= 0) {
@@ -282,7 +308,9 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
 static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s) {
   const int nranks = comm->nranks;
   fcclSlotLayout* layout = &s->dev.layout;
-  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), layout);
+  /* A slot made for nranks holds FCCL_STAGING_BYTES; a split's child in its parent's slot may hold a little less
+   * (deviceSetupLocal refuses a slot too small for any). */
+  (void)fcclDeviceLayoutIn(nranks, fcclTransportSlotBytes(comm->transport), layout);
   uint64_t lastEpoch = 0;
   fcclResult_t local = deviceSetupLocal(comm, s, &lastEpoch);
 

@@ -42,6 +42,7 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
   memset(out, 0, sizeof(*out));
   out->blocking = 1;
   out->timeoutMs = fcclBootstrapTimeoutMs(-1);
+  out->splitShare = FCCL_CONFIG_UNDEF_INT;
   out->minCtas = out->maxCtas = FCCL_CONFIG_UNDEF_INT;
   if (config == NULL) return fcclSuccess;
   if (config->magic != FCCL_CONFIG_MAGIC)
@@ -67,6 +68,10 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
   if (config->allowSharedDevice != 0 && config->allowSharedDevice != 1)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.allowSharedDevice is %d, not 0 or 1", caller,
                       config->allowSharedDevice);
+  if (FCCL_CONFIG_HAS(config, splitShare) && config->splitShare != FCCL_CONFIG_UNDEF_INT && config->splitShare != 0 &&
+      config->splitShare != 1)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                      "%s: config.splitShare is %d, not 0, 1 or FCCL_CONFIG_UNDEF_INT", caller, config->splitShare);
   if (FCCL_CONFIG_HAS(config, maxCTAs)) {
     const int minCtas = config->minCTAs, maxCtas = config->maxCTAs;
     if ((minCtas != FCCL_CONFIG_UNDEF_INT && minCtas < 1) || (maxCtas != FCCL_CONFIG_UNDEF_INT && maxCtas < 1))
@@ -82,6 +87,7 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
   out->blocking = config->blocking;
   if (config->timeoutMs > 0) out->timeoutMs = config->timeoutMs;
   out->allowSharedDevice = config->allowSharedDevice;
+  if (FCCL_CONFIG_HAS(config, splitShare)) out->splitShare = config->splitShare;
   if (config->commName) snprintf(out->name, sizeof(out->name), "%s", config->commName);
   return fcclSuccess;
 }
@@ -115,6 +121,8 @@ fcclResult_t fcclCommNew(const struct fcclCommSettings* settings, int rank, int 
   snprintf(comm->name, sizeof(comm->name), "%s", settings->name);
   comm->timeoutMs = settings->timeoutMs;
   comm->allowSharedDevice = settings->allowSharedDevice;
+  comm->blocking = settings->blocking;
+  comm->splitShare = settings->splitShare;
   comm->minCtas = settings->minCtas;
   comm->maxCtas = settings->maxCtas;
   comm->abortFlag = abortPage;
@@ -157,12 +165,15 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
         fcclBootstrapTcpInit(&job->id, comm->rank, comm->nranks, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
   else if (job->kind == INIT_ENV)
     FCCLCHECK(fcclBootstrapEnvInit(&job->launch, comm->timeoutMs, comm->abortFlag, &comm->bootstrap));
-  FCCLCHECK(fcclCommExchangePeerInfo(comm));
+  else if (job->hooks)
+    FCCLCHECK(job->hooks->join(comm));
+  if (!comm->peerInfo) FCCLCHECK(fcclCommExchangePeerInfo(comm));
   /* A host communicator's peers are its parent's, which the parent's monitor watches already (and a death it sees
    * sets the abort flag the two share). */
   if (!comm->hierParent) FCCLCHECK(fcclCommWatchPeers(comm));
   struct fcclPathDecision decision;
   FCCLCHECK(fcclCommChoosePath(comm, &decision));
+  if (job->hooks) FCCLCHECK(job->hooks->pathChosen(comm, &decision));
 
   /* Layers: each sets its own comm field only when it succeeded (or leaves enough there for its teardown in
    * fcclCommFree to undo a partial setup); a failure returns, and fcclCommFree runs every teardown. */
@@ -177,7 +188,7 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
         .timeoutMs = comm->timeoutMs,
         .abortFlag = comm->abortFlag,
         .name = comm->name,
-        .slotBytes = fcclDeviceSlotBytes(comm->nranks),
+        .slotBytes = job->slotBytes ? job->slotBytes : fcclDeviceSlotBytes(comm->nranks),
         .ex = {.ctx = comm->bootstrap, .allGather = bootstrapAllGather, .barrier = bootstrapBarrier},
     };
     FCCLCHECK(fcclTransportInit(&transport, &comm->transport));
@@ -188,7 +199,7 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
 
   /* NCCL: the NCCL path's engine, send/recv/all-to-all on the fccl path (FCCL_NCCL_COMM), every call but the
    * all-reduce on the hierarchical path */
-  if (decision.ncclComm) FCCLCHECK(fcclNcclCommCreate(comm, decision.ncclRequired));
+  if (decision.ncclComm && !job->ncclSettled) FCCLCHECK(fcclNcclCommCreate(comm, decision.ncclRequired));
 
   /* hierarchical: the host communicator on fccl's kernels and the NCCL rail across hosts (comm->hier) */
   if (comm->path == fcclPathHier) FCCLCHECK(fcclHierCreate(comm, &hierHostOps));
@@ -210,6 +221,7 @@ static fcclResult_t commInitSteps(struct fcclComm* comm) {
  * information on, fails the comm and sets the abort flag, and what the init then waited for reports an abort. */
 static fcclResult_t commInitTask(struct fcclComm* comm) {
   const fcclResult_t res = commInitSteps(comm);
+  if (comm->initJob->hooks) comm->initJob->hooks->finish(comm, res);
   if (res == fcclSuccess) return res;
   char failure[FCCL_LAST_ERROR_MAX - 64]; /* room for the words around it */
   const fcclResult_t cause = fcclCommFailure(comm, failure, sizeof(failure));
@@ -255,6 +267,7 @@ fcclResult_t fcclCommStart(struct fcclComm* comm, int blocking, fcclComm_t* out)
   *out = comm;
   return fcclInProgress;
 noThread:
+  if (comm->initJob->hooks) comm->initJob->hooks->finish(comm, started);
   fcclCommFreeAfterFailure(comm);
   return started;
 }
@@ -291,6 +304,7 @@ static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id
   struct fcclCommSettings settings = {.blocking = 1,
                                       .timeoutMs = parent->timeoutMs,
                                       .allowSharedDevice = parent->allowSharedDevice,
+                                      .splitShare = FCCL_CONFIG_UNDEF_INT,
                                       .minCtas = parent->minCtas,
                                       .maxCtas = parent->maxCtas};
   snprintf(settings.name, sizeof(settings.name), "%s", parent->name);

@@ -44,7 +44,7 @@ FCCL_API fcclResult_t fcclCommCount(const fcclComm_t comm, int* count) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommCount: invalid communicator handle %p", (void*)comm);
   FCCL_REQUIRE(count != NULL, "fcclCommCount: count is NULL");
-  *count = comm->nranks;
+  *count = __atomic_load_n(&comm->nranks, __ATOMIC_ACQUIRE); /* a split's child learns it while its init runs */
   return fcclSuccess;
 }
 
@@ -60,6 +60,6 @@ FCCL_API fcclResult_t fcclCommUserRank(const fcclComm_t comm, int* rank) {
   fcclClearError();
   FCCL_REQUIRE(fcclCommIsValid(comm), "fcclCommUserRank: invalid communicator handle %p", (void*)comm);
   FCCL_REQUIRE(rank != NULL, "fcclCommUserRank: rank is NULL");
-  *rank = comm->rank;
+  *rank = __atomic_load_n(&comm->rank, __ATOMIC_ACQUIRE);
   return fcclSuccess;
 }

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "comm.h"
 #include "debug.h"
+#include "init.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -105,20 +106,16 @@ FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, i
   if (res == fcclSuccess && me == 0) res = fcclBootstrapGetUniqueId(&id, comm->timeoutMs);
   if (res == fcclSuccess) res = fcclBootstrapLocalShare(name, pids, ranks, n, me, &id, comm->timeoutMs);
   if (res == fcclSuccess) {
-    fcclConfig_t inherited = FCCL_CONFIG_INITIALIZER;
-    inherited.timeoutMs = comm->timeoutMs;
-    inherited.commName = comm->name;
-    inherited.allowSharedDevice = comm->allowSharedDevice;
-    inherited.minCTAs = comm->minCtas;
-    inherited.maxCTAs = comm->maxCtas;
+    /* comm's options, as a split's child inherits them (split.c), but blocking: fcclCommShrink returns the new
+     * communicator ready. */
+    fcclConfig_t inherited;
+    fcclCommInheritedConfig(comm, &inherited);
+    inherited.blocking = 1;
     int saved = -1;
-    if (cudaGetDevice(&saved) != cudaSuccess || cudaSetDevice(comm->cudaDev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_LOG_SUBSYS, "%s: cannot make device %d current", kCaller,
-                       comm->cudaDev);
-    } else {
+    res = fcclCommUseDevice(comm, kCaller, &saved);
+    if (res == fcclSuccess) {
       res = fcclCommInitRankConfig(newcomm, n, id, me, config ? config : &inherited);
-      if (saved != comm->cudaDev) (void)cudaSetDevice(saved);
+      fcclCommRestoreDevice(comm, saved);
     }
   }
   free(excluded);

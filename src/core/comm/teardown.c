@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The end of a communicator: fcclCommDestroy, fcclCommAbort, and the release of everything a communicator holds
- * (fcclCommFree), which a failed init, a destroy and an abort share; with the abort flag set (an abort, a failed
- * init) no layer's teardown waits for a peer. A non-blocking init's thread is joined first, or, while an
- * application's callback holds it, left to free its comm itself. Communicators of fcclCommInitAll are torn down
- * together when the last of them is destroyed (local_group.h).
+ * (fcclCommFree), which a failed init, a destroy and an abort share: first what it shares with its peers
+ * (fcclCommReleaseShared, which is fcclCommFinalize's work too), then what is its own; with the abort flag set (an
+ * abort, a failed init) no layer's teardown waits for a peer. A non-blocking init's (or finalize's) thread is joined
+ * first, or, while an application's callback holds it, left to free its comm itself; a split's exchange over the
+ * communicator is waited for (split.c). Communicators of fcclCommInitAll are torn down together when the last of
+ * them is destroyed (local_group.h).
  */
 #include "init.h"
 
@@ -27,8 +29,7 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
 
-/* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
-fcclResult_t fcclCommFree(struct fcclComm* comm) {
+fcclResult_t fcclCommReleaseShared(struct fcclComm* comm) {
   fcclResult_t res = fcclSuccess;
   /* First: once this returns the peer monitor never touches the communicator again. A destroy says goodbye on
    * the peer links, so that peers elsewhere let this rank go; an abort or a failure does not: they see it end. */
@@ -55,6 +56,12 @@ fcclResult_t fcclCommFree(struct fcclComm* comm) {
   __atomic_store_n(&comm->transport, NULL, __ATOMIC_RELEASE); /* fcclCommGetMemStats may read it from any thread */
   fcclResult_t transportRes = fcclTransportFini(transport);
   if (res == fcclSuccess) res = transportRes;
+  return res;
+}
+
+/* Releases everything the comm holds, in reverse order of setup. Local only when *abortFlag is set. */
+fcclResult_t fcclCommFree(struct fcclComm* comm) {
+  fcclResult_t res = fcclCommReleaseShared(comm); /* nothing left to release after fcclCommFinalize */
 
   fcclBootstrapDestroy(comm->bootstrap);
   comm->bootstrap = NULL;
@@ -77,9 +84,32 @@ void fcclCommFreeAfterFailure(struct fcclComm* comm) {
   fcclRestoreThreadError(cause);
 }
 
+/*
+ * A split's exchange over comm uses comm's bootstrap and NCCL communicator (split.c): it is waited for, bounded by
+ * its own timeouts; with abort set, it is told to stop first (through the child's abort flag it waits on, or comm's
+ * own for a rank that joins no child), so that it ends within a poll slice. Then a FCCL_SPLIT_NOCOLOR rank's thread
+ * is joined.
+ */
+static void settleSplit(struct fcclComm* comm, int abort) {
+  if (abort) {
+    pthread_mutex_lock(&comm->errorLock);
+    if (comm->splitAbort) __atomic_store_n(comm->splitAbort, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&comm->errorLock);
+  }
+  while (__atomic_load_n(&comm->splitActive, __ATOMIC_ACQUIRE)) {
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 1000000};
+    nanosleep(&pause, NULL);
+  }
+  if (comm->splitThreadActive) {
+    pthread_join(comm->splitThread, NULL);
+    comm->splitThreadActive = 0;
+  }
+}
+
 /* Destroy of one communicator, the part that may talk to its peers (collective unless aborted). */
 fcclResult_t fcclCommDestroyNow(struct fcclComm* comm) {
   fcclLogSetContext(comm->rank, comm->cudaDev);
+  settleSplit(comm, 0);
   if (comm->initThreadActive) {
     pthread_join(comm->initThread, NULL); /* the init is bounded by its timeout */
     comm->initThreadActive = 0;
@@ -107,10 +137,13 @@ fcclResult_t fcclCommFreeHostPart(struct fcclComm* comm) {
 static int commAbortInitThread(struct fcclComm* comm) {
   struct fcclInitJob* job = comm->initJob;
   const pthread_t thread = comm->initThread; /* read first: once the thread owns the comm it may free it at once */
-  const int callbacks = job->kind == INIT_PREMADE; /* comm->bootstrap set before the thread started */
+  /* The bootstraps of application callbacks the thread may be inside: comm's own, set before the thread started
+   * (fcclCommInitExternal), and for a split's child its parent's, over which it runs the split's exchange. */
+  const struct fcclBootstrap* own = job->kind == INIT_PREMADE ? comm->bootstrap : NULL;
+  const struct fcclBootstrap* outer = job->outerBootstrap;
   for (;;) {
     if (__atomic_load_n(&job->threadState, __ATOMIC_ACQUIRE) == INIT_THREAD_DONE) break;
-    if (callbacks && fcclBootstrapInCallback(comm->bootstrap)) {
+    if (fcclBootstrapInCallback(own) || fcclBootstrapInCallback(outer)) {
       comm->magic = FCCL_COMM_MAGIC_DEFERRED; /* dead to the caller now; refused while the thread keeps it */
       int running = INIT_THREAD_RUNNING;
       if (__atomic_compare_exchange_n(&job->threadState, &running, INIT_THREAD_ABANDONED, 0, __ATOMIC_ACQ_REL,
@@ -131,6 +164,7 @@ static int commAbortInitThread(struct fcclComm* comm) {
 /* fcclCommAbort after the handle was checked; leaves the thread's last error alone (internal callers report). */
 void fcclCommAbortNow(struct fcclComm* comm) {
   __atomic_store_n(comm->abortFlag, 1, __ATOMIC_RELEASE);
+  settleSplit(comm, 1);
   if (comm->localGroup) {
     fcclLocalGroupAbort(comm->localGroup, comm); /* the members share a process: they all give up */
     comm->localGroup = NULL;

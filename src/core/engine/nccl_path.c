@@ -617,6 +617,68 @@ fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int
   return createGroup(comm, nranks, rank, leader, "NCCL communicator across hosts", out, &failed);
 }
 
+fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
+                               int rank, int splitShare, struct fcclNcclComm** out) {
+  *out = NULL;
+  struct fcclNcclComm* from = parent->nccl;
+  if (!from) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "ncclCommSplit of a communicator without NCCL's");
+  struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
+  if (!nc) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
+  /* Blocking, for the reason createLocal gives; NCCL_COMM_BLOCKING=0 makes it return ncclInProgress, and NCCL then
+   * reports the split's progress on the parent's communicator, the new one's own init on the new one. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  if (owner != parent && owner->name[0]) config.commName = owner->name;
+  if (splitShare != FCCL_CONFIG_UNDEF_INT) config.splitShare = splitShare;
+  const int nocolor = color < 0;
+  struct timespec start, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  ncclComm_t made = NULL;
+  ncclResult_t result = pfn_ncclCommSplit(from->comm, nocolor ? NCCL_SPLIT_NOCOLOR : color, key, &made, &config);
+  fcclResult_t res = fcclSuccess;
+  if (result != ncclSuccess && result != ncclInProgress)
+    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommSplit (color %d, key %d) failed: %s (%s)",
+                     parent->rank, color, key, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(from->comm));
+  if (res == fcclSuccess && result == ncclInProgress) res = waitNccl(owner, from->comm, from, "ncclCommSplit");
+  if (res == fcclSuccess && !nocolor && made == NULL)
+    res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "rank %d: ncclCommSplit (color %d) made no communicator",
+                     parent->rank, color);
+  nc->comm = made;
+  if (res == fcclSuccess && made) res = waitNccl(owner, made, nc, "ncclCommSplit's new communicator");
+  int count = -1, placed = -1;
+  if (res == fcclSuccess && made &&
+      (pfn_ncclCommCount(made, &count) != ncclSuccess || pfn_ncclCommUserRank(made, &placed) != ncclSuccess ||
+       count != nranks || placed != rank))
+    res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT,
+                     "rank %d: ncclCommSplit made rank %d of %d where fccl's split made rank %d of %d", parent->rank,
+                     placed, count, rank, nranks);
+  if (res == fcclSuccess && made) {
+    if (cudaMalloc((void**)&nc->barrierWord, sizeof(float)) != cudaSuccess ||
+        cudaMemset(nc->barrierWord, 0, sizeof(float)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      res = FCCL_ERROR(fcclUnhandledCudaError, FCCL_SUBSYS_INIT, "rank %d: the NCCL barrier's device word",
+                       parent->rank);
+    }
+  }
+  if (res != fcclSuccess || !made) {
+    nc->broken = res != fcclSuccess;
+    releaseNccl(owner, nc);
+    return res;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  FCCL_INFO(FCCL_SUBSYS_INIT, "rank %d: NCCL communicator %p split from %p (rank %d of %d) in %.1f ms", parent->rank,
+            (void*)made, (void*)from->comm, rank, nranks,
+            (double)(end.tv_sec - start.tv_sec) * 1e3 + (double)(end.tv_nsec - start.tv_nsec) / 1e6);
+  *out = nc;
+  return fcclSuccess;
+}
+
+void fcclNcclCommDiscard(struct fcclComm* comm, struct fcclNcclComm* nc) {
+  if (!nc) return;
+  nc->broken = 1;
+  fcclNcclRailFree(comm, nc);
+}
+
 void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail) {
   if (!rail) return;
   int saved = -1;
@@ -731,6 +793,24 @@ fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int
 void fcclNcclRailFree(struct fcclComm* comm, struct fcclNcclComm* rail) {
   (void)comm;
   (void)rail;
+}
+
+fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
+                               int rank, int splitShare, struct fcclNcclComm** out) {
+  (void)owner;
+  (void)parent;
+  (void)color;
+  (void)key;
+  (void)nranks;
+  (void)rank;
+  (void)splitShare;
+  *out = NULL;
+  return notBuilt("ncclCommSplit");
+}
+
+void fcclNcclCommDiscard(struct fcclComm* comm, struct fcclNcclComm* nc) {
+  (void)comm;
+  (void)nc;
 }
 
 #endif

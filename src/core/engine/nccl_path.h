@@ -74,6 +74,21 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle);
 /* How many registrations the NCCL communicator holds (fcclCommGetMemStats). */
 unsigned long fcclNcclRegistrations(struct fcclComm* comm);
 
+/*
+ * ncclCommSplit of parent->nccl (fcclCommSplit, core/comm/split.c): collective over every rank of parent, each passing
+ * its color, or FCCL_SPLIT_NOCOLOR for none. *out receives the new NCCL communicator (NULL for FCCL_SPLIT_NOCOLOR),
+ * checked to have nranks ranks with this rank as rank. Blocking, as fcclNcclCommCreate's: its ncclInProgress is
+ * waited for within owner's timeout and abort flag (owner: the new fccl communicator, or parent for
+ * FCCL_SPLIT_NOCOLOR), and every rank has met in parent's bootstrap just before. splitShare: NCCL's config field
+ * (FCCL_CONFIG_UNDEF_INT: NCCL's default).
+ */
+fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
+                               int rank, int splitShare, struct fcclNcclComm** out);
+
+/* Releases an NCCL communicator that not every rank of comm got (aborted: never finalized against peers that may not
+ * have it). NULL is fine. */
+void fcclNcclCommDiscard(struct fcclComm* comm, struct fcclNcclComm* nc);
+
 /* ---- the hierarchical path (core/engine/hier.c) ---- */
 
 struct fcclNcclComm;
