@@ -9,7 +9,8 @@
  *                reduce-scatter's, broadcast's, reduce's, gather's and scatter's three) at sizes that want more than
  *                3 blocks, and the fused all-reduce + RMSNorm: unbounded they launch more than 3 blocks, bounded 3 at
  *                most, and the results are right (the host reference; the fused norm's bits equal to the unbounded
- *                communicator's, which its batch invariance promises whatever the grid)
+ *                communicator's, which its batch invariance promises whatever the grid); a child split off the
+ *                bounded communicator without a config runs the fused norm within the same budget
  *   min [n]      minCTAs 5 and maxCTAs 6: a call that wants one block launches 5, one that wants many 6, results right
  *   env [n]      FCCL_MAX_CTAS=2 in the environment (meson sets it) over a config of maxCTAs 7: the variable wins
  *   mismatch     rank 0 with maxCTAs 4, rank 1 with 8: the init fails on both with fcclInvalidUsage naming the budget
@@ -219,6 +220,17 @@ static int modeCap(int rank, int nranks, const struct testArgs* args, int minCta
                rank, freeBlocks, boundedBlocks, most);
     EXPECT_MSG(memcmp(a, b, tokens * 4096 * 2) == 0, "rank %d: the fused norm's bits depend on the grid", rank);
   }
+  /* A child split off the bounded communicator without a config keeps its budget (NCCL's rule for a NULL config). */
+  fcclComm_t child = NULL;
+  const fcclResult_t split = fcclCommSplit(bounded, 0, rank, &child, NULL);
+  EXPECT_MSG(split == fcclSuccess, "rank %d: split: %s", rank, fcclGetLastError(NULL));
+  int childBlocks = 0;
+  if (split == fcclSuccess && fusedNorm(child, rank, tokens, b, &childBlocks)) {
+    EXPECT_MSG(childBlocks == most, "rank %d: the split's fused norm ran on %d blocks, the budget allows %d", rank,
+               childBlocks, most);
+    EXPECT_MSG(memcmp(a, b, tokens * 4096 * 2) == 0, "rank %d: the split's fused norm gave other bits", rank);
+  }
+  if (child) EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
   free(a);
   free(b);
   cudaFree(scalar);
