@@ -630,6 +630,12 @@ fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, 
   config.blocking = 1;
   if (owner != parent && owner->name[0]) config.commName = owner->name;
   if (splitShare != FCCL_CONFIG_UNDEF_INT) config.splitShare = splitShare;
+  /* The new communicator's SM budget, as startLocal gives it to a communicator NCCL creates (owner is the child, or
+   * the parent for a rank of no color, which gets no communicator). */
+  const int minCtas = fcclDeviceCtaBound(owner->minCtas, FCCL_PARAM_MIN_CTAS);
+  const int maxCtas = fcclDeviceCtaBound(owner->maxCtas, FCCL_PARAM_MAX_CTAS);
+  if (minCtas > 0) config.minCTAs = minCtas;
+  if (maxCtas > 0) config.maxCTAs = maxCtas;
   const int nocolor = color < 0;
   struct timespec start, end;
   clock_gettime(CLOCK_MONOTONIC, &start);
