@@ -14,6 +14,7 @@ as it captures the methods.
     g = fccl.ops.all_gather(x, "tp")            # the ranks' x concatenated along dimension 0
     s = fccl.ops.reduce_scatter(x, "tp")        # this rank's block of dimension 0 of the sum
     b = fccl.ops.broadcast(x, "tp", root=0)     # root's x; broadcast_ in place
+    m = fccl.ops.all_reduce(x, "tp", op=fccl.PreMulSum(0.5))  # a pre-multiplied sum (with a number)
     r = fccl.ops.moe_dispatch(x, layout, topk_idx, topk_weights)   # a MoeDispatchResult (docs/moe.md)
     o = fccl.ops.moe_combine(y, layout, topk_weights)              # y: the experts' outputs in r.x's rows
 
@@ -39,7 +40,7 @@ import torch
 
 from . import _torch_compile
 from ._buffers import _op_of
-from ._moe import FP8_SCALE_BLOCK, MoeDispatchResult, _dispatch, _combine, _lookup_layout
+from ._moe import FP8_SCALE_BLOCK, MoeDispatchResult, _combine, _dispatch, _lookup_layout
 from ._names import _check_name, _lookup
 
 if TYPE_CHECKING:  # for annotations only: the communicator module imports this one, never the other way round
@@ -193,7 +194,12 @@ def _(y, topk_weights, expert_counts, layout_name, tokens, blocks):
 # ---- the functions to call ----------------------------------------------------------------------------------------
 
 def _op_name(op) -> str:
-    return _op_of(op).name  # checked here, outside the graph; the op takes the name
+    """The op's name, which the custom op carries: checked here, outside the graph. A pre-multiplied sum is
+    "premul_sum:<the scalar's float.hex()>" (fccl.PreMulSum(x).name, or the PreMulSum itself made outside the compiled
+    function): such a name is parsed when the op runs."""
+    if isinstance(op, str) and op.startswith("premul_sum:"):
+        return op
+    return _op_of(op).name
 
 
 def _comm_name(comm: Union[str, "Communicator"]) -> str:

@@ -16,6 +16,9 @@ typedef enum {
   KIND_BROADCAST,
   KIND_BARRIER,
   KIND_FUSED,
+  KIND_REDUCE,
+  KIND_GATHER,
+  KIND_SCATTER,
   KIND_MOE,
   KIND_UNKNOWN
 } printKind;
@@ -39,13 +42,16 @@ static printKind formKind(uint32_t form) {
   if (set == &fcclAllGatherAlgos) return KIND_ALLGATHER;
   if (set == &fcclReduceScatterAlgos) return KIND_REDUCESCATTER;
   if (set == &fcclBroadcastAlgos) return KIND_BROADCAST;
+  if (set == &fcclReduceAlgos) return KIND_REDUCE;
+  if (set == &fcclGatherAlgos) return KIND_GATHER;
+  if (set == &fcclScatterAlgos) return KIND_SCATTER;
   return KIND_UNKNOWN;
 }
 
 static const char* kindName(printKind kind) {
-  static const char* const names[] = {"all-reduce", "all-gather",  "reduce-scatter",
-                                      "broadcast",  "barrier",     "fused all-reduce + RMSNorm",
-                                      "MoE",        "unknown call"};
+  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "barrier",
+                                      "fused all-reduce + RMSNorm", "reduce", "gather", "scatter", "MoE",
+                                      "unknown call"};
   return names[kind];
 }
 
@@ -63,7 +69,7 @@ static const char* formName(uint32_t form) {
 }
 
 static const char* opName(uint32_t op) {
-  static const char* const names[] = {"sum", "prod", "max", "min", "avg"};
+  static const char* const names[] = {"sum", "prod", "max", "min", "avg", "pre-multiplied sum"};
   return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
 }
 
@@ -75,7 +81,7 @@ static const char* scaleName(uint32_t mode) {
 static uint32_t printForm(uint32_t print) { return (print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) - 1u; }
 static uint32_t printType(uint32_t print) { return (print >> FCCL_PRINT_TYPE_SHIFT) & 15u; }
 static uint32_t printArg(uint32_t print) { return (print >> FCCL_PRINT_ARG_SHIFT) & 7u; }
-static uint32_t printCount(uint32_t print) { return (print >> FCCL_PRINT_COUNT_SHIFT) & 255u; }
+static uint32_t printCount(uint32_t print) { return (print & FCCL_PRINT_MASK) >> FCCL_PRINT_COUNT_SHIFT; }
 
 uint32_t fcclPrintForm(int algo, int scatter) {
   if (algo == FCCL_ALGO_TWOSHOT_REG) {
@@ -122,15 +128,18 @@ void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
     return;
   }
   char arg[32] = "";
-  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER)
+  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCE)
     snprintf(arg, sizeof(arg), ", %s", opName(printArg(print)));
-  else if (kind == KIND_BROADCAST)
+  else if (kind == KIND_BROADCAST || kind == KIND_GATHER || kind == KIND_SCATTER)
     snprintf(arg, sizeof(arg), ", root %u", printArg(print));
   else if (kind == KIND_FUSED)
     snprintf(arg, sizeof(arg), ", %s", scaleName(printArg(print)));
   snprintf(buf, size, "%s, %s%s, %s %s, %s hash 0x%02x", kindName(kind), fcclTypeName((fcclDataType_t)printType(print)),
            arg, kind == KIND_FUSED ? "form" : "algorithm", formName(form),
-           kind == KIND_FUSED ? "tokens x hidden" : "count", printCount(print));
+           kind == KIND_FUSED    ? "tokens x hidden"
+           : kind == KIND_REDUCE ? "count and root"
+                                 : "count",
+           printCount(print));
 }
 
 void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size) {
@@ -145,12 +154,15 @@ void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size)
   if (printForm(mine) != printForm(theirs)) fields[n++] = kind == KIND_FUSED ? "form" : "algorithm";
   if (printType(mine) != printType(theirs)) fields[n++] = "datatype";
   if (printArg(mine) != printArg(theirs))
-    fields[n++] = kind == KIND_BROADCAST ? "root"
-                  : kind == KIND_FUSED   ? "scale mode"
-                  : kind == KIND_MOE     ? "call (dispatch or combine)"
-                                         : "op";
+    fields[n++] = kind == KIND_BROADCAST || kind == KIND_GATHER || kind == KIND_SCATTER ? "root"
+                  : kind == KIND_FUSED                                                  ? "scale mode"
+                  : kind == KIND_MOE                                                    ? "call (dispatch or combine)"
+                                                                                        : "op";
   if (printCount(mine) != printCount(theirs))
-    fields[n++] = kind == KIND_FUSED ? "token count or hidden size" : kind == KIND_MOE ? "layout" : "count";
+    fields[n++] = kind == KIND_FUSED    ? "token count or hidden size"
+                  : kind == KIND_REDUCE ? "count or root"
+                  : kind == KIND_MOE    ? "layout"
+                                        : "count";
   if (n == 0) {
     snprintf(buf, size, "nothing");
     return;

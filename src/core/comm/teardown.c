@@ -20,6 +20,7 @@
 #include "moe.h"
 #include "monitor.h"
 #include "nccl_path.h"
+#include "redop.h"
 #include "transport.h"
 
 #include <pthread.h>
@@ -68,6 +69,7 @@ fcclResult_t fcclCommFree(struct fcclComm* comm) {
 
   fcclBootstrapDestroy(comm->bootstrap);
   comm->bootstrap = NULL;
+  fcclRedOpFreeAll(comm); /* their NCCL ops went with the NCCL communicator */
   free(comm->peerInfo);
   free(comm->initJob);
   if (!comm->hierParent) free((void*)comm->abortFlag); /* a host communicator's is its parent's */
