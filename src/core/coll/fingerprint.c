@@ -49,9 +49,10 @@ static printKind formKind(uint32_t form) {
 }
 
 static const char* kindName(printKind kind) {
-  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "barrier",
-                                      "fused all-reduce + RMSNorm", "reduce", "gather", "scatter", "MoE",
-                                      "unknown call"};
+  static const char* const names[] = {"all-reduce", "all-gather",  "reduce-scatter",
+                                      "broadcast",  "barrier",     "fused all-reduce + RMSNorm",
+                                      "reduce",     "gather",      "scatter",
+                                      "MoE",        "unknown call"};
   return names[kind];
 }
 
