@@ -723,7 +723,8 @@ typedef struct {
   int expertAlignment;            /**< fcclMoePacked: each expert's first row is a multiple of this, 1..1024 (default
                                        1); ignored for fcclMoePadded. */
   int blocks;                     /**< the SM budget of calls that pass blocks 0: thread blocks each kernel may use
-                                       (1 per SM at most); 0 (default): min(32, the GPU's SMs). */
+                                       (1 per SM at most); 0 (default): min(32, the GPU's SMs). Every call's grid
+                                       stays within the communicator's minCTAs and maxCTAs. */
 } fcclMoeConfig_t;
 
 #define FCCL_MOE_CONFIG_INITIALIZER \

@@ -10,6 +10,7 @@
  */
 #include "moe.h"
 
+#include "algo.h"
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
@@ -328,6 +329,9 @@ static fcclResult_t enqueueMoe(struct fcclMoeLayout* layout, const char* caller,
     if (buffers[i] != NULL) res = fcclEnqueueCheckBuffer(comm, buffers[i], names[i], caller);
   if (res == fcclSuccess) {
     const struct fcclDeviceState* s = comm->device;
+    /* The communicator's SM budget (fcclConfig_t.minCTAs, maxCTAs) bounds every kernel's grid, this one's too; the
+     * results do not depend on the grid. */
+    blocks = fcclCtaClamp(blocks, layout->maxBlocks, s->minCtas, s->maxCtas);
     FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %s: %llu tokens, %d blocks, stream %p%s", caller, fcclTypeName(datatype),
                (unsigned long long)args->tokens, blocks, stream, capturing ? " (captured)" : "");
     res = fcclDeviceLaunchMoe(op, datatype, &s->dev, args, blocks, s->pdl, (cudaStream_t)stream);
