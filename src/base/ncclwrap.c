@@ -11,6 +11,7 @@
 
 #define FCCL_NCCL_DEFINE(name, ret, params) ret(*pfn_##name) params;
 FCCL_NCCL_FUNCTIONS(FCCL_NCCL_DEFINE)
+FCCL_NCCL_ROOTED_FUNCTIONS(FCCL_NCCL_DEFINE)
 #undef FCCL_NCCL_DEFINE
 
 static pthread_once_t loadOnce = PTHREAD_ONCE_INIT;
@@ -33,6 +34,7 @@ static void loadNccl(void) {
     return;                                                                                                \
   }
   FCCL_NCCL_FUNCTIONS(FCCL_NCCL_LOAD)
+  FCCL_NCCL_ROOTED_FUNCTIONS(FCCL_NCCL_LOAD)
 #undef FCCL_NCCL_LOAD
   __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
 }

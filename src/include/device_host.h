@@ -272,13 +272,15 @@ FCCL_STATIC_ASSERT(sizeof(fcclDevState) == FCCL_DEVICE_MAX_BLOCKS * 8 + 64, "fcc
 /* What waited when a kernel gave up (errorPhase). */
 typedef enum {
   FCCL_PHASE_BARRIER = 1,
-  FCCL_PHASE_LL = 2,      /* LL packets of a peer */
-  FCCL_PHASE_READY = 3,   /* a peer reaching the call (registered buffers) */
-  FCCL_PHASE_INBOX = 4,   /* a peer's staged input */
-  FCCL_PHASE_RESULT = 5,  /* an owner's reduced chunk */
-  FCCL_PHASE_DONE = 6,    /* a peer finishing with this rank's buffers */
-  FCCL_PHASE_LL128 = 7,   /* LL128 lines of a peer */
-  FCCL_PHASE_CONSUMED = 8 /* a peer to have copied a staging round out, before its parity is written again */
+  FCCL_PHASE_LL = 2,       /* LL packets of a peer */
+  FCCL_PHASE_READY = 3,    /* a peer reaching the call (registered buffers) */
+  FCCL_PHASE_INBOX = 4,    /* a peer's staged input */
+  FCCL_PHASE_RESULT = 5,   /* an owner's reduced chunk */
+  FCCL_PHASE_DONE = 6,     /* a peer finishing with this rank's buffers */
+  FCCL_PHASE_LL128 = 7,    /* LL128 lines of a peer */
+  FCCL_PHASE_CONSUMED = 8, /* a peer to have copied a staging round out, before its parity is written again */
+  FCCL_PHASE_COUNTS = 9    /* no wait: a variable call's counts in device memory do not fit its capacities (errorPeer:
+                            * the rank whose count, -1: their sum; errorWaitedNs: the value) */
 } fcclDevPhase_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */

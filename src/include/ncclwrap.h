@@ -52,8 +52,15 @@
   X(ncclGroupStart, ncclResult_t, (void))                                                                              \
   X(ncclGroupEnd, ncclResult_t, (void))
 
+/* The same for the reduce (the variable reduce-scatter's NCCL form: one per rank, grouped), a list of its own. */
+#define FCCL_NCCL_ROOTED_FUNCTIONS(X)                                                                       \
+  X(ncclReduce, ncclResult_t,                                                                               \
+    (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, \
+     ncclComm_t comm, cudaStream_t stream))
+
 #define FCCL_NCCL_DECLARE(name, ret, params) extern ret(*pfn_##name) params;
 FCCL_NCCL_FUNCTIONS(FCCL_NCCL_DECLARE)
+FCCL_NCCL_ROOTED_FUNCTIONS(FCCL_NCCL_DECLARE)
 #undef FCCL_NCCL_DECLARE
 #endif /* FCCL_HAVE_NCCL */
 

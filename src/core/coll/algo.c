@@ -71,9 +71,11 @@ FCCL_DEFINE_SET_(fcclAllReduceAlgos, "allreduce", ", oneshot, twoshot", FCCL_ALL
 FCCL_DEFINE_SET_(fcclAllGatherAlgos, "allgather", "", FCCL_ALLGATHER_FORMS)
 FCCL_DEFINE_SET_(fcclReduceScatterAlgos, "reducescatter", "", FCCL_REDUCESCATTER_FORMS)
 FCCL_DEFINE_SET_(fcclBroadcastAlgos, "broadcast", "", FCCL_BROADCAST_FORMS)
+FCCL_DEFINE_SET_(fcclAllGatherVAlgos, "allgatherv", "", FCCL_ALLGATHERV_FORMS)
+FCCL_DEFINE_SET_(fcclReduceScatterVAlgos, "reducescatterv", "", FCCL_REDUCESCATTERV_FORMS)
 
-static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos, &fcclReduceScatterAlgos,
-                                              &fcclBroadcastAlgos};
+static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos,  &fcclReduceScatterAlgos,
+                                              &fcclBroadcastAlgos, &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
 
 int fcclAlgoSetForm(const fcclAlgoSet* set, int algo) {
   for (int form = 0; set != NULL && form < set->count; form++)

@@ -9,8 +9,17 @@
 #include <string.h>
 
 /* What kind of call a form belongs to: it says what the print's arg field holds. */
-typedef enum { KIND_ALLREDUCE, KIND_ALLGATHER, KIND_REDUCESCATTER, KIND_BROADCAST, KIND_BARRIER, KIND_FUSED,
-               KIND_UNKNOWN } printKind;
+typedef enum {
+  KIND_ALLREDUCE,
+  KIND_ALLGATHER,
+  KIND_REDUCESCATTER,
+  KIND_BROADCAST,
+  KIND_BARRIER,
+  KIND_FUSED,
+  KIND_ALLGATHERV,
+  KIND_REDUCESCATTERV,
+  KIND_UNKNOWN
+} printKind;
 
 static printKind formKind(uint32_t form) {
   switch (form) {
@@ -30,12 +39,21 @@ static printKind formKind(uint32_t form) {
   if (set == &fcclAllGatherAlgos) return KIND_ALLGATHER;
   if (set == &fcclReduceScatterAlgos) return KIND_REDUCESCATTER;
   if (set == &fcclBroadcastAlgos) return KIND_BROADCAST;
+  if (set == &fcclAllGatherVAlgos) return KIND_ALLGATHERV;
+  if (set == &fcclReduceScatterVAlgos) return KIND_REDUCESCATTERV;
   return KIND_UNKNOWN;
 }
 
 static const char* kindName(printKind kind) {
-  static const char* const names[] = {"all-reduce", "all-gather", "reduce-scatter", "broadcast", "barrier",
-                                      "fused all-reduce + RMSNorm", "unknown call"};
+  static const char* const names[] = {"all-reduce",
+                                      "all-gather",
+                                      "reduce-scatter",
+                                      "broadcast",
+                                      "barrier",
+                                      "fused all-reduce + RMSNorm",
+                                      "variable all-gather",
+                                      "variable reduce-scatter",
+                                      "unknown call"};
   return names[kind];
 }
 
@@ -50,6 +68,14 @@ static const char* formName(uint32_t form) {
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED: return "two-shot, staged";
     default: return fcclAlgoName((int)form);
   }
+}
+
+/* What a print's count hash is of: a variable call's hashes every rank's count (and, for counts in device memory,
+ * the capacities). */
+static const char* countName(printKind kind) {
+  if (kind == KIND_FUSED) return "tokens x hidden";
+  if (kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV) return "counts";
+  return "count";
 }
 
 static const char* opName(uint32_t op) {
@@ -103,15 +129,14 @@ void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
     return;
   }
   char arg[32] = "";
-  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER)
+  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCESCATTERV)
     snprintf(arg, sizeof(arg), ", %s", opName(printArg(print)));
   else if (kind == KIND_BROADCAST)
     snprintf(arg, sizeof(arg), ", root %u", printArg(print));
   else if (kind == KIND_FUSED)
     snprintf(arg, sizeof(arg), ", %s", scaleName(printArg(print)));
   snprintf(buf, size, "%s, %s%s, %s %s, %s hash 0x%02x", kindName(kind), fcclTypeName((fcclDataType_t)printType(print)),
-           arg, kind == KIND_FUSED ? "form" : "algorithm", formName(form),
-           kind == KIND_FUSED ? "tokens x hidden" : "count", printCount(print));
+           arg, kind == KIND_FUSED ? "form" : "algorithm", formName(form), countName(kind), printCount(print));
 }
 
 void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size) {
@@ -127,7 +152,10 @@ void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size)
   if (printType(mine) != printType(theirs)) fields[n++] = "datatype";
   if (printArg(mine) != printArg(theirs))
     fields[n++] = kind == KIND_BROADCAST ? "root" : kind == KIND_FUSED ? "scale mode" : "op";
-  if (printCount(mine) != printCount(theirs)) fields[n++] = kind == KIND_FUSED ? "token count or hidden size" : "count";
+  if (printCount(mine) != printCount(theirs))
+    fields[n++] = kind == KIND_FUSED                                       ? "token count or hidden size"
+                  : kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV ? "counts"
+                                                                           : "count";
   if (n == 0) {
     snprintf(buf, size, "nothing");
     return;
