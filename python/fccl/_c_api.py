@@ -36,7 +36,8 @@ class _BootstrapCallbacksStruct(ctypes.Structure):
 
 
 _MEM_STATS_FIELDS = ("openMappings", "mappingReferences", "bytesMapped", "totalOpens", "totalCloses",
-                     "commRegistrations", "commDeviceBytes", "commGraphRegistrations")
+                     "commRegistrations", "commDeviceBytes", "commGraphRegistrations", "arenaBytes", "arenaChunks",
+                     "commPeerBytes")
 
 
 class _MemStatsStruct(ctypes.Structure):

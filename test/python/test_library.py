@@ -92,7 +92,7 @@ class LibraryTest(unittest.TestCase):
     def test_struct_sizes_match_the_c_layout(self):
         # size_t, 2 x unsigned, 2 x int, a pointer, 2 x int: 40 bytes on x86-64.
         self.assertEqual(ctypes.sizeof(_ConfigStruct), 40)
-        self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 8 * 8)
+        self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 11 * 8)
         self.assertEqual(ctypes.sizeof(_UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
         self.assertEqual(ctypes.sizeof(_BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))
 
@@ -100,8 +100,9 @@ class LibraryTest(unittest.TestCase):
         stats = fccl.mem_stats()
         self.assertEqual(set(stats), {"openMappings", "mappingReferences", "bytesMapped", "totalOpens",
                                       "totalCloses", "commRegistrations", "commDeviceBytes",
-                                      "commGraphRegistrations"})
+                                      "commGraphRegistrations", "arenaBytes", "arenaChunks", "commPeerBytes"})
         self.assertEqual(stats["commRegistrations"], 0)
+        self.assertEqual(stats["commPeerBytes"], 0)
         self.assertEqual(stats["commGraphRegistrations"], 0)
         self.assertTrue(all(isinstance(value, int) and value >= 0 for value in stats.values()))
 

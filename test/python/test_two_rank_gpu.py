@@ -470,6 +470,12 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         registration.deregister()  # the second time does nothing
         if comm.mem_stats()["commRegistrations"] != 0:
             problems.append(f"commRegistrations {comm.mem_stats()['commRegistrations']} after deregister")
+        stats = comm.mem_stats()
+        # fccl's own shared buffers: at least the chunk this communicator's slot lives in, and the peer's chunk mapped.
+        if stats["arenaChunks"] < 1 or stats["arenaBytes"] < stats["commDeviceBytes"] or stats["commDeviceBytes"] == 0:
+            problems.append(f"arena numbers inconsistent: {stats}")
+        if stats["commPeerBytes"] == 0 or stats["commPeerBytes"] > stats["bytesMapped"]:
+            problems.append(f"commPeerBytes {stats['commPeerBytes']} with {stats['bytesMapped']} bytes mapped")
         report(scenario, problems, [digest(torch, buffer)])
 
         progress[0] = "compile_ops"
