@@ -124,11 +124,20 @@ typedef struct {
                              FCCL_BOOTSTRAP_TIMEOUT. */
   const char* commName; /**< Shown in log lines; may be NULL. Copied. */
   int allowSharedDevice; /**< 1 lets two ranks use one GPU (tests); 0 (default) makes that an error. */
-  int splitShare;        /**< NCCL's field for fcclCommSplit's children: 1 lets a child's NCCL communicator share
-                              its parent's NCCL resources (the NCCL and hierarchical paths: NCCL's splitShare), 0
-                              not; FCCL_CONFIG_UNDEF_INT (default) leaves it to NCCL (NCCL_COMM_SPLIT_SHARE_RESOURCES).
-                              A child on fccl's kernels maps the parent's peer memory again through the process's
-                              mappings whatever the value (each mapping counted, nothing freed under the other). */
+  /* ---- appended (a caller compiled with an older fccl.h passes a smaller size: these read as undefined) ---- */
+  int splitShare; /**< NCCL's field for fcclCommSplit's children: 1 lets a child's NCCL communicator share its
+                       parent's NCCL resources (the NCCL and hierarchical paths: NCCL's splitShare), 0 not;
+                       FCCL_CONFIG_UNDEF_INT (default) leaves it to NCCL (NCCL_COMM_SPLIT_SHARE_RESOURCES). A child
+                       on fccl's kernels maps the parent's peer memory again through the process's mappings whatever
+                       the value (each mapping counted, nothing freed under the other). */
+  int minCTAs;    /**< SM budget, NCCL's field of the same name: every kernel of the communicator runs on at least
+                       this many blocks (CTAs), where the GPU has the SMs; -1 (default): FCCL_MIN_CTAS, else no
+                       minimum. */
+  int maxCTAs;    /**< SM budget: every kernel of the communicator runs on at most this many blocks, one per SM, so
+                       that the rest of the GPU stays free for work that overlaps it; -1 (default): FCCL_MAX_CTAS,
+                       else no bound but one block per SM. Must be the same on every rank (checked at init); the
+                       environment variables override both, as NCCL's do. A child of fcclCommSplit or
+                       fcclCommShrink made without a config keeps its parent's. docs/collectives.md#sm-budget. */
 } fcclConfig_t;
 
 #define FCCL_CONFIG_UNDEF_INT (-1)
@@ -136,7 +145,7 @@ typedef struct {
 #define FCCL_CONFIG_INITIALIZER                                                                    \
   {                                                                                                \
     sizeof(fcclConfig_t), FCCL_CONFIG_MAGIC, FCCL_VERSION_CODE, 1, FCCL_CONFIG_UNDEF_INT, NULL, 0, \
-        FCCL_CONFIG_UNDEF_INT                                                                      \
+        FCCL_CONFIG_UNDEF_INT, FCCL_CONFIG_UNDEF_INT, FCCL_CONFIG_UNDEF_INT                        \
   }
 
 /** Callbacks through which an application that already owns a process group bootstraps fccl. */
@@ -410,8 +419,17 @@ typedef enum {
 } fcclDataType_t;
 
 /** Reduction operations; values match NCCL's. fcclAvg is the sum divided by the number of ranks (integers:
- *  the wrapped sum, truncated toward zero). */
-typedef enum { fcclSum = 0, fcclProd = 1, fcclMax = 2, fcclMin = 3, fcclAvg = 4, fcclNumOps = 5 } fcclRedOp_t;
+ *  the wrapped sum, truncated toward zero). Values from fcclNumOps up are the ops a communicator makes
+ *  (fcclRedOpCreatePreMulSum), valid on that communicator only; fcclMaxRedOp only gives the type their range. */
+typedef enum {
+  fcclSum = 0,
+  fcclProd = 1,
+  fcclMax = 2,
+  fcclMin = 3,
+  fcclAvg = 4,
+  fcclNumOps = 5,
+  fcclMaxRedOp = 0x7fffffff
+} fcclRedOp_t;
 
 /**
  * Reduces count elements across all ranks (sum, product, max, min or average) into recvbuf on every rank;
@@ -643,6 +661,109 @@ FCCL_API fcclResult_t fcclAllReduceAddRMSNorm(const void* input, void* residual,
                                               size_t tokens, size_t hidden, float eps, fcclDataType_t datatype,
                                               fcclDataType_t outtype, fcclScaleMode_t scaleMode, float* scale,
                                               fcclComm_t comm, void* stream);
+
+/* ---- NCCL's rooted collectives and pre-multiplied sums: fcclReduce, fcclBcast, fcclGather, fcclScatter,
+ * fcclRedOpCreatePreMulSum, fcclRedOpDestroy ---- */
+
+/**
+ * Reduces count elements across all ranks into the root's recvbuf (NCCL's ncclReduce), by fcclAllReduce's rules: the
+ * root gets bit for bit what fcclAllReduce gives on the same inputs. recvbuf is written on the root only (the other
+ * ranks may pass NULL); in place when the root's sendbuf == recvbuf. sendbufs inside registered ranges (on every
+ * rank or on none, at the same offset) are read in place by the root; otherwise they come through staging.
+ * @param sendbuf   count elements of device memory of the communicator's device (NULL only with count 0).
+ * @param recvbuf   the root's output, count elements (NULL on the other ranks is fine).
+ * @param op        a built-in op or one of this communicator's fcclRedOpCreatePreMulSum ops (of datatype).
+ * @param root      the rank that receives the result, 0..nranks-1, the same on every rank.
+ * @return as fcclAllReduce, plus fcclInvalidArgument for a root out of range or a pre-multiplied op of another
+ *         datatype or communicator. An argument only the root checks (its recvbuf) fails on the root alone: the
+ *         other ranks' calls then wait for it until FCCL_TIMEOUT, as with NCCL.
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same count, type, op and root on
+ * every rank.
+ */
+FCCL_API fcclResult_t fcclReduce(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
+                                 fcclRedOp_t op, int root, fcclComm_t comm, void* stream);
+
+/**
+ * Broadcast in place (NCCL's ncclBcast): count elements of the root's buff land in every rank's buff. The same as
+ * fcclBroadcast(buff, buff, count, datatype, root, comm, stream), under its own name in messages.
+ * @param buff  count elements of device memory of the communicator's device on every rank (NULL only with count 0).
+ * @return, thread safety, blocking, collective, graph capture: as fcclBroadcast.
+ */
+FCCL_API fcclResult_t fcclBcast(void* buff, size_t count, fcclDataType_t datatype, int root, fcclComm_t comm,
+                                void* stream);
+
+/**
+ * Gathers count elements from every rank into the root's recvbuf (NCCL's ncclGather): rank r's elements land at
+ * recvbuf + r * count (in elements) on the root; recvbuf is written on the root only (the other ranks may pass
+ * NULL). In place when the root's sendbuf == recvbuf + root * count. Registration as for fcclReduce (the sendbufs').
+ * @param sendbuf  count elements of device memory of the communicator's device (NULL only with count 0).
+ * @param recvbuf  the root's output, nranks * count elements (NULL on the other ranks is fine).
+ * @param root     0..nranks-1, the same on every rank.
+ * @return as fcclAllGather, plus fcclInvalidArgument for a root out of range; a root's own argument errors as
+ *         fcclReduce's.
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same count, type and root on every
+ * rank.
+ */
+FCCL_API fcclResult_t fcclGather(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                                 fcclComm_t comm, void* stream);
+
+/**
+ * Scatters the root's sendbuf (NCCL's ncclScatter): block r (count elements at sendbuf + r * count) lands in rank r's
+ * recvbuf. sendbuf is read on the root only (the other ranks may pass NULL); in place when the root's recvbuf ==
+ * sendbuf + root * count. recvbufs inside registered ranges (on every rank or on none, at the same offset) are
+ * written in place by the root; otherwise the blocks come through staging.
+ * @param sendbuf  the root's input, nranks * count elements (NULL on the other ranks is fine).
+ * @param recvbuf  count elements of device memory of the communicator's device (NULL only with count 0).
+ * @param root     0..nranks-1, the same on every rank.
+ * @return as fcclBroadcast (an argument only the root checks, its sendbuf, fails on the root alone).
+ * Thread safety, blocking, graph capture: as fcclAllReduce. Collective: yes, the same count, type and root on every
+ * rank.
+ */
+FCCL_API fcclResult_t fcclScatter(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                                  fcclComm_t comm, void* stream);
+
+/** Where the scalar of a pre-multiplied sum lives; values match NCCL's ncclScalarResidence_t. */
+typedef enum {
+  fcclScalarDevice = 0,       /**< device memory of the communicator's device, read by every call's kernel when it
+                                   runs (a graph replay reads the value of that moment) */
+  fcclScalarHostImmediate = 1 /**< host memory, read once by fcclRedOpCreatePreMulSum */
+} fcclScalarResidence_t;
+
+/**
+ * Makes a reduction op of comm that multiplies every rank's input by *scalar, then sums (NCCL's
+ * ncclRedOpCreatePreMulSum; PyTorch's ReduceOp.PREMUL_SUM). For calls of comm with datatype only: fcclAllReduce,
+ * fcclReduceScatter and fcclReduce take it (fcclAllReduceAddRMSNorm takes no op: it always sums). On fccl's kernels
+ * each rank's element x, its own included, becomes x * scalar in the accumulator's type before the sum: exactly in
+ * fp32 for float16 and bfloat16 (the product of two such values is exact there), rounded to nearest for float32 and
+ * float64, wrapping for integers; the product is never fused with the addition, and the sum is fcclSum's (rank
+ * order, identical bits on every rank). NCCL, which carries the call on the NCCL and hierarchical paths, rounds the
+ * product to datatype first. docs/collectives.md#pre-multiplied-sums.
+ * @param[out] op     receives the op: a value from fcclNumOps up, valid on comm only until fcclRedOpDestroy.
+ * @param scalar      one element of datatype: host memory read now (fcclScalarHostImmediate), or device memory of
+ *                    the communicator's device, aligned to its element, read by every call that uses the op
+ *                    (fcclScalarDevice); it must then stay valid as long as calls with the op may run.
+ * @param datatype    any type the collectives take (not fcclFloat8e4m3).
+ * @param residence   fcclScalarHostImmediate or fcclScalarDevice.
+ * @param comm        communicator.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm, NULL op or scalar, unknown or unsupported datatype or
+ *         residence, a device scalar that is not device memory of the communicator's device or not aligned);
+ *         fcclInvalidUsage (init not finished); fcclSystemError (out of host memory); NCCL's error as fccl's code
+ *         when the communicator's NCCL communicator could not make the op.
+ * Thread safety: not concurrently with calls of comm that use the op being made. Blocks: no. Collective: no (each
+ * rank makes its own; the values may differ between ranks). Graph capture: yes (no work on any stream).
+ */
+FCCL_API fcclResult_t fcclRedOpCreatePreMulSum(fcclRedOp_t* op, void* scalar, fcclDataType_t datatype,
+                                               fcclScalarResidence_t residence, fcclComm_t comm);
+
+/**
+ * Destroys an op of fcclRedOpCreatePreMulSum (NCCL's ncclRedOpDestroy). It may be destroyed as soon as the last call
+ * that takes it returned: work already enqueued (and captured graphs) keep what they need. A communicator's ops go
+ * with it when it is destroyed.
+ * @return fcclSuccess; fcclInvalidArgument (invalid comm; op a built-in op or not a live op of comm); NCCL's error as
+ *         fccl's code when its NCCL op could not be destroyed (the op is gone from fccl all the same).
+ * Thread safety: not concurrently with calls of comm that use op. Blocks: no. Collective: no. Graph capture: yes.
+ */
+FCCL_API fcclResult_t fcclRedOpDestroy(fcclRedOp_t op, fcclComm_t comm);
 
 /* end of collectives */
 

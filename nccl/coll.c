@@ -6,8 +6,9 @@
  * play no part), so that all ranks' calls meet in the same engine. Everything else goes to the real NCCL, as do
  * the calls NCCL makes into its own exported names (its ncclBcast calls ncclBroadcast).
  *
- * The route of each collective is one row of the engine's table (engine_fccl.c): ncclReduce reaches fccl the day
- * that table has a row for it, with no change here.
+ * The route of each collective is one row of the engine's table (engine_fccl.c). ncclGather, ncclScatter and the
+ * operators of ncclRedOpCreatePreMulSum stay NCCL's: the engine's collectives are counted by a public table of five
+ * (fccl_nccl.h), and an operator NCCL made would need an fccl twin made alike on every rank.
  */
 #include "internal.h"
 
@@ -77,7 +78,7 @@ static ncclResult_t ncclWouldRefuse(struct fncclComm* comm) {
   return ncclSuccess;
 }
 
-/* The one path of the five collectives. */
+/* The one path of the five collectives (ncclBcast is the broadcast). */
 static ncclResult_t collective(const struct fncclOp* op) {
   struct fncclThread* t = fncclSelf();
   struct fncclComm* comm = fncclTableFind(op->comm);

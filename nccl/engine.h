@@ -69,7 +69,7 @@ struct fncclEngineScope {
 void fncclEngineEnter(int cudaDev, struct fncclEngineScope* scope);
 void fncclEngineLeave(const struct fncclEngineScope* scope);
 
-/* Whether the engine has coll at all (ncclReduce: not until fccl has a reduce). */
+/* Whether the engine has coll at all. */
 int fncclEngineHas(enum fncclColl coll);
 
 /* Whether the engine can carry coll with this type and op (the same answer on every rank). */

@@ -102,12 +102,18 @@ static fcclResult_t launchBroadcast(fcclComm_t comm, const struct fncclOp* op) {
   return fcclBroadcast(op->sendbuff, op->recvbuff, op->count, moveType(op->datatype), op->root, comm, op->stream);
 }
 
+/* recvbuff is read on the root only: fcclReduce takes NULL elsewhere, and what NCCL is handed elsewhere is unused. */
+static fcclResult_t launchReduce(fcclComm_t comm, const struct fncclOp* op) {
+  return fcclReduce(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype, (fcclRedOp_t)op->op,
+                    op->root, comm, op->stream);
+}
+
 static const launchFn launches[FNCCL_NUM_COLLS] = {
     [FNCCL_ALLREDUCE] = launchAllReduce,
     [FNCCL_ALLGATHER] = launchAllGather,
     [FNCCL_REDUCESCATTER] = launchReduceScatter,
     [FNCCL_BROADCAST] = launchBroadcast,
-    [FNCCL_REDUCE] = NULL, /* fccl has no reduce yet: ncclReduce stays NCCL's */
+    [FNCCL_REDUCE] = launchReduce,
 };
 
 int fncclEngineHas(enum fncclColl coll) { return (int)coll >= 0 && coll < FNCCL_NUM_COLLS && launches[coll]; }

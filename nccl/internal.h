@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libfccl-nccl: NCCL's C API over the real NCCL, with the all-reduce, all-gather, reduce-scatter and broadcast of
- * communicators fccl's kernels can carry run by fccl (docs/nccl-api.md). Everything here sits above fccl's public
+ * libfccl-nccl: NCCL's C API over the real NCCL, with the all-reduce, all-gather, reduce-scatter, broadcast and reduce
+ * of communicators fccl's kernels can carry run by fccl (docs/nccl-api.md). Everything here sits above fccl's public
  * API: the collectives reach fccl through the engine (engine.h), never through fccl's internals.
  *
  * The pieces: the real NCCL and its function table (real.c), the communicators' table (table.c), per-thread groups

@@ -154,10 +154,10 @@ int fncclConfigBlocking(const struct fncclConfigView* view) {
 
 void fncclConfigWhyNot(const struct fncclConfigView* view, char* why, size_t size) {
   why[0] = '\0';
-  /* fccl's kernels take the blocks their algorithm needs: a bound on NCCL's CTAs is kept by leaving the
-   * collectives to NCCL, and so is the zero-CTA policy (no SM for communication). */
+  /* A bound on NCCL's CTAs is kept by leaving the collectives to NCCL: fccl's own budget (fcclConfig_t.maxCTAs) is
+   * not handed NCCL's yet, nor NCCL_MAX_CTAS. So is the zero-CTA policy (no SM for communication). */
   if (view->maxCTAs != NCCL_CONFIG_UNDEF_INT)
-    snprintf(why, size, "config.maxCTAs=%d bounds the SMs a collective may use, which fccl's kernels do not follow",
+    snprintf(why, size, "config.maxCTAs=%d bounds the SMs a collective may use, which is not passed on to fccl",
              view->maxCTAs);
 #ifdef NCCL_CTA_POLICY_ZERO
   else if (view->ctaPolicy != NCCL_CONFIG_UNDEF_INT && (view->ctaPolicy & NCCL_CTA_POLICY_ZERO))

@@ -8,11 +8,13 @@
  *   fccl-info --memory   also what a communicator costs in device memory: its slot for 2 to 8 ranks, and on the
  *                        first GPU a communicator of one rank, then a second beside it, as fcclCommGetMemStats
  *                        reports them (docs/ipc.md)
- *   fccl-info --algo N [--collective NAME] [--sms S]
+ *   fccl-info --algo N [--collective NAME] [--sms S] [--min-ctas M] [--max-ctas M]
  *                        which algorithm and grid a call of N ranks gets at each size from 8 B to 1 GiB (the
- *                        all-reduce, or the collective NAME: allgather, reducescatter, broadcast),
- *                        plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs: the
- *                        first GPU's, or 132 without one). Nothing else is printed; contrib/gpu-lab/gpu-tune reads it.
+ *                        all-reduce, or the collective NAME: allgather, reducescatter, broadcast, reduce, gather,
+ *                        scatter), plain and registered, under the current FCCL_ALGO and FCCL_STAGING_BYTES (S SMs:
+ *                        the first GPU's, or 132 without one) and the SM budget (--min-ctas and --max-ctas as a
+ *                        config's minCTAs and maxCTAs, which FCCL_MIN_CTAS and FCCL_MAX_CTAS override as they do in
+ *                        the library). Nothing else is printed; contrib/gpu-lab/gpu-tune reads it.
  */
 #include "algo.h"
 #include "cuda_status.h"
@@ -229,6 +231,10 @@ static void printParams(void) {
 /* One cell of the --algo table: "name BxT" (out of place; "push-scatter" or "copy-scatter" after it when the
  * registered two-shot scatters by push or by the copy engines), "copy" (no kernel), or "error" when the call
  * cannot run. */
+/* The SM budget the tables decide under (fcclDeviceCtaBound: the variables over the --min-ctas / --max-ctas
+ * "config"); 0: none. */
+static int budgetMin, budgetMax;
+
 static void describeChoice(int nranks, int registered, uint64_t bytes, int request, int smCount,
                            const fcclSlotLayout* layout, char* text, size_t size) {
   if (fcclAlgoIsCopy(nranks, fcclAlgoResolveRequest(request, registered))) {
@@ -238,6 +244,8 @@ static void describeChoice(int nranks, int registered, uint64_t bytes, int reque
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, nranks, registered, 0, smCount, layout, fcclDeviceLL128Auto(),
                                           fcclDeviceCopyScatterMin());
   query.forced = fcclAlgoResolveRequest(request, registered);
+  query.minCtas = budgetMin;
+  query.maxCtas = budgetMax;
   fcclAlgoChoice choice;
   if (fcclAlgoSelect(&query, &choice) != fcclSuccess)
     snprintf(text, size, "error");
@@ -256,6 +264,16 @@ static int defaultSmCount(void) {
   return smCount;
 }
 
+static void printBudget(void) {
+  if (budgetMin == 0 && budgetMax == 0)
+    printf("# SM budget: none (blocks up to one per SM)\n");
+  else
+    printf(
+        "# SM budget: %d..%d blocks per kernel (0: no bound; FCCL_MIN_CTAS, FCCL_MAX_CTAS, config minCTAs, "
+        "maxCTAs)\n",
+        budgetMin, budgetMax);
+}
+
 static int printAlgoTable(int nranks, int smCount) {
   const char* requestText = fcclParamString(FCCL_PARAM_ALGO);
   const int request = fcclAlgoParseRequest(requestText);
@@ -269,6 +287,7 @@ static int printAlgoTable(int nranks, int smCount) {
          nranks, smCount, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
          (unsigned long long)layout.chunkBytes);
   printf("# out of place; push-scatter: the registered two-shot's reduce-scatter by push (2 ranks)\n");
+  printBudget();
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char plain[64], registered[64];
@@ -279,20 +298,24 @@ static int printAlgoTable(int nranks, int smCount) {
   return 0;
 }
 
-/* The --algo table of all-gather, reduce-scatter or broadcast: the form and grid for each block size. */
+/* The --algo table of the other collectives: the form and grid for each block size. */
 static const struct {
   const fcclAlgoSet* set; /* its forms; set->collective is --collective's name */
-  fcclParamId_t param;
+  int param;              /* the fcclParamId_t of its FCCL_*_ALGO; -1: it has none (the automatic choice) */
 } moveCollectives[] = {
     {&fcclAllGatherAlgos, FCCL_PARAM_ALLGATHER_ALGO},
     {&fcclReduceScatterAlgos, FCCL_PARAM_REDUCESCATTER_ALGO},
     {&fcclBroadcastAlgos, FCCL_PARAM_BROADCAST_ALGO},
+    {&fcclReduceAlgos, -1},
+    {&fcclGatherAlgos, -1},
+    {&fcclScatterAlgos, -1},
 };
 
 static int printMoveTable(int which, int nranks, int smCount) {
   const fcclAlgoSet* set = moveCollectives[which].set;
-  const char* variable = fcclParamInfo(moveCollectives[which].param)->name;
-  const char* requestText = fcclParamString(moveCollectives[which].param);
+  const int param = moveCollectives[which].param;
+  const char* variable = param >= 0 ? fcclParamInfo((fcclParamId_t)param)->name : "no variable";
+  const char* requestText = param >= 0 ? fcclParamString((fcclParamId_t)param) : "";
   const int request = fcclMoveParseRequest(requestText, set);
   if (request < 0) {
     fprintf(stderr, "fccl-info: %s=%s is not one of %s\n", variable, requestText, set->requestNames);
@@ -303,8 +326,11 @@ static int printMoveTable(int which, int nranks, int smCount) {
   printf("# %s choice: %d ranks, %d SMs, %s=%s, LL area %llu B, staging chunk %llu B per peer\n", set->collective,
          nranks, smCount, variable, requestText[0] ? requestText : "auto", (unsigned long long)layout.llBytes,
          (unsigned long long)layout.chunkBytes);
-  printf("# bytes: one block (a rank's contribution, a rank's result, the broadcast message); FCCL_COPY_MOVE_MIN=%llu "
-         "(0: the copy form only when forced)\n", (unsigned long long)fcclDeviceCopyMoveMin());
+  printf(
+      "# bytes: one block (a rank's contribution, a rank's result, the broadcast or reduce message); "
+      "FCCL_COPY_MOVE_MIN=%llu (0: the copy form only when forced)\n",
+      (unsigned long long)fcclDeviceCopyMoveMin());
+  printBudget();
   printf("# %12s  %-24s  %s\n", "bytes", "plain", "registered");
   for (uint64_t bytes = 8; bytes <= (1ull << 30); bytes *= 2) {
     char cells[2][64];
@@ -317,6 +343,8 @@ static int printMoveTable(int which, int nranks, int smCount) {
                                               fcclDeviceCopyScatterMin());
       query.copyMoveMin = fcclDeviceCopyMoveMin();
       query.forced = fcclMoveResolveRequest(request, set);
+      query.minCtas = budgetMin;
+      query.maxCtas = budgetMax;
       fcclAlgoChoice choice;
       if (fcclMoveSelect(&query, set, &choice) != fcclSuccess)
         snprintf(cells[registered], sizeof(cells[registered]), "error");
@@ -337,14 +365,18 @@ static int parseCount(const char* text, int lo, int hi) {
 
 static void usage(FILE* out, const char* program) {
   fprintf(out,
-          "usage: %s [--params] [--memory] | --algo NRANKS [--collective NAME] [--sms N]\n"
+          "usage: %s [--params] [--memory] | --algo NRANKS [--collective NAME] [--sms N] [--min-ctas M] "
+          "[--max-ctas M]\n"
           "  (none)          version, build configuration, CUDA driver and runtime, the GPUs and their peer access\n"
           "  -p, --params    also every environment parameter: value, default, what it does\n"
           "  -m, --memory    also the device memory of a communicator: its slot for 2..8 ranks, and measured on the\n"
           "                  first GPU (a communicator of one rank, then a second beside it)\n"
           "  -a, --algo N    the all-reduce algorithm and grid a call of N ranks gets at each size (only that)\n"
-          "  -c, --collective NAME  with --algo: allreduce (default), allgather, reducescatter or broadcast\n"
+          "  -c, --collective NAME  with --algo: allreduce (default), allgather, reducescatter, broadcast, reduce,\n"
+          "                  gather or scatter\n"
           "  -s, --sms S     with --algo: decide for S SMs (default: the first GPU's, or 132 without one)\n"
+          "  --min-ctas M, --max-ctas M  with --algo: the SM budget a config's minCTAs and maxCTAs would set\n"
+          "                  (FCCL_MIN_CTAS and FCCL_MAX_CTAS override them, as in the library)\n"
           "  -h, --help      this text\n",
           program);
 }
@@ -355,12 +387,15 @@ int main(int argc, char** argv) {
                                               {"algo", required_argument, NULL, 'a'},
                                               {"sms", required_argument, NULL, 's'},
                                               {"collective", required_argument, NULL, 'c'},
+                                              {"min-ctas", required_argument, NULL, 'n'},
+                                              {"max-ctas", required_argument, NULL, 'x'},
                                               {"help", no_argument, NULL, 'h'},
                                               {NULL, 0, NULL, 0}};
   int showParams = 0, showMemory = 0, algoRanks = 0, smCount = 0, collective = -1; /* -1: the all-reduce */
+  int configMin = -1, configMax = -1; /* --min-ctas, --max-ctas: as a config's fields (-1: not set) */
   const char* collectiveName = NULL;
   opterr = 0;
-  for (int c; (c = getopt_long(argc, argv, ":pma:s:c:h", longOptions, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":pma:s:c:n:x:h", longOptions, NULL)) != -1;) {
     switch (c) {
       case 'p': showParams = 1; break;
       case 'm': showMemory = 1; break;
@@ -371,11 +406,24 @@ int main(int argc, char** argv) {
         for (int i = 0; i < (int)(sizeof(moveCollectives) / sizeof(moveCollectives[0])); i++)
           if (strcmp(optarg, moveCollectives[i].set->collective) == 0) collective = i;
         if (collective == -2) {
-          fprintf(stderr, "%s: --collective '%s' is not allreduce, allgather, reducescatter or broadcast\n", argv[0],
-                  optarg);
+          fprintf(stderr,
+                  "%s: --collective '%s' is not allreduce, allgather, reducescatter, broadcast, reduce, gather or "
+                  "scatter\n",
+                  argv[0], optarg);
           return 2;
         }
         break;
+      case 'n':
+      case 'x': {
+        int* target = c == 'n' ? &configMin : &configMax;
+        *target = parseCount(optarg, 1, FCCL_DEVICE_MAX_BLOCKS);
+        if (*target < 0) {
+          fprintf(stderr, "%s: --%s-ctas needs a number in 1..%d, not '%s'\n", argv[0], c == 'n' ? "min" : "max",
+                  FCCL_DEVICE_MAX_BLOCKS, optarg);
+          return 2;
+        }
+        break;
+      }
       case 'a':
       case 's': {
         const int max = c == 'a' ? FCCL_DEVICE_MAX_RANKS : 100000;
@@ -407,6 +455,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s: --params and --algo are alternatives (try --help)\n", argv[0]);
     return 2;
   }
+  if ((configMin > 0 || configMax > 0) && algoRanks == 0) {
+    fprintf(stderr, "%s: --min-ctas and --max-ctas go with --algo\n", argv[0]);
+    return 2;
+  }
+  if (configMin > 0 && configMax > 0 && configMin > configMax) {
+    fprintf(stderr, "%s: --min-ctas %d is above --max-ctas %d\n", argv[0], configMin, configMax);
+    return 2;
+  }
+  budgetMin = fcclDeviceCtaBound(configMin, FCCL_PARAM_MIN_CTAS);
+  budgetMax = fcclDeviceCtaBound(configMax, FCCL_PARAM_MAX_CTAS);
   if (algoRanks > 0) {
     if (smCount <= 0) smCount = defaultSmCount();
     return collective >= 0 ? printMoveTable(collective, algoRanks, smCount) : printAlgoTable(algoRanks, smCount);

@@ -30,6 +30,8 @@ Example, one process per GPU started by torchrun (``torchrun --nproc-per-node 2 
     mine = torch.empty_like(x[: x.numel() // nranks])
     comm.reduce_scatter(x, mine, op="sum")    # this rank's block of the sum of every rank's x
     comm.broadcast(x, root=0)                 # rank 0's x everywhere, in place
+    comm.all_reduce(x, op=fccl.PreMulSum(1 / nranks))  # the mean: each input times 1/nranks, summed (FSDP's way)
+    comm.reduce(x, root=0)                    # the sum on rank 0 only
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         comm.all_reduce(x)                    # captured on the capture stream
@@ -56,13 +58,15 @@ from ._communicator import Communicator, Registration, group, mem_stats
 from ._config import Config
 from ._enums import DataType, Path, RedOp, Result, ScaleMode
 from ._library import FcclError, error_string, load, version
+from ._premul import PreMulSum
 from ._unique_id import UniqueId
 
 __version__ = "0.1.0"  # the C library's version this layer is written against (version() is the loaded one's)
 
 __all__ = [
-    "Result", "DataType", "RedOp", "ScaleMode", "Path", "FcclError", "version", "error_string", "UniqueId", "Config",
-    "Communicator", "Registration", "mem_stats", "load", "group", "UNIQUE_ID_BYTES", "CONFIG_MAGIC", "SPLIT_NOCOLOR",
+    "Result", "DataType", "RedOp", "PreMulSum", "ScaleMode", "Path", "FcclError", "version", "error_string",
+    "UniqueId", "Config", "Communicator", "Registration", "mem_stats", "load", "group", "UNIQUE_ID_BYTES",
+    "CONFIG_MAGIC", "SPLIT_NOCOLOR",
 ]
 
 # Public classes and functions name this package as their home, as they did when it was one file: fccl.FcclError in

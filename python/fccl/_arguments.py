@@ -140,6 +140,72 @@ def _broadcast_arguments(send, recv, root, rank, nranks, stream):
     return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
 
 
+def _check_root(root, nranks):
+    if not isinstance(root, int) or isinstance(root, bool):
+        raise TypeError(f"root must be an int, not {type(root).__name__}")
+    if not 0 <= root < nranks:
+        raise ValueError(f"root {root} is not a rank of this communicator (0..{nranks - 1})")
+
+
+def _writable(buffer, name):
+    if buffer.readonly:
+        raise ValueError(f"{name} is read-only (its __cuda_array_interface__ says so)")
+    return buffer
+
+
+def _reduce_arguments(send, recv, op, root, rank, nranks, stream):
+    """Everything fcclReduce needs, checked in Python first: (send, recv or None, op, stream handle). recv is the
+    root's: None there means in place (send receives the result); elsewhere it is not used and may be None."""
+    _check_nranks(nranks)
+    _check_root(root, nranks)
+    send_buffer = _as_buffer(send, "send")
+    if recv is None or recv is send:
+        recv_buffer = _writable(send_buffer, "send (in place)") if rank == root else None
+    else:
+        send_buffer, recv_buffer = _pair(send, recv)
+        if send_buffer.count != recv_buffer.count:
+            raise ValueError(f"send has {send_buffer.count} elements but recv has {recv_buffer.count}")
+    return send_buffer, recv_buffer, _op_of(op), _stream_of(stream, send_buffer, recv_buffer)
+
+
+def _gather_arguments(send, recv, root, rank, nranks, stream):
+    """Everything fcclGather needs, checked in Python first: (send, recv or None, stream handle). The root's recv
+    holds nranks x send's elements (in place when send is the root's block of it); elsewhere recv is not used and
+    may be None."""
+    _check_nranks(nranks)
+    _check_root(root, nranks)
+    if recv is None:
+        if rank == root:
+            raise ValueError(f"recv is required on the root (rank {root}): it receives every rank's send")
+        send_buffer = _as_buffer(send, "send")
+        return send_buffer, None, _stream_of(stream, send_buffer)
+    send_buffer, recv_buffer = _pair(send, recv)
+    if recv_buffer.count != nranks * send_buffer.count:
+        raise ValueError(f"recv has {recv_buffer.count} elements; a gather of {send_buffer.count} over {nranks} "
+                         f"ranks needs {nranks * send_buffer.count}")
+    return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
+
+
+def _scatter_arguments(send, recv, root, rank, nranks, stream):
+    """Everything fcclScatter needs, checked in Python first: (send or None, recv, stream handle). The root's send
+    holds nranks x recv's elements (in place when recv is the root's block of it); elsewhere send is not read and
+    may be None."""
+    _check_nranks(nranks)
+    _check_root(root, nranks)
+    if recv is None:
+        raise ValueError("recv is required: it receives this rank's block of the root's send")
+    if send is None:
+        if rank == root:
+            raise ValueError(f"send is None on the root (rank {root}): the root sends it")
+        recv_buffer = _writable(_as_buffer(recv, "recv"), "recv")
+        return None, recv_buffer, _stream_of(stream, recv_buffer)
+    send_buffer, recv_buffer = _pair(send, recv)
+    if send_buffer.count != nranks * recv_buffer.count:
+        raise ValueError(f"send has {send_buffer.count} elements; a scatter into {recv_buffer.count} over {nranks} "
+                         f"ranks needs {nranks * recv_buffer.count}")
+    return send_buffer, recv_buffer, _stream_of(stream, send_buffer, recv_buffer)
+
+
 def _peer_arguments(buf, peer, nranks, stream, what):
     """Everything fcclSend or fcclRecv needs, checked in Python first: (buffer, stream handle)."""
     _check_nranks(nranks)

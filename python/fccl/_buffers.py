@@ -6,6 +6,7 @@ import math
 import sys
 
 from ._enums import _ITEM_SIZE, DataType, RedOp
+from ._premul import PreMulSum, _premul_from_name, _premul_from_torch
 
 
 # __cuda_array_interface__ type strings. bfloat16 has none (CuPy and numba lack it): pass a torch tensor or a tuple.
@@ -117,17 +118,29 @@ _TORCH_REDUCE_OPS = {"SUM": RedOp.sum, "PRODUCT": RedOp.prod, "MAX": RedOp.max, 
 
 
 def _op_of(op):
+    """A reduction: a RedOp, or a PreMulSum (fccl's, its "premul_sum:<float.hex>" name, or torch's PREMUL_SUM)."""
+    if isinstance(op, PreMulSum):
+        return op
+    if isinstance(op, str):
+        premul = _premul_from_name(op)
+        if premul is not None:
+            return premul
     member = _enum_member(RedOp, op, "reduction")
     if member is not None:
         return member
     kind = type(op).__name__
     if kind in ("ReduceOp", "RedOpType"):
-        name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+        # dist.ReduceOp.SUM is a RedOpType (its .name); a ReduceOp object holds one in .op (PREMUL_SUM's, with its
+        # factor, from torch.distributed._make_nccl_premul_sum).
+        inner = getattr(op, "op", None)
+        name = getattr(op, "name", None) or getattr(inner, "name", None) or str(op).rsplit(".", 1)[-1]
         if name in _TORCH_REDUCE_OPS:
             return _TORCH_REDUCE_OPS[name]
+        if name == "PREMUL_SUM":
+            return _premul_from_torch(op)
         raise ValueError(f"torch.distributed.ReduceOp.{name} has no fccl equivalent (fccl has "
-                         f"{', '.join(_TORCH_REDUCE_OPS)})")
-    raise TypeError(f"op must be a name, fccl.RedOp or torch.distributed.ReduceOp, not {kind}")
+                         f"{', '.join(_TORCH_REDUCE_OPS)}, PREMUL_SUM)")
+    raise TypeError(f"op must be a name, fccl.RedOp, fccl.PreMulSum or torch.distributed.ReduceOp, not {kind}")
 
 
 def _stream_handle(stream, torch_device=None):

@@ -24,6 +24,8 @@ class _ConfigStruct(ctypes.Structure):
         ("commName", ctypes.c_char_p),
         ("allowSharedDevice", ctypes.c_int),
         ("splitShare", ctypes.c_int),
+        ("minCTAs", ctypes.c_int),
+        ("maxCTAs", ctypes.c_int),
     ]
 
 
@@ -72,6 +74,16 @@ _PROTOTYPES = {
                                       _comm_t, ctypes.c_void_p]),
     "fcclBroadcast": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                   _comm_t, ctypes.c_void_p]),
+    "fcclReduce": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int, _comm_t, ctypes.c_void_p]),
+    "fcclBcast": (_result_t, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _comm_t,
+                              ctypes.c_void_p]),
+    "fcclGather": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                               _comm_t, ctypes.c_void_p]),
+    "fcclScatter": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                _comm_t, ctypes.c_void_p]),
+    "fcclRedOpCreatePreMulSum": (_result_t, [_c_int_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, _comm_t]),
+    "fcclRedOpDestroy": (_result_t, [ctypes.c_int, _comm_t]),
     "fcclAllGatherV": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_int,
                                    _comm_t, ctypes.c_void_p]),
     "fcclReduceScatterV": (_result_t, [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),

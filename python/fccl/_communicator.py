@@ -11,8 +11,9 @@ import sys
 from typing import Callable, Optional
 
 from ._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_reduce_arguments,
-                         _all_to_all_arguments, _broadcast_arguments, _exclude_list, _peer_arguments,
-                         _reduce_scatter_arguments, _variable_arguments)
+                         _all_to_all_arguments, _broadcast_arguments, _exclude_list, _gather_arguments,
+                         _peer_arguments, _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments,
+                         _variable_arguments)
 from ._buffers import _as_buffer, _is_torch_tensor, _stream_handle
 from ._c_api import _MEM_STATS_FIELDS, SPLIT_NOCOLOR, _MemStatsStruct
 from ._config import Config, _config_pointer
@@ -21,6 +22,7 @@ from ._enums import Path, Result
 from ._external_bootstrap import _ExternalBootstrap
 from ._library import FcclError, _check, _check_cuda_runtimes, _lib, load
 from ._names import _bind, _lookup, _release, _reserve, _Reservation
+from ._premul import _CallOp
 from ._torch_compile import _compiling, _traced_stream
 from ._unique_id import UniqueId
 
@@ -213,8 +215,9 @@ class Communicator:
 
     def all_reduce(self, send, recv=None, op="sum", stream=None):
         """fcclAllReduce of send into recv (None: in place), enqueued on stream; returns recv (or send).
-        op: "sum", "prod", "max", "min", "avg" or a RedOp. stream: None (torch's current stream for torch
-        tensors, else the default stream), an int cudaStream_t, or an object with .cuda_stream or .ptr.
+        op: "sum", "prod", "max", "min", "avg", a RedOp, a torch.distributed.ReduceOp, or a pre-multiplied sum
+        (fccl.PreMulSum(scalar), torch's ReduceOp.PREMUL_SUM with its factor). stream: None (torch's current stream
+        for torch tensors, else the default stream), an int cudaStream_t, or an object with .cuda_stream or .ptr.
         Under torch.compile it is the custom op fccl.ops.all_reduce (torch tensors, stream None)."""
         if _compiling():
             from . import ops
@@ -224,9 +227,10 @@ class Communicator:
             return recv.copy_(ops.all_reduce(send, self, op))
         send_buffer, recv_buffer, reduction, stream_handle = _all_reduce_arguments(send, recv, op, stream)
         handle = self._live_handle()
-        result = _lib().fcclAllReduce(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
-                                      int(send_buffer.dtype), int(reduction), handle, stream_handle or None)
-        _check(result, "fcclAllReduce", handle)
+        with _CallOp(reduction, send_buffer.dtype, handle) as op_value:
+            result = _lib().fcclAllReduce(send_buffer.pointer or None, recv_buffer.pointer or None, send_buffer.count,
+                                          int(send_buffer.dtype), op_value, handle, stream_handle or None)
+            _check(result, "fcclAllReduce", handle)
         return send if recv is None else recv
 
     def all_gather(self, send, recv, stream=None):
@@ -257,9 +261,11 @@ class Communicator:
         send_buffer, recv_buffer, reduction, stream_handle = _reduce_scatter_arguments(send, recv, op, self.nranks,
                                                                                        stream)
         handle = self._live_handle()
-        result = _lib().fcclReduceScatter(send_buffer.pointer or None, recv_buffer.pointer or None, recv_buffer.count,
-                                          int(send_buffer.dtype), int(reduction), handle, stream_handle or None)
-        _check(result, "fcclReduceScatter", handle)
+        with _CallOp(reduction, send_buffer.dtype, handle) as op_value:
+            result = _lib().fcclReduceScatter(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                              recv_buffer.count, int(send_buffer.dtype), op_value, handle,
+                                              stream_handle or None)
+            _check(result, "fcclReduceScatter", handle)
         return recv
 
     def all_gather_v(self, send, recv, counts, stream=None):
@@ -310,17 +316,18 @@ class Communicator:
         send_buffer, recv_buffer, host, device, reduction, stream_handle = _variable_arguments(
             send, recv, counts, op, self._nranks_cached(), self._rank_cached(), True, stream)
         handle = self._live_handle()
-        if device is None:
-            result = _lib().fcclReduceScatterV(send_buffer.pointer or None, recv_buffer.pointer or None,
-                                               (ctypes.c_size_t * len(host))(*host), int(send_buffer.dtype),
-                                               int(reduction), handle, stream_handle or None)
-            _check(result, "fcclReduceScatterV", handle)
-        else:
-            result = _lib().fcclReduceScatterVDevice(send_buffer.pointer or None, recv_buffer.pointer or None,
-                                                     device.pointer or None, send_buffer.count, recv_buffer.count,
-                                                     int(send_buffer.dtype), int(reduction), handle,
-                                                     stream_handle or None)
-            _check(result, "fcclReduceScatterVDevice", handle)
+        with _CallOp(reduction, send_buffer.dtype, handle) as op_value:
+            if device is None:
+                result = _lib().fcclReduceScatterV(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                                   (ctypes.c_size_t * len(host))(*host), int(send_buffer.dtype),
+                                                   op_value, handle, stream_handle or None)
+                _check(result, "fcclReduceScatterV", handle)
+            else:
+                result = _lib().fcclReduceScatterVDevice(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                                         device.pointer or None, send_buffer.count,
+                                                         recv_buffer.count, int(send_buffer.dtype), op_value, handle,
+                                                         stream_handle or None)
+                _check(result, "fcclReduceScatterVDevice", handle)
         return recv
 
     def broadcast(self, send, recv=None, root=0, stream=None):
@@ -342,6 +349,57 @@ class Communicator:
                                       int(recv_buffer.dtype), int(root), handle, stream_handle or None)
         _check(result, "fcclBroadcast", handle)
         return send if recv is None else recv
+
+    def reduce(self, send, recv=None, root=0, op="sum", stream=None):
+        """fcclReduce: every rank's send reduced with op into root's recv (None on the root: in place), enqueued on
+        stream; returns recv on the root (send when in place), None elsewhere, where recv is not used. The root gets
+        the bits all_reduce gives. op and stream: as all_reduce's (pre-multiplied sums included)."""
+        send_buffer, recv_buffer, reduction, stream_handle = _reduce_arguments(send, recv, op, root, self.rank,
+                                                                               self._nranks_cached(), stream)
+        handle = self._live_handle()
+        recv_pointer = recv_buffer.pointer if recv_buffer is not None else 0
+        with _CallOp(reduction, send_buffer.dtype, handle) as op_value:
+            result = _lib().fcclReduce(send_buffer.pointer or None, recv_pointer or None, send_buffer.count,
+                                       int(send_buffer.dtype), op_value, int(root), handle, stream_handle or None)
+            _check(result, "fcclReduce", handle)
+        if self.rank != root:
+            return None
+        return send if recv is None else recv
+
+    def bcast(self, buf, root=0, stream=None):
+        """fcclBcast: root's buf into buf on every rank (NCCL's in-place ncclBcast; broadcast(buf) is the same call);
+        returns buf. stream: as all_reduce's."""
+        _, buffer, stream_handle = _broadcast_arguments(buf, None, root, self.rank, self._nranks_cached(), stream)
+        handle = self._live_handle()
+        _check(_lib().fcclBcast(buffer.pointer or None, buffer.count, int(buffer.dtype), int(root), handle,
+                                stream_handle or None), "fcclBcast", handle)
+        return buf
+
+    def gather(self, send, recv=None, root=0, stream=None):
+        """fcclGather: every rank's send (count elements) into root's recv (nranks x count elements, rank r's at
+        r x count), enqueued on stream; returns recv on the root, None elsewhere (recv is not used there and may be
+        None). In place when send is the root's block of recv. stream: as all_reduce's."""
+        send_buffer, recv_buffer, stream_handle = _gather_arguments(send, recv, root, self.rank,
+                                                                    self._nranks_cached(), stream)
+        handle = self._live_handle()
+        recv_pointer = recv_buffer.pointer if recv_buffer is not None else 0
+        _check(_lib().fcclGather(send_buffer.pointer or None, recv_pointer or None, send_buffer.count,
+                                 int(send_buffer.dtype), int(root), handle, stream_handle or None), "fcclGather",
+               handle)
+        return recv if self.rank == root else None
+
+    def scatter(self, send, recv, root=0, stream=None):
+        """fcclScatter: block r (recv's count elements at r x count) of root's send (nranks x count elements) into
+        rank r's recv, enqueued on stream; returns recv. send is read on the root only (None elsewhere is fine); in
+        place when recv is the root's block of send. stream: as all_reduce's."""
+        send_buffer, recv_buffer, stream_handle = _scatter_arguments(send, recv, root, self.rank,
+                                                                     self._nranks_cached(), stream)
+        handle = self._live_handle()
+        send_pointer = send_buffer.pointer if send_buffer is not None else 0
+        _check(_lib().fcclScatter(send_pointer or None, recv_buffer.pointer or None, recv_buffer.count,
+                                  int(recv_buffer.dtype), int(root), handle, stream_handle or None), "fcclScatter",
+               handle)
+        return recv
 
     def all_reduce_add_rms_norm(self, input, output, residual=None, weight=None, eps=1e-6, scale=None,
                                 scale_mode=None, hidden=None, stream=None):

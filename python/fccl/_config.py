@@ -12,12 +12,16 @@ from ._library import version
 class Config:
     """fcclConfig_t, started like FCCL_CONFIG_INITIALIZER. timeout_ms -1 means FCCL_BOOTSTRAP_TIMEOUT; with
     blocking False the init returns at once and Communicator.async_error() is InProgress until it is done.
-    split_share: NCCL's splitShare for the NCCL communicators of split()'s children (None: NCCL's default)."""
+    split_share: NCCL's splitShare for the NCCL communicators of split()'s children (None: NCCL's default).
+    min_ctas and max_ctas are the SM budget (NCCL's minCTAs and maxCTAs): every kernel of the communicator runs on
+    at least and at most that many blocks; -1: FCCL_MIN_CTAS and FCCL_MAX_CTAS, else none (docs/collectives.md)."""
     blocking: bool = True
     timeout_ms: int = _CONFIG_UNDEF_INT
     comm_name: Optional[str] = None
     allow_shared_device: bool = False
     split_share: Optional[bool] = None
+    min_ctas: int = _CONFIG_UNDEF_INT
+    max_ctas: int = _CONFIG_UNDEF_INT
 
     def _struct(self):
         """The C struct; it holds the only reference to the encoded name, so it must live while the call runs."""
@@ -30,6 +34,8 @@ class Config:
         config.commName = self.comm_name.encode() if self.comm_name is not None else None
         config.allowSharedDevice = 1 if self.allow_shared_device else 0
         config.splitShare = _CONFIG_UNDEF_INT if self.split_share is None else (1 if self.split_share else 0)
+        config.minCTAs = int(self.min_ctas)
+        config.maxCTAs = int(self.max_ctas)
         return config
 
 

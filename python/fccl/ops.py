@@ -14,6 +14,7 @@ as it captures the methods.
     g = fccl.ops.all_gather(x, "tp")            # the ranks' x concatenated along dimension 0
     s = fccl.ops.reduce_scatter(x, "tp")        # this rank's block of dimension 0 of the sum
     b = fccl.ops.broadcast(x, "tp", root=0)     # root's x; broadcast_ in place
+    m = fccl.ops.all_reduce(x, "tp", op=fccl.PreMulSum(0.5))  # a pre-multiplied sum (with a number)
     v = fccl.ops.all_gather_v(x, [3, 0, 5], "tp")       # rank r's counts[r] rows, concatenated
     w = fccl.ops.reduce_scatter_v(v, [3, 0, 5], "tp")   # this rank's counts[rank] rows of the sum
     v = fccl.ops.all_gather_v(x, counts, "tp", rows=n)  # counts: an int64 CUDA tensor read at every run (graphs)
@@ -233,7 +234,12 @@ def _(x, counts, rows, comm_name, op):
 # ---- the functions to call ----------------------------------------------------------------------------------------
 
 def _op_name(op) -> str:
-    return _op_of(op).name  # checked here, outside the graph; the op takes the name
+    """The op's name, which the custom op carries: checked here, outside the graph. A pre-multiplied sum is
+    "premul_sum:<the scalar's float.hex()>" (fccl.PreMulSum(x).name, or the PreMulSum itself made outside the compiled
+    function): such a name is parsed when the op runs."""
+    if isinstance(op, str) and op.startswith("premul_sum:"):
+        return op
+    return _op_of(op).name
 
 
 def _comm_name(comm: Union[str, "Communicator"]) -> str:

@@ -23,6 +23,7 @@ struct fcclTransport;     /* src/include/transport.h: peer mappings of this comm
 struct fcclDeviceState;   /* src/include/device_host.h / collectives: device-side state (device layer) */
 struct fcclNcclComm;      /* core/engine/nccl_path.h: the NCCL communicator fccl created and owns */
 struct fcclHier;          /* core/engine/hier.h: the hierarchical path's host communicator and rail */
+struct fcclRedOps;        /* core/coll/redop.h: the reduction ops the communicator made */
 
 struct fcclComm {
   uint64_t magic;
@@ -34,6 +35,8 @@ struct fcclComm {
   int allowSharedDevice;  /* config: ranks may share a GPU (tests) */
   int blocking;           /* config: 0 runs fcclCommFinalize on a thread, and a split of this one inherits it */
   int splitShare;         /* config (NCCL's): 0, 1, or FCCL_CONFIG_UNDEF_INT; a split of this one inherits it */
+  int minCtas, maxCtas;   /* config: the SM budget as given (FCCL_CONFIG_UNDEF_INT: not set); the device state
+                           * resolves it with FCCL_MIN_CTAS and FCCL_MAX_CTAS */
 
   /* Set by fcclCommAbort from any thread; every bounded wait polls it (host) and kernels read it (mapped). */
   volatile int* abortFlag;
@@ -54,6 +57,7 @@ struct fcclComm {
                                       * hier path for every call but the all-reduce (and its remainder) */
   struct fcclHier* hier;             /* hier path: the host's fccl communicator and the NCCL rail
                                       * (core/engine/hier.c) */
+  struct fcclRedOps* redOps;         /* fcclRedOpCreatePreMulSum's ops (core/coll/redop.c), NULL until the first */
 
   /* ---- communicators (core/comm/init_task.c, teardown.c) ---- */
   struct fcclInitJob* initJob; /* what the init runs (kept for a non-blocking init's thread); freed at destroy */

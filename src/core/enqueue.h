@@ -31,6 +31,11 @@ struct fcclCall {
   int root;                /* collectives with a root; the peer of a send or receive */
   void* stream;
   int algo; /* -1: choose (FCCL_ALGO included); else that algorithm of coll->algos exactly (tests) */
+  /* An op of fcclRedOpCreatePreMulSum as fcclEnqueue resolves it for fccl's kernels (op FCCL_DEVICE_OP_PREMULSUM):
+   * the scalar's bits, or the device address it is read from when the kernel runs (fcclDevArgs.scalar, scalarPtr).
+   * For NCCL, op becomes the NCCL op made with it. */
+  uint64_t scalar;
+  uint64_t scalarPtr;
 };
 
 /* What the enqueue path has worked out when a collective's launch runs. */
@@ -47,7 +52,10 @@ struct fcclCollective {
   const char* name;        /* the public call, for messages: "fcclAllReduce" */
   int moves;               /* 0: no buffers (the barrier) */
   int reduces;             /* takes a datatype and an op; else a datatype only (or nothing when !moves) */
-  int rooted;              /* takes a root (its sendbuf is read on the root only) */
+  int rooted;              /* takes a root whose sendbuf only is read (broadcast, scatter): elsewhere sendbuf stands
+                            * for recvbuf */
+  int rootedRecv;          /* takes a root whose recvbuf only is written (reduce, gather): elsewhere recvbuf stands
+                            * for sendbuf */
   int peered;              /* takes a peer (fcclCall.root), a send's or receive's */
   int oneBuffer;           /* FCCL_ONE_SEND or FCCL_ONE_RECV: the call has only that buffer (send, receive) */
   int disjoint;            /* sendbuf and recvbuf must not overlap (all-to-all) */
@@ -86,7 +94,8 @@ struct fcclCollective {
 fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* call);
 
 /* select and registeredPays of the collectives that move data without fcclAllReduce's algorithms (all-gather,
- * reduce-scatter, broadcast): algo.c's fcclMoveSelect over the collective's forms (coll->algos). */
+ * reduce-scatter, broadcast, reduce, gather, scatter): algo.c's fcclMoveSelect over the collective's forms
+ * (coll->algos). */
 fcclResult_t fcclEnqueueMoveSelect(const struct fcclCollective* coll, const fcclAlgoQuery* query,
                                    fcclAlgoChoice* choice);
 int fcclEnqueueMoveRegisteredPays(const struct fcclCollective* coll, const fcclAlgoQuery* query);
@@ -121,6 +130,10 @@ extern const struct fcclCollective fcclCollAllReduce;
 extern const struct fcclCollective fcclCollAllGather;
 extern const struct fcclCollective fcclCollReduceScatter;
 extern const struct fcclCollective fcclCollBroadcast;
+extern const struct fcclCollective fcclCollBcast; /* fcclBcast: the broadcast in place, under its own name */
+extern const struct fcclCollective fcclCollReduce;
+extern const struct fcclCollective fcclCollGather;
+extern const struct fcclCollective fcclCollScatter;
 extern const struct fcclCollective fcclCollBarrier;
 extern const struct fcclCollective fcclCollSend; /* src/core/p2p.c: NCCL only */
 extern const struct fcclCollective fcclCollRecv;
@@ -142,6 +155,12 @@ fcclResult_t fcclReduceScatterAlgo(const void* sendbuf, void* recvbuf, size_t re
                                    fcclRedOp_t op, struct fcclComm* comm, void* stream, int algo);
 fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
                                struct fcclComm* comm, void* stream, int algo);
+fcclResult_t fcclReduceAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, fcclRedOp_t op,
+                            int root, struct fcclComm* comm, void* stream, int algo);
+fcclResult_t fcclGatherAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                            struct fcclComm* comm, void* stream, int algo);
+fcclResult_t fcclScatterAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
+                             struct fcclComm* comm, void* stream, int algo);
 
 /* fcclAllReduceAddRMSNorm in the form chosen by the caller: form -1 chooses as the public call does
  * (FCCL_FUSED_ALGO included), FCCL_FUSED_ONESHOT or FCCL_FUSED_TWOSHOT runs that form exactly (fcclInvalidArgument

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceLL(fcclDevCom
    * store and neither needs the other, so they overlap. The reduction reuses it. */
   Unit mine;
   if (first < packets) IO::load(a.sendbuf, first, a.bytes, mine);
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const uint64_t flag = llFlag(epoch);
   announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(FCCL_LL128_THREADS, 1) allReduceLL128(fcclDevC
   first1.words[0] = 0;
   const uint64_t firstLine = warp * kLinesPerWarp + (lane >> 3);
   if (firstLine < lines) loadOwn(firstLine, first0, first1);
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const uint64_t tag = callTag();
   announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;

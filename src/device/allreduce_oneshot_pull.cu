@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPull(f
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const int n = c.nranks;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;

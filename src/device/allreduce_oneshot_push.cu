@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceOneshotPush(f
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const uint64_t parity = epoch & 1;
   const int n = c.nranks;
   const int me = c.rank;

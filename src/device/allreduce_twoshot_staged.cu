@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) allReduceTwoshotStaged
   using IO = UnitIO<TT, 16>;
   using Unit = typename IO::Unit;
   gridDependencyEnter();
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const int n = c.nranks;
   const int me = c.rank;
   const uint64_t units = divUp(a.bytes, FCCL_UNIT_BYTES);

@@ -73,6 +73,19 @@ __device__ __forceinline__ uint64_t epochBegin(const fcclDevComm& c, uint32_t pr
   return blockEpoch;
 }
 
+/* epochBegin for a reducing kernel of type TT and op OT: a pre-multiplied sum's block also gets its scalar
+ * (fcclBlockScalar), from the argument or, for a scalar in device memory, from there: read after
+ * gridDependencyEnter, so that a value the kernel before wrote is the one used; the epoch's __syncthreads publishes
+ * it. Every other op costs nothing more than epochBegin. */
+template <class TT, class OT>
+__device__ __forceinline__ uint64_t epochBeginOp(const fcclDevComm& c, const fcclDevArgs& a) {
+  if constexpr (OpPreMul<OT>::value) {
+    if (threadIdx.x == 0)
+      fcclBlockScalar = a.scalarPtr != 0 ? (uint64_t)*ptr<const typename TT::Bits>(a.scalarPtr) : a.scalar;
+  }
+  return epochBegin(c, a.print);
+}
+
 /*
  * Block 0 of a kernel that posts no signal pads (LL, LL128) writes the call's tag into its entry of every peer's
  * call board (FCCL_SLOT_BOARD_OFFSET), so that a peer waiting in another protocol's area meets our print there

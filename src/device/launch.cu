@@ -14,6 +14,15 @@ extern "C" {
 
 namespace fccl {
 
+/* The calling thread's last launch (fcclDeviceLastLaunchForTest). */
+static __thread int lastKernel = -1, lastBlocks = 0, lastThreads = 0;
+
+static void recordLaunch(int kernel, int blocks, int threads) {
+  lastKernel = kernel;
+  lastBlocks = blocks;
+  lastThreads = threads;
+}
+
 /* The launch table: the instantiation of a KERNEL row of kernel_list.h for (type, op) and the communicator's rank
  * count; NULL when there is none. */
 static const void* dataKernel(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op, int nranks) {
@@ -96,8 +105,10 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
      * scatter, the copy forms): its print, so that a peer in another call meets this one's. */
     uint32_t print = args != nullptr ? args->print : FCCL_PRINT_BARRIER;
     void* params[] = {&c, &print};
-    return fccl::launch(fccl::barrierInstance(), dim3(1), dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream,
-                        "barrier");
+    FCCLCHECK(fccl::launch(fccl::barrierInstance(), dim3(1), dim3(FCCL_DEVICE_BARRIER_THREADS), params, pdl, stream,
+                           "barrier"));
+    fccl::recordLaunch(kernel, 1, FCCL_DEVICE_BARRIER_THREADS);
+    return fcclSuccess;
   }
   /* The variable collectives' kernels take other arguments (fcclDeviceLaunchVariable). */
   const void* function = fcclKernelIsVariable(kernel) ? nullptr : fccl::dataKernel(kernel, type, op, comm->nranks);
@@ -110,7 +121,9 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
                       threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
   fcclDevArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective");
+  FCCLCHECK(fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective"));
+  fccl::recordLaunch(kernel, blocks, threads);
+  return fcclSuccess;
 }
 
 extern "C" fcclResult_t fcclDeviceLaunchVariable(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op,
@@ -156,7 +169,15 @@ extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclD
   fcclDevComm c = *comm;
   fcclFusedArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(kernel.kernel, dim3(blocks), dim3(kernel.threads), params, pdl, stream, "fused norm");
+  FCCLCHECK(fccl::launch(kernel.kernel, dim3(blocks), dim3(kernel.threads), params, pdl, stream, "fused norm"));
+  fccl::recordLaunch(FCCL_KERNEL_FUSED_NORM, blocks, kernel.threads);
+  return fcclSuccess;
+}
+
+extern "C" void fcclDeviceLastLaunchForTest(int* kernel, int* blocks, int* threads) {
+  if (kernel) *kernel = fccl::lastKernel;
+  if (blocks) *blocks = fccl::lastBlocks;
+  if (threads) *threads = fccl::lastThreads;
 }
 
 extern "C" fcclResult_t fcclDeviceKernelsLoadable(void) {

@@ -7,11 +7,16 @@
  * integers in their own width with wrap-around arithmetic (done on the unsigned type: no undefined overflow).
  * Every rank reduces in rank order 0..n-1 with the same code, so results are bitwise identical on every rank.
  * Float max/min propagate NaN; avg is sum then one division by nranks (integers: of the wrapped sum, truncating
- * toward zero). test/gpu/test_allreduce_ref.c mirrors these rules on the host.
+ * toward zero). The pre-multiplied sum (FCCL_DEVICE_OP_PREMULSUM) multiplies every rank's element, its own included,
+ * by the call's scalar as it enters the reduction: in the accumulator's type (fp32 for 16-bit floats, where the
+ * product of two of their values is exact; float32 and float64 rounded to nearest; integers wrapping), never fused
+ * with the addition that follows, then sums as fcclSum does. test/gpu/test_allreduce_ref.c mirrors these rules on
+ * the host.
  */
 #ifndef FCCL_DEVICE_REDUCE_CUH_
 #define FCCL_DEVICE_REDUCE_CUH_
 
+#include "device.h"
 #include "fccl.h"
 
 #include <cuda_bf16.h>
@@ -172,6 +177,40 @@ struct OpTraits<fcclAvg> {
   }
 };
 
+/* The pre-multiplied sum: the sum's rules after each input is multiplied by the scalar (pre). */
+template <>
+struct OpTraits<FCCL_DEVICE_OP_PREMULSUM> {
+  template <class TT>
+  __device__ __forceinline__ static typename TT::Acc apply(typename TT::Acc a, typename TT::Acc b) {
+    return OpTraits<fcclSum>::apply<TT>(a, b);
+  }
+  template <class TT>
+  __device__ __forceinline__ static typename TT::Acc finish(typename TT::Acc a, int) {
+    return a;
+  }
+  template <class TT>
+  __device__ __forceinline__ static typename TT::Acc pre(typename TT::Acc x, typename TT::Acc scalar) {
+    if constexpr (TT::isFloat)
+      return mulRn(x, scalar);
+    else
+      return (typename TT::Acc)((typename TT::UAcc)x * (typename TT::UAcc)scalar);
+  }
+};
+
+/* Whether an op multiplies its inputs first (OpTraits<FCCL_DEVICE_OP_PREMULSUM>). */
+template <class OT>
+struct OpPreMul {
+  static constexpr bool value = false;
+};
+template <>
+struct OpPreMul<OpTraits<FCCL_DEVICE_OP_PREMULSUM>> {
+  static constexpr bool value = true;
+};
+
+/* The block's pre-multiplied sum scalar, as the bits of the call's datatype (epochBeginOp of common.cuh writes it
+ * before the __syncthreads of the epoch; the pre-multiplying kernels only read it). */
+static __shared__ uint64_t fcclBlockScalar;
+
 /* BYTES bytes of data seen as 8-byte words (to move) or as elements (to reduce). */
 template <typename Bits, int BYTES>
 union UnitBits {
@@ -190,16 +229,27 @@ struct UnitReducer {
   static constexpr int kElems = BYTES / (int)sizeof(Bits);
   static_assert(BYTES % sizeof(Bits) == 0, "unit holds whole elements");
   Acc acc[kElems];
+  Acc scalar; /* the pre-multiplied sum's (OpPreMul); unused by the other ops */
 
   using Unit = UnitBits<Bits, BYTES>;
 
+  __device__ __forceinline__ UnitReducer() {
+    if constexpr (OpPreMul<OT>::value) scalar = TT::toAcc((Bits)fcclBlockScalar);
+  }
+  /* An input element as it enters the reduction: multiplied by the scalar first for the pre-multiplied sum. */
+  __device__ __forceinline__ Acc input(Bits b) const {
+    if constexpr (OpPreMul<OT>::value)
+      return OT::template pre<TT>(TT::toAcc(b), scalar);
+    else
+      return TT::toAcc(b);
+  }
   __device__ __forceinline__ void first(const Unit& u) {
 #pragma unroll
-    for (int i = 0; i < kElems; i++) acc[i] = TT::toAcc(u.e[i]);
+    for (int i = 0; i < kElems; i++) acc[i] = input(u.e[i]);
   }
   __device__ __forceinline__ void add(const Unit& u) {
 #pragma unroll
-    for (int i = 0; i < kElems; i++) acc[i] = OT::template apply<TT>(acc[i], TT::toAcc(u.e[i]));
+    for (int i = 0; i < kElems; i++) acc[i] = OT::template apply<TT>(acc[i], input(u.e[i]));
   }
   __device__ __forceinline__ void result(Unit& u, int nranks) const {
 #pragma unroll

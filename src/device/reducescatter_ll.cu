@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) reduceScatterLL(fcclDe
   const uint64_t ownBlock = a.sendbuf + (uint64_t)me * a.bytes;
   Unit mine;
   if (first < packets) IO::load(ownBlock, first, a.bytes, mine);
-  const uint64_t epoch = epochBegin(c, a.print);
+  const uint64_t epoch = epochBeginOp<TT, OpTraits<OP>>(c, a);
   const uint64_t flag = llFlag(epoch);
   announceCall(c); /* for a peer in a call of another protocol (Spin::check) */
   const uint64_t parity = epoch & 1;

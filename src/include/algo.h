@@ -33,6 +33,10 @@ typedef struct {
   uint64_t copyMoveMin;
   int forced;          /* -1: choose; else the algorithm to use (an fcclDevKernel_t or FCCL_FORM_*) */
   int strict;          /* forced but not applicable: 1 -> fcclInvalidArgument, 0 -> choose instead */
+  /* The communicator's SM budget (fcclConfig_t.minCTAs and maxCTAs, FCCL_MIN_CTAS and FCCL_MAX_CTAS; 0: none): every
+   * grid is clamped by fcclCtaClamp. fcclAlgoQueryMake leaves both 0. */
+  int minCtas;
+  int maxCtas;
 } fcclAlgoQuery;
 
 /* A query for the automatic choice (forced -1, strict 0), its capacities (LL, LL128, staging) from the slot
@@ -95,6 +99,9 @@ extern const fcclAlgoSet fcclAllReduceAlgos;
 extern const fcclAlgoSet fcclAllGatherAlgos;
 extern const fcclAlgoSet fcclReduceScatterAlgos;
 extern const fcclAlgoSet fcclBroadcastAlgos;
+extern const fcclAlgoSet fcclReduceAlgos;
+extern const fcclAlgoSet fcclGatherAlgos;
+extern const fcclAlgoSet fcclScatterAlgos;
 /* fcclAllGatherV and fcclReduceScatterV: the all-gather's and the reduce-scatter's forms with a count per rank
  * (LL, direct, staged), chosen by fcclMoveSelect from the largest block; FCCL_ALLGATHER_ALGO and
  * FCCL_REDUCESCATTER_ALGO force them too. */
@@ -128,11 +135,12 @@ int fcclAlgoResolveRequest(int request, int registered);
 int fcclAlgoIsCopy(int nranks, int forced);
 
 /*
- * All-gather, reduce-scatter and broadcast: the forms of their sets (fcclAllGatherAlgos, fcclReduceScatterAlgos,
- * fcclBroadcastAlgos), in this order in kernel_list.h. All three have LL, direct and staged; all-gather and
- * broadcast also copy (the copy engines between two barriers, registered buffers). query->bytes is one block's
- * (a rank's contribution, a rank's result, the broadcast message); query->forced is -1 or one of set's
- * algorithms. The table and the grid: algo.c; fcclInvalidArgument as for fcclAlgoSelect.
+ * Every collective but the all-reduce (all-gather, reduce-scatter, broadcast, reduce, gather, scatter): the forms of
+ * their sets (fcclAllGatherAlgos, ...), in this order in kernel_list.h. All have LL, direct and staged; all-gather
+ * and broadcast also copy (the copy engines between two barriers, registered buffers). query->bytes is one block's
+ * (a rank's contribution, a rank's result, the broadcast or reduce message, a gathered or scattered block);
+ * query->forced is -1 or one of set's algorithms. The table and the grid: algo.c; fcclInvalidArgument as for
+ * fcclAlgoSelect.
  */
 enum { FCCL_MOVE_LL = 0, FCCL_MOVE_DIRECT = 1, FCCL_MOVE_STAGED = 2, FCCL_MOVE_COPY = 3, FCCL_MOVE_REQUEST_AUTO = 100 };
 fcclResult_t fcclMoveSelect(const fcclAlgoQuery* query, const fcclAlgoSet* set, fcclAlgoChoice* choice);
@@ -147,6 +155,14 @@ int fcclMoveResolveRequest(int request, const fcclAlgoSet* set);
 /* Whether registered buffers would run another form than plain ones for query (registered set): direct or copy.
  * The graph-registration test. */
 int fcclMoveRegisteredPays(const fcclAlgoQuery* query, const fcclAlgoSet* set);
+
+/*
+ * The SM budget (docs/collectives.md#sm-budget): a kernel's grid of `blocks` blocks, chosen for its work with at most
+ * `most` blocks (one per SM, the kernel's own bound), clamped to at most maxCtas blocks and raised to at least
+ * minCtas (never past most nor maxCtas); 0 for either: no bound. At least 1. Pure: every rank clamps alike, as long
+ * as the budget is the same on every rank (checked at init).
+ */
+int fcclCtaClamp(int blocks, int most, int minCtas, int maxCtas);
 
 /*
  * fcclAllReduceAddRMSNorm's form (FCCL_FUSED_ONESHOT, FCCL_FUSED_TWOSHOT; docs/fused.md). FCCL_FUSED_ALGO: "" or

@@ -20,6 +20,13 @@ extern "C" {
 #endif
 
 /*
+ * The pre-multiplied sum as the kernels know it, one past the built-in ops: an op of fcclRedOpCreatePreMulSum is
+ * resolved to it by the enqueue path, its scalar carried by fcclDevArgs (scalar, scalarPtr). Each rank's element is
+ * multiplied by the scalar in the accumulator's type, then summed as fcclSum sums (src/device/reduce.cuh).
+ */
+#define FCCL_DEVICE_OP_PREMULSUM ((fcclRedOp_t)fcclNumOps)
+
+/*
  * Every (data type, reduction op) the kernels are instantiated for: the one list. X(type, op) is expanded once per
  * pair; the table functions of src/device and the tests iterate it.
  */
@@ -34,12 +41,13 @@ extern "C" {
   X(fcclFloat32, op)                  \
   X(fcclFloat64, op)                  \
   X(fcclBfloat16, op)
-#define FCCL_DEVICE_TYPE_OP_LIST(X) \
+#define FCCL_DEVICE_TYPE_OP_LIST(X)   \
   FCCL_DEVICE_FOR_TYPES_(X, fcclSum)  \
   FCCL_DEVICE_FOR_TYPES_(X, fcclProd) \
   FCCL_DEVICE_FOR_TYPES_(X, fcclMax)  \
   FCCL_DEVICE_FOR_TYPES_(X, fcclMin)  \
-  FCCL_DEVICE_FOR_TYPES_(X, fcclAvg)
+  FCCL_DEVICE_FOR_TYPES_(X, fcclAvg)  \
+  FCCL_DEVICE_FOR_TYPES_(X, FCCL_DEVICE_OP_PREMULSUM)
 
 /*
  * Launches kernel (an algorithm of fcclDevKernel_t, or FCCL_KERNEL_BARRIER, which takes no type or op) for
@@ -79,6 +87,11 @@ fcclResult_t fcclDeviceLaunchDivide(fcclDataType_t type, void* data, size_t coun
 /* Whether the current device can load this build's kernels (the barrier's, as a probe): fcclInvalidUsage saying
  * so when the build has no code for it. */
 fcclResult_t fcclDeviceKernelsLoadable(void);
+
+/* Test hook: the kernel (an fcclDevKernel_t) and grid of the calling thread's last successful launch through
+ * fcclDeviceLaunch or fcclDeviceLaunchFusedNorm; kernel -1 and a grid of 0 x 0 before the first. The SM budget's
+ * tests read the grid a call really launched with it. */
+void fcclDeviceLastLaunchForTest(int* kernel, int* blocks, int* threads);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -41,20 +41,20 @@
  * of step (a rank that skipped a call, or called with another count, type, op, root, collective or algorithm) meet
  * a flag of the right epoch with another print and stop with fcclInvalidUsage instead of hanging or reading past a
  * peer's buffer. Structured so that the host can say which field differs (docs/errors.md#out-of-step):
- *   bits  0-4   form + 1 (fcclPrintForm: the algorithm, and the scatter of the registered two-shot or the fused
+ *   bits  0-5   form + 1 (fcclPrintForm: the algorithm, and the scatter of the registered two-shot or the fused
  *               norm's registered or staged form; never 0, so that no print and no LL flag is 0)
- *   bits  5-8   datatype
- *   bits  9-11  op (reducing collectives), root (broadcast), scale mode (fused norm), 0 otherwise
- *   bits 12-19  a hash of the count (the fused norm: of tokens and hidden size)
+ *   bits  6-9   datatype
+ *   bits 10-12  op (reducing collectives), root (broadcast, gather, scatter), scale mode (fused norm), 0 otherwise
+ *   bits 13-19  a hash of the count (the reduce: of count and root; the fused norm: of tokens and hidden size)
  * The tag of a call, (epoch << FCCL_PRINT_BITS) | print, is what signal pads carry beside their value and what the
  * last word of an LL128 line holds; an LL packet's 32-bit flag is the tag's low 32 bits (12 bits of epoch).
  */
 #define FCCL_PRINT_BITS 20
 #define FCCL_PRINT_MASK ((1u << FCCL_PRINT_BITS) - 1u)
-#define FCCL_PRINT_FORM_BITS 5
-#define FCCL_PRINT_TYPE_SHIFT 5
-#define FCCL_PRINT_ARG_SHIFT 9
-#define FCCL_PRINT_COUNT_SHIFT 12
+#define FCCL_PRINT_FORM_BITS 6
+#define FCCL_PRINT_TYPE_SHIFT 6
+#define FCCL_PRINT_ARG_SHIFT 10
+#define FCCL_PRINT_COUNT_SHIFT 13
 /* Epoch bits in an LL flag: the LL area is cleaned before they wrap (epochEnd), every 2^12 calls. */
 #define FCCL_LL_EPOCH_BITS (32 - FCCL_PRINT_BITS)
 #define FCCL_LL_EPOCH_MASK ((1u << FCCL_LL_EPOCH_BITS) - 1u)
@@ -184,11 +184,12 @@ static inline FCCL_HOST_DEVICE uint64_t fcclEpochNext(uint64_t epoch) {
   return epoch;
 }
 
-/* The 8-bit hash of a count in a print: any change of the value changes it with probability 255/256. */
+/* The 7-bit hash of a count in a print (the bits above FCCL_PRINT_COUNT_SHIFT): any change of the value changes it
+ * with probability 127/128. */
 static inline FCCL_HOST_DEVICE uint32_t fcclPrintCountHash(uint64_t count) {
   count ^= count >> 29;
   count *= 0x9e3779b97f4a7c15ull;
-  return (uint32_t)(count >> 56);
+  return (uint32_t)(count >> (64 - (FCCL_PRINT_BITS - FCCL_PRINT_COUNT_SHIFT)));
 }
 
 /* The print of a call of form `form` (an algorithm or an FCCL_PRINT_FORM_*), datatype, the op, root or scale
@@ -309,8 +310,8 @@ typedef enum {
 } fcclScatter_t;
 
 /* Arguments of one collective call, passed by value (so a captured graph replays them as they were). For the
- * all-reduce count and bytes are the message's; for all-gather, reduce-scatter and broadcast they are one block's
- * (a rank's contribution, a rank's result, the broadcast message). */
+ * all-reduce and the reduce count and bytes are the message's; for all-gather, reduce-scatter, broadcast, gather and
+ * scatter they are one block's (a rank's contribution, a rank's result, the broadcast message). */
 typedef struct {
   uint64_t sendbuf;                        /* this rank's input */
   uint64_t recvbuf;                        /* this rank's output (== sendbuf in place) */
@@ -321,10 +322,14 @@ typedef struct {
   uint64_t roundUnits;                     /* staged two-shot: 16-byte units per owner and round */
   int32_t inPlace;                         /* sendbuf == recvbuf (the same on every rank) */
   int32_t scatter;                         /* registered two-shot: fcclScatter_t */
-  int32_t root;                            /* broadcast: the rank whose data is sent */
+  int32_t root;                            /* broadcast, reduce, gather, scatter: the root rank */
   uint32_t print;                          /* the call's fingerprint (fcclPrintMake), carried by every flag */
+  /* A pre-multiplied sum (FCCL_DEVICE_OP_PREMULSUM): its scalar as the bits of the call's datatype (zero-extended),
+   * or, when scalarPtr is not 0, the device address the kernel reads it from when it runs. */
+  uint64_t scalar;
+  uint64_t scalarPtr;
 } fcclDevArgs;
-FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 56, "fcclDevArgs layout");
+FCCL_STATIC_ASSERT(sizeof(fcclDevArgs) == 16 * FCCL_DEVICE_MAX_RANKS + 72, "fcclDevArgs layout");
 
 /* fcclAllReduceAddRMSNorm: a row of datatype is at most this many bytes, because each thread keeps its share of the
  * row in registers between the sum of squares and the output (fused_norm_shape.h: how a row's work is laid out). */

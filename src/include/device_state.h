@@ -33,6 +33,7 @@ struct fcclDeviceState {
   int graphRegister;         /* FCCL_GRAPH_REGISTER: captured calls register plain buffers for the graph */
   uint64_t copyScatterMin;   /* FCCL_COPY_SCATTER_MIN: the registered two-shot's scatter by copy from this size */
   uint64_t copyMoveMin;      /* FCCL_COPY_MOVE_MIN: all-gather and broadcast by the copy engines from this block */
+  int minCtas, maxCtas;      /* the SM budget (fcclDeviceCtaBound; 0: none): every kernel's grid (fcclCtaClamp) */
   int reported;              /* the kernels' error was described once (atomic) */
   uint64_t firstEpoch;       /* the epoch of the communicator's first call (error reports count calls from it) */
 };
@@ -75,6 +76,11 @@ uint64_t fcclDeviceCopyMoveMin(void);
  */
 int fcclDeviceArchRunnable(int cc, const char* sassArchs, int ptxArch, char* why, size_t whySize);
 
+/* One bound of the SM budget: the variable (FCCL_MIN_CTAS or FCCL_MAX_CTAS, as id) where it is set to a positive
+ * value, which overrides the config's as NCCL's variables do, else configured (fcclConfig_t.minCTAs or maxCTAs) when
+ * positive; 0: no bound. */
+int fcclDeviceCtaBound(int configured, int id);
+
 /* FCCL_LL128 as the algorithm table uses it (fcclAlgoQuery.ll128Auto): 1 unless set to 0. */
 int fcclDeviceLL128Auto(void);
 
@@ -83,7 +89,8 @@ int fcclDeviceLL128Auto(void);
  * counters in device memory, host-mapped abort and error words. Cleans this rank's slot (signal pads, LL area),
  * then all-gathers the last epoch each rank's slot recorded and the layout: every rank starts past the largest,
  * so flags an earlier communicator left in a reused slot never satisfy a wait. Collective (one bootstrap
- * all-gather). fcclInvalidUsage when ranks disagree on FCCL_STAGING_BYTES or nranks is out of range.
+ * all-gather). fcclInvalidUsage when ranks disagree on FCCL_STAGING_BYTES (or another setting the ranks of a call
+ * must share: the algorithm variables, the SM budget) or nranks is out of range.
  */
 fcclResult_t fcclDeviceInit(struct fcclComm* comm);
 

@@ -5,8 +5,8 @@
  * table (src/device/launch.cu) and the declarations of the device files' instantiation tables
  * (src/device/kernels.cuh), and each collective's set of forms (fcclAlgoSet, src/core/coll/algo.c).
  *
- * Rows, in each collective's form order (a form is its position: FCCL_MOVE_* for all-gather, reduce-scatter and
- * broadcast):
+ * Rows, in each collective's form order (a form is its position: FCCL_MOVE_* for every collective but the
+ * all-reduce):
  *   KERNEL(id, request, name, kernel)  a form run by a kernel of its own. id: its fcclDevKernel_t enumerator;
  *       request: the FCCL_ALGO (FCCL_ALLGATHER_ALGO, ...) value that forces it; name: what the logs, error
  *       reports and fccl-info call it; kernel: the __global__ template in src/device/ whose instantiations
@@ -53,6 +53,23 @@
   KERNEL(FCCL_KERNEL_BROADCAST_STAGED, "staged", "broadcast_staged", broadcastStaged) \
   COPY(FCCL_FORM_BROADCAST_COPY, "copy", "broadcast_copy")
 
+/* fcclReduce, in FCCL_MOVE_* order: every rank's input reduced into the root's output. */
+#define FCCL_REDUCE_FORMS(KERNEL, COPY)                                      \
+  KERNEL(FCCL_KERNEL_REDUCE_LL, "ll", "reduce_ll", reduceLL)                 \
+  KERNEL(FCCL_KERNEL_REDUCE_DIRECT, "direct", "reduce_direct", reduceDirect) \
+  KERNEL(FCCL_KERNEL_REDUCE_STAGED, "staged", "reduce_staged", reduceStaged)
+
+/* fcclGather, in FCCL_MOVE_* order: every rank's block into the root's output. */
+#define FCCL_GATHER_FORMS(KERNEL, COPY)                                      \
+  KERNEL(FCCL_KERNEL_GATHER_LL, "ll", "gather_ll", gatherLL)                 \
+  KERNEL(FCCL_KERNEL_GATHER_DIRECT, "direct", "gather_direct", gatherDirect) \
+  KERNEL(FCCL_KERNEL_GATHER_STAGED, "staged", "gather_staged", gatherStaged)
+
+/* fcclScatter, in FCCL_MOVE_* order: the root's block r into rank r's output. */
+#define FCCL_SCATTER_FORMS(KERNEL, COPY)                                        \
+  KERNEL(FCCL_KERNEL_SCATTER_LL, "ll", "scatter_ll", scatterLL)                 \
+  KERNEL(FCCL_KERNEL_SCATTER_DIRECT, "direct", "scatter_direct", scatterDirect) \
+  KERNEL(FCCL_KERNEL_SCATTER_STAGED, "staged", "scatter_staged", scatterStaged)
 /* fcclAllGatherV and fcclReduceScatterV (FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO), in FCCL_MOVE_* order: the
  * all-gather's and the reduce-scatter's forms with a count per rank. Their kernels take fcclDevVArgs
  * (device_variable.h), launched by fcclDeviceLaunchVariable. */
@@ -71,6 +88,9 @@
   FCCL_ALLGATHER_FORMS(KERNEL, COPY)        \
   FCCL_REDUCESCATTER_FORMS(KERNEL, COPY)    \
   FCCL_BROADCAST_FORMS(KERNEL, COPY)        \
+  FCCL_REDUCE_FORMS(KERNEL, COPY)           \
+  FCCL_GATHER_FORMS(KERNEL, COPY)           \
+  FCCL_SCATTER_FORMS(KERNEL, COPY)          \
   FCCL_ALLGATHERV_FORMS(KERNEL, COPY)       \
   FCCL_REDUCESCATTERV_FORMS(KERNEL, COPY)   \
   OWN(FCCL_KERNEL_BARRIER, "barrier")       \

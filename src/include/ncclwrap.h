@@ -52,11 +52,14 @@
   X(ncclGroupStart, ncclResult_t, (void))                                                                              \
   X(ncclGroupEnd, ncclResult_t, (void))
 
-/* The same for the reduce (the variable reduce-scatter's NCCL form: one per rank, grouped), a list of its own. */
+/* The same for the reduce and the pre-multiplied sums' ops (NCCL 2.11), a list of their own. */
 #define FCCL_NCCL_ROOTED_FUNCTIONS(X)                                                                       \
   X(ncclReduce, ncclResult_t,                                                                               \
     (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, \
-     ncclComm_t comm, cudaStream_t stream))
+     ncclComm_t comm, cudaStream_t stream))                                                                 \
+  X(ncclRedOpCreatePreMulSum, ncclResult_t,                                                                 \
+    (ncclRedOp_t * op, void* scalar, ncclDataType_t type, ncclScalarResidence_t where, ncclComm_t comm))    \
+  X(ncclRedOpDestroy, ncclResult_t, (ncclRedOp_t op, ncclComm_t comm))
 
 #define FCCL_NCCL_DECLARE(name, ret, params) extern ret(*pfn_##name) params;
 FCCL_NCCL_FUNCTIONS(FCCL_NCCL_DECLARE)

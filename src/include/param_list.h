@@ -56,6 +56,13 @@ FCCL_PARAM(FUSED_KERNEL, FCCL_PARAM_STRING, "",
            "fcclAllReduceAddRMSNorm's one-shot kernel: empty, auto or row (the row kernel), or legacy (its previous "
            "kernel, one block of 512 threads per row, for comparison measurements; its bits differ). Equal on every "
            "rank.")
+FCCL_PARAM(MIN_CTAS, FCCL_PARAM_INT, "0",
+           "SM budget: every collective kernel runs on at least this many blocks (one per SM at most); overrides "
+           "fcclConfig_t.minCTAs, as NCCL_MIN_CTAS overrides NCCL's. 0: the config's. Equal on every rank.")
+FCCL_PARAM(MAX_CTAS, FCCL_PARAM_INT, "0",
+           "SM budget: every collective kernel runs on at most this many blocks, so that the rest of the GPU stays "
+           "free for work that overlaps it; overrides fcclConfig_t.maxCTAs, as NCCL_MAX_CTAS overrides NCCL's. 0: "
+           "the config's (none: one block per SM). Equal on every rank.")
 FCCL_PARAM(TIMEOUT, FCCL_PARAM_INT, "600000",
            "Milliseconds a collective kernel waits for a peer before it gives up and records fcclTimeout.")
 FCCL_PARAM(PEER_KEEPALIVE_MS, FCCL_PARAM_INT, "2000",

@@ -356,6 +356,62 @@ int refCheckElement(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uin
   return fabs(value - ref) <= tol;
 }
 
+/* ---- pre-multiplied sums ---- */
+
+uint64_t refPreMulSumBits(fcclDataType_t type, uint64_t scalar, const uint64_t* in, int n) {
+  if (!refTypeIsFloat(type)) {
+    const uint64_t mask = widthMask(type);
+    uint64_t acc = 0;
+    for (int r = 0; r < n; r++) acc = (acc + ((in[r] & mask) * (scalar & mask))) & mask;
+    return acc;
+  }
+  if (type == fcclFloat64) {
+    const double s = bitsDouble(scalar);
+    double acc = 0;
+    for (int r = 0; r < n; r++) {
+      const double product = bitsDouble(in[r]) * s; /* rounded here: never fused with the add below */
+      acc = r == 0 ? product : acc + product;
+    }
+    return doubleBits(acc);
+  }
+  const float s = toFloat(type, scalar);
+  float acc = 0;
+  for (int r = 0; r < n; r++) {
+    const float product = toFloat(type, in[r]) * s;
+    acc = r == 0 ? product : acc + product;
+  }
+  return fromFloat(type, acc);
+}
+
+double refPreMulSumDouble(fcclDataType_t type, uint64_t scalar, const uint64_t* in, int n, double* tolerance) {
+  double epsOut, epsAcc, tiny, maxFinite;
+  typeLimits(type, &epsOut, &epsAcc, &tiny, &maxFinite);
+  const double s = toDouble(type, scalar);
+  double acc = 0, absSum = 0;
+  for (int r = 0; r < n; r++) {
+    const double product = toDouble(type, in[r]) * s;
+    acc += product;
+    absSum += fabs(product);
+  }
+  /* One rounding per product and per addition in the accumulator, one to the output type. */
+  if (tolerance) *tolerance = (n + 2) * epsAcc * absSum + epsOut * fabs(acc) + tiny;
+  return acc;
+}
+
+int refCheckPreMulSum(fcclDataType_t type, uint64_t scalar, uint64_t got, const uint64_t* in, int n) {
+  if (sameValue(type, got, refPreMulSumBits(type, scalar, in, n))) return 1;
+  if (!refTypeIsFloat(type)) return 0;
+  double tol = 0;
+  const double ref = refPreMulSumDouble(type, scalar, in, n, &tol);
+  const double value = toDouble(type, got);
+  double epsOut, epsAcc, tiny, maxFinite;
+  typeLimits(type, &epsOut, &epsAcc, &tiny, &maxFinite);
+  if (isnan(ref)) return isnan(value);
+  if (isinf(ref) || fabs(ref) > maxFinite * (1 + epsOut)) return isinf(value) && (value > 0) == (ref > 0);
+  if (!isfinite(value)) return 0;
+  return fabs(value - ref) <= tol;
+}
+
 const char* refFormat(fcclDataType_t type, uint64_t bits, char* buf, size_t size) {
   if (refTypeIsFloat(type))
     snprintf(buf, size, "%.9g (0x%llx)", toDouble(type, bits), (unsigned long long)bits);

@@ -52,6 +52,18 @@ double refReduceDouble(fcclDataType_t type, fcclRedOp_t op, const uint64_t* inpu
  * reference's tolerance). */
 int refCheckElement(fcclDataType_t type, fcclRedOp_t op, uint64_t got, const uint64_t* inputs, int nranks);
 
+/* A pre-multiplied sum (fcclRedOpCreatePreMulSum) of one element as the device computes it (src/device/reduce.cuh):
+ * each rank's input times scalar (the bits of an element of type) in the accumulator's type (fp32 for 16-bit
+ * floats, where the product is exact; integers wrapping), never fused with the sum that follows in rank order. */
+uint64_t refPreMulSumBits(fcclDataType_t type, uint64_t scalar, const uint64_t* inputs, int nranks);
+
+/* Its float64 value, and the absolute error the dtype's arithmetic may add to it. */
+double refPreMulSumDouble(fcclDataType_t type, uint64_t scalar, const uint64_t* inputs, int nranks, double* tolerance);
+
+/* Whether got is an acceptable pre-multiplied sum (the emulation, NaN for NaN, or within the float64 value's
+ * tolerance). */
+int refCheckPreMulSum(fcclDataType_t type, uint64_t scalar, uint64_t got, const uint64_t* inputs, int nranks);
+
 /* Element value as text ("1.5 (0x3e00)"), for messages. */
 const char* refFormat(fcclDataType_t type, uint64_t bits, char* buf, size_t size);
 

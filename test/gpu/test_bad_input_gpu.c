@@ -9,9 +9,11 @@
  * registrations of such buffers, of size 0 and with no handle; deregistering an unknown handle and one released
  * already; fcclMemFree of memory fcclMemAlloc did not return, and twice; fcclCommInitAll with a device listed twice
  * or not visible; argument errors made from a child of fork(); calls made while the stream is captured that may
- * not be; calls on the victim while a non-blocking split of it waits for the other rank (refused: the split holds
- * it); calls on a finalized child of the victim. With two GPUs or more, one process also destroys a member of an
- * fcclCommInitAll group and calls it again.
+ * not be; fcclReduce, fcclGather, fcclScatter and fcclBcast on such buffers; pre-multiplied sums whose device scalar
+ * is not device memory of the communicator's GPU, and ops used on another communicator, after their destruction or
+ * for another datatype; calls on the victim while a non-blocking split of it waits for the other rank (refused: the
+ * split holds it); calls on a finalized child of the victim, the rooted ones and a new pre-multiplied sum included.
+ * With two GPUs or more, one process also destroys a member of an fcclCommInitAll group and calls it again.
  * Exits 77 without a GPU. docs/errors.md says what each result means.
  */
 #include "fccl.h"
@@ -313,6 +315,96 @@ static fcclResult_t duringCapture(struct ctx* c) {
   return fcclSuccess; /* what each call returned is checked above; the table checks that both comms work after */
 }
 
+/* ---- the rooted collectives and the pre-multiplied sums: every rank's own argument is wrong, so every rank fails ----
+ */
+
+static fcclResult_t reducePinnedSend(struct ctx* c) {
+  float* buf = NULL;
+  if (cudaMallocHost((void**)&buf, COUNT * sizeof(float)) != cudaSuccess) return fcclInternalError;
+  fcclResult_t res = fcclReduce(buf, c->recv, COUNT, fcclFloat32, fcclSum, 0, c->victim, c->stream);
+  cudaFreeHost(buf);
+  return res;
+}
+
+static fcclResult_t gatherForeignSend(struct ctx* c) {
+  float* buf = foreignBuffer(c);
+  if (!buf) return fcclInternalError;
+  fcclResult_t res = fcclGather(buf, c->send, COUNT / 2, fcclFloat32, 1, c->victim, c->stream);
+  freeForeign(c, buf);
+  return res;
+}
+
+static fcclResult_t scatterPageableRecv(struct ctx* c) {
+  float* buf = calloc(COUNT, sizeof(float));
+  fcclResult_t res = fcclScatter(c->send, buf, COUNT / 2, fcclFloat32, 0, c->victim, c->stream);
+  free(buf);
+  return res;
+}
+
+static fcclResult_t bcastFreed(struct ctx* c) {
+  float* buf = NULL;
+  if (cudaMalloc((void**)&buf, COUNT * sizeof(float)) != cudaSuccess) return fcclInternalError;
+  cudaFree(buf);
+  return fcclBcast(buf, COUNT, fcclFloat32, 1, c->victim, c->stream);
+}
+
+static fcclResult_t preMulPageableScalar(struct ctx* c) {
+  float* scalar = calloc(1, sizeof(float));
+  fcclRedOp_t op = fcclSum;
+  fcclResult_t res = fcclRedOpCreatePreMulSum(&op, scalar, fcclFloat32, fcclScalarDevice, c->victim);
+  EXPECT_EQ_INT(op, fcclSum); /* written only on success */
+  free(scalar);
+  return res;
+}
+
+static fcclResult_t preMulPinnedScalar(struct ctx* c) {
+  float* scalar = NULL;
+  if (cudaMallocHost((void**)&scalar, sizeof(float)) != cudaSuccess) return fcclInternalError;
+  fcclRedOp_t op = fcclSum;
+  fcclResult_t res = fcclRedOpCreatePreMulSum(&op, scalar, fcclFloat32, fcclScalarDevice, c->victim);
+  cudaFreeHost(scalar);
+  return res;
+}
+
+static fcclResult_t preMulForeignScalar(struct ctx* c) {
+  float* buf = foreignBuffer(c);
+  if (!buf) return fcclInternalError;
+  fcclRedOp_t op = fcclSum;
+  fcclResult_t res = fcclRedOpCreatePreMulSum(&op, buf, fcclFloat32, fcclScalarDevice, c->victim);
+  freeForeign(c, buf);
+  return res;
+}
+
+/* The witness's op on the victim, which has made none: ops are a communicator's own. The ops these cases make stay
+ * (a communicator's ops go with it), in this order: the witness's first op, then the victim's. */
+static fcclResult_t preMulOtherComm(struct ctx* c) {
+  const float half = 0.5f;
+  fcclRedOp_t op = fcclSum;
+  if (fcclRedOpCreatePreMulSum(&op, (void*)&half, fcclFloat32, fcclScalarHostImmediate, c->witness) != fcclSuccess)
+    return fcclInternalError;
+  return fcclAllReduce(c->send, c->recv, COUNT, fcclFloat32, op, c->victim, c->stream);
+}
+
+/* An op made, destroyed, then used; and one of float32 used for float16 data. */
+static fcclResult_t preMulDestroyed(struct ctx* c) {
+  const float half = 0.5f;
+  fcclRedOp_t op = fcclSum;
+  if (fcclRedOpCreatePreMulSum(&op, (void*)&half, fcclFloat32, fcclScalarHostImmediate, c->victim) != fcclSuccess ||
+      fcclRedOpDestroy(op, c->victim) != fcclSuccess)
+    return fcclInternalError;
+  return fcclReduceScatter(c->send, c->recv, COUNT / 2, fcclFloat32, op, c->victim, c->stream);
+}
+
+static fcclResult_t preMulOtherType(struct ctx* c) {
+  const float half = 0.5f;
+  fcclRedOp_t op = fcclSum;
+  if (fcclRedOpCreatePreMulSum(&op, (void*)&half, fcclFloat32, fcclScalarHostImmediate, c->victim) != fcclSuccess)
+    return fcclInternalError;
+  return fcclReduce(c->send, c->recv, COUNT, fcclFloat16, op, 0, c->victim, c->stream);
+}
+
+/* ---- splits and finalize ---- */
+
 /* Waits (at most 60 s) for a non-blocking child to be ready; its state. */
 static fcclResult_t waitReady(fcclComm_t comm) {
   fcclResult_t state = fcclInProgress;
@@ -374,6 +466,14 @@ static fcclResult_t finalizedChild(struct ctx* c) {
   fcclRegHandle_t handle = NULL;
   EXPECT_EQ_INT(fcclCommRegister(child, c->send, COUNT * sizeof(float), &handle), fcclInvalidUsage);
   EXPECT_EQ_INT(fcclCommSplit(child, 0, 0, &grandchild, NULL), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclReduce(c->send, c->recv, COUNT, fcclFloat32, fcclSum, 0, child, c->stream), fcclInvalidUsage);
+  EXPECT_EQ_INT(fcclBcast(c->recv, COUNT, fcclFloat32, 0, child, c->stream), fcclInvalidUsage);
+  const float half = 0.5f;
+  fcclRedOp_t op = fcclSum;
+  EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&op, (void*)&half, fcclFloat32, fcclScalarHostImmediate, child),
+                fcclInvalidUsage);
+  EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "was finalized");
+  EXPECT_EQ_INT(op, fcclSum);
   EXPECT_EQ_INT(fcclCommFinalize(child), fcclInvalidUsage);
   fcclResult_t state = fcclInternalError;
   EXPECT_EQ_INT(fcclCommGetAsyncError(child, &state), fcclSuccess);
@@ -384,6 +484,8 @@ static fcclResult_t finalizedChild(struct ctx* c) {
   EXPECT_EQ_INT(fcclCommDestroy(child), fcclSuccess);
   return fcclSuccess;
 }
+
+/* ---- the table ---- */
 
 #define ANY_ERROR (-1) /* any documented error code (with a message); for calls whose result CUDA decides */
 
@@ -415,6 +517,20 @@ static const struct gpuCase cases[] = {
     {"fcclMemFree twice", memFreeTwice, 1, {ARG, 0}, "did not come from fcclMemAlloc"},
     {"fcclCommInitAll with a device listed twice", initAllTwice, 1, {ARG, 0}, "listed twice"},
     {"fcclCommInitAll with a device not visible", initAllInvisible, 1, {ARG, 0}, "is not one of"},
+    {"fcclReduce from pinned host memory", reducePinnedSend, 1, {ARG, 0}, "fcclReduce: sendbuf"},
+    {"fcclGather from another GPU's memory", gatherForeignSend, 2, {ARG, 0}, "memory of device"},
+    {"fcclScatter into pageable host memory", scatterPageableRecv, 1, {ARG, 0}, "not device memory"},
+    {"fcclBcast on freed device memory", bcastFreed, 1, {ARG, 0}, "fcclBcast"},
+    {"fcclRedOpCreatePreMulSum of a device scalar in pageable memory", preMulPageableScalar, 1, {ARG, 0}, "scalar"},
+    {"fcclRedOpCreatePreMulSum of a device scalar in pinned host memory",
+     preMulPinnedScalar,
+     1,
+     {ARG, 0},
+     "not device memory"},
+    {"fcclRedOpCreatePreMulSum of another GPU's memory", preMulForeignScalar, 2, {ARG, 0}, "not device memory"},
+    {"fcclAllReduce with another communicator's op", preMulOtherComm, 1, {ARG, 0}, "unknown reduction op"},
+    {"fcclReduceScatter with a destroyed op", preMulDestroyed, 1, {ARG, 0}, "unknown reduction op"},
+    {"fcclReduce with an op of another datatype", preMulOtherType, 1, {ARG, 0}, "was made for float32"},
     {"argument errors from a child of fork()", forkedChild, 1, {ARG, 0}, "unknown datatype"},
     {"calls that may not be captured, during capture", duringCapture, 1, {fcclSuccess, 0}, NULL},
     {"calls on a communicator while a split of it runs", splitBusy, 1, {fcclSuccess, 0}, NULL},

@@ -12,6 +12,11 @@
  * timed, #wrong N/A; alltoall_perf's not run, N/A); a flipped element caught out of place. With one GPU the two
  * ranks share it as two NCCL hosts (--share-gpu --hosts 2, NCCL's sockets on loopback).
  *
+ * rooted: reduce_perf, gather_perf or scatter_perf on two ranks (sharing the GPU when there is one) with root 1,
+ * every type (and every op of the reduce), eagerly and in graph mode, registered and plain, checked clean, beside
+ * NCCL when there are two GPUs; a flipped element of root 0's result caught.
+ * budget: reduce_perf with --max-ctas 1,4: three tables (the default, then each budget's, each under its "# SM
+ * budget" line) checked clean, and with -J each table in its own file (out.json, out.max-ctas-1.json, ...).
  * variable: all_gather_v_perf or reduce_scatter_v_perf on two ranks (sharing one GPU when there is one), on fccl's
  * kernels eagerly and in graph mode, and beside NCCL (with one GPU as two NCCL hosts, which puts fccl on its NCCL
  * path too), checked clean with the in-place columns not run; for the all-gather a flipped element caught.
@@ -19,6 +24,8 @@
  *   test_bench_check <all_reduce_perf> [basic|types]
  *   test_bench_check <benchmark> registered KERNEL
  *   test_bench_check <sendrecv_perf|alltoall_perf> p2p
+ *   test_bench_check <reduce_perf|gather_perf|scatter_perf> rooted
+ *   test_bench_check <reduce_perf> budget
  *   test_bench_check <all_gather_v_perf|reduce_scatter_v_perf> variable
  */
 #include "fccl_build_config.h"
@@ -202,6 +209,96 @@ static int modeP2p(const char* binary, int gpus) {
   return testSummary(allToAll ? "bench_check alltoall" : "bench_check sendrecv");
 }
 
+/* The rooted mode: reduce_perf, gather_perf or scatter_perf. */
+static int modeRooted(const char* binary, int gpus) {
+  const int reduce = strstr(binary, "reduce_perf") != NULL;
+  const char* ranks = gpus >= 2 ? "-np 2" : "-np 2 --share-gpu";
+  const char* compare = FCCL_HAVE_NCCL && gpus >= 2 ? " --compare nccl" : "";
+  char flags[512];
+  runResult_t r;
+  /* Every type (and op), two sizes each (odd element counts), root 1. */
+  snprintf(flags, sizeof(flags), "%s -b 1001 -e 64064 -f 64 -n 3 -w 1 -c 1 -d all %s -r 1 --progress 0%s", ranks,
+           reduce ? "-o all" : "", compare);
+  run(binary, flags, &r);
+  expectClean("all types", &r, 10 * (reduce ? 5 : 1) * 2);
+  free(r.text);
+  /* 8 B .. 16 MiB by 8: 8 sizes, eagerly and in graph mode, plain and registered buffers. */
+  const char* sweep = "-b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d bfloat16 -r 1 --progress 0";
+  static const char* const modes[][2] = {{"plain", ""},
+                                         {"plain, graph mode", "-G 2"},
+                                         {"registered", "-R 1"},
+                                         {"registered, graph mode", "-R 1 -G 2"}};
+  for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+    snprintf(flags, sizeof(flags), "%s %s %s%s", ranks, sweep, modes[m][1], compare);
+    run(binary, flags, &r);
+    expectClean(modes[m][0], &r, 8);
+    if (compare[0])
+      EXPECT_MSG(r.rowsNcclColumns == 8 && r.rowsNcclWrong[0] == 0 && r.rowsNcclWrong[1] == 0,
+                 "%s: NCCL columns in %d of 8 rows, wrong in %d/%d", modes[m][0], r.rowsNcclColumns, r.rowsNcclWrong[0],
+                 r.rowsNcclWrong[1]);
+    free(r.text);
+  }
+  /* Rank 0 is the root, so the flipped element is one that is checked; the 8-byte gather and scatter have empty
+   * blocks (nccl-tests rounds a rank's block down to 16 bytes): nothing to flip. */
+  snprintf(flags, sizeof(flags), "%s -b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d float -r 0 --progress 0 --inject-corruption",
+           ranks);
+  run(binary, flags, &r);
+  const int rowsWithData = reduce ? 8 : 7;
+  EXPECT_MSG(r.status != 0 && r.rows == 8, "corrupted: status %d, %d rows\n%s", r.status, r.rows, r.text ? r.text : "");
+  EXPECT_MSG(r.rowsFcclWrong[0] >= rowsWithData && r.rowsFcclWrong[1] >= rowsWithData,
+             "corrupted: #wrong > 0 in %d and %d rows, want %d or more", r.rowsFcclWrong[0], r.rowsFcclWrong[1],
+             rowsWithData);
+  EXPECT_MSG(r.outOfBoundsFailed, "corrupted: \"Out of bounds values\" does not say FAILED");
+  free(r.text);
+  return testSummary(reduce                     ? "bench_check reduce"
+                     : strstr(binary, "gather") ? "bench_check gather"
+                                                : "bench_check scatter");
+}
+
+/* Whether path exists as a regular file; removes it. */
+static int takeFile(const char* path) {
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  char head[2] = "";
+  const size_t n = fread(head, 1, 1, f);
+  fclose(f);
+  unlink(path);
+  return n == 1 && head[0] == '{';
+}
+
+/* The budget mode: reduce_perf --max-ctas 1,4. */
+static int modeBudget(const char* binary, int gpus) {
+  const char* ranks = gpus >= 2 ? "-np 2" : "-np 2 --share-gpu";
+  char dir[] = "/tmp/fccl_bench_budget_XXXXXX";
+  if (!mkdtemp(dir)) {
+    testFail(__FILE__, __LINE__, "mkdtemp failed");
+    return testSummary("bench_check budget");
+  }
+  char flags[512];
+  runResult_t r;
+  /* 8 B .. 16 MiB by 8: 8 sizes a table, three tables; graph mode and registered buffers too. */
+  static const char* const modes[][2] = {{"plain", ""}, {"registered, graph mode", "-R 1 -G 2"}};
+  for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+    snprintf(flags, sizeof(flags),
+             "%s -b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d float --progress 0 --max-ctas 1,4 %s -J %s/out.json%s", ranks,
+             modes[m][1], dir, FCCL_HAVE_NCCL && gpus >= 2 ? " --compare nccl" : "");
+    run(binary, flags, &r);
+    expectClean(modes[m][0], &r, 3 * 8);
+    EXPECT_MSG(r.text && strstr(r.text, "# SM budget: the default (no maxCTAs)") &&
+                   strstr(r.text, "# SM budget: maxCTAs 1 (") && strstr(r.text, "# SM budget: maxCTAs 4 ("),
+               "%s: the tables are not labelled with their budgets\n%s", modes[m][0], r.text ? r.text : "");
+    free(r.text);
+    static const char* const files[] = {"out.json", "out.max-ctas-1.json", "out.max-ctas-4.json"};
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+      char path[256];
+      snprintf(path, sizeof(path), "%s/%s", dir, files[f]);
+      EXPECT_MSG(takeFile(path), "%s: no JSON document %s", modes[m][0], path);
+    }
+  }
+  rmdir(dir);
+  return testSummary("bench_check budget");
+}
+
 /* The variable mode: the skewed blocks of all_gather_v_perf or reduce_scatter_v_perf (bench.h's benchVariableCount). */
 static int modeVariable(const char* binary, int gpus) {
   const int allGather = strstr(binary, "all_gather_v_perf") != NULL;
@@ -244,7 +341,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || (argc > 2 && strcmp(argv[2], "registered") == 0 && argc < 4)) {
     fprintf(stderr,
             "usage: %s <all_reduce_perf> [basic|types] | <benchmark> registered KERNEL | <sendrecv_perf|"
-            "alltoall_perf> p2p | <all_gather_v_perf|reduce_scatter_v_perf> variable\n",
+            "alltoall_perf> p2p | <reduce_perf|gather_perf|scatter_perf> rooted | <reduce_perf> budget | "
+            "<all_gather_v_perf|reduce_scatter_v_perf> variable\n",
             argv[0]);
     return 1;
   }
@@ -258,6 +356,8 @@ int main(int argc, char** argv) {
   runResult_t r;
   if (strcmp(mode, "registered") == 0) return modeRegistered(binary, ranks, argv[3]);
   if (strcmp(mode, "p2p") == 0) return modeP2p(binary, gpus);
+  if (strcmp(mode, "rooted") == 0) return modeRooted(binary, gpus);
+  if (strcmp(mode, "budget") == 0) return modeBudget(binary, gpus);
   if (strcmp(mode, "variable") == 0) return modeVariable(binary, gpus);
   if (strcmp(mode, "types") == 0) {
     /* Every type (10) and op (5), two sizes each (odd element counts for some types), checked. */

@@ -5,7 +5,8 @@
  * them over its socket transport on loopback; FCCL_HOSTID decides whether fccl sees one host or several.
  *
  *   nccl N        FCCL_PATH=nccl, one fccl host: every call (the four collectives on random data of several types and
- *                 ops, barrier, send/recv in a group, all-to-all, registration, graph capture) against a float64 host
+ *                 ops, barrier, send/recv in a group, all-to-all, registration, graph capture; the reduce, bcast,
+ *                 gather, scatter and pre-multiplied sums: test_nccl_path_rooted.c) against a float64 host
  *                 reference; argument checks of the new calls.
  *   hosts N       every rank its own FCCL_HOSTID: NCCL chosen automatically (the reason names the hosts); same calls.
  *   hier          4 ranks as 2 simulated hosts x 2 (FCCL_HOSTID per pair): the hierarchical path, chosen automatically;
@@ -49,7 +50,8 @@
  * NaN, 16-bit floats accumulate in their own precision); moves (all-gather, broadcast, send/recv, all-to-all)
  * bit for bit.
  * The files: test_nccl_path.c (the modes that run every call, and main), test_nccl_path_calls.c (one rank's
- * calls and their checks), test_nccl_path_ref.c (NCCL's results against the reference), test_nccl_path_faults.c
+ * calls and their checks), test_nccl_path_rooted.c (the rooted collectives and pre-multiplied sums),
+ * test_nccl_path_ref.c (NCCL's results against the reference), test_nccl_path_faults.c
  * (a call stopped by fcclCommAbort, a dead rank, a vanished host).
  */
 #include "test_nccl_path.h"

@@ -53,6 +53,10 @@ void setIdentity(int rank, int fcclHosts, const char* path);
  * host r % hosts). Returns the wrong elements, the first described in msg. */
 size_t checkReduced(fcclDataType_t type, fcclRedOp_t op, uint64_t seed, uint64_t call, int nranks, int hostRanks,
                     int interleaved, uint64_t first, const void* got, size_t count, char* msg, size_t size);
+/* Pre-multiplied sum: element i is the sum over ranks of input element first + i times scalar (the bits of an
+ * element of type), as fccl's kernels or NCCL give it. */
+size_t checkPreMulSum(fcclDataType_t type, uint64_t scalar, uint64_t seed, uint64_t call, int nranks, uint64_t first,
+                      const void* got, size_t count, char* msg, size_t size);
 /* Moved output: element i equals element first + i of `from`'s input, bit for bit. */
 size_t checkMoved(fcclDataType_t type, uint64_t seed, uint64_t call, int from, uint64_t first, const void* got,
                   size_t count, char* msg, size_t size);
@@ -66,6 +70,11 @@ void stateFini(struct rankState* s);
 int runEverything(struct rankState* s, struct collShared* shared);
 /* The hierarchical path's own cases (its all-reduce's counts, types and ops, the group refusal, its other forms). */
 int runHierExtras(struct rankState* s);
+
+/* ---- test_nccl_path_rooted.c: fcclReduce, fcclBcast, fcclGather, fcclScatter and pre-multiplied sums ---- */
+
+/* Every one of them on random data (every rank the same calls), one captured in a graph with a device scalar. */
+int runRooted(struct rankState* s);
 /* 0 when the communicator's path is want and its reason holds reasonPart (NULL: any). */
 int expectPath(struct rankState* s, fcclPath_t want, const char* reasonPart);
 

@@ -319,6 +319,7 @@ int runEverything(struct rankState* s, struct collShared* shared) {
     }
   failed += runBarrier(s, shared);
   failed += runGraph(s);
+  failed += runRooted(s);
   failed += runRegistered(s); /* last: it ends with refused registrations */
   return failed;
 }

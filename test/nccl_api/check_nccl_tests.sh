@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # nccl-tests, unchanged, with libfccl-nccl preloaded: every program's own data check (-c 1) on fccl's collectives
-# (all_reduce, all_gather, reduce_scatter, broadcast) and on those NCCL carries (reduce, alltoall, sendrecv, gather,
+# (all_reduce, all_gather, reduce_scatter, broadcast, reduce) and on those NCCL carries (alltoall, sendrecv, gather,
 # scatter), eager and in CUDA graphs (-G), plain and registered (-R 0/1/2), in place and out of place (every run
 # does both), every type (-d all); and the library's own count, at each communicator's destroy, of what fccl carried.
 #
@@ -149,11 +149,11 @@ check_carried() {
   fi
 }
 
-# check_forwarded NAME: every rank attached fccl, which carried none of the four collectives (NCCL carried them).
+# check_forwarded NAME: every rank attached fccl, which carried none of its five collectives (NCCL carried them).
 check_forwarded() {
   local name=$1 attached
   attached=$(grep -c "fccl carries allreduce" "$log")
-  for coll in allreduce allgather reducescatter broadcast; do
+  for coll in allreduce allgather reducescatter broadcast reduce; do
     if fccl_counts "$coll" | grep -q '^[1-9]'; then
       echo "FAIL: $name: fccl carried $coll"; failures=$((failures + 1))
     fi
@@ -165,8 +165,8 @@ check_forwarded() {
 
 common=(-c 1 -b 8 -e 8M -f 8 -n 4 -w 1)
 declare -A coll_of=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter
-                    [broadcast]=broadcast)
-for program in all_reduce all_gather reduce_scatter broadcast; do
+                    [broadcast]=broadcast [reduce]=reduce)
+for program in all_reduce all_gather reduce_scatter broadcast reduce; do
   coll=${coll_of[$program]}
   # every type (bf16, fp16, fp32, int32 among them): fccl's own, and the 8-bit floats (NCCL's for the reductions,
   # fccl's as bytes for the moves)
@@ -182,10 +182,9 @@ for program in all_reduce all_gather reduce_scatter broadcast; do
     { [ "$(nccl_counts "$coll" | grep -c '^0$')" -eq "$nranks" ] ||
       { echo "FAIL: $program-float: NCCL carried some $coll calls"; failures=$((failures + 1)); }; }
 done
-for program in reduce alltoall sendrecv gather scatter; do
+for program in alltoall sendrecv gather scatter; do
   run "$program" "$program" "${common[@]}" -d float && check_forwarded "$program"
 done
-run "reduce-graph" reduce "${common[@]}" -d bfloat16 -G 2 && check_forwarded "reduce-graph"
 # fccl turned off: the library passes everything through
 FCCL_NCCL_API_DISABLE=all run "all_reduce-disabled" all_reduce "${common[@]}" -d float &&
   { grep -q "NCCL carries every call: rank 0: FCCL_NCCL_API_DISABLE=all" "$log" ||

@@ -3,7 +3,7 @@
  * A recording stand-in for fccl behind libfccl-nccl's core (nccl/engine.h), linked into libfccl-nccl-test.so for the
  * tests that run without a GPU. Each call writes one line to the trace file (FNCCL_TEST_TRACE), "fccl <what> ...",
  * beside the stand-in NCCL's lines, so that a test sees which engine got each call and in which order. It carries
- * what the product's engine carries (not ncclReduce; the same types and ops), and acts as told by:
+ * what the product's engine carries (the same collectives, types and ops), and acts as told by:
  *   FAKE_ENGINE_REFUSE=why        the attach fails on this rank, saying why
  *   FAKE_ENGINE_ATTACH_WAIT_MS=N  the attach waits N ms (polling the abort flag) before it decides
  *   FAKE_ENGINE_ASYNC_ERROR=code  the attached communicator reports this NCCL result code as its error
@@ -66,7 +66,7 @@ void fncclEngineEnter(int cudaDev, struct fncclEngineScope* scope) {
 }
 void fncclEngineLeave(const struct fncclEngineScope* scope) { (void)scope; }
 
-int fncclEngineHas(enum fncclColl coll) { return (int)coll >= 0 && coll < FNCCL_NUM_COLLS && coll != FNCCL_REDUCE; }
+int fncclEngineHas(enum fncclColl coll) { return (int)coll >= 0 && coll < FNCCL_NUM_COLLS; }
 
 int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op) {
   if (!fncclEngineHas(coll)) return 0;

@@ -294,11 +294,11 @@ static void scenarioConfig(void) {
   EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
   EXPECT(memcmp(before, config, small) == 0); /* untouched */
   EXPECT_TRACE("nccl CommInitRankConfig comm=%p config=%p size=%zu blocking=1", (void*)comm, (void*)config, small);
-  EXPECT_TRACE("fccl attach comm=%p wanted=f", (void*)comm);
+  EXPECT_TRACE("fccl attach comm=%p wanted=1f", (void*)comm);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
   munmap(mapping, (size_t)page * 2);
 
-  /* 2. this header's struct with maxCTAs set: fccl's kernels do not follow it, NCCL carries the collectives */
+  /* 2. this header's struct with maxCTAs set: not passed on to fccl, NCCL carries the collectives */
   config = guardedConfig(sizeof(ncclConfig_t), &mapping);
   ncclConfig_t initial = NCCL_CONFIG_INITIALIZER;
   memcpy(config, &initial, sizeof(initial));
@@ -342,7 +342,7 @@ static void scenarioConfig(void) {
     if (state == ncclInProgress) usleep(100);
   }
   EXPECT_EQ_INT(state, ncclSuccess);
-  EXPECT_TRACE("fccl attach comm=%p blocking=0 wanted=f", (void*)comm);
+  EXPECT_TRACE("fccl attach comm=%p blocking=0 wanted=1f", (void*)comm);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
   munmap(mapping, (size_t)page * 2);
 
@@ -373,9 +373,12 @@ static void scenarioRoute(void) {
   EXPECT_TRACE("fccl allreduce comm=%p count=11 type=7 op=4", (void*)comm);
   EXPECT_NO_TRACE("nccl AllReduce");
   EXPECT_NO_TRACE("nccl Broadcast");
-  /* NCCL's: ncclReduce (fccl has none yet), 8-bit float reductions, NCCL's own operators, point to point */
-  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 6, ncclFloat32, ncclSum, 0, comm, STREAM), ncclSuccess);
-  EXPECT_TRACE("nccl Reduce comm=%p count=6 root=0", (void*)comm);
+  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 6, ncclFloat32, ncclMin, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl reduce comm=%p send=%p recv=%p count=6 type=7 op=3 root=0", (void*)comm, SEND, RECV);
+  EXPECT_NO_TRACE("nccl Reduce");
+  /* NCCL's: 8-bit float reductions, NCCL's own operators, point to point */
+  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 6, ncclFloat8e5m2, ncclSum, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl Reduce comm=%p count=6 type=11 op=0 root=0", (void*)comm);
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 9, ncclFloat8e4m3, ncclSum, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl AllReduce comm=%p count=9 type=10", (void*)comm);
   EXPECT_EQ_INT(api.AllGather(SEND, RECV, 9, ncclFloat8e5m2, comm, STREAM), ncclSuccess); /* a move: fccl's */
@@ -385,6 +388,8 @@ static void scenarioRoute(void) {
   EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 12, ncclFloat32, premul, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl AllReduce comm=%p count=12 op=%d", (void*)comm, (int)premul);
+  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 14, ncclFloat32, premul, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl Reduce comm=%p count=14 type=7 op=%d", (void*)comm, (int)premul);
   EXPECT_EQ_INT(api.RedOpDestroy(premul, comm), ncclSuccess);
   EXPECT_EQ_INT(api.Send(SEND, 2, ncclFloat32, 0, comm, STREAM), ncclSuccess);
   EXPECT_EQ_INT(api.Recv(RECV, 2, ncclFloat32, 0, comm, STREAM), ncclSuccess);
@@ -395,7 +400,8 @@ static void scenarioRoute(void) {
   EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_BROADCAST] - start.fcclCalls[FCCL_NCCL_BROADCAST], 2);
   EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_ALLGATHER] - start.fcclCalls[FCCL_NCCL_ALLGATHER], 2);
   EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_ALLREDUCE] - start.ncclCalls[FCCL_NCCL_ALLREDUCE], 2);
-  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_REDUCE] - start.ncclCalls[FCCL_NCCL_REDUCE], 1);
+  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_REDUCE] - start.fcclCalls[FCCL_NCCL_REDUCE], 1);
+  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_REDUCE] - start.ncclCalls[FCCL_NCCL_REDUCE], 2);
   EXPECT(end.commsWithFccl >= 1 && end.comms >= end.commsWithFccl);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
 
@@ -749,10 +755,12 @@ static void scenarioWindow(void) {
 }
 
 static void scenarioDisable(void) {
-  /* FCCL_NCCL_API_DISABLE=allgather,broadcast */
+  /* FCCL_NCCL_API_DISABLE=allgather, broadcast,reduce */
   ncclComm_t comm = oneRank();
   EXPECT_TRACE("fccl attach comm=%p wanted=5", (void*)comm);
   traceClear();
+  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 3, ncclFloat32, ncclSum, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl Reduce comm=%p", (void*)comm);
   EXPECT_EQ_INT(api.AllGather(SEND, RECV, 3, ncclFloat32, comm, STREAM), ncclSuccess);
   EXPECT_EQ_INT(api.Bcast(RECV, 3, ncclFloat32, 0, comm, STREAM), ncclSuccess);
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 3, ncclFloat32, ncclSum, comm, STREAM), ncclSuccess);

@@ -3,9 +3,11 @@
  * A small NCCL program, written against nccl.h as any NCCL user writes one; the porting test renames it with
  * sed 's/nccl/fccl/g; s/NCCL/FCCL/g' and builds and runs it against fccl (test/porting/check_ported.sh). One rank per
  * GPU, forked processes, at most argv[1] (2 by default): the ranks beyond the GPU count sit out (exit 77). Each rank
- * checks an all-reduce (float), an all-gather (half, bit for bit), a broadcast and a reduce-scatter (float), the
- * same calls in a group, and an all-reduce on a communicator split by parity with keys reversed; then finalizes
- * and destroys its communicators.
+ * checks, on a communicator made with an SM budget (config.maxCTAs), an all-reduce (float), an all-gather (half,
+ * bit for bit), a broadcast and a reduce-scatter (float), the same calls in a group; a reduce, an in-place broadcast
+ * (ncclBcast), a gather and a scatter to and from a root; an all-reduce with a pre-multiplied sum
+ * (ncclRedOpCreatePreMulSum); and an all-reduce on a communicator split by parity with keys reversed; then
+ * finalizes and destroys its communicators.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -60,7 +62,9 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
   ncclComm_t comm, parity;
-  NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.maxCTAs = 16; /* leave the rest of the GPU to the application's kernels */
+  NCCL_OK(ncclCommInitRankConfig(&comm, nranks, id, rank, &config));
   int count = 0;
   NCCL_OK(ncclCommCount(comm, &count));
   if (count != nranks) return fprintf(stderr, "rank %d: ncclCommCount says %d\n", rank, count), 1;
@@ -103,6 +107,36 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
     if (checkSums(rank, host, COUNT, rank * COUNT, everyone, nranks, "reduce-scatter")) return 1;
   }
 
+  /* Rooted calls: a reduce to the last rank, an in-place broadcast from it, a gather to rank 0 and a scatter from
+   * it. Every element is a small integer (or its half), so every result is exact. */
+  const int last = nranks - 1;
+  NCCL_OK(ncclReduce(send, recv, COUNT, ncclFloat, ncclSum, last, comm, stream));
+  CUDA_OK(cudaMemcpy(host, recv, COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+  if (rank == last && checkSums(rank, host, COUNT, 0, everyone, nranks, "reduce")) return 1;
+  CUDA_OK(cudaMemcpy(recv, send, COUNT * sizeof(float), cudaMemcpyDeviceToDevice));
+  NCCL_OK(ncclBcast(recv, COUNT, ncclFloat, last, comm, stream));
+  CUDA_OK(cudaMemcpy(host, recv, COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++)
+    if (host[i] != input(last, i)) return fprintf(stderr, "rank %d: bcast: element %d\n", rank, i), 1;
+  NCCL_OK(ncclGather(send, recv, COUNT, ncclFloat, 0, comm, stream));
+  CUDA_OK(cudaMemcpy(host, recv, (size_t)nranks * COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; rank == 0 && i < nranks * COUNT; i++)
+    if (host[i] != input(i / COUNT, i % COUNT)) return fprintf(stderr, "rank %d: gather: element %d\n", rank, i), 1;
+  NCCL_OK(ncclScatter(send, recv, COUNT, ncclFloat, 0, comm, stream));
+  CUDA_OK(cudaMemcpy(host, recv, COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++)
+    if (host[i] != input(0, rank * COUNT + i)) return fprintf(stderr, "rank %d: scatter: element %d\n", rank, i), 1;
+
+  /* Every rank's input halved, then summed: FSDP's average of gradients, here exact. */
+  float half = 0.5f;
+  ncclRedOp_t halved;
+  NCCL_OK(ncclRedOpCreatePreMulSum(&halved, &half, ncclFloat, ncclScalarHostImmediate, comm));
+  NCCL_OK(ncclAllReduce(send, recv, COUNT, ncclFloat, halved, comm, stream));
+  NCCL_OK(ncclRedOpDestroy(halved, comm));
+  CUDA_OK(cudaMemcpy(host, recv, COUNT * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < COUNT; i++) host[i] *= 2; /* exact: the halves of small integers */
+  if (checkSums(rank, host, COUNT, 0, everyone, nranks, "pre-multiplied all-reduce")) return 1;
+
   /* By parity, keys reversed: the highest rank of each parity comes first. */
   NCCL_OK(ncclCommSplit(comm, rank % 2, -rank, &parity, NULL));
   int members[64], n = 0, place = -1;
@@ -125,7 +159,10 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
   cudaFree(halfRecv);
   free(host);
   free(halfHost);
-  printf("rank %d of %d: all-reduce, all-gather, broadcast, reduce-scatter, groups and split checked\n", rank, nranks);
+  printf(
+      "rank %d of %d: all-reduce, all-gather, broadcast, reduce-scatter, groups, reduce, bcast, gather, scatter, "
+      "pre-multiplied sum and split checked\n",
+      rank, nranks);
   return 0;
 }
 

@@ -38,7 +38,7 @@ def header_enum(name):
     text = header_text()
     body = re.search(r"typedef enum \{([^}]*)\}\s*" + name + ";", text).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"(fccl\w+)\s*=\s*(\d+)", body)}
+    return {m.group(1): int(m.group(2), 0) for m in re.finditer(r"(fccl\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)", body)}
 
 
 class FakeCudaArray:

@@ -10,8 +10,8 @@ import unittest
 
 import fccl
 from fccl._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_to_all_arguments,
-                             _broadcast_arguments, _exclude_list, _peer_arguments, _reduce_scatter_arguments,
-                             _variable_arguments)
+                             _broadcast_arguments, _exclude_list, _gather_arguments, _peer_arguments,
+                             _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments, _variable_arguments)
 from support import FakeCudaArray
 
 
@@ -153,6 +153,53 @@ class CollectiveArgumentTest(unittest.TestCase):
         for root in (0.0, "0", True, None):
             with self.assertRaises(TypeError):
                 _broadcast_arguments(FakeCudaArray((6,)), None, root, 0, 2, None)
+
+    def test_reduce_root_and_buffers(self):
+        send, recv, op, stream = _reduce_arguments(FakeCudaArray((6,)), FakeCudaArray((6,)), "avg", 1, 1, 2, 5)
+        self.assertEqual((send.count, recv.count, op, stream), (6, 6, fccl.RedOp.avg, 5))
+        send, recv, _, _ = _reduce_arguments(FakeCudaArray((6,)), None, "sum", 1, 1, 2, None)
+        self.assertIs(send, recv)  # in place on the root
+        send, recv, _, _ = _reduce_arguments(FakeCudaArray((6,)), None, "sum", 1, 0, 2, None)
+        self.assertIsNone(recv)  # not the root: recv is not used
+        op = _reduce_arguments(FakeCudaArray((6,)), None, fccl.PreMulSum(0.5), 0, 0, 2, None)[2]
+        self.assertIsInstance(op, fccl.PreMulSum)
+        with self.assertRaises(ValueError):
+            _reduce_arguments(FakeCudaArray((6,)), FakeCudaArray((7,)), "sum", 0, 0, 2, None)
+        with self.assertRaises(ValueError):
+            _reduce_arguments(FakeCudaArray((6,), readonly=True), None, "sum", 0, 0, 2, None)  # in place, read-only
+        with self.assertRaises(ValueError):
+            _reduce_arguments(FakeCudaArray((6,)), FakeCudaArray((6,), "<f2"), "sum", 0, 0, 2, None)
+        for root in (2, -1):
+            with self.assertRaises(ValueError):
+                _reduce_arguments(FakeCudaArray((6,)), None, "sum", root, 0, 2, None)
+        with self.assertRaises(TypeError):
+            _reduce_arguments(FakeCudaArray((6,)), None, "sum", "0", 0, 2, None)
+
+    def test_gather_root_and_counts(self):
+        send, recv, stream = _gather_arguments(FakeCudaArray((5,)), FakeCudaArray((3, 5)), 2, 2, 3, None)
+        self.assertEqual((send.count, recv.count, stream), (5, 15, 0))
+        send, recv, _ = _gather_arguments(FakeCudaArray((5,)), None, 2, 0, 3, None)  # not the root
+        self.assertIsNone(recv)
+        with self.assertRaises(ValueError):
+            _gather_arguments(FakeCudaArray((5,)), None, 2, 2, 3, None)  # the root receives
+        with self.assertRaises(ValueError):
+            _gather_arguments(FakeCudaArray((5,)), FakeCudaArray((14,)), 0, 0, 3, None)
+        with self.assertRaises(ValueError):
+            _gather_arguments(FakeCudaArray((5,)), FakeCudaArray((15,)), 3, 0, 3, None)
+
+    def test_scatter_root_and_counts(self):
+        send, recv, stream = _scatter_arguments(FakeCudaArray((4, 3)), FakeCudaArray((3,)), 0, 0, 4, 9)
+        self.assertEqual((send.count, recv.count, stream), (12, 3, 9))
+        send, recv, _ = _scatter_arguments(None, FakeCudaArray((3,)), 0, 2, 4, None)  # not the root
+        self.assertIsNone(send)
+        with self.assertRaises(ValueError):
+            _scatter_arguments(None, FakeCudaArray((3,)), 1, 1, 4, None)  # the root sends
+        with self.assertRaises(ValueError):
+            _scatter_arguments(FakeCudaArray((12,)), None, 0, 0, 4, None)  # recv is required
+        with self.assertRaises(ValueError):
+            _scatter_arguments(FakeCudaArray((11,)), FakeCudaArray((3,)), 0, 0, 4, None)
+        with self.assertRaises(ValueError):
+            _scatter_arguments(None, FakeCudaArray((3,), readonly=True), 0, 1, 4, None)
 
     def test_send_and_recv_peers_and_buffers(self):
         buffer, stream = _peer_arguments(FakeCudaArray((6,)), 1, 2, None, "send")

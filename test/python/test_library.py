@@ -59,11 +59,12 @@ class LibraryTest(unittest.TestCase):
                                             (fccl.RedOp, "fcclRedOp_t", "fccl"),
                                             (fccl.Path, "fcclPath_t", "fcclPath"),
                                             (fccl.ScaleMode, "fcclScaleMode_t", "fcclScale")):
+            # fcclNum* count the members; fcclMaxRedOp only gives the op type the range of communicators' own ops.
             # A second C name for a value (fcclChar, fcclHalf: NCCL's own second names) is a C spelling only: the
             # Python enum names each value once.
             c_values = {}
             for name, value in header_enum(c_enum).items():
-                if not name.startswith("fcclNum") and value not in c_values.values():
+                if not name.startswith("fcclNum") and name != "fcclMaxRedOp" and value not in c_values.values():
                     c_values[name[len(prefix):].lower()] = value
             python_values = {member.name.lower(): member.value for member in python_enum}
             self.assertEqual(python_values, c_values, c_enum)
@@ -89,9 +90,18 @@ class LibraryTest(unittest.TestCase):
         self.assertTrue(all(strings), strings)
         self.assertEqual(len(set(strings)), len(strings), strings)
 
+    def test_scalar_residences_match_the_header(self):
+        from fccl import _premul
+        self.assertEqual(header_enum("fcclScalarResidence_t"),
+                         {"fcclScalarDevice": _premul._SCALAR_DEVICE,
+                          "fcclScalarHostImmediate": _premul._SCALAR_HOST_IMMEDIATE})
+        self.assertEqual(header_enum("fcclRedOp_t")["fcclNumOps"], 5)
+
     def test_struct_sizes_match_the_c_layout(self):
-        # size_t, 2 x unsigned, 2 x int, a pointer, 2 x int: 40 bytes on x86-64.
-        self.assertEqual(ctypes.sizeof(_ConfigStruct), 40)
+        # size_t, 2 x unsigned, 2 x int, a pointer, 4 x int (allowSharedDevice, splitShare, minCTAs, maxCTAs): 48
+        # bytes on x86-64.
+        self.assertEqual(ctypes.sizeof(_ConfigStruct), 48)
+        self.assertEqual([name for name, _ in _ConfigStruct._fields_][-3:], ["splitShare", "minCTAs", "maxCTAs"])
         self.assertEqual(ctypes.sizeof(_MemStatsStruct), 8 + 11 * 8)
         self.assertEqual(ctypes.sizeof(_UniqueIdStruct), fccl.UNIQUE_ID_BYTES)
         self.assertEqual(ctypes.sizeof(_BootstrapCallbacksStruct), 3 * ctypes.sizeof(ctypes.c_void_p))

@@ -120,6 +120,50 @@ move broadcast 4 524288 "broadcast_staged broadcast_direct" FCCL_COPY_MOVE_MIN=1
 move allgather 2 262144 "allgather_ll allgather_ll" FCCL_COPY_MOVE_MIN=1
 move allgather 2 524288 "allgather_staged allgather_copy" FCCL_COPY_MOVE_MIN=1
 move reducescatter 2 1048576 "reducescatter_staged reducescatter_direct" FCCL_COPY_MOVE_MIN=1
+# The rooted collectives: the same table, no copy form, no variable of their own.
+move reduce 2 262144 "reduce_ll reduce_ll"
+move reduce 2 524288 "reduce_staged reduce_direct"
+move gather 4 32768 "gather_ll gather_ll"
+move gather 4 65536 "gather_staged gather_direct"
+move scatter 8 16384 "scatter_ll scatter_ll"
+move scatter 8 1073741824 "scatter_staged scatter_direct"
+move reduce 1 1024 "copy copy"
+# The SM budget: every grid within it, from the variables or from --max-ctas / --min-ctas (a config's fields),
+# which the variables override; the one-block LL call raised to the minimum, the maximum winning over it.
+budget() { # ranks bytes "plain grid" "options" [VARIABLE=value]
+  got=$(env ${5:-FCCLTEST_NONE=1} "$info" --algo "$1" --sms 132 $4 | awk -v b="$2" '$1 == b { print $2, $3 }')
+  if [ "$got" != "$3" ]; then
+    echo "FAIL: SM budget: $1 ranks, $2 bytes, options '$4' ${5:-}: got '$got', expected '$3'"
+    failures=$((failures + 1))
+  fi
+}
+budget 2 1073741824 "twoshot_staged 132x512" ""
+budget 2 1073741824 "twoshot_staged 8x512" "" FCCL_MAX_CTAS=8
+budget 2 1073741824 "twoshot_staged 16x512" "--max-ctas 16"
+budget 2 1073741824 "twoshot_staged 8x512" "--max-ctas 16" FCCL_MAX_CTAS=8
+budget 2 8 "ll 1x32" ""
+budget 2 8 "ll 4x32" "--min-ctas 4"
+budget 2 8 "ll 6x32" "--min-ctas 4 --max-ctas 8" FCCL_MIN_CTAS=6
+budget 8 131072 "oneshot_push 3x512" "--max-ctas 3"
+budget 4 8 "ll 2x32" "--max-ctas 2" FCCL_MIN_CTAS=4
+got=$("$info" --algo 2 --collective gather --sms 132 --max-ctas 5 | awk '$1 == 1073741824 { print $2, $3 }')
+if [ "$got" != "gather_staged 5x512" ]; then
+  echo "FAIL: SM budget: a gather of 1 GiB blocks with --max-ctas 5: got '$got'"
+  failures=$((failures + 1))
+fi
+if [ -z "$("$info" --algo 2 --max-ctas 7 | grep '^# SM budget: 0..7 blocks')" ]; then
+  echo "FAIL: fccl-info --algo does not show the SM budget"
+  failures=$((failures + 1))
+fi
+for bad in "--max-ctas 4" "--algo 2 --max-ctas 0" "--algo 2 --min-ctas 9 --max-ctas 3" "--algo 2 --min-ctas x"; do
+  # shellcheck disable=SC2086
+  "$info" $bad > /dev/null 2>&1
+  code=$?
+  if [ $code != 2 ]; then
+    echo "FAIL: fccl-info $bad exited $code, expected 2"
+    failures=$((failures + 1))
+  fi
+done
 FCCL_REDUCESCATTER_ALGO=copy "$info" --algo 2 --collective reducescatter > /dev/null 2>&1
 if [ $? != 2 ]; then
   echo "FAIL: FCCL_REDUCESCATTER_ALGO=copy was accepted (the reduce-scatter has no copy form)"

@@ -17,9 +17,11 @@
 #include "comm.h"
 #include "fccl.h"
 #include "param.h"
+#include "redop.h"
 #include "test.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -35,6 +37,9 @@ struct fixture {
   struct fcclComm* dead;    /* torn down: magic cleared, memory kept by this test */
   struct fcclComm* deferred; /* destroyed by the user, its fcclCommInitAll group still alive */
   struct fcclComm* finalized; /* fcclCommFinalize has run */
+  struct fcclComm* ops;       /* a live communicator with a pre-multiplied sum of float32 (opsOp) and one destroyed
+                               * (opsGone) */
+  int opsOp, opsGone;
   fcclComm_t out;           /* output of init calls: must stay SENTINEL */
   float device[4];          /* stands for a buffer: never reached */
 };
@@ -96,6 +101,8 @@ static fcclConfig_t configWith(int field, long value) {
     case 3: config.timeoutMs = (int)value; break;
     case 4: config.allowSharedDevice = (int)value; break;
     case 5: config.splitShare = (int)value; break;
+    case 6: config.minCTAs = (int)value; break;
+    case 7: config.maxCTAs = (int)value; break;
   }
   return config;
 }
@@ -133,7 +140,16 @@ static fcclResult_t initWithConfig(int field, long value) {
   return fcclCommInitRankConfig(&fx.out, 2, validId(), 0, &config);
 }
 CASE(configSizeZero) { return initWithConfig(0, 0); }
-CASE(configSizeSmall) { return initWithConfig(0, sizeof(fcclConfig_t) - 1); }
+/* Smaller than the first fcclConfig_t (fccl 0.1.0's, which ends at allowSharedDevice: the fields since are
+ * appended, and a caller compiled with the older header passes its size). */
+CASE(configSizeSmall) { return initWithConfig(0, offsetof(fcclConfig_t, allowSharedDevice) + sizeof(int) - 1); }
+CASE(configMinCtasZero) { return initWithConfig(6, 0); }
+CASE(configMaxCtasNegative) { return initWithConfig(7, -5); }
+CASE(configMinAboveMax) {
+  fcclConfig_t config = configWith(6, 16);
+  config.maxCTAs = 8;
+  return fcclCommInitRankConfig(&fx.out, 2, validId(), 0, &config);
+}
 CASE(configMagicZero) { return initWithConfig(1, 0); }
 CASE(configMagicOther) { return initWithConfig(1, 0xcafebeef); }
 CASE(configBlocking) { return initWithConfig(2, 2); }
@@ -264,6 +280,105 @@ CASE(allReduceMisaligned) {
 CASE(allReduceOverflow) { return allReduce(fx.device, fx.device, SIZE_MAX / 2, fcclFloat64, fcclSum, fx.live); }
 CASE(allReducePending) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.pending); }
 CASE(allReduceFailed) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.failed); }
+CASE(reduceNullComm) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, 0, NULL, NULL); }
+CASE(reduceRootOutside) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, 2, fx.live, NULL); }
+CASE(reduceRootNegative) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, -1, fx.live, NULL); }
+CASE(reduceNullSend) { return fcclReduce(NULL, fx.device, 4, fcclFloat32, fcclSum, 0, fx.live, NULL); }
+/* recvbuf is the root's only: NULL elsewhere is fine, and on the root it is an error. */
+CASE(reduceRootNullRecv) { return fcclReduce(fx.device, NULL, 4, fcclFloat32, fcclSum, 1, fx.live, NULL); }
+CASE(reduceTypeUnknown) {
+  return fcclReduce(fx.device, fx.device, 4, (fcclDataType_t)fcclNumTypes, fcclSum, 0, fx.live, NULL);
+}
+CASE(reduceTypeFp8) { return fcclReduce(fx.device, fx.device, 4, fcclFloat8e4m3, fcclSum, 0, fx.live, NULL); }
+CASE(reduceOpNegative) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, (fcclRedOp_t)-1, 0, fx.live, NULL); }
+CASE(reduceOpUnmade) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclNumOps, 0, fx.live, NULL); }
+CASE(reduceMisaligned) {
+  return fcclReduce((const char*)fx.device + 2, fx.device, 1, fcclFloat32, fcclSum, 0, fx.live, NULL);
+}
+CASE(reducePending) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, 0, fx.pending, NULL); }
+CASE(reduceNoDevice) { return fcclReduce(fx.device, NULL, 4, fcclFloat32, fcclSum, 0, fx.live, NULL); }
+CASE(bcastNullComm) { return fcclBcast(fx.device, 4, fcclFloat32, 0, NULL, NULL); }
+CASE(bcastNullBuffer) { return fcclBcast(NULL, 4, fcclFloat32, 0, fx.live, NULL); }
+CASE(bcastRootOutside) { return fcclBcast(fx.device, 4, fcclFloat32, 2, fx.live, NULL); }
+CASE(bcastTypeUnknown) { return fcclBcast(fx.device, 4, (fcclDataType_t)-1, 0, fx.live, NULL); }
+CASE(bcastDead) { return fcclBcast(fx.device, 4, fcclFloat32, 0, fx.dead, NULL); }
+CASE(gatherNullComm) { return fcclGather(fx.device, fx.device, 2, fcclFloat32, 0, NULL, NULL); }
+CASE(gatherRootOutside) { return fcclGather(fx.device, fx.device, 2, fcclFloat32, 5, fx.live, NULL); }
+CASE(gatherNullSend) { return fcclGather(NULL, fx.device, 2, fcclFloat32, 0, fx.live, NULL); }
+CASE(gatherRootNullRecv) { return fcclGather(fx.device, NULL, 2, fcclFloat32, 1, fx.live, NULL); }
+/* nranks (2) x count x 4 bytes: one more than fits a size; a count alone would fit. */
+CASE(gatherOverflow) { return fcclGather(fx.device, fx.device, SIZE_MAX / 8 + 1, fcclFloat32, 1, fx.live, NULL); }
+CASE(gatherPending) { return fcclGather(fx.device, fx.device, 2, fcclFloat32, 0, fx.pending, NULL); }
+CASE(scatterNullComm) { return fcclScatter(fx.device, fx.device, 2, fcclFloat32, 0, NULL, NULL); }
+CASE(scatterRootOutside) { return fcclScatter(fx.device, fx.device, 2, fcclFloat32, -2, fx.live, NULL); }
+CASE(scatterNullRecv) { return fcclScatter(fx.device, NULL, 2, fcclFloat32, 0, fx.live, NULL); }
+CASE(scatterRootNullSend) { return fcclScatter(NULL, fx.device, 2, fcclFloat32, 1, fx.live, NULL); }
+CASE(scatterMisaligned) { return fcclScatter(fx.device, (char*)fx.device + 1, 1, fcclInt32, 0, fx.live, NULL); }
+CASE(scatterFailed) { return fcclScatter(fx.device, fx.device, 2, fcclFloat32, 0, fx.failed, NULL); }
+
+/* Pre-multiplied sums: bad arguments, and an op used where it does not belong. */
+static float hostScalar = 0.5f;
+CASE(preMulNullOp) {
+  return fcclRedOpCreatePreMulSum(NULL, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.live);
+}
+CASE(preMulNullScalar) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, NULL, fcclFloat32, fcclScalarHostImmediate, fx.live);
+}
+CASE(preMulTypeUnknown) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, (fcclDataType_t)fcclNumTypes, fcclScalarHostImmediate, fx.live);
+}
+CASE(preMulTypeFp8) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat8e4m3, fcclScalarHostImmediate, fx.live);
+}
+CASE(preMulResidence) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, (fcclScalarResidence_t)7, fx.live);
+}
+CASE(preMulDeviceMisaligned) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, (char*)fx.device + 2, fcclFloat32, fcclScalarDevice, fx.live);
+}
+/* Host memory given as a device scalar: not memory the kernels can read (without a driver, not a CUDA pointer). */
+CASE(preMulDeviceHostMemory) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, fx.device, fcclFloat32, fcclScalarDevice, fx.live);
+}
+CASE(preMulNullComm) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, NULL);
+}
+CASE(preMulPending) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.pending);
+}
+CASE(preMulFailed) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.failed);
+}
+CASE(preMulFinalized) {
+  fcclRedOp_t op = fcclSum;
+  return fcclRedOpCreatePreMulSum(&op, &hostScalar, fcclFloat32, fcclScalarHostImmediate, fx.finalized);
+}
+CASE(redOpDestroyBuiltin) { return fcclRedOpDestroy(fcclSum, fx.live); }
+CASE(redOpDestroyUnmade) { return fcclRedOpDestroy((fcclRedOp_t)(fcclNumOps + 3), fx.live); }
+CASE(redOpDestroyNullComm) { return fcclRedOpDestroy(fcclNumOps, NULL); }
+CASE(redOpDestroyDead) { return fcclRedOpDestroy(fcclNumOps, fx.dead); }
+/* An op of a communicator of its own (fx.ops, made in main): another datatype, another communicator, used after its
+ * destruction; and the collectives that take no op do not look at it. */
+CASE(preMulOtherType) { return allReduce(fx.device, fx.device, 4, fcclFloat16, fx.opsOp, fx.ops); }
+CASE(preMulOtherComm) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fx.opsOp, fx.live); }
+CASE(preMulDestroyed) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fx.opsGone, fx.ops); }
+CASE(preMulDestroyTwice) { return fcclRedOpDestroy(fx.opsGone, fx.ops); }
+CASE(preMulReduceOtherType) { return fcclReduce(fx.device, fx.device, 4, fcclInt64, fx.opsOp, 0, fx.ops, NULL); }
+CASE(preMulReduceScatterOtherType) {
+  return fcclReduceScatter(fx.device, fx.device, 1, fcclBfloat16, fx.opsOp, fx.ops, NULL);
+}
+/* The op is right: the call gets as far as the communicator's state (no device state here, as init never ran). */
+CASE(preMulNoDevice) { return allReduce(fx.device, fx.device, 4, fcclFloat32, fx.opsOp, fx.ops); }
+
 CASE(barrierNull) { return fcclBarrier(NULL, NULL); }
 CASE(barrierDeferred) { return fcclBarrier(fx.deferred, NULL); }
 CASE(barrierPending) { return fcclBarrier(fx.pending, NULL); }
@@ -312,6 +427,8 @@ CASE(allToAllOverlap) { return fcclAllToAll(fx.device, (char*)fx.device + 4, 2, 
 CASE(allToAllNullRecv) { return fcclAllToAll(fx.device, NULL, 2, fcclFloat32, fx.live, NULL); }
 CASE(alltoAllNullComm) { return fcclAlltoAll(fx.device, fx.device, 1, fcclFloat32, NULL, NULL); }
 CASE(alltoAllFinalized) { return fcclAlltoAll(fx.device, (char*)fx.device + 8, 1, fcclFloat32, fx.finalized, NULL); }
+CASE(reduceFinalized) { return fcclReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, 0, fx.finalized, NULL); }
+CASE(gatherFinalized) { return fcclGather(fx.device, fx.device, 1, fcclFloat32, 0, fx.finalized, NULL); }
 CASE(allReduceFinalized) { return fcclAllReduce(fx.device, fx.device, 4, fcclFloat32, fcclSum, fx.finalized, NULL); }
 
 CASE(splitNull) { return fcclCommSplit(NULL, 0, 0, &fx.out, NULL); }
@@ -326,6 +443,10 @@ CASE(splitConfigMagic) {
 }
 CASE(splitConfigShare) {
   fcclConfig_t config = configWith(5, 7);
+  return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
+}
+CASE(splitConfigCtas) {
+  fcclConfig_t config = configWith(7, 0);
   return fcclCommSplit(fx.live, 0, 0, &fx.out, &config);
 }
 CASE(splitPending) { return fcclCommSplit(fx.pending, 0, 0, &fx.out, NULL); }
@@ -414,6 +535,10 @@ static const struct badCase cases[] = {
     {"fcclCommInitRankConfig", "config.allowSharedDevice 7", configShared, ARG, "allowSharedDevice is 7"},
     {"fcclCommInitRankConfig", "config.splitShare 2", configSplitShare, ARG, "config.splitShare is 2"},
     {"fcclCommInitRankConfig", "config never initialised", configGarbage, ARG, "FCCL_CONFIG_INITIALIZER"},
+    {"fcclCommInitRankConfig", "config.minCTAs 0", configMinCtasZero, ARG, "config.minCTAs 0"},
+    {"fcclCommInitRankConfig", "config.maxCTAs -5", configMaxCtasNegative, ARG, "maxCTAs -5"},
+    {"fcclCommInitRankConfig", "config.minCTAs above maxCTAs", configMinAboveMax, ARG,
+     "config.minCTAs 16 is above config.maxCTAs 8"},
     {"fcclCommInitAll", "NULL comms", initAllNull, ARG, "comms is NULL"},
     {"fcclCommInitAll", "ndev 0", initAllZero, ARG, "ndev 0 outside 1..64"},
     {"fcclCommInitAll", "ndev 65", initAllTooMany, ARG, "ndev 65 outside 1..64"},
@@ -462,6 +587,62 @@ static const struct badCase cases[] = {
     {"fcclAllReduce", "a count whose bytes overflow", allReduceOverflow, ARG, "overflows a size"},
     {"fcclAllReduce", "non-blocking init still running", allReducePending, USAGE, "has not finished"},
     {"fcclAllReduce", "init failed", allReduceFailed, USAGE, "its init failed"},
+    {"fcclReduce", "NULL comm", reduceNullComm, ARG, "fcclReduce: invalid communicator handle"},
+    {"fcclReduce", "root nranks", reduceRootOutside, ARG, "fcclReduce: root 2 outside 0..1"},
+    {"fcclReduce", "root -1", reduceRootNegative, ARG, "root -1 outside 0..1"},
+    {"fcclReduce", "NULL sendbuf", reduceNullSend, ARG, "sendbuf is NULL with count 4"},
+    {"fcclReduce", "NULL recvbuf on the root", reduceRootNullRecv, ARG, "recvbuf is NULL with count 4"},
+    {"fcclReduce", "datatype fcclNumTypes", reduceTypeUnknown, ARG, "unknown datatype 11"},
+    {"fcclReduce", "datatype float8e4m3", reduceTypeFp8, ARG, "not supported by collectives"},
+    {"fcclReduce", "op -1", reduceOpNegative, ARG, "unknown reduction op -1"},
+    {"fcclReduce", "op fcclNumOps, never made", reduceOpUnmade, ARG, "fcclReduce: unknown reduction op 5"},
+    {"fcclReduce", "sendbuf not aligned to its elements", reduceMisaligned, ARG, "not aligned"},
+    {"fcclReduce", "non-blocking init still running", reducePending, USAGE, "has not finished"},
+    {"fcclReduce", "NULL recvbuf off the root (fine: the state is what stops it)", reduceNoDevice, USAGE,
+     "no device state"},
+    {"fcclBcast", "NULL comm", bcastNullComm, ARG, "fcclBcast: invalid communicator handle"},
+    {"fcclBcast", "NULL buff", bcastNullBuffer, ARG, "fcclBcast: recvbuf is NULL with count 4"},
+    {"fcclBcast", "root nranks", bcastRootOutside, ARG, "fcclBcast: root 2 outside 0..1"},
+    {"fcclBcast", "datatype -1", bcastTypeUnknown, ARG, "unknown datatype -1"},
+    {"fcclBcast", "a torn-down handle", bcastDead, ARG, "invalid communicator handle"},
+    {"fcclGather", "NULL comm", gatherNullComm, ARG, "fcclGather: invalid communicator handle"},
+    {"fcclGather", "root 5 of 2", gatherRootOutside, ARG, "fcclGather: root 5 outside 0..1"},
+    {"fcclGather", "NULL sendbuf", gatherNullSend, ARG, "sendbuf is NULL with count 2"},
+    {"fcclGather", "NULL recvbuf on the root", gatherRootNullRecv, ARG, "recvbuf is NULL with count 2"},
+    {"fcclGather", "a count whose gathered bytes overflow", gatherOverflow, ARG, "overflows a size"},
+    {"fcclGather", "non-blocking init still running", gatherPending, USAGE, "has not finished"},
+    {"fcclScatter", "NULL comm", scatterNullComm, ARG, "fcclScatter: invalid communicator handle"},
+    {"fcclScatter", "root -2", scatterRootOutside, ARG, "fcclScatter: root -2 outside 0..1"},
+    {"fcclScatter", "NULL recvbuf", scatterNullRecv, ARG, "recvbuf is NULL with count 2"},
+    {"fcclScatter", "NULL sendbuf on the root", scatterRootNullSend, ARG, "sendbuf is NULL with count 2"},
+    {"fcclScatter", "recvbuf not aligned to its elements", scatterMisaligned, ARG, "not aligned"},
+    {"fcclScatter", "init failed", scatterFailed, USAGE, "its init failed"},
+    {"fcclRedOpCreatePreMulSum", "NULL op", preMulNullOp, ARG, "op is NULL"},
+    {"fcclRedOpCreatePreMulSum", "NULL scalar", preMulNullScalar, ARG, "scalar is NULL"},
+    {"fcclRedOpCreatePreMulSum", "datatype fcclNumTypes", preMulTypeUnknown, ARG, "datatype 11"},
+    {"fcclRedOpCreatePreMulSum", "datatype float8e4m3", preMulTypeFp8, ARG, "datatype 10"},
+    {"fcclRedOpCreatePreMulSum", "residence 7", preMulResidence, ARG, "residence 7"},
+    {"fcclRedOpCreatePreMulSum", "device scalar not aligned", preMulDeviceMisaligned, ARG, "not aligned"},
+    {"fcclRedOpCreatePreMulSum", "host memory as a device scalar", preMulDeviceHostMemory, ARG, "scalar"},
+    {"fcclRedOpCreatePreMulSum", "NULL comm", preMulNullComm, ARG, "invalid communicator handle"},
+    {"fcclRedOpCreatePreMulSum", "non-blocking init still running", preMulPending, USAGE, "has not finished"},
+    {"fcclRedOpCreatePreMulSum", "init failed (fcclTimeout)", preMulFailed, fcclTimeout, "failed earlier"},
+    {"fcclRedOpCreatePreMulSum", "a finalized communicator", preMulFinalized, USAGE, "was finalized"},
+    {"fcclRedOpDestroy", "a built-in op", redOpDestroyBuiltin, ARG, "a built-in op"},
+    {"fcclRedOpDestroy", "an op never made", redOpDestroyUnmade, ARG, "not an op this communicator made"},
+    {"fcclRedOpDestroy", "NULL comm", redOpDestroyNullComm, ARG, "invalid communicator handle"},
+    {"fcclRedOpDestroy", "a torn-down handle", redOpDestroyDead, ARG, "invalid communicator handle"},
+    {"fcclRedOpDestroy", "destroyed twice", preMulDestroyTwice, ARG, "not an op this communicator made"},
+    {"fcclAllReduce", "a pre-multiplied sum of another datatype", preMulOtherType, ARG,
+     "was made for float32, the call is of float16"},
+    {"fcclAllReduce", "a pre-multiplied sum of another communicator", preMulOtherComm, ARG, "unknown reduction op"},
+    {"fcclAllReduce", "a destroyed pre-multiplied sum", preMulDestroyed, ARG, "unknown reduction op 6"},
+    {"fcclReduce", "a pre-multiplied sum of another datatype", preMulReduceOtherType, ARG,
+     "fcclReduce: op 5 was made for float32, the call is of int64"},
+    {"fcclReduceScatter", "a pre-multiplied sum of another datatype", preMulReduceScatterOtherType, ARG,
+     "was made for float32"},
+    {"fcclAllReduce", "a pre-multiplied sum, on a communicator without device state", preMulNoDevice, USAGE,
+     "no device state"},
     {"fcclBarrier", "NULL comm", barrierNull, ARG, "invalid communicator handle"},
     {"fcclBarrier", "a destroyed group member", barrierDeferred, ARG, "invalid communicator handle"},
     {"fcclBarrier", "non-blocking init still running", barrierPending, USAGE, "has not finished"},
@@ -496,6 +677,8 @@ static const struct badCase cases[] = {
     {"fcclAlltoAll", "NULL comm", alltoAllNullComm, ARG, "invalid communicator handle"},
     {"fcclAlltoAll", "a finalized communicator", alltoAllFinalized, USAGE, "was finalized"},
     {"fcclAllReduce", "a finalized communicator", allReduceFinalized, USAGE, "was finalized"},
+    {"fcclReduce", "a finalized communicator", reduceFinalized, USAGE, "was finalized"},
+    {"fcclGather", "a finalized communicator", gatherFinalized, USAGE, "was finalized"},
     {"fcclCommRegister", "a finalized communicator", registerFinalized, USAGE, "was finalized"},
     {"fcclCommSplit", "NULL comm", splitNull, ARG, "invalid communicator handle"},
     {"fcclCommSplit", "a torn-down handle", splitDead, ARG, "invalid communicator handle"},
@@ -505,6 +688,7 @@ static const struct badCase cases[] = {
     {"fcclCommSplit", "color INT32_MIN", splitColorMin, ARG, "FCCL_SPLIT_NOCOLOR (-1)"},
     {"fcclCommSplit", "config.magic 0", splitConfigMagic, ARG, "FCCL_CONFIG_INITIALIZER"},
     {"fcclCommSplit", "config.splitShare 7", splitConfigShare, ARG, "config.splitShare is 7"},
+    {"fcclCommSplit", "config.maxCTAs 0", splitConfigCtas, ARG, "maxCTAs 0"},
     {"fcclCommSplit", "non-blocking init still running", splitPending, USAGE, "has not finished"},
     {"fcclCommSplit", "init failed (fcclTimeout)", splitFailed, fcclTimeout, "failed earlier"},
     {"fcclCommSplit", "a finalized communicator", splitFinalized, USAGE, "was finalized"},
@@ -625,6 +809,18 @@ int main(void) {
   fx.deferred = fakeComm(FCCL_COMM_MAGIC_DEFERRED, fcclSuccess);
   fx.finalized = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
   fx.finalized->finalized = 2;
+  /* A communicator of its own with two ops of float32 (the first stays, the second is destroyed): the first op is
+   * fcclNumOps, the second fcclNumOps + 1. */
+  fx.ops = fakeComm(FCCL_COMM_MAGIC, fcclSuccess);
+  fcclRedOp_t made = fcclSum, gone = fcclSum;
+  float scalar = 0.25f;
+  EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&made, &scalar, fcclFloat32, fcclScalarHostImmediate, fx.ops), fcclSuccess);
+  EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&gone, &scalar, fcclFloat32, fcclScalarHostImmediate, fx.ops), fcclSuccess);
+  EXPECT_EQ_INT(made, fcclNumOps);
+  EXPECT_EQ_INT(gone, fcclNumOps + 1);
+  EXPECT_EQ_INT(fcclRedOpDestroy(gone, fx.ops), fcclSuccess);
+  fx.opsOp = made;
+  fx.opsGone = gone;
 
   int failed = runTable("here");
   printf("%zu bad calls: %d failed checks\n", sizeof(cases) / sizeof(cases[0]), failed);
@@ -656,7 +852,15 @@ int main(void) {
   EXPECT_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the table failed in a forked child (status %d)", status);
   printf("the same calls in a forked child: %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "FAILED");
 
-  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred, fx.finalized};
+  /* A destroyed op's value is given to the next op made. */
+  fcclRedOp_t again = fcclSum;
+  float scalar2 = 2.0f;
+  EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&again, &scalar2, fcclFloat64, fcclScalarHostImmediate, fx.ops), fcclSuccess);
+  EXPECT_EQ_INT(again, fx.opsGone);
+  EXPECT_EQ_INT(fcclRedOpDestroy(again, fx.ops), fcclSuccess);
+  EXPECT_EQ_INT(fcclRedOpDestroy((fcclRedOp_t)fx.opsOp, fx.ops), fcclSuccess);
+  fcclRedOpFreeAll(fx.ops);
+  struct fcclComm* handles[] = {fx.live, fx.pending, fx.failed, fx.dead, fx.deferred, fx.finalized, fx.ops};
   for (size_t i = 0; i < sizeof(handles) / sizeof(handles[0]); i++) freeComm(handles[i]);
   return testSummary("bad_input");
 }

@@ -201,6 +201,34 @@ void testDefaultsAndFlags(void) {
   EXPECT(args.path != NULL && strcmp(args.path, "auto") == 0);
   EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--path", "hier", NULL), BENCH_PARSE_OK);
   EXPECT(args.path != NULL && strcmp(args.path, "hier") == 0);
+
+  /* --max-ctas: the budgets in the order given, after the default table */
+  EXPECT_EQ_INT(args.nMaxCtas, 0);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--max-ctas", "8,16,32", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.nMaxCtas, 3);
+  EXPECT_EQ_INT(args.maxCtas[0], 8);
+  EXPECT_EQ_INT(args.maxCtas[1], 16);
+  EXPECT_EQ_INT(args.maxCtas[2], 32);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--max-ctas=1", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.nMaxCtas, 1);
+  EXPECT_EQ_INT(args.maxCtas[0], 1);
+  EXPECT_EQ_INT(parse(&args, err, sizeof(err), "--max-ctas", "1,2,3,4,5,6,7,0x100", NULL), BENCH_PARSE_OK);
+  EXPECT_EQ_INT(args.nMaxCtas, BENCH_MAX_BUDGETS);
+  EXPECT_EQ_INT(args.maxCtas[7], 256);
+
+  /* each budget's -J and --csv file: ".max-ctas-N" before the extension of the file's own name */
+  static const struct {
+    const char *path, *want;
+  } budgetPaths[] = {{"out.json", "out.max-ctas-8.json"},   {"out", "out.max-ctas-8"},
+                     {"dir.d/out", "dir.d/out.max-ctas-8"}, {"/tmp/r.tar.csv", "/tmp/r.tar.max-ctas-8.csv"},
+                     {".hidden", ".hidden.max-ctas-8"},     {"dir/.hidden", "dir/.hidden.max-ctas-8"}};
+  for (size_t i = 0; i < sizeof(budgetPaths) / sizeof(budgetPaths[0]); i++) {
+    char out[64];
+    EXPECT_EQ_INT(benchBudgetPath(budgetPaths[i].path, 8, out, sizeof(out)), 0);
+    EXPECT_MSG(strcmp(out, budgetPaths[i].want) == 0, "%s: %s, want %s", budgetPaths[i].path, out, budgetPaths[i].want);
+  }
+  char small[8];
+  EXPECT_EQ_INT(benchBudgetPath("out.json", 8, small, sizeof(small)), -1);
 }
 
 /* A rejected command line (up to six arguments) and a piece of the message that must say why. */
@@ -283,6 +311,16 @@ static const badFlags_t badFlags[] = {
     {{"-d", "float8"}, "unknown datatype 'float8'"},
     {{"-o", "mulsum"}, "unknown reduction"},
     {{"--compare", "mpi"}, "'nccl'"},
+    /* --max-ctas */
+    {{"--max-ctas", "0"}, "--max-ctas: '0': a block count is 1 to 65535"},
+    {{"--max-ctas", "8,-1"}, "'-1': a block count is 1 to 65535"},
+    {{"--max-ctas", "65536"}, "1 to 65535"},
+    {{"--max-ctas", "8,,16"}, "'8,,16' is not a list of block counts"},
+    {{"--max-ctas", "8,"}, "not a list of block counts"},
+    {{"--max-ctas", ""}, "not a list of block counts"},
+    {{"--max-ctas", "eight"}, "'eight': a block count"},
+    {{"--max-ctas", "1,2,3,4,5,6,7,8,9"}, "at most 8 budgets in one run"},
+    {{"--max-ctas", "8", "-N", "0"}, "--max-ctas with -N 0"},
     /* the sweep */
     {{"-b", "2M", "-e", "1M"}, "invalid sizes for 'minbytes' and 'maxbytes': 2097152 > 1048576"},
     {{"-b", "0", "-e", "1M", "-f", "2"}, "above 0 bytes"},
@@ -385,10 +423,11 @@ void testProgramFlags(void) {
   static const struct {
     const char* flag;
     const char* value;
-  } notBarrier[] = {{"-b", "8"},     {"-e", "64M"}, {"-i", "1"},  {"-f", "2"},         {"-c", "1"},
-                    {"-d", "float"}, {"-o", "sum"}, {"-r", "0"},  {"-u", "1"},         {"-R", "1"},
-                    {"-I", "1"},     {"-K", "0"},   {"-p", "1"},  {"-m", "1"},         {"-y", "0"},
-                    {"-x", "0"},     {"-D", "0"},   {"-V", "16"}, {"--minbytes", "8"}, {"--inject-corruption", NULL}};
+  } notBarrier[] = {{"-b", "8"},        {"-e", "64M"}, {"-i", "1"},  {"-f", "2"},         {"-c", "1"},
+                    {"-d", "float"},    {"-o", "sum"}, {"-r", "0"},  {"-u", "1"},         {"-R", "1"},
+                    {"-I", "1"},        {"-K", "0"},   {"-p", "1"},  {"-m", "1"},         {"-y", "0"},
+                    {"-x", "0"},        {"-D", "0"},   {"-V", "16"}, {"--minbytes", "8"}, {"--inject-corruption", NULL},
+                    {"--max-ctas", "8"}};
   benchArgs_t args;
   char err[256];
   for (size_t i = 0; i < sizeof(notBarrier) / sizeof(notBarrier[0]); i++) {
@@ -420,11 +459,11 @@ void testProgramFlags(void) {
   /* --help lists what the program honours, and under "without effect" what it only accepts. */
   char* text = usageOf("barrier_perf", 0);
   EXPECT_STR_CONTAINS(text, "USAGE: barrier_perf");
-  static const char* const absent[] = {"--minbytes",       "--datatype",    "--op",
-                                       "--root",           "--check",       "--unalign",
-                                       "--local_register", "--per_iter",    "--parallel_init",
-                                       "--agg_iters",      "--stream_null", "--cta_policy",
-                                       "--device_",        "without effect"};
+  static const char* const absent[] = {"--minbytes",       "--datatype",     "--op",
+                                       "--root",           "--check",        "--unalign",
+                                       "--local_register", "--per_iter",     "--parallel_init",
+                                       "--agg_iters",      "--stream_null",  "--cta_policy",
+                                       "--device_",        "without effect", "--max-ctas"};
   for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
     EXPECT_MSG(strstr(text, absent[i]) == NULL, "barrier_perf --help lists %s:\n%s", absent[i], text);
   static const char* const present[] = {"-n,--iters",

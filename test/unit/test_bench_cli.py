@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The benchmark's command line from outside, without a GPU: scripts/bench says plainly that there is nothing to run
 on (before installing or building anything) and exits 2; the programs given (all_reduce_perf, all_gather_perf,
-reduce_scatter_perf, broadcast_perf, sendrecv_perf, alltoall_perf, barrier_perf) reject bad flags, unwritable output
+reduce_scatter_perf, broadcast_perf, reduce_perf, gather_perf, scatter_perf, sendrecv_perf, alltoall_perf,
+barrier_perf) reject bad flags, unwritable output
 files, inconsistent launcher variables and a machine without a visible GPU with exit status 2 and one line on standard
 error that names the program, and write nothing to standard output (that is for the table); every flag a program's
 --help lists gets past its parser, and barrier_perf refuses the nccl-tests flags it has no use for. CUDA_VISIBLE_DEVICES='' hides every GPU, so the no-GPU paths run the same on a machine with GPUs. scripts/plot-perf
@@ -145,7 +146,22 @@ def check_program(path):
     expect_no_gpu([path, "-z", "3", "-G", "5"], no_gpu, program,
                   ["blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling."])
     if barrier:
+        expect_refusal([path, "--max-ctas", "8"], no_gpu, program, "--max-ctas does not apply to this program")
         return
+    # --max-ctas: a list of budgets gets past the parser; the libraries' own variables, which would override every
+    # budget, are refused (0 and below, which both ignore, are not); -J's per-budget files must be writable too.
+    expect_no_gpu([path, "--max-ctas", "8,16,32"], no_gpu, program)
+    expect_no_gpu([path, "--max-ctas", "8"], dict(no_gpu, FCCL_MAX_CTAS="0", NCCL_MAX_CTAS="4"), program)
+    expect_refusal([path, "--max-ctas", "8,0"], no_gpu, program, "'0': a block count is 1 to 65535")
+    expect_refusal([path, "--max-ctas", "8", "-N", "0"], no_gpu, program, "--max-ctas with -N 0")
+    expect_refusal([path, "--max-ctas", "8"], dict(no_gpu, FCCL_MAX_CTAS="4"), program,
+                   "--max-ctas: FCCL_MAX_CTAS=4 overrides every communicator's maxCTAs")
+    expect_refusal([path, "--max-ctas", "8", "--compare", "nccl"], dict(no_gpu, NCCL_MAX_CTAS="4"), program,
+                   "NCCL_MAX_CTAS=4 overrides")
+    with tempfile.TemporaryDirectory() as scratch:
+        os.mkdir(os.path.join(scratch, "out.max-ctas-16.json"))
+        expect_refusal([path, "--max-ctas", "8,16", "-J", os.path.join(scratch, "out.json")], no_gpu, program,
+                       "out.max-ctas-16.json is a directory")
     # nccl-tests' defaults for NCCL's own flags get past; other values say why not, rather than "unknown flag".
     expect_no_gpu([path, "-I", "1", "-K", "2", "-x", "0", "-V", "16", "-y", "0", "-D", "0", "-m", "1"], no_gpu, program)
     expect_no_gpu([path, "-I", "1", "-G", "3", "-K", "2"], no_gpu, program,

@@ -4,6 +4,7 @@
  * device_host.h puts it, never 0, the barrier's constant), the host's prints of each collective's forms, decoding
  * back into words, the field that differs for each kind of mismatch, and the whole out-of-step message.
  */
+#include "device.h"
 #include "device_variable.h"
 #include "fingerprint.h"
 #include "test.h"
@@ -33,12 +34,13 @@ static const char* describe(uint32_t print) {
 static void testLayout(void) {
   /* Each field in its bits, the form stored plus one. */
   const uint32_t p = fcclPrintMake(FCCL_ALGO_LL128, fcclBfloat16, fcclMax, 12345);
-  EXPECT_EQ_INT(p & 31u, FCCL_ALGO_LL128 + 1);
+  EXPECT_EQ_INT(p & 63u, FCCL_ALGO_LL128 + 1);
   EXPECT_EQ_INT((p >> FCCL_PRINT_TYPE_SHIFT) & 15u, fcclBfloat16);
   EXPECT_EQ_INT((p >> FCCL_PRINT_ARG_SHIFT) & 7u, fcclMax);
   EXPECT_EQ_INT(p >> FCCL_PRINT_COUNT_SHIFT, fcclPrintCountHash(12345));
   EXPECT_EQ_INT(p & ~FCCL_PRINT_MASK, 0);
-  EXPECT_EQ_INT(FCCL_PRINT_COUNT_SHIFT + 8, FCCL_PRINT_BITS);
+  EXPECT_EQ_INT(FCCL_PRINT_COUNT_SHIFT + 7, FCCL_PRINT_BITS);
+  EXPECT(fcclPrintCountHash(~0ull) < 128u);
   EXPECT(FCCL_PRINT_FORMS + 1 <= (1 << FCCL_PRINT_FORM_BITS));
   /* The barrier's constant is what the host would compute for it. */
   EXPECT_EQ_INT(FCCL_PRINT_BARRIER, fcclPrintMake(FCCL_KERNEL_BARRIER, 0, 0, 0));
@@ -53,7 +55,7 @@ static void testLayout(void) {
 
 static void testCountHash(void) {
   /* Counts next to each other, doubled, and the byte counts of common types all differ from the count asked
-   * for: the mistakes ranks out of step make. Over many neighbours the hash misses about 1 in 256. */
+   * for: the mistakes ranks out of step make. Over many neighbours the hash misses about 1 in 128. */
   int same = 0, pairs = 0;
   for (uint64_t count = 1; count < 70000; count += 97) {
     const uint64_t others[] = {count + 1, count - 1, 2 * count, count / 2, 4 * count, count + 1024};
@@ -107,6 +109,18 @@ static void testDescribe(void) {
                       "fused all-reduce + RMSNorm, bfloat16, dynamic FP8 scale, form one-shot, staged, "
                       "tokens x hidden hash");
   EXPECT_STR_CONTAINS(describe(FCCL_PRINT_BARRIER), "barrier");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_REDUCE_LL, fcclFloat32, fcclAvg, 5)),
+                      "reduce, float32, avg, algorithm reduce_ll, count and root hash");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_REDUCE_STAGED, fcclBfloat16, FCCL_DEVICE_OP_PREMULSUM, 5)),
+                      "reduce, bfloat16, pre-multiplied sum, algorithm reduce_staged");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_ALGO_LL, fcclFloat16, FCCL_DEVICE_OP_PREMULSUM, 5)),
+                      "all-reduce, float16, pre-multiplied sum, algorithm ll");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_GATHER_DIRECT, fcclInt32, 2, 5)),
+                      "gather, int32, root 2, algorithm gather_direct");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_SCATTER_STAGED, fcclUint8, 7, 5)),
+                      "scatter, uint8, root 7, algorithm scatter_staged");
+  /* A print no host makes (form 62) says so instead of naming a collective. */
+  EXPECT_STR_CONTAINS(describe(63u), "unknown call (fingerprint 0x0003f)");
   /* A print no host makes (form field 0) says so instead of naming a collective. */
   EXPECT_STR_CONTAINS(describe(0u), "unknown call (fingerprint 0x00000)");
   /* The variable collectives: their count hash is of every rank's count. */
@@ -147,6 +161,16 @@ static void testDifference(void) {
   /* The arg field is named for the collective. */
   const uint32_t bc = fcclCallPrint(FCCL_KERNEL_BROADCAST_LL, fcclFloat32, 0, 1000);
   EXPECT_STR_CONTAINS(difference(bc, fcclCallPrint(FCCL_KERNEL_BROADCAST_LL, fcclFloat32, 1, 1000)), "another root");
+  const uint32_t ga = fcclCallPrint(FCCL_KERNEL_GATHER_LL, fcclFloat32, 0, 1000);
+  EXPECT_STR_CONTAINS(difference(ga, fcclCallPrint(FCCL_KERNEL_GATHER_LL, fcclFloat32, 3, 1000)), "another root");
+  EXPECT_STR_CONTAINS(difference(ga, fcclCallPrint(FCCL_KERNEL_SCATTER_LL, fcclFloat32, 0, 1000)),
+                      "another collective");
+  /* The reduce has its op in the arg field and its root in the count's hash. */
+  const uint32_t rd = fcclCallPrint(FCCL_KERNEL_REDUCE_LL, fcclFloat32, fcclSum, 1000);
+  EXPECT_STR_CONTAINS(difference(rd, fcclCallPrint(FCCL_KERNEL_REDUCE_LL, fcclFloat32, FCCL_DEVICE_OP_PREMULSUM, 1000)),
+                      "another op");
+  EXPECT_STR_CONTAINS(difference(rd, fcclCallPrint(FCCL_KERNEL_REDUCE_LL, fcclFloat32, fcclSum, 1000 ^ (1ull << 58))),
+                      "another count or root");
   const uint32_t fused = fcclFusedPrint(1, 0, fcclBfloat16, fcclScaleNone, 8, 4096);
   EXPECT_STR_CONTAINS(difference(fused, fcclFusedPrint(1, 0, fcclBfloat16, fcclScaleNone, 8, 2048)),
                       "another token count or hidden size");

@@ -17,7 +17,8 @@
 #include <string.h>
 
 static const fcclAlgoSet* const kSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos,  &fcclReduceScatterAlgos,
-                                           &fcclBroadcastAlgos, &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
+                                           &fcclBroadcastAlgos, &fcclReduceAlgos,     &fcclGatherAlgos,
+                                           &fcclScatterAlgos,   &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
 #define SETS (sizeof(kSets) / sizeof(kSets[0]))
 
 static void testIds(void) {
@@ -50,6 +51,11 @@ static void testSets(void) {
   EXPECT(fcclCollAllGather.algos == &fcclAllGatherAlgos);
   EXPECT(fcclCollReduceScatter.algos == &fcclReduceScatterAlgos);
   EXPECT(fcclCollBroadcast.algos == &fcclBroadcastAlgos);
+  EXPECT(fcclCollBcast.algos == &fcclBroadcastAlgos); /* the broadcast in place, under its own name */
+  EXPECT(strcmp(fcclCollBcast.name, "fcclBcast") == 0);
+  EXPECT(fcclCollReduce.algos == &fcclReduceAlgos);
+  EXPECT(fcclCollGather.algos == &fcclGatherAlgos);
+  EXPECT(fcclCollScatter.algos == &fcclScatterAlgos);
   EXPECT(fcclCollBarrier.algos == NULL);
   /* The all-reduce's forms are its algorithms, named and forced by the same word. */
   EXPECT_EQ_INT(fcclAllReduceAlgos.count, 6);
@@ -64,6 +70,13 @@ static void testSets(void) {
   EXPECT(strcmp(fcclAllGatherAlgos.requestNames, "auto, ll, direct, staged, copy") == 0);
   EXPECT(strcmp(fcclBroadcastAlgos.requestNames, "auto, ll, direct, staged, copy") == 0);
   EXPECT(strcmp(fcclReduceScatterAlgos.requestNames, "auto, ll, direct, staged") == 0);
+  /* The rooted collectives: LL, direct, staged; no copy form. */
+  EXPECT_EQ_INT(fcclReduceAlgos.count, 3);
+  EXPECT_EQ_INT(fcclGatherAlgos.count, 3);
+  EXPECT_EQ_INT(fcclScatterAlgos.count, 3);
+  EXPECT(strcmp(fcclReduceAlgos.requestNames, "auto, ll, direct, staged") == 0);
+  EXPECT(strcmp(fcclGatherAlgos.requestNames, "auto, ll, direct, staged") == 0);
+  EXPECT(strcmp(fcclScatterAlgos.requestNames, "auto, ll, direct, staged") == 0);
   /* The variable collectives: the all-gather's and reduce-scatter's kernel forms, no copy form. */
   EXPECT_EQ_INT(fcclAllGatherVAlgos.count, 3);
   EXPECT_EQ_INT(fcclReduceScatterVAlgos.count, 3);
@@ -107,6 +120,15 @@ static void testNames(void) {
                {FCCL_KERNEL_BROADCAST_DIRECT, "broadcast_direct"},
                {FCCL_KERNEL_BROADCAST_STAGED, "broadcast_staged"},
                {FCCL_FORM_BROADCAST_COPY, "broadcast_copy"},
+               {FCCL_KERNEL_REDUCE_LL, "reduce_ll"},
+               {FCCL_KERNEL_REDUCE_DIRECT, "reduce_direct"},
+               {FCCL_KERNEL_REDUCE_STAGED, "reduce_staged"},
+               {FCCL_KERNEL_GATHER_LL, "gather_ll"},
+               {FCCL_KERNEL_GATHER_DIRECT, "gather_direct"},
+               {FCCL_KERNEL_GATHER_STAGED, "gather_staged"},
+               {FCCL_KERNEL_SCATTER_LL, "scatter_ll"},
+               {FCCL_KERNEL_SCATTER_DIRECT, "scatter_direct"},
+               {FCCL_KERNEL_SCATTER_STAGED, "scatter_staged"},
                {FCCL_KERNEL_ALLGATHERV_LL, "allgatherv_ll"},
                {FCCL_KERNEL_ALLGATHERV_DIRECT, "allgatherv_direct"},
                {FCCL_KERNEL_ALLGATHERV_STAGED, "allgatherv_staged"},

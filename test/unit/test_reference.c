@@ -197,8 +197,39 @@ static void testCheckBuffer(void) {
   EXPECT(refHash("abc", 3) != refHash("abd", 3));
 }
 
+/* The pre-multiplied sum as fccl's kernels define it (reduce.cuh): each product in the accumulator's type, then the
+ * sum in rank order. */
+static void testPreMulSum(void) {
+  uint64_t in[3];
+  in[0] = 100, in[1] = 100;
+  EXPECT_EQ_INT(refPreMulSumBits(fcclInt8, 3, in, 2), (600 & 0xff)); /* integers wrap */
+  EXPECT_EQ_INT(refPreMulSumBits(fcclUint32, 0xffffffffu, in, 2), (uint32_t)-200);
+  in[0] = 0x3c00, in[1] = 0x4000;                                      /* float16 1 and 2 */
+  EXPECT_EQ_INT(refPreMulSumBits(fcclFloat16, 0x3800, in, 2), 0x3e00); /* times 0.5: 1.5 */
+  /* bfloat16 1.0078125 times 1.015625 on 3 ranks: the products are exact in fp32 and the one rounding is the
+   * output's (0x4045); rounding each product to bfloat16 first would give 0x4044. */
+  in[0] = in[1] = in[2] = 0x3f81;
+  EXPECT_EQ_INT(refPreMulSumBits(fcclBfloat16, 0x3f82, in, 3), 0x4045);
+  EXPECT(refCheckPreMulSum(fcclBfloat16, 0x3f82, 0x4045, in, 3));
+  /* float32: each product rounded, never fused with the add: 3 x (1 + 2^-23) x (1 + 2^-23), summed. */
+  const float x = 1.0f + 0x1p-23f;
+  in[0] = in[1] = in[2] = fbits(x);
+  const float product = x * x;
+  EXPECT_EQ_INT(refPreMulSumBits(fcclFloat32, fbits(x), in, 3), fbits(product + product + product));
+  /* Inf times 0 is NaN, and NaN wins the sum; a wrong finite value is refused. */
+  in[0] = fbits(1.0f / 0.0f), in[1] = fbits(2.0f);
+  EXPECT(refCheckPreMulSum(fcclFloat32, fbits(0.0f), fbits(0.0f / 0.0f), in, 2));
+  in[0] = fbits(1.0f);
+  EXPECT(refCheckPreMulSum(fcclFloat32, fbits(0.25f), fbits(0.75f), in, 2));
+  EXPECT(!refCheckPreMulSum(fcclFloat32, fbits(0.25f), fbits(0.7501f), in, 2));
+  double tolerance = 0;
+  EXPECT(refPreMulSumDouble(fcclFloat32, fbits(0.25f), in, 2, &tolerance) == 0.75);
+  EXPECT(tolerance > 0 && tolerance < 1e-6);
+}
+
 int main(void) {
   testHalf();
+  testPreMulSum();
   testBf16();
   testIntegers();
   testFloats();

@@ -73,11 +73,17 @@ static int createComms(benchAgent_t* agent, int engine) {
   memset(&ctx, 0, sizeof(ctx));
   memset(id, 0, sizeof(id));
   ctx.engine = engine;
-  const int fromLauncher = agent->launchKind == BENCH_LAUNCH_ENV && engine == 0;
+  /* A budget's communicators (--max-ctas) come after the first ones: the exchange hands out their ids. */
+  const int fromLauncher = agent->launchKind == BENCH_LAUNCH_ENV && engine == 0 && agent->maxCtas == 0;
   if (!fromLauncher) {
     if (agent->agent == 0 && ops->uniqueId(agent, engine, id) != 0) return -1;
     if (benchBcast(agent, id, ops->uniqueIdBytes) != 0) return -1;
     ctx.id = id;
+  }
+  if (agent->maxCtas != 0) {
+    /* The first communicators step aside only now: until the id is out, the exchange may run on them. */
+    memcpy(agent->firstComms[engine], agent->engines[engine].comms, sizeof(agent->firstComms[engine]));
+    memset(agent->engines[engine].comms, 0, sizeof(agent->engines[engine].comms));
   }
   int status = benchForEachGpu(agent, createOne, &ctx);
   if (status != 0) {
@@ -100,6 +106,80 @@ static int createComms(benchAgent_t* agent, int engine) {
 static int destroyOne(benchAgent_t* agent, int gpu, void* arg) {
   int engine = *(int*)arg;
   return agent->engines[engine].ops->destroy(agent, engine, gpu);
+}
+
+/* ---- --max-ctas: the communicators of an SM budget ------------------------------------------------------------- */
+
+/* -R 1/2: the budget's communicators register the buffers the first ones registered (register) or let them go. */
+static int budgetRegistration(benchAgent_t* agent, int gpu, int engine, int reg) {
+  const benchEngineOps_t* ops = agent->engines[engine].ops;
+  benchBuffers_t* b = &agent->buffers[gpu][engine];
+  void** handles = agent->budgetReg[gpu][engine];
+  char* const ptrs[2] = {b->send, b->recv};
+  const size_t bytes[2] = {b->sendBytes, b->recvBytes};
+  int status = 0;
+  for (int i = 0; i < 2; i++) {
+    if (reg && b->kind == BENCH_ALLOC_ENGINE && ptrs[i]) {
+      if (ops->registerBuffer(agent, engine, gpu, agent->args.localRegister, ptrs[i], bytes[i], &handles[i]) != 0)
+        return -1;
+    } else if (!reg && handles[i]) {
+      if (ops->deregisterBuffer(agent, engine, gpu, agent->args.localRegister, handles[i]) != 0) status = -1;
+      handles[i] = NULL;
+    }
+  }
+  return status;
+}
+
+static int registerOne(benchAgent_t* agent, int gpu, void* arg) {
+  return budgetRegistration(agent, gpu, *(int*)arg, 1);
+}
+
+static int deregisterOne(benchAgent_t* agent, int gpu, void* arg) {
+  return budgetRegistration(agent, gpu, *(int*)arg, 0);
+}
+
+/* The first communicators current again, in every engine that stepped aside (those whose firstComms are set). */
+static void restoreFirstComms(benchAgent_t* agent) {
+  for (int engine = 0; engine < agent->nEngines; engine++) {
+    if (!agent->firstComms[engine][0]) continue;
+    memcpy(agent->engines[engine].comms, agent->firstComms[engine], sizeof(agent->firstComms[engine]));
+    memset(agent->firstComms[engine], 0, sizeof(agent->firstComms[engine]));
+  }
+  memset(agent->budgetReg, 0, sizeof(agent->budgetReg));
+  agent->maxCtas = 0;
+}
+
+int benchUseBudget(benchAgent_t* agent, int maxCtas) {
+  int status = 0;
+  if (agent->maxCtas != 0) {
+    for (int engine = agent->nEngines - 1; engine >= 0; engine--) {
+      if (benchForEachGpu(agent, deregisterOne, &engine) != 0) status = -1;
+      if (benchForEachGpu(agent, destroyOne, &engine) != 0) status = -1; /* gone also when it fails */
+    }
+    restoreFirstComms(agent);
+  }
+  if (status != 0 || maxCtas == 0) return status;
+  /* The first communicators' creation statistics are the header's and -M's: a budget's are not reported. */
+  benchInitStats_t init[BENCH_MAX_ENGINES];
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++) init[engine] = agent->engines[engine].init;
+  agent->maxCtas = maxCtas;
+  for (int engine = 0; engine < agent->nEngines && status == 0; engine++) {
+    status = createComms(agent, engine);
+    if (status == 0 && agent->args.localRegister != BENCH_BUFFERS_PLAIN)
+      status = benchForEachGpu(agent, registerOne, &engine);
+  }
+  for (int engine = 0; engine < BENCH_MAX_ENGINES; engine++) agent->engines[engine].init = init[engine];
+  if (status == 0) return 0;
+  benchDropBudget(agent);
+  return -1;
+}
+
+void benchDropBudget(benchAgent_t* agent) {
+  if (agent->maxCtas == 0) return;
+  /* The budget's communicators aborted (with their registrations), the first ones current for the teardown. */
+  for (int engine = 0; engine < agent->nEngines; engine++)
+    if (agent->firstComms[engine][0]) benchAbortEngine(agent, engine);
+  restoreFirstComms(agent);
 }
 
 /* ---- the life --------------------------------------------------------------------------------------------------- */

@@ -142,6 +142,7 @@ enum {
   FLAG_CSV,
   FLAG_SHARE,
   FLAG_HOSTS,
+  FLAG_MAXCTAS,
   FLAG_CORRUPT,
   FLAG_PROGRESS,
   FLAG_HELP
@@ -206,6 +207,7 @@ static const struct {
     {0, "csv", FLAG_CSV, ARG_TEXT, 0},
     {0, "share-gpu", FLAG_SHARE, ARG_NONE, 0},
     {0, "hosts", FLAG_HOSTS, ARG_INT, 0},
+    {0, "max-ctas", FLAG_MAXCTAS, ARG_TEXT, DATA},
     {0, "inject-corruption", FLAG_CORRUPT, ARG_NONE, DATA},
     {0, "progress", FLAG_PROGRESS, ARG_INT, 0},
     {'h', "help", FLAG_HELP, ARG_NONE, 0},
@@ -246,6 +248,39 @@ static int parseInt(const char* text, long long minValue, long long maxValue, lo
   if (errno == ERANGE || parsed < minValue || parsed > maxValue) return -2;
   *value = parsed;
   return 0;
+}
+
+/* --max-ctas: a comma-separated list of block counts, each 1 to 65535 (a grid's x dimension is far larger; no GPU
+ * has that many SMs). */
+static int parseBudgets(benchArgs_t* args, const char* name, const char* value, char* err, size_t errLen) {
+  args->nMaxCtas = 0;
+  for (const char* item = value;;) {
+    const size_t len = strcspn(item, ",");
+    char text[32];
+    long long n = 0;
+    if (len == 0 || len >= sizeof(text))
+      return benchError(err, errLen, "%s: '%s' is not a list of block counts (8,16,32)", name, value);
+    memcpy(text, item, len);
+    text[len] = '\0';
+    if (parseInt(text, 1, 65535, &n) != 0)
+      return benchError(err, errLen, "%s: '%s': a block count is 1 to 65535", name, text);
+    if (args->nMaxCtas == BENCH_MAX_BUDGETS)
+      return benchError(err, errLen, "%s: at most %d budgets in one run", name, BENCH_MAX_BUDGETS);
+    args->maxCtas[args->nMaxCtas++] = (int)n;
+    if (item[len] == '\0') break;
+    item += len + 1;
+  }
+  return BENCH_PARSE_OK;
+}
+
+int benchBudgetPath(const char* path, int maxCtas, char* out, size_t len) {
+  const char* slash = strrchr(path, '/');
+  const char* name = slash ? slash + 1 : path;
+  const char* dot = strrchr(name, '.');
+  if (dot == name) dot = NULL; /* ".hidden" has no extension */
+  const int stem = dot ? (int)(dot - path) : (int)strlen(path);
+  const int written = snprintf(out, len, "%.*s.max-ctas-%d%s", stem, path, maxCtas, dot ? dot : "");
+  return written >= 0 && (size_t)written < len ? 0 : -1;
 }
 
 /* Finds the flag that argument `arg` names; *inlineValue gets the text after '=' or after a short letter. */
@@ -440,6 +475,7 @@ static int applyFlag(benchArgs_t* args, int id, const char* name, const char* va
       if (n < 1 || n > 1024) return benchError(err, errLen, "%s: the host count must be 1 to 1024", name);
       args->hosts = n;
       break;
+    case FLAG_MAXCTAS: return parseBudgets(args, name, value, err, errLen);
     case FLAG_CORRUPT: args->injectCorruption = 1; break;
     case FLAG_PROGRESS: return parseSwitch(n, name, &args->progress, err, errLen);
     default: break;
@@ -514,6 +550,9 @@ int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, si
     return benchError(err, errLen,
                       "-z %d with -G %d: a CUDA graph launches its operations with no host in between to wait; use one "
                       "or the other", args->blocking, args->graphLaunches);
+  if (args->nMaxCtas > 0 && args->runCycles == 0)
+    return benchError(err, errLen,
+                      "--max-ctas with -N 0: one table per SM budget follows the default one, which -N 0 never ends");
   if (args->minBytes > args->maxBytes)
     return benchError(err, errLen, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu", args->minBytes,
                 args->maxBytes);
@@ -618,12 +657,18 @@ void benchPrintUsage(FILE* out, const char* program, unsigned takes) {
           "  --hosts <n>               the forked processes pose as n hosts, consecutive processes together (an\n"
           "                            FCCL_HOSTID and NCCL_HOSTID each): the NCCL and hierarchical paths on one\n"
           "                            machine\n"
+          "%s"
           "  --progress <0/1>          progress line on stderr (default: when stderr is a terminal)\n"
           "  -h,--help                 this text\n"
           "Launched by torchrun --no-python (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or mpirun,\n"
           "each process is one rank of the launcher's job instead.\n",
           takes & BENCH_TAKES_DATA ? "run NCCL on the same buffers and print it beside fccl"
-                                   : "time NCCL's usual stand-in (an all-reduce of one float) beside fccl");
+                                   : "time NCCL's usual stand-in (an all-reduce of one float) beside fccl",
+          takes & BENCH_TAKES_DATA
+              ? "  --max-ctas <n,n,...>      after the default table, one per SM budget: communicators made with\n"
+                "                            maxCTAs n (fccl's and, with --compare nccl, NCCL's); -J and --csv write\n"
+                "                            each to FILE.max-ctas-n (at most 8)\n"
+              : "");
 }
 
 size_t benchSweepNext(const benchArgs_t* args, size_t bytes) {

@@ -34,6 +34,8 @@ int benchOpFromName(const char* name);
 
 /* ---- flags ----------------------------------------------------------------------------------------------------- */
 
+#define BENCH_MAX_BUDGETS 8 /* --max-ctas: SM budgets in one run */
+
 typedef struct {
   int nThreads;            /* -t: threads per process */
   int nGpus;               /* -g: GPUs (ranks) per thread */
@@ -69,9 +71,11 @@ typedef struct {
   const char* jsonPath;    /* -J */
   const char* csvPath;     /* --csv */
   const char* path;        /* --path: FCCL_PATH for every rank ("fccl", "nccl", "auto"), or NULL (the environment's) */
-  unsigned takes;          /* BENCH_TAKES_*: the flags the program honours (benchArgsDefaults: all of them) */
-  char notice[512];        /* what the parser changed, as nccl-tests warns and goes on ("... Disabling."): lines for
-                            * standard error; "" when nothing */
+  int maxCtas[BENCH_MAX_BUDGETS]; /* --max-ctas: after the default table, one per SM budget (config.maxCTAs) */
+  int nMaxCtas;                   /* how many; 0: the default table alone */
+  unsigned takes;                 /* BENCH_TAKES_*: the flags the program honours (benchArgsDefaults: all of them) */
+  char notice[512]; /* what the parser changed, as nccl-tests warns and goes on ("... Disabling."): lines for
+                     * standard error; "" when nothing */
 } benchArgs_t;
 
 /* What a program honours beyond the flags every program takes (-t -g -n -w -N -z -G -a -T -C -S -M -J and fccl's
@@ -102,6 +106,9 @@ enum { BENCH_PARSE_OK = 0, BENCH_PARSE_HELP = 1, BENCH_PARSE_ERROR = -1 };
  * them. Returns BENCH_PARSE_*; on error err says why. Combinations nccl-tests resolves with a warning (-I or -z 3
  * with -G, -K out of range or without -I) are resolved alike, the warning in args->notice. */
 int benchParseArgs(int argc, char* const* argv, benchArgs_t* args, char* err, size_t errLen);
+/* --max-ctas with -J or --csv: budget maxCtas's table goes to path with ".max-ctas-N" before its extension
+ * ("out.json": "out.max-ctas-8.json"; "out": "out.max-ctas-8"). 0, or -1 when it does not fit out. */
+int benchBudgetPath(const char* path, int maxCtas, char* out, size_t len);
 /* "8", "1K", "64M", "1G", "1.5m": bytes. Returns 0, or -1 for anything else (negative, NaN, beyond 8 EiB). */
 int benchParseSize(const char* text, size_t* bytes);
 /* The flags program honours (takes: BENCH_TAKES_*), and the ones accepted without effect. */

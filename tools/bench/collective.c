@@ -241,7 +241,8 @@ static void emitRow(benchAgent_t* agent, const benchTable_t* table, benchOutputs
   benchOutputsFlush(outputs);
 }
 
-static int runCollective(benchAgent_t* agent) {
+/* One table: the sweep over types, ops and sizes on the engines' current communicators, its footer, -J and --csv. */
+static int runTable(benchAgent_t* agent) {
   const benchCollective_t* collective = agent->test->collective;
   const benchArgs_t* args = &agent->args;
   benchTable_t table = {collective->program, agent->nEngines,  {agent->engineNames[0], agent->engineNames[1]},
@@ -346,6 +347,40 @@ static int runCollective(benchAgent_t* agent) {
   if (agent->output) benchPrintFooter(stdout, &table, &summary);
   if (benchOutputsClose(agent, &outputs, &table, &summary, NULL) != 0) status = -1;
   return status != 0 ? -1 : wrong;
+}
+
+/* --max-ctas: the table of each SM budget after the default one, on communicators made with it, each table's -J and
+ * --csv in a file of its own (benchBudgetPath). Wrong results anywhere make the run's result wrong. */
+static int runCollective(benchAgent_t* agent) {
+  const benchArgs_t first = agent->args;
+  const char* const engines = agent->nEngines > 1 ? "fcclConfig_t and ncclConfig_t" : "fcclConfig_t";
+  if (first.nMaxCtas > 0 && agent->output) printf("#\n# SM budget: the default (no maxCTAs)\n");
+  int result = runTable(agent);
+  for (int b = 0; b < first.nMaxCtas && result >= 0; b++) {
+    const int maxCtas = first.maxCtas[b];
+    char json[4096], csv[4096];
+    if ((first.jsonPath && benchBudgetPath(first.jsonPath, maxCtas, json, sizeof(json)) != 0) ||
+        (first.csvPath && benchBudgetPath(first.csvPath, maxCtas, csv, sizeof(csv)) != 0)) {
+      benchFail(agent, "--max-ctas %d: the output file's name is too long", maxCtas);
+      return -1;
+    }
+    if (benchUseBudget(agent, maxCtas) != 0) return -1;
+    if (agent->output) printf("#\n# SM budget: maxCTAs %d (%s)\n", maxCtas, engines);
+    agent->args.jsonPath = first.jsonPath ? json : NULL;
+    agent->args.csvPath = first.csvPath ? csv : NULL;
+    const int table = runTable(agent);
+    agent->args.jsonPath = first.jsonPath;
+    agent->args.csvPath = first.csvPath;
+    /* The first communicators current again, for the next budget or the teardown; after a failure the budget's
+     * are aborted, as the teardown aborts the first ones. */
+    if (table < 0) {
+      benchDropBudget(agent);
+      return -1;
+    }
+    if (benchUseBudget(agent, 0) != 0) return -1;
+    if (table > result) result = table;
+  }
+  return result;
 }
 
 int benchCollectiveMain(int argc, char** argv, const benchCollective_t* collective) {

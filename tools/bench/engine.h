@@ -8,8 +8,7 @@
  * Every entry takes the agent and the engine's index in it (BENCH_FCCL, BENCH_NCCL: also its place in the table's
  * columns) and acts on local rank gpu's communicator, stream and buffers; it returns 0, or -1 after benchFail has
  * said why. The calls are one table indexed by benchCall_t, so that a new program's call is one value there and one
- * function in each engine file, beside the program itself (collective.h). NCCL's table already has the calls fccl is
- * to add (reduce, gather, scatter); fccl's gets them with the library (docs/benchmark.md#adding-a-program).
+ * function in each engine file, beside the program itself (collective.h; docs/benchmark.md#adding-a-program).
  */
 #ifndef FCCL_BENCH_ENGINE_H_
 #define FCCL_BENCH_ENGINE_H_
@@ -67,7 +66,8 @@ typedef struct {
   int (*uniqueId)(benchAgent_t* agent, int engine, void* id);
   /* Creates local rank gpu's communicator (collective over every rank: the runtime calls it for all local GPUs at
    * once, each on a thread with that device current). id NULL: from the launcher's variables (BENCH_LAUNCH_ENV,
-   * asked only of the first engine, whose communicator then carries the exchange that hands out the others' ids). */
+   * asked only of the first engine, whose communicator then carries the exchange that hands out the others' ids).
+   * agent->maxCtas above 0 (--max-ctas): made with that SM budget (the config's maxCTAs). */
   int (*create)(benchAgent_t* agent, int engine, int gpu, const void* id);
   /* A line about how the communicator works (fccl: its path and why), into text; 0 when written. May be NULL. */
   int (*describe)(benchAgent_t* agent, int engine, int gpu, char* text, size_t len);

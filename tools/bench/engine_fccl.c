@@ -44,6 +44,7 @@ static int fcclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) 
   config.commName = agent->test->program;
   config.allowSharedDevice = agent->args.shareGpu ? 1 : 0;
   if (agent->args.timeoutSec > 0) config.timeoutMs = agent->args.timeoutSec * 1000;
+  if (agent->maxCtas > 0) config.maxCTAs = agent->maxCtas; /* --max-ctas */
   fcclComm_t comm = NULL;
   if (!id) {
     BENCH_CHECK_FCCL(agent, NULL, fcclCommInitFromEnv(&comm, &config));
@@ -213,6 +214,33 @@ static int fcclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void*
   return 0;
 }
 
+static int fcclReduceOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                        int op, int root) {
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclReduce(send, recv, count, (fcclDataType_t)type, (fcclRedOp_t)op, root, comm,
+                              (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclGatherOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                        int op, int root) {
+  (void)op;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclGather(send, recv, count, (fcclDataType_t)type, root, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclScatterOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count, int type,
+                         int op, int root) {
+  (void)op;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclScatter(send, recv, count, (fcclDataType_t)type, root, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
 /* nccl-tests' ring: a send to the next rank and a receive from the previous one, in one group (fcclSend and fcclRecv
  * go to the communicator's NCCL communicator: on the fccl path FCCL_NCCL_COMM must ask for it; the program sets it). */
 static int fcclSendRecvOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
@@ -296,7 +324,6 @@ const benchEngineOps_t benchFcclEngine = {
     .groupStart = fcclGroupStartOp,
     .groupEnd = fcclGroupEndOp,
     .barrier = fcclBarrierOp,
-    /* fccl's calls; reduce, gather and scatter come with the library's fcclReduce, fcclGather and fcclScatter. */
     .calls =
         {
             [BENCH_CALL_ALL_REDUCE] = fcclAllReduceOp,
@@ -305,6 +332,9 @@ const benchEngineOps_t benchFcclEngine = {
             [BENCH_CALL_BROADCAST] = fcclBroadcastOp,
             [BENCH_CALL_SEND_RECV] = fcclSendRecvOp,
             [BENCH_CALL_ALL_TO_ALL] = fcclAllToAllOp,
+            [BENCH_CALL_REDUCE] = fcclReduceOp,
+            [BENCH_CALL_GATHER] = fcclGatherOp,
+            [BENCH_CALL_SCATTER] = fcclScatterOp,
             [BENCH_CALL_ALL_GATHER_V] = fcclAllGatherVOp,
             [BENCH_CALL_REDUCE_SCATTER_V] = fcclReduceScatterVOp,
         },

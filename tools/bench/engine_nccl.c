@@ -58,7 +58,21 @@ static int ncclCreate(benchAgent_t* agent, int engine, int gpu, const void* id) 
   ncclUniqueId unique;
   memcpy(&unique, id, sizeof(unique));
   ncclComm_t comm = NULL;
-  BENCH_CHECK_NCCL(agent, NULL, ncclCommInitRank(&comm, agent->nranks, unique, agent->firstRank + gpu));
+  if (agent->maxCtas > 0) {
+    /* --max-ctas: NCCL under the same SM budget (config.maxCTAs: NCCL 2.17 and newer). */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 17, 0)
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.maxCTAs = agent->maxCtas;
+    BENCH_CHECK_NCCL(agent, NULL,
+                     ncclCommInitRankConfig(&comm, agent->nranks, unique, agent->firstRank + gpu, &config));
+#else
+    benchFail(agent, "--max-ctas: this NCCL (headers %d) has no ncclConfig_t.maxCTAs (2.17 and newer)",
+              NCCL_VERSION_CODE);
+    return -1;
+#endif
+  } else {
+    BENCH_CHECK_NCCL(agent, NULL, ncclCommInitRank(&comm, agent->nranks, unique, agent->firstRank + gpu));
+  }
   agent->engines[engine].comms[gpu] = comm;
   return 0;
 }

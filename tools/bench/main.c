@@ -211,13 +211,31 @@ int benchMain(int argc, char** argv, const benchTest_t* test) {
     fprintf(stderr, "%s: launcher variables: %s\n", program, err);
     return 2;
   }
-  /* The output files are written at the end: a name that cannot be written fails now, not after the run. */
+  /* The output files are written at the end: a name that cannot be written fails now, not after the run (with
+   * --max-ctas, every budget's too). */
   const char* const outputs[2] = {args->jsonPath, args->csvPath};
   for (int i = 0; i < 2; i++) {
-    if (outputs[i] && benchCheckWritable(outputs[i], err, sizeof(err)) != 0) {
-      fprintf(stderr, "%s: %s %s\n", program, i == 0 ? "-J:" : "--csv:", err);
-      return 2;
+    for (int b = -1; outputs[i] && b < args->nMaxCtas; b++) {
+      char budgetPath[4096];
+      const char* path = outputs[i];
+      if (b >= 0 && benchBudgetPath(outputs[i], args->maxCtas[b], budgetPath, sizeof(budgetPath)) == 0)
+        path = budgetPath;
+      if (benchCheckWritable(path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s %s\n", program, i == 0 ? "-J:" : "--csv:", err);
+        return 2;
+      }
     }
+  }
+  /* --max-ctas sets each budget in the communicators' config, which the libraries' own variables override: with
+   * one set to a budget, every table would run under it. */
+  const char* const budgetVariables[2] = {"FCCL_MAX_CTAS", "NCCL_MAX_CTAS"};
+  for (int i = 0; i < 2 && args->nMaxCtas > 0; i++) {
+    const char* value = getenv(budgetVariables[i]);
+    /* Both libraries ignore a value of 0 or below. */
+    if (!value || strtol(value, NULL, 0) <= 0 || (i == 1 && !args->compareNccl)) continue;
+    fprintf(stderr, "%s: --max-ctas: %s=%s overrides every communicator's maxCTAs; unset it to compare budgets\n",
+            program, budgetVariables[i], value);
+    return 2;
   }
   int code = 0;
   if (process.env.kind == BENCH_LAUNCH_LOCAL) {

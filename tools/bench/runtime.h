@@ -83,6 +83,10 @@ struct benchAgent {
   int nDeviceLines;
   char startTime[32];        /* when the agent started (BENCH_TIME_FORMAT), the -J file's start_time */
   double memory[BENCH_MEM_PARTS]; /* -M: device bytes of the communicators, the buffers, the run (largest rank) */
+  int maxCtas;                    /* --max-ctas: the SM budget the engines' current communicators were made with; 0: the
+                                   * first ones, made without */
+  void* firstComms[BENCH_MAX_ENGINES][BENCH_MAX_LOCAL];   /* the first communicators while a budget's are current */
+  void* budgetReg[BENCH_MAX_LOCAL][BENCH_MAX_ENGINES][2]; /* -R 1/2: the buffers' registrations with a budget's */
   char error[1024];
 };
 
@@ -123,6 +127,14 @@ int benchPoison(benchAgent_t* agent, int gpu, void* dst, size_t bytes);
 /* Flips bit 6 of the top byte of element index of type at ptr (the hidden --inject-corruption): a change every
  * check sees, avg's tolerance included. */
 int benchCorrupt(benchAgent_t* agent, int gpu, void* ptr, size_t index, int type);
+
+/* --max-ctas: makes the engines' current communicators new ones made with the SM budget maxCtas (fcclConfig_t and
+ * ncclConfig_t maxCTAs; -R 1/2's buffers registered with them), the first ones kept aside; 0: destroys a budget's and
+ * makes the first ones current again. Collective over every rank. 0, or -1 after benchFail (a budget's communicators
+ * aborted, the first ones current). */
+int benchUseBudget(benchAgent_t* agent, int maxCtas);
+/* After a failure: aborts a budget's communicators, locally, and makes the first ones current again. */
+void benchDropBudget(benchAgent_t* agent);
 
 /* Combined over agents (every agent calls). */
 int benchReduce(benchAgent_t* agent, double* values, int n, int how);

@@ -71,11 +71,16 @@ FCCL_DEFINE_SET_(fcclAllReduceAlgos, "allreduce", ", oneshot, twoshot", FCCL_ALL
 FCCL_DEFINE_SET_(fcclAllGatherAlgos, "allgather", "", FCCL_ALLGATHER_FORMS)
 FCCL_DEFINE_SET_(fcclReduceScatterAlgos, "reducescatter", "", FCCL_REDUCESCATTER_FORMS)
 FCCL_DEFINE_SET_(fcclBroadcastAlgos, "broadcast", "", FCCL_BROADCAST_FORMS)
+FCCL_DEFINE_SET_(fcclReduceAlgos, "reduce", "", FCCL_REDUCE_FORMS)
+FCCL_DEFINE_SET_(fcclGatherAlgos, "gather", "", FCCL_GATHER_FORMS)
+FCCL_DEFINE_SET_(fcclScatterAlgos, "scatter", "", FCCL_SCATTER_FORMS)
+
 FCCL_DEFINE_SET_(fcclAllGatherVAlgos, "allgatherv", "", FCCL_ALLGATHERV_FORMS)
 FCCL_DEFINE_SET_(fcclReduceScatterVAlgos, "reducescatterv", "", FCCL_REDUCESCATTERV_FORMS)
 
 static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos,  &fcclReduceScatterAlgos,
-                                              &fcclBroadcastAlgos, &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
+                                              &fcclBroadcastAlgos, &fcclReduceAlgos,     &fcclGatherAlgos,
+                                              &fcclScatterAlgos,   &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
 
 int fcclAlgoSetForm(const fcclAlgoSet* set, int algo) {
   for (int form = 0; set != NULL && form < set->count; form++)
@@ -132,11 +137,19 @@ static int clampInt(uint64_t value, int lo, int hi) {
   return (int)value;
 }
 
-/* Blocks of perBlock threads for `threads` threads of work: at least one, at most one per SM and at most cap. */
+int fcclCtaClamp(int blocks, int most, int minCtas, int maxCtas) {
+  if (maxCtas > 0 && maxCtas < most) most = maxCtas;
+  if (most < 1) most = 1;
+  if (minCtas > blocks) blocks = minCtas < most ? minCtas : most;
+  return blocks < 1 ? 1 : blocks > most ? most : blocks;
+}
+
+/* Blocks of perBlock threads for `threads` threads of work: at least one, at most one per SM and at most cap, within
+ * the communicator's SM budget. */
 static int blocksFor(const fcclAlgoQuery* q, uint64_t threads, int perBlock, int cap) {
   int maxBlocks = q->smCount < cap ? q->smCount : cap;
   if (maxBlocks < 1) maxBlocks = 1;
-  return clampInt(divUp(threads, (uint64_t)perBlock), 1, maxBlocks);
+  return fcclCtaClamp(clampInt(divUp(threads, (uint64_t)perBlock), 1, maxBlocks), maxBlocks, q->minCtas, q->maxCtas);
 }
 
 /* Blocks of the data kernels: one thread per 16-byte unit of the largest per-block share, up to one per SM. */
@@ -282,8 +295,8 @@ fcclResult_t fcclAlgoSelect(const fcclAlgoQuery* q, fcclAlgoChoice* choice) {
   return fcclSuccess;
 }
 
-/* ---- all-gather, reduce-scatter, broadcast ----------------------------------------------------------------------
- * One table for the three: a block of up to the all-reduce's LL limit for the rank count (and the LL area) goes by
+/* ---- all-gather, reduce-scatter, broadcast, reduce, gather, scatter -----------------------------------------------
+ * One table for them all: a block of up to the all-reduce's LL limit for the rank count (and the LL area) goes by
  * LL packets; beyond, registered buffers are moved directly (all-gather and broadcast: by the copy engines from
  * fcclAlgoQuery.copyMoveMin, FCCL_COPY_MOVE_MIN, which is 0 until two GPUs have measured where the copies pay),
  * plain ones through staging in rounds of one chunk. */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fcclBroadcast: root's count elements land in every rank's recvbuf. The forms and their table: algo.c's
- * fcclMoveSelect; the kernels: src/device/broadcast.cu.
+ * fcclBroadcast: root's count elements land in every rank's recvbuf; fcclBcast, NCCL's in-place spelling, is the same
+ * collective under its own name. The forms and their table: algo.c's fcclMoveSelect; the kernels:
+ * src/device/broadcast.cu.
  */
 #include "algo.h"
 #include "check.h"
@@ -52,19 +53,16 @@ static fcclResult_t launch(struct fcclComm* comm, const struct fcclCall* call, c
   return fcclEnqueueKernel(comm, call, plan, stream);
 }
 
-const struct fcclCollective fcclCollBroadcast = {
-    .name = "fcclBroadcast",
-    .ncclForm = FCCL_NCCL_BROADCAST,
-    .moves = 1,
-    .rooted = 1,
-    .algos = &fcclBroadcastAlgos,
-    .peerBuffers = FCCL_PEERS_RECV,
-    .request = request,
-    .select = fcclEnqueueMoveSelect,
-    .registeredPays = fcclEnqueueMoveRegisteredPays,
-    .launch = launch,
-    .hierLaunch = fcclHierBroadcast,
-};
+/* Everything but the name, which messages give as the application called it. */
+#define FCCL_BROADCAST_COLLECTIVE_(callName)                                                                  \
+  {                                                                                                           \
+    .name = callName, .ncclForm = FCCL_NCCL_BROADCAST, .moves = 1, .rooted = 1, .algos = &fcclBroadcastAlgos, \
+    .peerBuffers = FCCL_PEERS_RECV, .request = request, .select = fcclEnqueueMoveSelect,                      \
+    .registeredPays = fcclEnqueueMoveRegisteredPays, .launch = launch, .hierLaunch = fcclHierBroadcast,       \
+  }
+
+const struct fcclCollective fcclCollBroadcast = FCCL_BROADCAST_COLLECTIVE_("fcclBroadcast");
+const struct fcclCollective fcclCollBcast = FCCL_BROADCAST_COLLECTIVE_("fcclBcast");
 
 fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype, int root,
                                struct fcclComm* comm, void* stream, int algo) {
@@ -77,4 +75,19 @@ fcclResult_t fcclBroadcastAlgo(const void* sendbuf, void* recvbuf, size_t count,
 FCCL_API fcclResult_t fcclBroadcast(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     int root, fcclComm_t comm, void* stream) {
   return fcclBroadcastAlgo(sendbuf, recvbuf, count, datatype, root, comm, stream, -1);
+}
+
+FCCL_API fcclResult_t fcclBcast(void* buff, size_t count, fcclDataType_t datatype, int root, fcclComm_t comm,
+                                void* stream) {
+  fcclClearError();
+  const struct fcclCall call = {.coll = &fcclCollBcast,
+                                .sendbuf = buff,
+                                .recvbuf = buff,
+                                .count = count,
+                                .datatype = datatype,
+                                .op = fcclSum,
+                                .root = root,
+                                .stream = stream,
+                                .algo = -1};
+  return fcclEnqueue(comm, &call);
 }

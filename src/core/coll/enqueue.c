@@ -16,6 +16,7 @@
 #include "device.h"
 #include "device_state.h"
 #include "fingerprint.h"
+#include "redop.h"
 #include "transport.h"
 
 #include <cuda_runtime.h>
@@ -125,11 +126,12 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   if (call->datatype == fcclFloat8e4m3)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: datatype float8e4m3 is not supported by collectives",
                       caller);
-  if (coll->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
+  /* Ops from fcclNumOps up are the communicator's own (fcclRedOpCreatePreMulSum): fcclEnqueue resolves them. */
+  if (coll->reduces && (int)call->op < 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
-  if ((coll->rooted || coll->peered) && (call->root < 0 || call->root >= comm->nranks))
+  if ((coll->rooted || coll->rootedRecv || coll->peered) && (call->root < 0 || call->root >= comm->nranks))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s %d outside 0..%d", caller,
-                      coll->rooted ? "root" : "peer", call->root, comm->nranks - 1);
+                      coll->peered ? "peer" : "root", call->root, comm->nranks - 1);
   /* recvbuf named first: off a rooted collective's root, sendbuf stands for it (a receive's one buffer too). */
   if (call->count > 0 && (call->sendbuf == NULL || call->recvbuf == NULL))
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: %s is NULL with count %zu", caller,
@@ -223,10 +225,11 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   if (call->recvbuf != call->sendbuf) FCCLCHECK(fcclEnqueueCheckBuffer(comm, call->recvbuf, "recvbuf", coll->name));
 
   const uint64_t bytes = (uint64_t)call->count * fcclTypeSize(call->datatype);
-  /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel. Whether a
-   * request is forced does not depend on registration. */
+  /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel, or the op
+   * multiplies (a pre-multiplied sum of one rank is not its input). Whether a request is forced does not depend on
+   * registration. */
   const int request = call->algo >= 0 ? call->algo : coll->request(s, 0);
-  if (fcclAlgoIsCopy(comm->nranks, request)) {
+  if (fcclAlgoIsCopy(comm->nranks, request) && !(coll->reduces && call->op == FCCL_DEVICE_OP_PREMULSUM)) {
     if (call->recvbuf != call->sendbuf)
       CUDACHECK(cudaMemcpyAsync(call->recvbuf, call->sendbuf, sendBytes, cudaMemcpyDeviceToDevice, stream));
     return fcclSuccess;
@@ -240,10 +243,14 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   args->bytes = bytes;
   args->inPlace = callInPlace(call, comm->rank);
   args->root = call->root;
+  args->scalar = call->scalar;
+  args->scalarPtr = call->scalarPtr;
 
   fcclAlgoQuery query = fcclAlgoQueryMake(bytes, comm->nranks, 1, args->inPlace, s->smCount, &s->dev.layout,
                                           s->ll128Auto, s->copyScatterMin);
   query.copyMoveMin = s->copyMoveMin;
+  query.minCtas = s->minCtas;
+  query.maxCtas = s->maxCtas;
   query.forced = coll->request(s, 1);
   FCCLCHECK(findPeerBuffers(comm, call, sendBytes, recvBytes, capturing, &query, args, &plan.registered));
 
@@ -255,8 +262,14 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   args->scatter = plan.choice.scatter;
   /* Every flag of the kernel carries it: a peer in another call (or in this one with other arguments, or another
    * algorithm) stops with fcclInvalidUsage instead of a hang or a wrong result (docs/errors.md#out-of-step). */
+  const int rooted = coll->rooted || coll->rootedRecv;
+  /* A reduction with a root (the reduce) has the op in its print's arg and the root with the count in its hash. */
+  const uint64_t printCount = coll->reduces && rooted ? call->count ^ ((uint64_t)call->root << 58) : call->count;
   args->print = fcclCallPrint(fcclPrintForm(plan.choice.algo, plan.choice.scatter), call->datatype,
-                              coll->reduces ? (int)call->op : coll->rooted ? call->root : 0, call->count);
+                              coll->reduces ? (int)call->op
+                              : rooted      ? call->root
+                                            : 0,
+                              printCount);
   FCCL_TRACE(FCCL_SUBSYS_COLL, "%s %zu x %s op %d %s: %s, %d x %d, stream %p", coll->name, call->count,
              fcclTypeName(call->datatype), (int)call->op, plan.registered ? "registered" : "staged",
              fcclAlgoName(plan.choice.algo), plan.choice.blocks, plan.choice.threads, call->stream);
@@ -289,16 +302,32 @@ fcclResult_t fcclEnqueue(struct fcclComm* comm, const struct fcclCall* userCall)
    * one buffer stands for both. */
   struct fcclCall rooted = *userCall;
   if (coll->rooted && comm->rank != rooted.root) rooted.sendbuf = rooted.recvbuf;
+  if (coll->rootedRecv && comm->rank != rooted.root) rooted.recvbuf = (void*)(uintptr_t)rooted.sendbuf;
   if (coll->oneBuffer == FCCL_ONE_SEND) rooted.recvbuf = (void*)(uintptr_t)rooted.sendbuf;
   if (coll->oneBuffer == FCCL_ONE_RECV) rooted.sendbuf = rooted.recvbuf;
+  rooted.scalar = rooted.scalarPtr = 0;
   const struct fcclCall* call = &rooted;
   /* NCCL carries the calls fccl has no kernels for, every call of a communicator on the NCCL path, and on the
-   * hierarchical path every call without a hierarchical form; one with such a form also needs the NCCL
-   * communicator (its remainder runs there). */
-  const int hier = comm->path == fcclPathHier && !coll->ncclOnly && coll->hierLaunch != NULL;
+   * hierarchical path every call without a hierarchical form and every pre-multiplied sum; one with such a form also
+   * needs the NCCL communicator (its remainder runs there). */
+  const int premul = coll->reduces && (int)userCall->op >= fcclNumOps;
+  const int hier = comm->path == fcclPathHier && !coll->ncclOnly && coll->hierLaunch != NULL && !premul;
   const int viaNccl = coll->ncclOnly || comm->path != fcclPathFccl;
   uint64_t sendBytes = 0, recvBytes = 0;
   fcclResult_t res = checkArguments(comm, call, &sendBytes, &recvBytes);
+  if (res == fcclSuccess && premul) {
+    /* The communicator's own op: NCCL's op made with it, or fccl's kernels' with its scalar. */
+    struct fcclRedOpUse use;
+    res = fcclRedOpResolve(comm, userCall->op, userCall->datatype, coll->name, &use);
+    if (res == fcclSuccess && viaNccl && use.ncclOp < 0)
+      res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "%s: op %d has no NCCL op on this %s-path communicator",
+                       coll->name, (int)userCall->op, fcclGetPathName(comm->path));
+    if (res == fcclSuccess) {
+      rooted.op = viaNccl ? (fcclRedOp_t)use.ncclOp : use.kernelOp;
+      rooted.scalar = viaNccl ? 0 : use.scalar;
+      rooted.scalarPtr = viaNccl ? 0 : use.scalarPtr;
+    }
+  }
   if (res == fcclSuccess) res = fcclEnqueueCheckReady(comm, coll->name, viaNccl);
   struct fcclCallDevice cd = {-1};
   if (res == fcclSuccess) res = fcclEnqueueEnterDevice(comm, &cd);

@@ -16,6 +16,9 @@ typedef enum {
   KIND_BROADCAST,
   KIND_BARRIER,
   KIND_FUSED,
+  KIND_REDUCE,
+  KIND_GATHER,
+  KIND_SCATTER,
   KIND_ALLGATHERV,
   KIND_REDUCESCATTERV,
   KIND_UNKNOWN
@@ -39,6 +42,9 @@ static printKind formKind(uint32_t form) {
   if (set == &fcclAllGatherAlgos) return KIND_ALLGATHER;
   if (set == &fcclReduceScatterAlgos) return KIND_REDUCESCATTER;
   if (set == &fcclBroadcastAlgos) return KIND_BROADCAST;
+  if (set == &fcclReduceAlgos) return KIND_REDUCE;
+  if (set == &fcclGatherAlgos) return KIND_GATHER;
+  if (set == &fcclScatterAlgos) return KIND_SCATTER;
   if (set == &fcclAllGatherVAlgos) return KIND_ALLGATHERV;
   if (set == &fcclReduceScatterVAlgos) return KIND_REDUCESCATTERV;
   return KIND_UNKNOWN;
@@ -51,6 +57,9 @@ static const char* kindName(printKind kind) {
                                       "broadcast",
                                       "barrier",
                                       "fused all-reduce + RMSNorm",
+                                      "reduce",
+                                      "gather",
+                                      "scatter",
                                       "variable all-gather",
                                       "variable reduce-scatter",
                                       "unknown call"};
@@ -70,16 +79,17 @@ static const char* formName(uint32_t form) {
   }
 }
 
-/* What a print's count hash is of: a variable call's hashes every rank's count (and, for counts in device memory,
- * the capacities). */
+/* What a print's count hash is of: the reduce's hashes its count and root, a variable call's every rank's count
+ * (and, for counts in device memory, the capacities). */
 static const char* countName(printKind kind) {
   if (kind == KIND_FUSED) return "tokens x hidden";
+  if (kind == KIND_REDUCE) return "count and root";
   if (kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV) return "counts";
   return "count";
 }
 
 static const char* opName(uint32_t op) {
-  static const char* const names[] = {"sum", "prod", "max", "min", "avg"};
+  static const char* const names[] = {"sum", "prod", "max", "min", "avg", "pre-multiplied sum"};
   return op < sizeof(names) / sizeof(names[0]) ? names[op] : "unknown op";
 }
 
@@ -91,7 +101,7 @@ static const char* scaleName(uint32_t mode) {
 static uint32_t printForm(uint32_t print) { return (print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) - 1u; }
 static uint32_t printType(uint32_t print) { return (print >> FCCL_PRINT_TYPE_SHIFT) & 15u; }
 static uint32_t printArg(uint32_t print) { return (print >> FCCL_PRINT_ARG_SHIFT) & 7u; }
-static uint32_t printCount(uint32_t print) { return (print >> FCCL_PRINT_COUNT_SHIFT) & 255u; }
+static uint32_t printCount(uint32_t print) { return (print & FCCL_PRINT_MASK) >> FCCL_PRINT_COUNT_SHIFT; }
 
 uint32_t fcclPrintForm(int algo, int scatter) {
   if (algo == FCCL_ALGO_TWOSHOT_REG) {
@@ -129,9 +139,9 @@ void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
     return;
   }
   char arg[32] = "";
-  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCESCATTERV)
+  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCE || kind == KIND_REDUCESCATTERV)
     snprintf(arg, sizeof(arg), ", %s", opName(printArg(print)));
-  else if (kind == KIND_BROADCAST)
+  else if (kind == KIND_BROADCAST || kind == KIND_GATHER || kind == KIND_SCATTER)
     snprintf(arg, sizeof(arg), ", root %u", printArg(print));
   else if (kind == KIND_FUSED)
     snprintf(arg, sizeof(arg), ", %s", scaleName(printArg(print)));
@@ -151,9 +161,12 @@ void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size)
   if (printForm(mine) != printForm(theirs)) fields[n++] = kind == KIND_FUSED ? "form" : "algorithm";
   if (printType(mine) != printType(theirs)) fields[n++] = "datatype";
   if (printArg(mine) != printArg(theirs))
-    fields[n++] = kind == KIND_BROADCAST ? "root" : kind == KIND_FUSED ? "scale mode" : "op";
+    fields[n++] = kind == KIND_BROADCAST || kind == KIND_GATHER || kind == KIND_SCATTER ? "root"
+                  : kind == KIND_FUSED                                                  ? "scale mode"
+                                                                                        : "op";
   if (printCount(mine) != printCount(theirs))
     fields[n++] = kind == KIND_FUSED                                       ? "token count or hidden size"
+                  : kind == KIND_REDUCE                                    ? "count or root"
                   : kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV ? "counts"
                                                                            : "count";
   if (n == 0) {

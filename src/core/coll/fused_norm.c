@@ -160,7 +160,11 @@ static int fusedBlocks(const struct fcclComm* comm, uint64_t rows, const fcclFus
   const uint64_t batches = (rows + shape->rowsPerBlock - 1) / shape->rowsPerBlock;
   const uint64_t perSm = maxU64(FCCL_FUSED_RESIDENT_THREADS / shape->blockThreads, 1);
   const uint64_t sms = comm->device->smCount > 0 ? (uint64_t)comm->device->smCount : 1;
-  return (int)maxU64(minU64(batches, minU64(sms * perSm, local ? INT_MAX : FCCL_DEVICE_MAX_BLOCKS)), 1);
+  const uint64_t most = minU64(sms * perSm, local ? INT_MAX : FCCL_DEVICE_MAX_BLOCKS);
+  const int blocks = (int)maxU64(minU64(batches, most), 1);
+  /* The communicator's SM budget (docs/collectives.md#sm-budget) bounds the grid last; a block past the batches
+   * takes no row but still meets its peers' blocks, so a minimum may raise the grid up to what stays resident. */
+  return fcclCtaClamp(blocks, (int)most, comm->device->minCtas, comm->device->maxCtas);
 }
 
 /*
@@ -273,7 +277,8 @@ static fcclResult_t enqueueFused(struct fcclComm* comm, const struct fusedCall* 
     /* The previous kernel: one block of 512 threads per row at a time, at most one block per SM. */
     args.form = FCCL_FUSED_ONESHOT_LEGACY;
     rows = args.registered ? c->tokens : minU64(c->tokens, args.roundRows);
-    blocks = (int)minU64(rows, minU64(s->smCount > 0 ? (uint64_t)s->smCount : 1, FCCL_DEVICE_MAX_BLOCKS));
+    const uint64_t cap = minU64(s->smCount > 0 ? (uint64_t)s->smCount : 1, FCCL_DEVICE_MAX_BLOCKS);
+    blocks = fcclCtaClamp((int)minU64(rows, cap), (int)cap, s->minCtas, s->maxCtas);
   }
   FCCL_TRACE(FCCL_SUBSYS_COLL,
              "%s %zu x %zu %s -> %s scale %d %s%s %s: %d blocks of %u rows x %u threads, %llu rows per %s, stream %p",

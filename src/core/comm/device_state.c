@@ -63,6 +63,12 @@ uint64_t fcclDeviceStagingBytes(void) {
 
 int fcclDeviceLL128Auto(void) { return fcclParamInt(FCCL_PARAM_LL128) != 0; }
 
+int fcclDeviceCtaBound(int configured, int id) {
+  const int64_t value = fcclParamInt((fcclParamId_t)id);
+  if (value > 0) return value > INT32_MAX ? INT32_MAX : (int)value;
+  return configured > 0 ? configured : 0;
+}
+
 uint64_t fcclDeviceCopyScatterMin(void) {
   const int64_t value = fcclParamInt(FCCL_PARAM_COPY_SCATTER_MIN);
   return value > 0 ? (uint64_t)value : 0;
@@ -134,6 +140,8 @@ struct deviceHello {
   int32_t requests[5]; /* FCCL_ALGO, FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO, FCCL_BROADCAST_ALGO,
                         * FCCL_FUSED_ALGO, parsed */
   uint64_t copyMoveMin;
+  int32_t minCtas; /* the SM budget */
+  int32_t maxCtas;
 };
 
 static fcclResult_t freeState(struct fcclDeviceState* s) {
@@ -273,6 +281,11 @@ static fcclResult_t deviceSetupLocal(struct fcclComm* comm, struct fcclDeviceSta
   s->copyScatterMin = fcclDeviceCopyScatterMin();
   s->copyMoveMin = fcclDeviceCopyMoveMin();
   s->graphRegister = fcclParamInt(FCCL_PARAM_GRAPH_REGISTER) != 0;
+  s->minCtas = fcclDeviceCtaBound(comm->minCtas, FCCL_PARAM_MIN_CTAS);
+  s->maxCtas = fcclDeviceCtaBound(comm->maxCtas, FCCL_PARAM_MAX_CTAS);
+  if (s->minCtas > 0 && s->maxCtas > 0 && s->minCtas > s->maxCtas)
+    FCCL_WARN(FCCL_SUBSYS_COLL, "SM budget: the minimum of %d blocks is above the maximum of %d: the maximum wins",
+              s->minCtas, s->maxCtas);
   parseRequests(s);
 
   /* The abort flag's page (core allocates it page-aligned and alone) mapped for the kernels. */
@@ -321,6 +334,8 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
   const int32_t requests[5] = {s->algoRequest, s->allGatherRequest, s->reduceScatterRequest, s->broadcastRequest,
                                s->fusedRequest};
   memcpy(mine->requests, requests, sizeof(requests));
+  mine->minCtas = s->minCtas;
+  mine->maxCtas = s->maxCtas;
   fcclResult_t res = fcclBootstrapAllGather(comm->bootstrap, hellos, sizeof(*hellos));
   if (res == fcclSuccess) res = local;
   uint64_t start = 0;
@@ -355,6 +370,12 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
                        "rank %d has FCCL_COPY_MOVE_MIN=%llu, rank %d %llu: set the same value on every rank (the "
                        "ranks of a call must choose the same algorithm)", r, (unsigned long long)h->copyMoveMin,
                        comm->rank, (unsigned long long)mine->copyMoveMin);
+    else if (h->minCtas != mine->minCtas || h->maxCtas != mine->maxCtas)
+      res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
+                       "rank %d has an SM budget of %d..%d blocks, rank %d %d..%d (0: none; config.minCTAs and "
+                       "maxCTAs, FCCL_MIN_CTAS and FCCL_MAX_CTAS): set the same on every rank (the ranks of a call "
+                       "must launch the same grid)",
+                       r, h->minCtas, h->maxCtas, comm->rank, mine->minCtas, mine->maxCtas);
     else if (memcmp(h->requests, mine->requests, sizeof(mine->requests)) != 0)
       res = FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL,
                        "rank %d and rank %d were given different algorithms (FCCL_ALGO, FCCL_ALLGATHER_ALGO, "
@@ -374,9 +395,9 @@ static fcclResult_t deviceInit(struct fcclComm* comm, struct fcclDeviceState* s)
 
   FCCL_INFO(FCCL_SUBSYS_COLL,
             "collectives ready: %d ranks, slot %llu bytes (LL %llu B/peer, staging chunk %llu B), first epoch %llu, "
-            "%d SMs, timeout %llu ms, programmatic dependent launch %s",
+            "%d SMs (budget %d..%d blocks, 0: none), timeout %llu ms, programmatic dependent launch %s",
             nranks, (unsigned long long)layout->totalBytes, (unsigned long long)layout->llBytes,
-            (unsigned long long)layout->chunkBytes, (unsigned long long)start, s->smCount,
+            (unsigned long long)layout->chunkBytes, (unsigned long long)start, s->smCount, s->minCtas, s->maxCtas,
             (unsigned long long)(s->dev.timeoutNs / 1000000ull), s->pdl ? "on" : "off");
   return fcclSuccess;
 }

@@ -52,6 +52,7 @@ struct fcclCommSettings {
   int timeoutMs;
   int allowSharedDevice;
   int splitShare;
+  int minCtas, maxCtas; /* the SM budget as configured; FCCL_CONFIG_UNDEF_INT: not set */
   char name[FCCL_COMM_NAME_MAX];
 };
 
@@ -75,7 +76,7 @@ fcclResult_t fcclCommStart(struct fcclComm* comm, int blocking, fcclComm_t* out)
 /* ---- split.c: what a child of fcclCommSplit or fcclCommShrink takes from its parent ---- */
 
 /* The parent's options as a config (NCCL's rule for a NULL config): blocking, timeout, name (a pointer into
- * parent: resolve it while parent lives), allowSharedDevice, splitShare. */
+ * parent: resolve it while parent lives), allowSharedDevice, splitShare, the SM budget (minCTAs, maxCTAs). */
 void fcclCommInheritedConfig(const struct fcclComm* parent, fcclConfig_t* out);
 /* Makes comm's device current; *saved receives the caller's, for fcclCommRestoreDevice. */
 fcclResult_t fcclCommUseDevice(const struct fcclComm* comm, const char* caller, int* saved);

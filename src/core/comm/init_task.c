@@ -22,6 +22,7 @@
 
 #include <cuda_runtime.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,20 @@
 
 #define FCCL_LOG_SUBSYS FCCL_SUBSYS_INIT
 
+/* The fcclConfig_t of fccl 0.1.0, the first: the fields up to allowSharedDevice. A caller compiled with it passes
+ * this size; the fields appended since read as not set. */
+#define FCCL_CONFIG_FIRST_SIZE (offsetof(fcclConfig_t, allowSharedDevice) + sizeof(int))
+
+/* Whether a config of config->size bytes holds field (a member of fcclConfig_t). */
+#define FCCL_CONFIG_HAS(config, field) \
+  ((config)->size >= offsetof(fcclConfig_t, field) + sizeof(((fcclConfig_t*)0)->field))
+
 fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* caller, struct fcclCommSettings* out) {
   memset(out, 0, sizeof(*out));
   out->blocking = 1;
   out->timeoutMs = fcclBootstrapTimeoutMs(-1);
   out->splitShare = FCCL_CONFIG_UNDEF_INT;
+  out->minCtas = out->maxCtas = FCCL_CONFIG_UNDEF_INT;
   if (config == NULL) return fcclSuccess;
   if (config->magic != FCCL_CONFIG_MAGIC)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
@@ -43,10 +53,10 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config.version is %u, not a version of fccl.h: start from FCCL_CONFIG_INITIALIZER", caller,
                       config->version);
-  if (config->size < sizeof(fcclConfig_t))
+  if (config->size < FCCL_CONFIG_FIRST_SIZE)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config.size is %zu, smaller than any fcclConfig_t (%zu): not from FCCL_CONFIG_INITIALIZER",
-                      caller, config->size, sizeof(fcclConfig_t));
+                      caller, config->size, (size_t)FCCL_CONFIG_FIRST_SIZE);
   /* A larger size is a newer header: the fields this library knows come first and are read; the rest is theirs. */
   if (config->blocking != 0 && config->blocking != 1)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.blocking is %d, not 0 or 1", caller,
@@ -58,13 +68,26 @@ fcclResult_t fcclCommResolveConfig(const fcclConfig_t* config, const char* calle
   if (config->allowSharedDevice != 0 && config->allowSharedDevice != 1)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.allowSharedDevice is %d, not 0 or 1", caller,
                       config->allowSharedDevice);
-  if (config->splitShare != FCCL_CONFIG_UNDEF_INT && config->splitShare != 0 && config->splitShare != 1)
+  if (FCCL_CONFIG_HAS(config, splitShare) && config->splitShare != FCCL_CONFIG_UNDEF_INT && config->splitShare != 0 &&
+      config->splitShare != 1)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
                       "%s: config.splitShare is %d, not 0, 1 or FCCL_CONFIG_UNDEF_INT", caller, config->splitShare);
+  if (FCCL_CONFIG_HAS(config, maxCTAs)) {
+    const int minCtas = config->minCTAs, maxCtas = config->maxCTAs;
+    if ((minCtas != FCCL_CONFIG_UNDEF_INT && minCtas < 1) || (maxCtas != FCCL_CONFIG_UNDEF_INT && maxCtas < 1))
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT,
+                        "%s: config.minCTAs %d, maxCTAs %d: give a positive number of blocks or -1 for the default",
+                        caller, minCtas, maxCtas);
+    if (minCtas != FCCL_CONFIG_UNDEF_INT && maxCtas != FCCL_CONFIG_UNDEF_INT && minCtas > maxCtas)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_INIT, "%s: config.minCTAs %d is above config.maxCTAs %d",
+                        caller, minCtas, maxCtas);
+    out->minCtas = minCtas;
+    out->maxCtas = maxCtas;
+  }
   out->blocking = config->blocking;
   if (config->timeoutMs > 0) out->timeoutMs = config->timeoutMs;
   out->allowSharedDevice = config->allowSharedDevice;
-  out->splitShare = config->splitShare;
+  if (FCCL_CONFIG_HAS(config, splitShare)) out->splitShare = config->splitShare;
   if (config->commName) snprintf(out->name, sizeof(out->name), "%s", config->commName);
   return fcclSuccess;
 }
@@ -100,6 +123,8 @@ fcclResult_t fcclCommNew(const struct fcclCommSettings* settings, int rank, int 
   comm->allowSharedDevice = settings->allowSharedDevice;
   comm->blocking = settings->blocking;
   comm->splitShare = settings->splitShare;
+  comm->minCtas = settings->minCtas;
+  comm->maxCtas = settings->maxCtas;
   comm->abortFlag = abortPage;
   comm->asyncError = fcclInProgress;
   comm->initJob = job;
@@ -279,7 +304,9 @@ static fcclResult_t initHostPart(struct fcclComm* parent, const fcclUniqueId* id
   struct fcclCommSettings settings = {.blocking = 1,
                                       .timeoutMs = parent->timeoutMs,
                                       .allowSharedDevice = parent->allowSharedDevice,
-                                      .splitShare = FCCL_CONFIG_UNDEF_INT};
+                                      .splitShare = FCCL_CONFIG_UNDEF_INT,
+                                      .minCtas = parent->minCtas,
+                                      .maxCtas = parent->maxCtas};
   snprintf(settings.name, sizeof(settings.name), "%s", parent->name);
   struct fcclInitJob* job = calloc(1, sizeof(*job));
   if (!job) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of memory for a host communicator");

@@ -448,6 +448,9 @@ void fcclCommInheritedConfig(const struct fcclComm* parent, fcclConfig_t* out) {
   config.commName = parent->name;
   config.allowSharedDevice = parent->allowSharedDevice;
   config.splitShare = parent->splitShare;
+  /* The budget as the parent was given it; a parent that had none (or a handle without one) gives none. */
+  config.minCTAs = parent->minCtas > 0 ? parent->minCtas : FCCL_CONFIG_UNDEF_INT;
+  config.maxCTAs = parent->maxCtas > 0 ? parent->maxCtas : FCCL_CONFIG_UNDEF_INT;
   *out = config;
 }
 

@@ -19,6 +19,7 @@
 #include "local_group.h"
 #include "monitor.h"
 #include "nccl_path.h"
+#include "redop.h"
 #include "transport.h"
 
 #include <pthread.h>
@@ -64,6 +65,7 @@ fcclResult_t fcclCommFree(struct fcclComm* comm) {
 
   fcclBootstrapDestroy(comm->bootstrap);
   comm->bootstrap = NULL;
+  fcclRedOpFreeAll(comm); /* their NCCL ops went with the NCCL communicator */
   free(comm->peerInfo);
   free(comm->initJob);
   if (!comm->hierParent) free((void*)comm->abortFlag); /* a host communicator's is its parent's */

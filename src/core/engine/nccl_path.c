@@ -13,8 +13,10 @@
 #include "comm.h"
 #include "debug.h"
 #include "device.h"
+#include "device_state.h"
 #include "enqueue.h"
 #include "ncclwrap.h"
+#include "param.h"
 
 #include <sched.h>
 #include <stdint.h>
@@ -36,6 +38,9 @@ _Static_assert((int)ncclBfloat16 == (int)fcclBfloat16 && (int)ncclFloat16 == (in
                    (int)ncclUint64 == (int)fcclUint64,
                "fccl's datatypes are NCCL's");
 _Static_assert((int)ncclAvg == (int)fcclAvg && (int)ncclMin == (int)fcclMin, "fccl's reduction ops are NCCL's");
+_Static_assert((int)ncclScalarDevice == (int)fcclScalarDevice &&
+                   (int)ncclScalarHostImmediate == (int)fcclScalarHostImmediate,
+               "fccl's scalar residences are NCCL's");
 
 struct fcclNcclReg {
   struct fcclNcclReg* next;
@@ -203,6 +208,53 @@ FCCL_API fcclResult_t fcclGroupEnd(void) {
 
 /* ---- the calls ---- */
 
+/* Ends the group that a call made of several NCCL calls opened, whatever happened (NCCL's group state is per thread
+ * and must not stay open); res is the calls' result, whose message is kept. */
+static fcclResult_t endOwnGroup(fcclResult_t res) {
+  char cause[FCCL_LAST_ERROR_MAX];
+  snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+  fcclResult_t ended = fcclGroupEnd();
+  if (res != fcclSuccess) {
+    fcclRestoreThreadError(cause);
+    return res;
+  }
+  return ended;
+}
+
+/* A gather or a scatter as NCCL's sends and receives in one group (any NCCL 2.x, not only 2.28's ncclGather and
+ * ncclScatter): the root's own block goes through a send to itself unless the call is in place. */
+static fcclResult_t rootedGroup(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
+                                cudaStream_t stream) {
+  const char* caller = call->coll->name;
+  const ncclDataType_t type = (ncclDataType_t)call->datatype;
+  const size_t count = call->count;
+  const size_t block = count * fcclTypeSize(call->datatype);
+  const int root = call->root, me = comm->rank;
+  const int gather = call->coll->ncclForm == FCCL_NCCL_GATHER;
+  const int inPlace = me == root && (gather ? (const char*)call->sendbuf == (char*)call->recvbuf + root * block
+                                            : (char*)call->recvbuf == (const char*)call->sendbuf + root * block);
+  FCCLCHECK(fcclGroupStart());
+  fcclResult_t res = fcclSuccess;
+  if (gather) {
+    if (!inPlace)
+      res = issuedOn(comm, nc, pfn_ncclSend(call->sendbuf, count, type, root, nc->comm, stream), caller, "ncclSend");
+    for (int p = 0; me == root && p < comm->nranks && res == fcclSuccess; p++)
+      if (p != me || !inPlace)
+        res = issuedOn(comm, nc,
+                       pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm, stream), caller,
+                       "ncclRecv");
+  } else {
+    for (int p = 0; me == root && p < comm->nranks && res == fcclSuccess; p++)
+      if (p != me || !inPlace)
+        res = issuedOn(comm, nc,
+                       pfn_ncclSend((const char*)call->sendbuf + (size_t)p * block, count, type, p, nc->comm, stream),
+                       caller, "ncclSend");
+    if (res == fcclSuccess && !inPlace)
+      res = issuedOn(comm, nc, pfn_ncclRecv(call->recvbuf, count, type, root, nc->comm, stream), caller, "ncclRecv");
+  }
+  return endOwnGroup(res);
+}
+
 fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, cudaStream_t stream) {
   return fcclNcclLaunchOn(comm, comm->nccl, call, stream);
 }
@@ -251,22 +303,53 @@ fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, co
                          pfn_ncclRecv((char*)call->recvbuf + (size_t)p * block, count, type, p, nc->comm, stream),
                          caller, "ncclRecv");
       }
-      /* The group is ended whatever happened: NCCL's group state is per thread and must not stay open. */
-      char cause[FCCL_LAST_ERROR_MAX];
-      snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
-      fcclResult_t ended = fcclGroupEnd();
-      if (res != fcclSuccess) {
-        fcclRestoreThreadError(cause);
-        return res;
-      }
-      return ended;
+      return endOwnGroup(res);
     }
+    case FCCL_NCCL_REDUCE: /* recvbuf is the root's only (NCCL takes NULL elsewhere) */
+      return issuedOn(comm, nc,
+                      pfn_ncclReduce(call->sendbuf, comm->rank == call->root ? call->recvbuf : NULL, count, type, op,
+                                     call->root, nc->comm, stream),
+                      caller, "ncclReduce");
+    case FCCL_NCCL_GATHER:
+    case FCCL_NCCL_SCATTER: return rootedGroup(comm, nc, call, stream);
     default:
       return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_COLL, "%s has no NCCL form", caller);
   }
 }
 
 fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) { return fcclNcclAsyncErrorOn(comm, comm->nccl); }
+
+/* ---- pre-multiplied sums ---- */
+
+fcclResult_t fcclNcclRedOpCreatePreMulSum(struct fcclComm* comm, void* scalar, fcclDataType_t datatype,
+                                          fcclScalarResidence_t residence, int* ncclOp) {
+  static const char* const caller = "fcclRedOpCreatePreMulSum";
+  struct fcclNcclComm* nc = comm->nccl;
+  if (!nc)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_COLL, "%s: the communicator has no NCCL communicator (%s)", caller,
+                      comm->ncclMissing[0] ? comm->ncclMissing : "its init failed");
+  ncclRedOp_t made = ncclSum;
+  ncclResult_t result = pfn_ncclRedOpCreatePreMulSum(&made, scalar, (ncclDataType_t)datatype,
+                                                     (ncclScalarResidence_t)residence, nc->comm);
+  if (result != ncclSuccess && result != ncclInProgress)
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "%s: ncclRedOpCreatePreMulSum failed: %s (%s)", caller,
+                      pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
+  if (result == ncclInProgress) FCCLCHECK(waitNccl(comm, nc->comm, nc, caller));
+  *ncclOp = (int)made;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclRedOpDestroy(struct fcclComm* comm, int ncclOp) {
+  static const char* const caller = "fcclRedOpDestroy";
+  struct fcclNcclComm* nc = comm->nccl;
+  if (!nc) return fcclSuccess; /* gone with the NCCL communicator */
+  ncclResult_t result = pfn_ncclRedOpDestroy((ncclRedOp_t)ncclOp, nc->comm);
+  if (result != ncclSuccess && result != ncclInProgress)
+    return FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_COLL, "%s: ncclRedOpDestroy of op %d failed: %s (%s)", caller,
+                      ncclOp, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(nc->comm));
+  if (result == ncclInProgress) FCCLCHECK(waitNccl(comm, nc->comm, nc, caller));
+  return fcclSuccess;
+}
 
 fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc) {
   if (!nc) return fcclSuccess;
@@ -430,6 +513,12 @@ static fcclResult_t startLocal(struct fcclComm* comm, const ncclUniqueId* id, in
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   if (comm->name[0]) config.commName = comm->name;
+  /* The SM budget carries over to NCCL's kernels (NCCL caps it at its channel count; its own NCCL_MIN_CTAS and
+   * NCCL_MAX_CTAS still override it, as they override any config). */
+  const int minCtas = fcclDeviceCtaBound(comm->minCtas, FCCL_PARAM_MIN_CTAS);
+  const int maxCtas = fcclDeviceCtaBound(comm->maxCtas, FCCL_PARAM_MAX_CTAS);
+  if (minCtas > 0) config.minCTAs = minCtas;
+  if (maxCtas > 0) config.maxCTAs = maxCtas;
   ncclResult_t result = pfn_ncclCommInitRankConfig(&nc->comm, nranks, *id, rank, &config);
   if (result == ncclSuccess || result == ncclInProgress) return fcclSuccess;
   if (nc->comm) nc->broken = 1;
@@ -579,6 +668,12 @@ fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, 
   config.blocking = 1;
   if (owner != parent && owner->name[0]) config.commName = owner->name;
   if (splitShare != FCCL_CONFIG_UNDEF_INT) config.splitShare = splitShare;
+  /* The new communicator's SM budget, as startLocal gives it to a communicator NCCL creates (owner is the child, or
+   * the parent for a rank of no color, which gets no communicator). */
+  const int minCtas = fcclDeviceCtaBound(owner->minCtas, FCCL_PARAM_MIN_CTAS);
+  const int maxCtas = fcclDeviceCtaBound(owner->maxCtas, FCCL_PARAM_MAX_CTAS);
+  if (minCtas > 0) config.minCTAs = minCtas;
+  if (maxCtas > 0) config.maxCTAs = maxCtas;
   const int nocolor = color < 0;
   struct timespec start, end;
   clock_gettime(CLOCK_MONOTONIC, &start);
@@ -684,6 +779,22 @@ fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, co
 
 fcclResult_t fcclNcclAsyncError(struct fcclComm* comm) {
   (void)comm;
+  return fcclSuccess;
+}
+
+fcclResult_t fcclNcclRedOpCreatePreMulSum(struct fcclComm* comm, void* scalar, fcclDataType_t datatype,
+                                          fcclScalarResidence_t residence, int* ncclOp) {
+  (void)comm;
+  (void)scalar;
+  (void)datatype;
+  (void)residence;
+  (void)ncclOp;
+  return notBuilt("fcclRedOpCreatePreMulSum");
+}
+
+fcclResult_t fcclNcclRedOpDestroy(struct fcclComm* comm, int ncclOp) {
+  (void)comm;
+  (void)ncclOp;
   return fcclSuccess;
 }
 

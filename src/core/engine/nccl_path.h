@@ -28,7 +28,11 @@ typedef enum {
   FCCL_NCCL_BARRIER, /* a one-element all-reduce on the communicator's own device word */
   FCCL_NCCL_SEND,
   FCCL_NCCL_RECV,
-  FCCL_NCCL_ALLTOALL /* a group of one send and one receive per peer */
+  FCCL_NCCL_ALLTOALL, /* a group of one send and one receive per peer */
+  FCCL_NCCL_REDUCE,
+  FCCL_NCCL_GATHER, /* a group: each rank sends its block to the root, which receives one from each (NCCL's
+                     * ncclGather came with 2.28; this runs on every NCCL fccl loads) */
+  FCCL_NCCL_SCATTER /* a group: the root sends block r to rank r, each rank receives its own */
 } fcclNcclForm_t;
 
 /*
@@ -52,6 +56,12 @@ fcclResult_t fcclNcclLaunch(struct fcclComm* comm, const struct fcclCall* call, 
  * only, no barrier and no all-to-all, which are the world's). */
 fcclResult_t fcclNcclLaunchOn(struct fcclComm* comm, struct fcclNcclComm* nc, const struct fcclCall* call,
                               cudaStream_t stream);
+
+/* A pre-multiplied sum on comm->nccl (ncclRedOpCreatePreMulSum with the same arguments) and its end; *ncclOp receives
+ * NCCL's op value. The comm's device current. */
+fcclResult_t fcclNcclRedOpCreatePreMulSum(struct fcclComm* comm, void* scalar, fcclDataType_t datatype,
+                                          fcclScalarResidence_t residence, int* ncclOp);
+fcclResult_t fcclNcclRedOpDestroy(struct fcclComm* comm, int ncclOp);
 
 /* NCCL's asynchronous error as fccl's (ncclInProgress reads as fcclSuccess); a failure is recorded on the
  * communicator (fcclCommFail) the first time it is seen. fcclSuccess without an NCCL communicator. */
