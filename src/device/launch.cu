@@ -146,7 +146,9 @@ extern "C" fcclResult_t fcclDeviceLaunchVariable(fcclDevKernel_t kernel, fcclDat
   fcclDevComm c = *comm;
   fcclDevVArgs a = *args;
   void* params[] = {&c, &a};
-  return fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "variable collective");
+  FCCLCHECK(fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "variable collective"));
+  fccl::recordLaunch(kernel, blocks, threads);
+  return fcclSuccess;
 }
 
 extern "C" fcclResult_t fcclDeviceLaunchFusedNorm(fcclDataType_t datatype, fcclDataType_t outtype,

@@ -18,6 +18,8 @@
  *   mismatch [n]  ranks that pass other counts (host or device) stop as ranks out of step (fcclInvalidUsage)
  *   nccl [n]      the sweep on the NCCL path (FCCL_PATH=nccl, NCCL_HOSTID per rank), and device counts refused in
  *                 a capture there
+ *   budget [n]    every form with host and device counts on a communicator without an SM budget and on one with
+ *                 maxCTAs 3: more than 3 blocks unbounded, at most 3 bounded (the launched grid), results right
  * FCCLTEST_QUICK=1 shortens every mode; FCCLTEST_SEED repeats the data; FCCLTEST_VERBOSE=1 prints every call.
  */
 #include "test_variable.h"
@@ -442,8 +444,8 @@ static const struct {
   const char* name;
   int forkTimeout; /* seconds for the whole run, under meson's timeout */
   int minRanks;
-} kModes[] = {{"sweep", 560, 1},   {"ranks", 860, 1},    {"graph", 560, 1},
-              {"invalid", 200, 1}, {"mismatch", 200, 2}, {"nccl", 560, 2}};
+} kModes[] = {{"sweep", 560, 1},    {"ranks", 860, 1}, {"graph", 560, 1}, {"invalid", 200, 1},
+              {"mismatch", 200, 2}, {"nccl", 560, 2},  {"budget", 300, 1}};
 
 static int rankMain(int rank, int nranks, void* arg) {
   const struct testArgs* args = arg;
@@ -460,6 +462,8 @@ static int rankMain(int rank, int nranks, void* arg) {
     code = modeMismatch(rank, nranks, args);
   else if (strcmp(args->mode, "nccl") == 0)
     code = modeNccl(rank, nranks, args);
+  else if (strcmp(args->mode, "budget") == 0)
+    code = modeBudget(rank, nranks, args);
   char name[64];
   snprintf(name, sizeof(name), "variable %s rank %d", args->mode, rank);
   return testSummary(name) != 0 || code != 0;
@@ -472,7 +476,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < sizeof(kModes) / sizeof(kModes[0]); i++)
     if (strcmp(args.mode, kModes[i].name) == 0) forkTimeout = kModes[i].forkTimeout, minRanks = kModes[i].minRanks;
   if (forkTimeout == 0 || nranks < minRanks || nranks > 8) {
-    fprintf(stderr, "usage: %s sweep|ranks|graph|invalid|mismatch|nccl [nranks 1..8]\n", argv[0]);
+    fprintf(stderr, "usage: %s sweep|ranks|graph|invalid|mismatch|nccl|budget [nranks 1..8]\n", argv[0]);
     return 2;
   }
   args.gpus = testGpuCount();

@@ -106,6 +106,7 @@ int modeGraph(int rank, int nranks, const struct testArgs* args);
 int modeInvalid(int rank, int nranks, const struct testArgs* args);
 int modeMismatch(int rank, int nranks, const struct testArgs* args);
 int modeNccl(int rank, int nranks, const struct testArgs* args);
+int modeBudget(int rank, int nranks, const struct testArgs* args);
 /* test_variable.c: the sweep on ctx (forms forced only on fccl's kernels); returns the calls made. */
 uint64_t varSweep(struct varContext* ctx, int narrow, uint64_t firstCall);
 

@@ -5,8 +5,10 @@
  */
 #include "test_variable.h"
 
+#include "device.h"
 #include "device_state.h"
 #include "param.h"
+#include "test_collectives_common.h"
 #include "variable.h"
 
 #include <stdlib.h>
@@ -357,6 +359,94 @@ static void mismatched(const struct testArgs* args, int rank, int nranks, int de
 int modeMismatch(int rank, int nranks, const struct testArgs* args) {
   mismatched(args, rank, nranks, 0);
   mismatched(args, rank, nranks, 1);
+  return 0;
+}
+
+/* ---- SM budget ----------------------------------------------------------------------------------------------- */
+
+#define BUDGET_MAX_CTAS 3
+
+/* A communicator with the SM budget maxCtas (-1: none), as collCommCreate makes one. */
+static fcclComm_t budgetComm(const struct testArgs* args, int rank, int nranks, int which, int maxCtas) {
+  fcclUniqueId id;
+  if (!collShareId(args->shared, rank, which, &id)) return NULL;
+  if (cudaSetDevice(rank % args->gpus) != cudaSuccess) return NULL;
+  fcclConfig_t config = FCCL_CONFIG_INITIALIZER;
+  config.allowSharedDevice = nranks > args->gpus;
+  config.timeoutMs = 60000;
+  config.maxCTAs = maxCtas;
+  fcclComm_t comm = NULL;
+  const fcclResult_t res = fcclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  EXPECT_MSG(res == fcclSuccess, "rank %d: init with maxCTAs %d: %s", rank, maxCtas, fcclGetLastError(NULL));
+  return res == fcclSuccess ? comm : NULL;
+}
+
+/* One call on ctx, checked, and the blocks it was launched with in *blocks; returns the number of problems. */
+static int budgetRun(struct varContext* ctx, const struct varCase* c, int registered, uint64_t call, const char* what,
+                     int* blocks) {
+  struct varPlace p;
+  varPlaceIn(ctx->send[registered].base, ctx->recv[registered].base, c, ctx->rank, ctx->nranks, &p);
+  if (varUpload(ctx, c, &p, call, ctx->host, ctx->hostCounts, ctx->devCounts, ctx->stream) != 0) return 1;
+  COLL_CHECK_FCCL(what, varInvoke(ctx, c, &p, ctx->devCounts, ctx->stream));
+  int kernel = -1, threads = 0;
+  fcclDeviceLastLaunchForTest(&kernel, blocks, &threads);
+  const int want = (c->reduces ? fcclReduceScatterVAlgos : fcclAllGatherVAlgos).algos[c->form];
+  EXPECT_MSG(kernel == want, "rank %d: %s: launched %s, expected %s", ctx->rank, what, fcclAlgoName(kernel),
+             fcclAlgoName(want));
+  COLL_CHECK_CUDA(what, cudaStreamSynchronize(ctx->stream));
+  return varCheck(ctx, c, &p, call, -1, what);
+}
+
+/* The same calls on a communicator without a budget and on one with maxCTAs 3: every form of both collectives, host
+ * and device counts, at sizes whose grid is larger than 3 blocks unbounded; bounded the grid is 3 blocks at most and
+ * the results are as right (the host reference). */
+int modeBudget(int rank, int nranks, const struct testArgs* args) {
+  fcclComm_t comms[2] = {budgetComm(args, rank, nranks, 0, -1), budgetComm(args, rank, nranks, 1, BUDGET_MAX_CTAS)};
+  if (!comms[0] || !comms[1]) return 1;
+  struct varContext ctxs[2];
+  int ready = 1;
+  for (int b = 0; b < 2; b++) ready = varContextInit(&ctxs[b], args, comms[b], rank, nranks, 24u << 20, 1) && ready;
+  EXPECT(ready);
+  fcclSlotLayout layout;
+  fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
+  uint64_t call = 0;
+  int checked = 0;
+  for (int reduces = 0; ready && reduces < 2; reduces++)
+    for (int form = FCCL_MOVE_LL; form <= FCCL_MOVE_STAGED; form++)
+      for (int device = 0; device < 2; device++) {
+        struct varCase c;
+        memset(&c, 0, sizeof(c));
+        c.reduces = reduces;
+        c.type = fcclFloat32;
+        c.op = fcclSum;
+        c.form = form;
+        c.device = device;
+        c.slack = device ? 5 : 0;
+        /* Skewed: rank 0 the largest block (a full LL region, or 1 Mi floats), the others half of it. */
+        const size_t largest = form == FCCL_MOVE_LL ? layout.llBytes / 4 - c.slack : (size_t)1 << 20;
+        for (int r = 0; r < nranks; r++) c.counts[r] = r == 0 ? largest : largest / 2;
+        const int registered = form == FCCL_MOVE_DIRECT;
+        if (!moveFormApplicable(reduces ? MOVE_REDUCESCATTER : MOVE_ALLGATHER, form, nranks, (largest + c.slack) * 4,
+                                registered))
+          continue;
+        char what[300], described[256];
+        varDescribe(&c, nranks, described, sizeof(described));
+        int blocks[2] = {0, 0};
+        for (int b = 0; b < 2; b++) {
+          snprintf(what, sizeof(what), "%s, %s", described, b ? "maxCTAs 3" : "no budget");
+          EXPECT_EQ_INT(budgetRun(&ctxs[b], &c, registered, call++, what, &blocks[b]), 0);
+        }
+        EXPECT_MSG(blocks[0] > BUDGET_MAX_CTAS, "rank %d: %s: %d blocks without a budget: the case cannot show one",
+                   rank, described, blocks[0]);
+        EXPECT_MSG(blocks[1] >= 1 && blocks[1] <= BUDGET_MAX_CTAS, "rank %d: %s: %d blocks under maxCTAs %d", rank,
+                   described, blocks[1], BUDGET_MAX_CTAS);
+        checked++;
+      }
+  EXPECT_MSG(checked >= 8, "rank %d: only %d cases could run", rank, checked);
+  for (int b = 0; b < 2; b++) {
+    varContextFini(&ctxs[b]);
+    EXPECT_EQ_INT(fcclCommDestroy(comms[b]), fcclSuccess);
+  }
   return 0;
 }
 

@@ -267,6 +267,9 @@ static fcclResult_t enqueueKernels(struct fcclComm* comm, const struct fcclVaria
   const uint64_t blockBytes = z->blockBytes > 0 ? z->blockBytes : z->elemBytes;
   fcclAlgoQuery query = fcclAlgoQueryMake(blockBytes, comm->nranks, 1, 0, s->smCount, &s->dev.layout, s->ll128Auto,
                                           s->copyScatterMin);
+  /* The communicator's SM budget bounds the grid, as every collective's (docs/collectives.md#sm-budget). */
+  query.minCtas = s->minCtas;
+  query.maxCtas = s->maxCtas;
   query.forced = request;
   int registered = 0;
   FCCLCHECK(findPeerBuffer(comm, call, z, capturing, &query, &args, &registered));
