@@ -18,7 +18,8 @@
  *   graph [n]    a pre-multiplied all-reduce with a device scalar, a reduce, a gather, a scatter and a bcast
  *                captured in one CUDA graph, its ops destroyed after the capture, replayed 200 times (quick: 20)
  *                with fresh inputs and a new scalar before each replay, every replay checked
- *   wrap [n]     the LL forms across the wrap of the LL flags' epoch bits (the LL area cleaned by the kernels)
+ *   wrap [n]     the LL forms (the bcast's too) across the wrap of the LL flags' epoch bits (the LL area cleaned by
+ *                the kernels)
  * FCCLTEST_QUICK=1 shortens every mode; FCCLTEST_SEED repeats the data; FCCLTEST_VERBOSE=1 prints every call.
  */
 #include "test_rooted_common.h"
@@ -343,13 +344,17 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
     EXPECT_EQ_INT(cudaStreamSynchronize(ctx.stream), cudaSuccess);
     EXPECT_EQ_INT(fcclDeviceSetEpochForTest(comm, wraps[w] - 7), fcclSuccess);
     /* Seven calls of the LL forms through the epochs whose kernels clean the LL area (low 12 bits 0xffe, 0xfff),
-     * with full regions before them, then more after the wrap. */
+     * with full regions before them, then more after the wrap. The kinds turn by two between the wraps, so that each
+     * of the four (the bcast's tokens too) runs in a cleaning call: calls 5 and 6 are the bcast and the gather, then
+     * the scatter and the reduce. */
+    static const int kinds[] = {ROOTED_REDUCE, ROOTED_BCAST, ROOTED_GATHER, ROOTED_SCATTER};
     for (int i = 0; i < 12; i++) {
       struct rootedCase c;
       memset(&c, 0, sizeof(c));
-      c.kind = i % 3 == 0 ? ROOTED_REDUCE : i % 3 == 1 ? ROOTED_GATHER : ROOTED_SCATTER;
+      c.kind = kinds[(i + 2 * w) % 4];
       c.type = fcclFloat32;
-      c.op = c.kind == ROOTED_REDUCE && i % 2 ? ROOTED_PREMUL : fcclSum;
+      c.op = c.kind == ROOTED_REDUCE && (i / 4) % 2 ? ROOTED_PREMUL : fcclSum;
+      c.inPlace = c.kind == ROOTED_BCAST; /* the bcast is in place */
       c.form = FCCL_MOVE_LL;
       c.count = i < 4 ? fullLL : 100 + (size_t)i;
       c.root = i % nranks;
