@@ -60,8 +60,8 @@ static int modeRanks(struct fusedContext* x) {
           /* opt: bit 0 registered; residual always but in opt 2, weight always but in opt 3; in opt 1 an eps of
            * the order of the mean square (about 1.4 per rank), so that a norm without it, or with it elsewhere,
            * misses the reference by far more than the tolerance. */
-          struct fusedCase c = {kTypes[ti], kTypes[ti], fcclScaleNone, tokens[k], hiddens[hi], opt != 2, opt != 3,
-                                opt & 1, opt == 1 ? 0.5f : 1e-6f, 1.0f};
+          struct fusedCase c = {kTypes[ti], kTypes[ti], fcclScaleNone,           tokens[k], hiddens[hi], opt != 2,
+                                opt != 3,   opt & 1,    opt == 1 ? 0.5f : 1e-6f, 1.0f};
           bad += fusedRunCase(x, &c, call++, NULL);
           if (bad > 10) return call;
         }
@@ -91,7 +91,7 @@ static int modeFp8(struct fusedContext* x) {
     for (size_t hi = 1; hi < 3; hi++)
       for (int mode = fcclScaleStatic; mode <= fcclScaleDynamic; mode++) {
         struct fusedCase c = {kTypes[ti], fcclFloat8e4m3, (fcclScaleMode_t)mode, 33, hiddens[hi], 0, 1, (int)hi & 1,
-                              1e-5f, 0.0078125f};
+                              1e-5f,      0.0078125f};
         if (fusedRunCase(x, &c, call++, pokeZeroRow)) continue;
         /* Checked against the reference above; said once more, plainly: row 4's bytes are all 0. */
         int zeros = 1;
