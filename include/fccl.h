@@ -528,6 +528,87 @@ FCCL_API fcclResult_t fcclReduceScatter(const void* sendbuf, void* recvbuf, size
 FCCL_API fcclResult_t fcclBroadcast(const void* sendbuf, void* recvbuf, size_t count, fcclDataType_t datatype,
                                     int root, fcclComm_t comm, void* stream);
 
+/* ---- variable all-gather and reduce-scatter: a count per rank ---------------------------------------------------- */
+
+/**
+ * fcclAllGather with a count per rank: rank r contributes counts[r] elements (any of them 0), which land in every
+ * rank's recvbuf after the blocks of ranks 0..r-1, at element counts[0] + ... + counts[r-1]. recvbuf holds
+ * counts[0] + ... + counts[nranks-1] elements. In place when sendbuf == recvbuf + (counts[0] + ... +
+ * counts[rank-1]). Registration, staging, graph registration and FCCL_ALLGATHER_ALGO (its ll, direct and staged
+ * forms) as for fcclAllGather; the form follows the largest block. On the NCCL and hierarchical paths NCCL carries
+ * it as a group of one ncclBroadcast per rank with a block. docs/collectives.md#variable-all-gather-and-reduce-scatter.
+ * @param sendbuf   counts[rank] elements of device memory of the communicator's device (NULL when that is 0).
+ * @param recvbuf   the sum of the counts, likewise (NULL when it is 0).
+ * @param counts    host memory: nranks counts, read during the call (a CUDA graph keeps the counts it was captured
+ *                  with). All 0: the call does nothing.
+ * @return as fcclAllGather, plus fcclInvalidArgument for counts NULL or counts whose sum overflows a size.
+ * Thread safety, blocking, graph capture: as fcclAllGather. Collective: yes, the same counts (all nranks of them)
+ * and type on every rank; ranks with other counts stop with fcclInvalidUsage on fccl's kernels (ranks out of step).
+ */
+FCCL_API fcclResult_t fcclAllGatherV(const void* sendbuf, void* recvbuf, const size_t* counts, fcclDataType_t datatype,
+                                     fcclComm_t comm, void* stream);
+
+/**
+ * fcclReduceScatter with a count per rank: block r, counts[r] elements at element counts[0] + ... + counts[r-1] of
+ * every rank's sendbuf, is reduced across ranks into rank r's recvbuf, with fcclAllReduce's rules (rank order, fp32
+ * accumulation for 16-bit floats, NaN rules, avg divided once); with equal counts the bits are fcclReduceScatter's.
+ * In place when recvbuf == sendbuf + (counts[0] + ... + counts[rank-1]). Registration (of sendbuf), staging, graph
+ * registration and FCCL_REDUCESCATTER_ALGO as for fcclReduceScatter. On the NCCL and hierarchical paths NCCL carries
+ * it as a group of one ncclReduce per rank with a block, whose sums NCCL orders as it chooses.
+ * @param sendbuf   the sum of the counts, elements of device memory of the communicator's device (NULL when 0).
+ * @param recvbuf   counts[rank] elements, likewise (NULL when that is 0).
+ * @param counts    host memory: nranks counts, as for fcclAllGatherV.
+ * @return as fcclReduceScatter, plus fcclInvalidArgument for counts NULL or counts whose sum overflows a size.
+ * Thread safety, blocking, graph capture: as fcclAllGather. Collective: yes, the same counts, type and op on every
+ * rank.
+ */
+FCCL_API fcclResult_t fcclReduceScatterV(const void* sendbuf, void* recvbuf, const size_t* counts,
+                                         fcclDataType_t datatype, fcclRedOp_t op, fcclComm_t comm, void* stream);
+
+/**
+ * fcclAllGatherV with the counts in device memory, read when the call runs: every launch and every replay of a CUDA
+ * graph that captured it reads them again, so a graph captured once serves counts that change from step to step
+ * (written on the stream before the call, as any input). The buffers are sized for the worst case: every rank's
+ * sendbuf holds sendcapacity elements and its recvbuf recvcapacity; each count must be within sendcapacity and
+ * their sum within recvcapacity. The form follows sendcapacity, as fcclAllGatherV's follows the largest count.
+ * Counts that do not fit, or are negative, are seen by the kernel: the call then moves nothing and the communicator
+ * fails with fcclInvalidArgument, naming the count and the call (fcclCommGetAsyncError, and the next call returns
+ * it): destroy or abort it. On the NCCL and hierarchical paths NCCL needs the counts on the host: the call copies
+ * them back and waits for the stream to reach it (blocks), checks them (fcclInvalidArgument, before anything is
+ * launched), and runs fcclAllGatherV's group; there it cannot be captured nor called inside a group.
+ * @param sendbuf       sendcapacity elements of device memory of the communicator's device (NULL when 0).
+ * @param recvbuf       recvcapacity elements, likewise (NULL when 0).
+ * @param counts        device memory of that device: nranks int64_t counts, 8-byte aligned.
+ * @param sendcapacity  elements each rank's sendbuf holds: the largest count allowed. The same on every rank.
+ * @param recvcapacity  elements each rank's recvbuf holds: the largest sum allowed. The same on every rank.
+ * @return as fcclAllGatherV, plus fcclInvalidArgument for counts NULL, misaligned or not device memory of the
+ *         communicator's device, or capacities that overflow a size; on the NCCL and hierarchical paths also for
+ *         counts that do not fit, and fcclInvalidUsage for a call being captured or inside a group.
+ * Thread safety: as fcclAllGather. Blocks: no on fccl's kernels; on the NCCL and hierarchical paths until the stream
+ * reaches the call. Collective: yes, the same counts (when the call runs), capacities and type on every rank; on
+ * fccl's kernels ranks that read other counts stop with fcclInvalidUsage (ranks out of step). Graph capture: yes on
+ * fccl's kernels (captured plain buffers registered as for fcclAllGather); no on the other paths.
+ */
+FCCL_API fcclResult_t fcclAllGatherVDevice(const void* sendbuf, void* recvbuf, const int64_t* counts,
+                                           size_t sendcapacity, size_t recvcapacity, fcclDataType_t datatype,
+                                           fcclComm_t comm, void* stream);
+
+/**
+ * fcclReduceScatterV with the counts in device memory, read when the call runs, as fcclAllGatherVDevice's: every
+ * rank's sendbuf holds sendcapacity elements, the largest sum of the counts allowed, and its recvbuf recvcapacity,
+ * the largest count allowed; the form follows recvcapacity. Counts that do not fit: as for fcclAllGatherVDevice.
+ * @param sendbuf       sendcapacity elements of device memory of the communicator's device (NULL when 0).
+ * @param recvbuf       recvcapacity elements, likewise (NULL when 0).
+ * @param counts        device memory of that device: nranks int64_t counts, 8-byte aligned.
+ * @param sendcapacity  elements each rank's sendbuf holds, the same on every rank.
+ * @param recvcapacity  elements each rank's recvbuf holds, the same on every rank.
+ * @return as fcclAllGatherVDevice, plus fcclInvalidArgument for an unknown op.
+ * Thread safety, blocking, collective, graph capture: as fcclAllGatherVDevice, with the same op on every rank.
+ */
+FCCL_API fcclResult_t fcclReduceScatterVDevice(const void* sendbuf, void* recvbuf, const int64_t* counts,
+                                               size_t sendcapacity, size_t recvcapacity, fcclDataType_t datatype,
+                                               fcclRedOp_t op, fcclComm_t comm, void* stream);
+
 /** How fcclAllReduceAddRMSNorm scales an FP8 output (docs/fused.md#fp8). */
 typedef enum {
   fcclScaleNone = 0,     /**< output in the input's type: no scale (scale must be NULL) */

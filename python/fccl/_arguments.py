@@ -67,6 +67,56 @@ def _reduce_scatter_arguments(send, recv, op, nranks, stream):
     return send_buffer, recv_buffer, reduction, _stream_of(stream, send_buffer, recv_buffer)
 
 
+def _variable_counts(counts, nranks):
+    """counts as a list of nranks non-negative ints (host counts), or as a buffer of nranks int64 in device memory
+    (a CUDA tensor or __cuda_array_interface__): (host list or None, device buffer or None)."""
+    if _is_torch_tensor(counts) or hasattr(counts, "__cuda_array_interface__"):
+        buffer = _as_buffer(counts, "counts")
+        if buffer.dtype != DataType.int64:
+            raise TypeError(f"counts in device memory are {buffer.dtype.name}; int64 expected")
+        if buffer.count != nranks:
+            raise ValueError(f"counts has {buffer.count} elements; one per rank ({nranks}) expected")
+        return None, buffer
+    if isinstance(counts, (str, bytes)):
+        raise TypeError(f"counts must be ints, one per rank, not {type(counts).__name__}")
+    try:
+        values = list(counts)
+    except TypeError:
+        raise TypeError(f"counts must be ints, one per rank, or an int64 CUDA tensor, not "
+                        f"{type(counts).__name__}") from None
+    if len(values) != nranks:
+        raise ValueError(f"counts has {len(values)} entries; one per rank ({nranks}) expected")
+    for rank, value in enumerate(values):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"counts[{rank}] = {value!r} is not a non-negative int")
+    return values, None
+
+
+def _variable_arguments(send, recv, counts, op, nranks, rank, reduces, stream):
+    """Everything fcclAllGatherV / fcclReduceScatterV (or their device-count forms) need, checked in Python first:
+    (send, recv, host counts or None, device counts or None, op or None, stream handle). With host counts the
+    buffers hold exactly what the call moves (the all-gather's recv and the reduce-scatter's send: the sum of the
+    counts; the other: counts[rank]); with device counts they are the capacities, and every count must fit them
+    when the call runs."""
+    _check_nranks(nranks)
+    if recv is None:
+        raise ValueError("recv is required" + (": it holds this rank's block of the reduction" if reduces
+                                               else ": it holds every rank's block"))
+    send_buffer, recv_buffer = _pair(send, recv)
+    host, device = _variable_counts(counts, nranks)
+    if host is not None:
+        total, mine = sum(host), host[rank]
+        whole, own = (send_buffer, recv_buffer) if reduces else (recv_buffer, send_buffer)
+        whole_name, own_name = ("send", "recv") if reduces else ("recv", "send")
+        if whole.count != total:
+            raise ValueError(f"{whole_name} has {whole.count} elements; the counts add up to {total}")
+        if own.count != mine:
+            raise ValueError(f"{own_name} has {own.count} elements; counts[{rank}] is {mine}")
+    reduction = _op_of(op) if reduces else None
+    buffers = (send_buffer, recv_buffer) + ((device,) if device is not None else ())
+    return send_buffer, recv_buffer, host, device, reduction, _stream_of(stream, *buffers)
+
+
 def _broadcast_arguments(send, recv, root, rank, nranks, stream):
     """Everything fcclBroadcast needs, checked in Python first: (send or None, recv, stream handle). recv None: in
     place (send is the buffer). send None: allowed on ranks other than root, which do not read it."""

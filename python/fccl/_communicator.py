@@ -12,8 +12,9 @@ from typing import Callable, Optional
 
 from ._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_reduce_arguments,
                          _all_to_all_arguments, _broadcast_arguments, _exclude_list, _gather_arguments,
-                         _peer_arguments, _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments)
-from ._buffers import _as_buffer, _stream_handle
+                         _peer_arguments, _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments,
+                         _variable_arguments)
+from ._buffers import _as_buffer, _is_torch_tensor, _stream_handle
 from ._c_api import _MEM_STATS_FIELDS, SPLIT_NOCOLOR, _MemStatsStruct
 from ._config import Config, _config_pointer
 from ._device import _device_index, _OnDevice
@@ -92,6 +93,7 @@ class Communicator:
         self._bootstrap = bootstrap  # kept until destroy: fccl may call the callbacks inside fcclCommDestroy
         self._device = None
         self._nranks = None
+        self._rank = None
         self._name = _reserve(None) if name is None else name
         _bind(self._name, self)
         if "torch" in sys.modules:  # registers the custom ops for torch.compile (fccl.ops), once
@@ -201,6 +203,11 @@ class Communicator:
     def rank(self) -> int:
         return self._query_int("fcclCommUserRank")
 
+    def _rank_cached(self) -> int:
+        if self._rank is None:  # fixed at creation; asked by the variable ops' shapes (fccl.ops)
+            self._rank = self.rank
+        return self._rank
+
     @property
     def device(self) -> int:
         if self._device is None:  # fixed at creation
@@ -260,6 +267,68 @@ class Communicator:
                                               recv_buffer.count, int(send_buffer.dtype), op_value, handle,
                                               stream_handle or None)
             _check(result, "fcclReduceScatter", handle)
+        return recv
+
+    def all_gather_v(self, send, recv, counts, stream=None):
+        """fcclAllGatherV: rank r's send (counts[r] elements, any of them 0) into recv on every rank after the blocks
+        of ranks 0..r-1, enqueued on stream; returns recv. counts: nranks ints, the same on every rank (send holds
+        counts[rank] elements, recv their sum; in place when send is this rank's block of recv); or nranks int64 in
+        device memory (a CUDA tensor), read when the call runs, so that a captured CUDA graph serves new counts at
+        every replay: then send and recv are sized for the worst case (every count within send's elements, their
+        sum within recv's; the elements of recv past the sum are left as they were eagerly, unspecified under
+        torch.compile), and counts that do not fit fail the communicator (FcclError InvalidArgument from the next
+        call or async_error). stream: as all_reduce's. Under torch.compile: fccl.ops.all_gather_v."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "all_gather_v")
+            flat = send.reshape(-1)
+            result = (ops.all_gather_v(flat, counts, self, rows=recv.numel()) if _is_torch_tensor(counts)
+                      else ops.all_gather_v(flat, [int(c) for c in counts], self))
+            return recv.copy_(result.view(recv.shape))
+        send_buffer, recv_buffer, host, device, _, stream_handle = _variable_arguments(
+            send, recv, counts, None, self._nranks_cached(), self._rank_cached(), False, stream)
+        handle = self._live_handle()
+        if device is None:
+            result = _lib().fcclAllGatherV(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                           (ctypes.c_size_t * len(host))(*host), int(send_buffer.dtype), handle,
+                                           stream_handle or None)
+            _check(result, "fcclAllGatherV", handle)
+        else:
+            result = _lib().fcclAllGatherVDevice(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                                 device.pointer or None, send_buffer.count, recv_buffer.count,
+                                                 int(send_buffer.dtype), handle, stream_handle or None)
+            _check(result, "fcclAllGatherVDevice", handle)
+        return recv
+
+    def reduce_scatter_v(self, send, recv, counts, op="sum", stream=None):
+        """fcclReduceScatterV: block r (counts[r] elements after the blocks of ranks 0..r-1) of every rank's send,
+        reduced with op in rank order (the bits of reduce_scatter with equal counts), into rank r's recv, enqueued
+        on stream; returns recv. counts: as all_gather_v's (send holds their sum, recv counts[rank]; in place when
+        recv is this rank's block of send), or int64 in device memory with send and recv sized for the worst case
+        (their sum within send's elements, every count within recv's). op and stream: as all_reduce's. Under
+        torch.compile: fccl.ops.reduce_scatter_v."""
+        if _compiling():
+            from . import ops
+            _traced_stream(stream, "reduce_scatter_v")
+            flat = send.reshape(-1)
+            result = (ops.reduce_scatter_v(flat, counts, self, op, rows=recv.numel()) if _is_torch_tensor(counts)
+                      else ops.reduce_scatter_v(flat, [int(c) for c in counts], self, op))
+            return recv.copy_(result.view(recv.shape))
+        send_buffer, recv_buffer, host, device, reduction, stream_handle = _variable_arguments(
+            send, recv, counts, op, self._nranks_cached(), self._rank_cached(), True, stream)
+        handle = self._live_handle()
+        with _CallOp(reduction, send_buffer.dtype, handle) as op_value:
+            if device is None:
+                result = _lib().fcclReduceScatterV(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                                   (ctypes.c_size_t * len(host))(*host), int(send_buffer.dtype),
+                                                   op_value, handle, stream_handle or None)
+                _check(result, "fcclReduceScatterV", handle)
+            else:
+                result = _lib().fcclReduceScatterVDevice(send_buffer.pointer or None, recv_buffer.pointer or None,
+                                                         device.pointer or None, send_buffer.count,
+                                                         recv_buffer.count, int(send_buffer.dtype), op_value, handle,
+                                                         stream_handle or None)
+                _check(result, "fcclReduceScatterVDevice", handle)
         return recv
 
     def broadcast(self, send, recv=None, root=0, stream=None):

@@ -15,6 +15,9 @@ as it captures the methods.
     s = fccl.ops.reduce_scatter(x, "tp")        # this rank's block of dimension 0 of the sum
     b = fccl.ops.broadcast(x, "tp", root=0)     # root's x; broadcast_ in place
     m = fccl.ops.all_reduce(x, "tp", op=fccl.PreMulSum(0.5))  # a pre-multiplied sum (with a number)
+    v = fccl.ops.all_gather_v(x, [3, 0, 5], "tp")       # rank r's counts[r] rows, concatenated
+    w = fccl.ops.reduce_scatter_v(v, [3, 0, 5], "tp")   # this rank's counts[rank] rows of the sum
+    v = fccl.ops.all_gather_v(x, counts, "tp", rows=n)  # counts: an int64 CUDA tensor read at every run (graphs)
     r = fccl.ops.moe_dispatch(x, layout, topk_idx, topk_weights)   # a MoeDispatchResult (docs/moe.md)
     o = fccl.ops.moe_combine(y, layout, topk_weights)              # y: the experts' outputs in r.x's rows
 
@@ -34,7 +37,7 @@ again after the new communicator exists; the compiled function needs no recompil
 ``Communicator``'s methods take these ops themselves while torch.compile traces them, so ``comm.all_reduce(x)``
 inside a compiled function needs nothing else. The op names are ``torch.ops.fccl.all_reduce`` and so on.
 """
-from typing import TYPE_CHECKING, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -46,8 +49,8 @@ from ._names import _check_name, _lookup
 if TYPE_CHECKING:  # for annotations only: the communicator module imports this one, never the other way round
     from ._communicator import Communicator
 
-__all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_", "moe_dispatch",
-           "moe_combine"]
+__all__ = ["all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "broadcast", "broadcast_", "all_gather_v",
+           "reduce_scatter_v", "moe_dispatch", "moe_combine"]
 
 _torch_compile._torch_is_compiling = torch.compiler.is_compiling  # Communicator's methods ask it
 
@@ -71,6 +74,33 @@ def _scattered_shape(x: torch.Tensor, nranks: int):
     if x.dim() == 0 or x.shape[0] % nranks != 0:
         raise ValueError(f"reduce_scatter: dimension 0 of shape {tuple(x.shape)} is not a multiple of {nranks} ranks")
     return (x.shape[0] // nranks,) + tuple(x.shape[1:])
+
+
+def _row_elements(x: torch.Tensor, call: str) -> int:
+    if x.dim() == 0:
+        raise ValueError(f"{call}: a 0-dimensional tensor has no dimension 0 to split into rows")
+    elements = 1
+    for size in x.shape[1:]:
+        elements *= size
+    return elements
+
+
+def _check_row_counts(counts, nranks: int, call: str) -> None:
+    if len(counts) != nranks:
+        raise ValueError(f"{call}: {len(counts)} counts, one per rank ({nranks}) expected")
+    for rank, count in enumerate(counts):
+        if count < 0:
+            raise ValueError(f"{call}: counts[{rank}] = {count} is negative")
+
+
+def _device_counts(counts: torch.Tensor, x: torch.Tensor, nranks: int, call: str) -> torch.Tensor:
+    """Rows per rank (an int64 CUDA tensor of nranks) as the elements the C call takes, on the stream: a copy scaled
+    by the row's elements unless a row is one element."""
+    if counts.dtype != torch.int64 or counts.dim() != 1 or counts.shape[0] != nranks:
+        raise ValueError(f"{call}: counts must be an int64 tensor of {nranks} rows per rank, got {counts.dtype} "
+                         f"{tuple(counts.shape)}")
+    row = _row_elements(x, call)
+    return counts.contiguous() if row == 1 else counts * row
 
 
 # ---- the ops: real implementations, then fake ones (shape, type and device only) -----------------------------------
@@ -143,6 +173,65 @@ def _broadcast_inplace(x: torch.Tensor, comm_name: str, root: int) -> None:
 @_broadcast_inplace.register_fake
 def _(x, comm_name, root):
     return None
+
+
+@torch.library.custom_op("fccl::all_gather_v", mutates_args=(), device_types="cuda")
+def _all_gather_v(x: torch.Tensor, counts: List[int], comm_name: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
+    _check_row_counts(counts, communicator._nranks_cached(), "all_gather_v")
+    row = _row_elements(x, "all_gather_v")
+    out = x.new_empty((sum(counts),) + tuple(x.shape[1:]))
+    communicator.all_gather_v(x.contiguous(), out, [count * row for count in counts])
+    return out
+
+
+@_all_gather_v.register_fake
+def _(x, counts, comm_name):
+    return x.new_empty((sum(counts),) + tuple(x.shape[1:]))
+
+
+@torch.library.custom_op("fccl::reduce_scatter_v", mutates_args=(), device_types="cuda")
+def _reduce_scatter_v(x: torch.Tensor, counts: List[int], comm_name: str, op: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
+    _check_row_counts(counts, communicator._nranks_cached(), "reduce_scatter_v")
+    row = _row_elements(x, "reduce_scatter_v")
+    out = x.new_empty((counts[communicator._rank_cached()],) + tuple(x.shape[1:]))
+    communicator.reduce_scatter_v(x.contiguous(), out, [count * row for count in counts], op=op)
+    return out
+
+
+@_reduce_scatter_v.register_fake
+def _(x, counts, comm_name, op):
+    return x.new_empty((counts[_communicator(comm_name)._rank_cached()],) + tuple(x.shape[1:]))
+
+
+@torch.library.custom_op("fccl::all_gather_v_device", mutates_args=(), device_types="cuda")
+def _all_gather_v_device(x: torch.Tensor, counts: torch.Tensor, rows: int, comm_name: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
+    elements = _device_counts(counts, x, communicator._nranks_cached(), "all_gather_v")
+    out = x.new_empty((rows,) + tuple(x.shape[1:]))
+    communicator.all_gather_v(x.contiguous(), out, elements)
+    return out
+
+
+@_all_gather_v_device.register_fake
+def _(x, counts, rows, comm_name):
+    return x.new_empty((rows,) + tuple(x.shape[1:]))
+
+
+@torch.library.custom_op("fccl::reduce_scatter_v_device", mutates_args=(), device_types="cuda")
+def _reduce_scatter_v_device(x: torch.Tensor, counts: torch.Tensor, rows: int, comm_name: str,
+                             op: str) -> torch.Tensor:
+    communicator = _communicator(comm_name)
+    elements = _device_counts(counts, x, communicator._nranks_cached(), "reduce_scatter_v")
+    out = x.new_empty((rows,) + tuple(x.shape[1:]))
+    communicator.reduce_scatter_v(x.contiguous(), out, elements, op=op)
+    return out
+
+
+@_reduce_scatter_v_device.register_fake
+def _(x, counts, rows, comm_name, op):
+    return x.new_empty((rows,) + tuple(x.shape[1:]))
 
 
 # The MoE ops name their layout, which names its communicator. The dispatch returns every output, scales and weights
@@ -241,6 +330,39 @@ def broadcast_(x: torch.Tensor, comm: Union[str, "Communicator"], root: int = 0)
     """root's x into x on every rank, in place; returns x."""
     torch.ops.fccl.broadcast_(x, _comm_name(comm), int(root))
     return x
+
+
+def _rows(rows) -> int:
+    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+        raise ValueError(f"rows must be a non-negative int (the output's rows, sized for the worst case), got {rows!r}")
+    return rows
+
+
+def all_gather_v(x: torch.Tensor, counts: Union[Sequence[int], torch.Tensor], comm: Union[str, "Communicator"],
+                 rows: Optional[int] = None) -> torch.Tensor:
+    """Rank r's x (counts[r] rows of dimension 0, any of them 0) concatenated in rank order on every rank.
+    counts: ints, the same on every rank (x has counts[rank] rows; a CUDA graph keeps the counts it captured); or an
+    int64 CUDA tensor of rows per rank, read at every run, so that a captured graph serves new counts: then x holds
+    the most rows a rank may send, rows= gives the output's rows (the most the counts may add up to), and the rows
+    past their sum are unspecified."""
+    if isinstance(counts, torch.Tensor):
+        if rows is None:
+            raise ValueError("all_gather_v: rows= is required with counts in a tensor (the output's rows)")
+        return torch.ops.fccl.all_gather_v_device(x, counts, _rows(rows), _comm_name(comm))
+    return torch.ops.fccl.all_gather_v(x, [int(c) for c in counts], _comm_name(comm))
+
+
+def reduce_scatter_v(x: torch.Tensor, counts: Union[Sequence[int], torch.Tensor], comm: Union[str, "Communicator"],
+                     op="sum", rows: Optional[int] = None) -> torch.Tensor:
+    """This rank's block (counts[rank] rows, after the blocks of ranks before it) of the reduction of every rank's
+    x, summed in rank order. counts: ints (x has their sum of rows), or an int64 CUDA tensor of rows per rank read
+    at every run: then x holds the most rows the counts may add up to, rows= gives the output's rows (the most one
+    rank may receive), and the rows past counts[rank] are unspecified."""
+    if isinstance(counts, torch.Tensor):
+        if rows is None:
+            raise ValueError("reduce_scatter_v: rows= is required with counts in a tensor (the output's rows)")
+        return torch.ops.fccl.reduce_scatter_v_device(x, counts, _rows(rows), _comm_name(comm), _op_name(op))
+    return torch.ops.fccl.reduce_scatter_v(x, [int(c) for c in counts], _comm_name(comm), _op_name(op))
 
 
 def _layout_name(layout) -> str:

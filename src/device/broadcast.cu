@@ -82,6 +82,9 @@ __global__ void __launch_bounds__(FCCL_DEVICE_THREADS, 1) broadcastLL(fcclDevCom
       (void)llWait(inbox + (uint64_t)w * perWriter, flag, spin, token);
     }
   }
+  /* Every wait of the block is over before the LL area may be cleaned at a flag wrap (epochEnd): thread w of block 0
+   * waits for rank w's token in packet 0 of its region, which thread 0 cleans. */
+  __syncthreads();
   epochEnd(c, epoch);
 }
 

@@ -4,6 +4,7 @@
  * communicator and the call's arguments by value: a CUDA graph captures them as they were, and everything that
  * changes from call to call (epochs) lives in device memory.
  */
+#include "device_variable.h"
 #include "fused_norm_shape.h"
 #include "kernels.cuh"
 
@@ -109,7 +110,8 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
     fccl::recordLaunch(kernel, 1, FCCL_DEVICE_BARRIER_THREADS);
     return fcclSuccess;
   }
-  const void* function = fccl::dataKernel(kernel, type, op, comm->nranks);
+  /* The variable collectives' kernels take other arguments (fcclDeviceLaunchVariable). */
+  const void* function = fcclKernelIsVariable(kernel) ? nullptr : fccl::dataKernel(kernel, type, op, comm->nranks);
   if (function == nullptr || args == nullptr)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "no kernel for algorithm %d, type %d, op %d",
                       (int)kernel, (int)type, (int)op);
@@ -120,6 +122,31 @@ extern "C" fcclResult_t fcclDeviceLaunch(fcclDevKernel_t kernel, fcclDataType_t 
   fcclDevArgs a = *args;
   void* params[] = {&c, &a};
   FCCLCHECK(fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "collective"));
+  fccl::recordLaunch(kernel, blocks, threads);
+  return fcclSuccess;
+}
+
+extern "C" fcclResult_t fcclDeviceLaunchVariable(fcclDevKernel_t kernel, fcclDataType_t type, fcclRedOp_t op,
+                                                 const fcclDevComm* comm, const fcclDevVArgs* args, int blocks,
+                                                 int threads, int pdl, cudaStream_t stream) {
+  if (comm == nullptr || args == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "variable collective launch without comm or args");
+  if ((args->print & ((1u << FCCL_PRINT_FORM_BITS) - 1u)) == 0)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel launch without the call's fingerprint");
+  const void* function = fcclKernelIsVariable(kernel) ? fccl::dataKernel(kernel, type, op, comm->nranks) : nullptr;
+  if (function == nullptr)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "no variable collective kernel for algorithm %d, type %d, "
+                      "op %d",
+                      (int)kernel, (int)type, (int)op);
+  if (blocks < 1 || blocks > FCCL_DEVICE_MAX_BLOCKS || threads < 32 || threads > FCCL_DEVICE_THREADS ||
+      threads % 32 != 0 || threads < comm->nranks)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "kernel grid %d x %d outside [1, %d] x [32, %d]", blocks,
+                      threads, FCCL_DEVICE_MAX_BLOCKS, FCCL_DEVICE_THREADS);
+  fcclDevComm c = *comm;
+  fcclDevVArgs a = *args;
+  void* params[] = {&c, &a};
+  FCCLCHECK(fccl::launch(function, dim3(blocks), dim3(threads), params, pdl, stream, "variable collective"));
   fccl::recordLaunch(kernel, blocks, threads);
   return fcclSuccess;
 }

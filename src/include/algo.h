@@ -102,6 +102,11 @@ extern const fcclAlgoSet fcclBroadcastAlgos;
 extern const fcclAlgoSet fcclReduceAlgos;
 extern const fcclAlgoSet fcclGatherAlgos;
 extern const fcclAlgoSet fcclScatterAlgos;
+/* fcclAllGatherV and fcclReduceScatterV: the all-gather's and the reduce-scatter's forms with a count per rank
+ * (LL, direct, staged), chosen by fcclMoveSelect from the largest block; FCCL_ALLGATHER_ALGO and
+ * FCCL_REDUCESCATTER_ALGO force them too. */
+extern const fcclAlgoSet fcclAllGatherVAlgos;
+extern const fcclAlgoSet fcclReduceScatterVAlgos;
 
 /* The form of algo in set (its index in set->algos); -1 when algo is not one of set's. */
 int fcclAlgoSetForm(const fcclAlgoSet* set, int algo);

@@ -282,12 +282,14 @@ typedef enum {
   FCCL_PHASE_DONE = 6,        /* a peer finishing with this rank's buffers */
   FCCL_PHASE_LL128 = 7,       /* LL128 lines of a peer */
   FCCL_PHASE_CONSUMED = 8,    /* a peer to have copied a staging round out, before its parity is written again */
-  FCCL_PHASE_MOE_COUNTS = 9,  /* MoE dispatch: a peer's rows per expert */
-  FCCL_PHASE_MOE_DATA = 10,   /* MoE dispatch: a peer's tokens */
-  FCCL_PHASE_MOE_RESULT = 11, /* MoE combine: a peer's expert outputs */
-  FCCL_PHASE_MOE_FREE = 12,   /* MoE: a peer to have read its staging of the layout's previous call */
-  FCCL_PHASE_MOE_GRID = 13,   /* MoE: the other blocks of this rank's kernel (a grid barrier) */
-  FCCL_PHASE_MOE_ROUTING = 14 /* MoE dispatch: invalid routing (fcclInvalidArgument, not a wait) */
+  FCCL_PHASE_COUNTS = 9,      /* no wait: a variable call's counts in device memory do not fit its capacities
+                               * (errorPeer: the rank whose count, -1: their sum; errorWaitedNs: the value) */
+  FCCL_PHASE_MOE_COUNTS = 10, /* MoE dispatch: a peer's rows per expert */
+  FCCL_PHASE_MOE_DATA = 11,   /* MoE dispatch: a peer's tokens */
+  FCCL_PHASE_MOE_RESULT = 12, /* MoE combine: a peer's expert outputs */
+  FCCL_PHASE_MOE_FREE = 13,   /* MoE: a peer to have read its staging of the layout's previous call */
+  FCCL_PHASE_MOE_GRID = 14,   /* MoE: the other blocks of this rank's kernel (a grid barrier) */
+  FCCL_PHASE_MOE_ROUTING = 15 /* MoE dispatch: invalid routing (fcclInvalidArgument, not a wait) */
 } fcclDevPhase_t;
 
 /* The device-side communicator: constant for the communicator's life, passed by value to each kernel. */

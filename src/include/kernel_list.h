@@ -71,6 +71,17 @@
   KERNEL(FCCL_KERNEL_SCATTER_LL, "ll", "scatter_ll", scatterLL)                 \
   KERNEL(FCCL_KERNEL_SCATTER_DIRECT, "direct", "scatter_direct", scatterDirect) \
   KERNEL(FCCL_KERNEL_SCATTER_STAGED, "staged", "scatter_staged", scatterStaged)
+/* fcclAllGatherV and fcclReduceScatterV (FCCL_ALLGATHER_ALGO, FCCL_REDUCESCATTER_ALGO), in FCCL_MOVE_* order: the
+ * all-gather's and the reduce-scatter's forms with a count per rank. Their kernels take fcclDevVArgs
+ * (device_variable.h), launched by fcclDeviceLaunchVariable. */
+#define FCCL_ALLGATHERV_FORMS(KERNEL, COPY)                                              \
+  KERNEL(FCCL_KERNEL_ALLGATHERV_LL, "ll", "allgatherv_ll", allGatherVLL)                 \
+  KERNEL(FCCL_KERNEL_ALLGATHERV_DIRECT, "direct", "allgatherv_direct", allGatherVDirect) \
+  KERNEL(FCCL_KERNEL_ALLGATHERV_STAGED, "staged", "allgatherv_staged", allGatherVStaged)
+#define FCCL_REDUCESCATTERV_FORMS(KERNEL, COPY)                                                      \
+  KERNEL(FCCL_KERNEL_REDUCESCATTERV_LL, "ll", "reducescatterv_ll", reduceScatterVLL)                 \
+  KERNEL(FCCL_KERNEL_REDUCESCATTERV_DIRECT, "direct", "reducescatterv_direct", reduceScatterVDirect) \
+  KERNEL(FCCL_KERNEL_REDUCESCATTERV_STAGED, "staged", "reducescatterv_staged", reduceScatterVStaged)
 
 /* Every kernel and form: the collectives' forms, then the kernels with launchers of their own. */
 #define FCCL_KERNEL_LIST(KERNEL, COPY, OWN) \
@@ -81,6 +92,8 @@
   FCCL_REDUCE_FORMS(KERNEL, COPY)           \
   FCCL_GATHER_FORMS(KERNEL, COPY)           \
   FCCL_SCATTER_FORMS(KERNEL, COPY)          \
+  FCCL_ALLGATHERV_FORMS(KERNEL, COPY)       \
+  FCCL_REDUCESCATTERV_FORMS(KERNEL, COPY)   \
   OWN(FCCL_KERNEL_BARRIER, "barrier")       \
   OWN(FCCL_KERNEL_FUSED_NORM, "fused_norm") \
   OWN(FCCL_KERNEL_MOE, "moe")

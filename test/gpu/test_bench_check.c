@@ -17,12 +17,16 @@
  * NCCL when there are two GPUs; a flipped element of root 0's result caught.
  * budget: reduce_perf with --max-ctas 1,4: three tables (the default, then each budget's, each under its "# SM
  * budget" line) checked clean, and with -J each table in its own file (out.json, out.max-ctas-1.json, ...).
+ * variable: all_gather_v_perf or reduce_scatter_v_perf on two ranks (sharing one GPU when there is one), on fccl's
+ * kernels eagerly and in graph mode, and beside NCCL (with one GPU as two NCCL hosts, which puts fccl on its NCCL
+ * path too), checked clean with the in-place columns not run; for the all-gather a flipped element caught.
  *
  *   test_bench_check <all_reduce_perf> [basic|types]
  *   test_bench_check <benchmark> registered KERNEL
  *   test_bench_check <sendrecv_perf|alltoall_perf> p2p
  *   test_bench_check <reduce_perf|gather_perf|scatter_perf> rooted
  *   test_bench_check <reduce_perf> budget
+ *   test_bench_check <all_gather_v_perf|reduce_scatter_v_perf> variable
  */
 #include "fccl_build_config.h"
 #include "test.h"
@@ -295,11 +299,50 @@ static int modeBudget(const char* binary, int gpus) {
   return testSummary("bench_check budget");
 }
 
+/* The variable mode: the skewed blocks of all_gather_v_perf or reduce_scatter_v_perf (bench.h's benchVariableCount). */
+static int modeVariable(const char* binary, int gpus) {
+  const int allGather = strstr(binary, "all_gather_v_perf") != NULL;
+  const char* ranks = gpus >= 2 ? "-np 2" : "-np 2 --share-gpu";
+  if (gpus < 2) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  /* 8 B .. 16 MiB by 8: 8 sizes. */
+  const char* sweep = "-b 8 -e 16M -f 8 -n 5 -w 2 -c 1 -d float -o sum --progress 0";
+  const int compare = FCCL_HAVE_NCCL;
+  char besideNccl[96];
+  snprintf(besideNccl, sizeof(besideNccl), "%s --compare nccl", gpus >= 2 ? "-np 2" : "-np 2 --share-gpu --hosts 2");
+  const char* const modes[][3] = {{"fccl", ranks, ""},
+                                  {"fccl, graph mode", ranks, "-G 2"},
+                                  {"beside NCCL", besideNccl, ""}};
+  char flags[512];
+  runResult_t r;
+  for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+    if (m == 2 && !compare) continue;
+    snprintf(flags, sizeof(flags), "%s %s %s", modes[m][1], sweep, modes[m][2]);
+    run(binary, flags, &r);
+    expectClean(modes[m][0], &r, 8);
+    EXPECT_MSG(r.rowsInPlaceNotRun == 8, "%s: in-place not run in %d of 8 rows", modes[m][0], r.rowsInPlaceNotRun);
+    if (m == 2) EXPECT_MSG(r.rowsNcclColumns == 8, "%s: NCCL columns in %d of 8 rows", modes[m][0], r.rowsNcclColumns);
+    free(r.text);
+  }
+  if (allGather) {
+    /* The flip lands at element n x count / 2 of rank 0's output, inside the blocks from 64 bytes on (at 8 bytes the
+     * blocks hold one element before it). */
+    snprintf(flags, sizeof(flags), "%s %s --inject-corruption", ranks, sweep);
+    run(binary, flags, &r);
+    EXPECT_MSG(r.status != 0 && r.rows == 8, "corrupted: status %d, %d rows\n%s", r.status, r.rows,
+               r.text ? r.text : "");
+    EXPECT_MSG(r.rowsFcclWrong[0] >= 7, "corrupted: #wrong > 0 in %d rows out of place, want 7 or more",
+               r.rowsFcclWrong[0]);
+    free(r.text);
+  }
+  return testSummary(allGather ? "bench_check all_gather_v" : "bench_check reduce_scatter_v");
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || (argc > 2 && strcmp(argv[2], "registered") == 0 && argc < 4)) {
     fprintf(stderr,
             "usage: %s <all_reduce_perf> [basic|types] | <benchmark> registered KERNEL | <sendrecv_perf|"
-            "alltoall_perf> p2p | <reduce_perf|gather_perf|scatter_perf> rooted | <reduce_perf> budget\n",
+            "alltoall_perf> p2p | <reduce_perf|gather_perf|scatter_perf> rooted | <reduce_perf> budget | "
+            "<all_gather_v_perf|reduce_scatter_v_perf> variable\n",
             argv[0]);
     return 1;
   }
@@ -315,6 +358,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "p2p") == 0) return modeP2p(binary, gpus);
   if (strcmp(mode, "rooted") == 0) return modeRooted(binary, gpus);
   if (strcmp(mode, "budget") == 0) return modeBudget(binary, gpus);
+  if (strcmp(mode, "variable") == 0) return modeVariable(binary, gpus);
   if (strcmp(mode, "types") == 0) {
     /* Every type (10) and op (5), two sizes each (odd element counts for some types), checked. */
     snprintf(flags, sizeof(flags), "%s -b 1001 -e 64064 -f 64 -n 3 -w 1 -c 1 -d all -o all --progress 0", ranks);

@@ -11,7 +11,7 @@
  * argument, oneshot or twoshot, runs every call of a mode in that form wherever the form can run it (strictly: a
  * call it cannot run fails), auto (the default) as the public call chooses.
  *   test_fused_norm ranks <n>   types x hidden (128 .. 16384, odd ones) x tokens x options
- *   test_fused_norm fp8 <n>     static and dynamic FP8 scales
+ *   test_fused_norm fp8 <n>     static and dynamic FP8 scales; a row of zeros (dynamic scale 0, outputs 0)
  *   test_fused_norm batch <n>   token t alone, in 64 tokens and in 4096 gives the same bits, staged and registered,
  *                               in the automatic choice (4096 tokens: two-shot) and in each form forced
  *   test_fused_norm forms <n>   the one-shot and the two-shot form give the same bits for the same input (output,
@@ -57,16 +57,26 @@ static int modeRanks(struct fusedContext* x) {
     for (size_t hi = 0; hi < sizeof(hiddens) / sizeof(hiddens[0]); hi++)
       for (int k = 0; k < nTokens; k++)
         for (int opt = 0; opt < 4; opt++) {
-          /* opt: bit 0 registered; residual always but in opt 2, weight always but in opt 3. */
-          struct fusedCase c = {kTypes[ti], kTypes[ti], fcclScaleNone, tokens[k], hiddens[hi], opt != 2, opt != 3,
-                                opt & 1, 1e-6f, 1.0f};
+          /* opt: bit 0 registered; residual always but in opt 2, weight always but in opt 3; in opt 1 an eps of
+           * the order of the mean square (about 1.4 per rank), so that a norm without it, or with it elsewhere,
+           * misses the reference by far more than the tolerance. */
+          struct fusedCase c = {kTypes[ti], kTypes[ti], fcclScaleNone,           tokens[k], hiddens[hi], opt != 2,
+                                opt != 3,   opt & 1,    opt == 1 ? 0.5f : 1e-6f, 1.0f};
           bad += fusedRunCase(x, &c, call++, NULL);
           if (bad > 10) return call;
         }
   return (int)call;
 }
 
+/* Every rank's input: row 4 all zeros (without a residual, r' of that row is 0). */
+static void pokeZeroRow(const struct fusedCase* c, int rank, void* hostIn) {
+  (void)rank;
+  for (size_t i = 0; i < c->hidden; i++) fusedStoreBits(c->type, hostIn, 4 * c->hidden + i, 0);
+}
+
+/* Static and dynamic scales; then rows of zeros without a residual: a dynamic scale of 0 and outputs of 0. */
 static int modeFp8(struct fusedContext* x) {
+  struct fusedContext* ctx = x;
   static const size_t hiddens[] = {128, 129, 4096, 8191};
   uint64_t call = 0;
   for (size_t ti = 0; ti < 3; ti++)
@@ -77,6 +87,21 @@ static int modeFp8(struct fusedContext* x) {
                                 1e-5f, 0.0078125f};
           fusedRunCase(x, &c, call++, NULL);
         }
+  for (size_t ti = 0; ti < 3; ti++)
+    for (size_t hi = 1; hi < 3; hi++)
+      for (int mode = fcclScaleStatic; mode <= fcclScaleDynamic; mode++) {
+        struct fusedCase c = {kTypes[ti], fcclFloat8e4m3, (fcclScaleMode_t)mode, 33, hiddens[hi], 0, 1, (int)hi & 1,
+                              1e-5f,      0.0078125f};
+        if (fusedRunCase(x, &c, call++, pokeZeroRow)) continue;
+        /* Checked against the reference above; said once more, plainly: row 4's bytes are all 0. */
+        int zeros = 1;
+        for (size_t i = 0; i < c.hidden; i++) zeros &= ((const uint8_t*)x->hOutput)[4 * c.hidden + i] == 0;
+        float scale = -1.0f;
+        memcpy(&scale, (const char*)x->hScale + 4 * sizeof(float), sizeof(float));
+        EXPECT_MSG(zeros, "rank %d: %s: a row of zeros does not give FP8 zeros", ctx->rank, refTypeName(c.type));
+        EXPECT_MSG(mode != fcclScaleDynamic || scale == 0.0f, "rank %d: %s: a row of zeros has the dynamic scale %g",
+                   ctx->rank, refTypeName(c.type), (double)scale);
+      }
   return (int)call;
 }
 

@@ -18,7 +18,8 @@
  *   graph [n]    a pre-multiplied all-reduce with a device scalar, a reduce, a gather, a scatter and a bcast
  *                captured in one CUDA graph, its ops destroyed after the capture, replayed 200 times (quick: 20)
  *                with fresh inputs and a new scalar before each replay, every replay checked
- *   wrap [n]     the LL forms across the wrap of the LL flags' epoch bits (the LL area cleaned by the kernels)
+ *   wrap [n]     the LL forms (the bcast's too) across the wrap of the LL flags' epoch bits (the LL area cleaned by
+ *                the kernels)
  * FCCLTEST_QUICK=1 shortens every mode; FCCLTEST_SEED repeats the data; FCCLTEST_VERBOSE=1 prints every call.
  */
 #include "test_rooted_common.h"
@@ -343,13 +344,17 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
     EXPECT_EQ_INT(cudaStreamSynchronize(ctx.stream), cudaSuccess);
     EXPECT_EQ_INT(fcclDeviceSetEpochForTest(comm, wraps[w] - 7), fcclSuccess);
     /* Seven calls of the LL forms through the epochs whose kernels clean the LL area (low 12 bits 0xffe, 0xfff),
-     * with full regions before them, then more after the wrap. */
+     * with full regions before them, then more after the wrap. The kinds turn by two between the wraps, so that each
+     * of the four (the bcast's tokens too) runs in a cleaning call: calls 5 and 6 are the bcast and the gather, then
+     * the scatter and the reduce. */
+    static const int kinds[] = {ROOTED_REDUCE, ROOTED_BCAST, ROOTED_GATHER, ROOTED_SCATTER};
     for (int i = 0; i < 12; i++) {
       struct rootedCase c;
       memset(&c, 0, sizeof(c));
-      c.kind = i % 3 == 0 ? ROOTED_REDUCE : i % 3 == 1 ? ROOTED_GATHER : ROOTED_SCATTER;
+      c.kind = kinds[(i + 2 * w) % 4];
       c.type = fcclFloat32;
-      c.op = c.kind == ROOTED_REDUCE && i % 2 ? ROOTED_PREMUL : fcclSum;
+      c.op = c.kind == ROOTED_REDUCE && (i / 4) % 2 ? ROOTED_PREMUL : fcclSum;
+      c.inPlace = c.kind == ROOTED_BCAST; /* the bcast is in place */
       c.form = FCCL_MOVE_LL;
       c.count = i < 4 ? fullLL : 100 + (size_t)i;
       c.root = i % nranks;
@@ -370,9 +375,11 @@ int rootedModeGraph(int rank, int nranks, struct collShared* shared, uint64_t se
 
 static const struct {
   const char* name;
-  int forkTimeout; /* seconds for the whole run, under meson's timeout */
-} kModes[] = {{"sweep", 560}, {"ranks", 860}, {"premul", 560}, {"compose", 560},
+  int forkTimeout; /* seconds for the whole run, under meson's timeout (test/gpu/meson.build) */
+} kModes[] = {{"sweep", 560}, {"ranks", 560}, {"premul", 560}, {"compose", 560},
               {"large", 560}, {"graph", 560}, {"wrap", 100}};
+/* The ranks mode on 8 ranks, whose meson timeout is 900 s. */
+#define RANKS8_FORK_TIMEOUT 860
 
 static int rankMain(int rank, int nranks, void* arg) {
   const struct testArgs* args = arg;
@@ -402,6 +409,7 @@ int main(int argc, char** argv) {
   int forkTimeout = 0;
   for (size_t i = 0; i < sizeof(kModes) / sizeof(kModes[0]); i++)
     if (strcmp(args.mode, kModes[i].name) == 0) forkTimeout = kModes[i].forkTimeout;
+  if (strcmp(args.mode, "ranks") == 0 && nranks >= 8) forkTimeout = RANKS8_FORK_TIMEOUT;
   if (forkTimeout == 0 || nranks < 1 || nranks > FCCL_DEVICE_MAX_RANKS) {
     fprintf(stderr, "usage: %s sweep|ranks|premul|compose|large|graph|wrap [nranks 1..8]\n", argv[0]);
     return 2;

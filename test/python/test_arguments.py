@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """What each collective checks before calling C (fccl._arguments): the counts between send and recv, types, writable
-outputs, op, root, peers, streams, the ranks a shrink excludes, and the fused all-reduce + RMSNorm's rows, types and
-FP8 scales.
+outputs, op, root, peers, streams, the ranks a shrink excludes, the variable all-gather and reduce-scatter's counts
+per rank (host ints or int64 device memory), and the fused all-reduce + RMSNorm's rows, types and FP8 scales.
 
 Run alone: FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_arguments.py [-v]
 """
@@ -11,7 +11,7 @@ import unittest
 import fccl
 from fccl._arguments import (_add_rms_norm_arguments, _all_gather_arguments, _all_to_all_arguments,
                              _broadcast_arguments, _exclude_list, _gather_arguments, _peer_arguments,
-                             _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments)
+                             _reduce_arguments, _reduce_scatter_arguments, _scatter_arguments, _variable_arguments)
 from support import FakeCudaArray
 
 
@@ -262,6 +262,53 @@ class CollectiveArgumentTest(unittest.TestCase):
         self.assertEqual((send.count, recv.count), (0, 0))
         send, recv, _, _ = _reduce_scatter_arguments((0, 0, "int8"), (0, 0, "int8"), "sum", 4, None)
         self.assertEqual((send.count, recv.count), (0, 0))
+
+
+class VariableArgumentTest(unittest.TestCase):
+    """What all_gather_v and reduce_scatter_v check before calling C: one count per rank, the buffers' elements
+    against the counts (host counts) or taken as capacities (device counts: int64, one per rank), op, recv."""
+
+    def test_host_counts_size_the_buffers(self):
+        counts = [3, 0, 5]
+        send, recv, host, device, op, stream = _variable_arguments(FakeCudaArray((5,)), FakeCudaArray((8,)), counts,
+                                                                   None, 3, 2, False, None)
+        self.assertEqual((send.count, recv.count, host, device, op, stream), (5, 8, [3, 0, 5], None, None, 0))
+        send, recv, host, _, op, _ = _variable_arguments(FakeCudaArray((8,), "<f2"), FakeCudaArray((0,), "<f2"),
+                                                         counts, "max", 3, 1, True, 0x5)
+        self.assertEqual((send.count, recv.count, op), (8, 0, fccl.RedOp.max))
+        for send_count, recv_count, rank in ((5, 9, 2), (4, 8, 2), (3, 8, 2), (5, 8, 0)):  # all-gather mismatches
+            with self.assertRaises(ValueError):
+                _variable_arguments(FakeCudaArray((send_count,)), FakeCudaArray((recv_count,)), counts, None, 3, rank,
+                                    False, None)
+        for send_count, recv_count, rank in ((7, 3, 0), (8, 5, 0), (8, 3, 2)):  # reduce-scatter mismatches
+            with self.assertRaises(ValueError):
+                _variable_arguments(FakeCudaArray((send_count,)), FakeCudaArray((recv_count,)), counts, "sum", 3, rank,
+                                    True, None)
+
+    def test_counts_are_one_non_negative_int_per_rank(self):
+        for bad in ([3, 5], [3, 0, 5, 1], [3, -1, 5], [3, 1.0, 4], [3, True, 4]):
+            with self.assertRaises(ValueError):
+                _variable_arguments(FakeCudaArray((3,)), FakeCudaArray((8,)), bad, None, 3, 0, False, None)
+        for bad in (8, "358", None):
+            with self.assertRaises(TypeError):
+                _variable_arguments(FakeCudaArray((3,)), FakeCudaArray((8,)), bad, None, 3, 0, False, None)
+        with self.assertRaises(ValueError):
+            _variable_arguments(FakeCudaArray((3,)), None, [3, 0, 5], None, 3, 0, False, None)  # recv is required
+        with self.assertRaises(ValueError):
+            _variable_arguments(FakeCudaArray((8,)), FakeCudaArray((3,)), [3, 0, 5], "mean", 3, 0, True, None)
+
+    def test_device_counts_take_the_buffers_as_capacities(self):
+        counts = FakeCudaArray((3,), "<i8", pointer=0x7F0000100000)
+        send, recv, host, device, _, _ = _variable_arguments(FakeCudaArray((64,)), FakeCudaArray((100,)), counts,
+                                                             None, 3, 1, False, 0x9)
+        self.assertEqual((send.count, recv.count, host, device.count, device.pointer), (64, 100, None, 3,
+                                                                                        0x7F0000100000))
+        with self.assertRaises(TypeError):  # int32 counts
+            _variable_arguments(FakeCudaArray((64,)), FakeCudaArray((100,)), FakeCudaArray((3,), "<i4"), None, 3, 1,
+                                False, None)
+        with self.assertRaises(ValueError):  # not one per rank
+            _variable_arguments(FakeCudaArray((64,)), FakeCudaArray((100,)), FakeCudaArray((4,), "<i8"), None, 3, 1,
+                                False, None)
 
 
 if __name__ == "__main__":

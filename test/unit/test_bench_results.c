@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The result functions of all_gather_perf, reduce_scatter_perf, broadcast_perf, sendrecv_perf and alltoall_perf, and
+ * The result functions of all_gather_perf, reduce_scatter_perf, broadcast_perf, sendrecv_perf, alltoall_perf and the
+ * variable all_gather_v_perf and reduce_scatter_v_perf, and
  * those ready for reduce, gather and scatter (tools/bench/check.c), with the benchmark's checker, on results built on
  * the host from the ranks' input pattern: a right result has no wrong element, whole or read back in pieces; one
  * changed element is one wrong element; a block in another rank's place, another rank's slice of the reduction, a
@@ -103,6 +104,88 @@ static void testReduceScatter(int type, int op, int nranks) {
     }
   }
   benchCheckerFree(&checker);
+  free(reduced);
+  free(in);
+}
+
+/* all_gather_v_perf: rank q's benchVariableCount block after the blocks before it; past their sum nothing is fixed. */
+static void testAllGatherV(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD + 11, size = benchTypeSize(type), room = count * (size_t)nranks;
+  const uint64_t seed = 6;
+  unsigned char* in = inputs(type, BENCH_NO_OP, nranks, seed, 2 * count); /* rank q's input at q x 2 count */
+  unsigned char* gathered = malloc(room * size);
+  memset(gathered, BENCH_POISON_BYTE, room * size);
+  size_t total = 0;
+  for (int q = 0; q < nranks; q++) {
+    const size_t block = benchVariableCount(count, q, nranks);
+    EXPECT_EQ_INT((long long)benchVariableOffset(count, q, nranks), (long long)total);
+    if (total + block > room) break; /* a wrong skew: reported below, never written past the buffer */
+    memcpy(gathered + total * size, in + (size_t)q * 2 * count * size, block * size);
+    total += block;
+  }
+  EXPECT_MSG(total <= room && total + (size_t)nranks >= room, "all-gather-v: blocks add up to %zu of %zu", total, room);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, BENCH_NO_OP, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    benchCheckerSetResult(&checker, benchAllGatherVResult, count, rank, -1);
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, gathered, room, size, &pieces) == 0 && pieces == 0,
+               "all-gather-v %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), nranks, rank);
+  }
+  gathered[(total - 2) * size] ^= 0x40;
+  EXPECT_EQ_INT(benchCheckerCount(&checker, gathered, room, 0), 1);
+  gathered[(total - 2) * size] ^= 0x40;
+  if (nranks > 1) {
+    /* the last block one element early: every element of it is another element's value */
+    const size_t last = benchVariableOffset(count, nranks - 1, nranks);
+    memmove(gathered + (last - 1) * size, gathered + last * size, (total - last) * size);
+    const int64_t wrong = benchCheckerCount(&checker, gathered, room, 0);
+    EXPECT_MSG(wrong > (int64_t)count / 2, "all-gather-v %s: the last block shifted: %lld wrong", benchTypeName(type),
+               (long long)wrong);
+  }
+  benchCheckerFree(&checker);
+  free(gathered);
+  free(in);
+}
+
+/* reduce_scatter_v_perf: rank r holds the reduction of its benchVariableCount block; past it nothing is fixed. */
+static void testReduceScatterV(int type, int nranks) {
+  const size_t count = BENCH_PATTERN_PERIOD + 5, size = benchTypeSize(type), total = count * (size_t)nranks;
+  const uint64_t seed = 10;
+  unsigned char* in = inputs(type, benchSum, nranks, seed, total);
+  unsigned char* reduced = malloc(total * size);
+  for (size_t i = 0; i < total; i++) {
+    long long acc = 0;
+    for (int rank = 0; rank < nranks; rank++)
+      acc += (long long)benchLoadAsDouble(in + (size_t)rank * total * size, i, type);
+    storeInteger(type, acc, reduced + i * size);
+  }
+  const size_t room = benchVariableCount(count, nranks - 1, nranks);
+  unsigned char* got = malloc(room * size);
+  benchChecker_t checker;
+  EXPECT_EQ_INT(benchCheckerInit(&checker, type, benchSum, nranks, seed), 0);
+  for (int rank = 0; rank < nranks; rank++) {
+    const size_t mine = benchVariableCount(count, rank, nranks), at = benchVariableOffset(count, rank, nranks);
+    memset(got, BENCH_POISON_BYTE, room * size);
+    memcpy(got, reduced + at * size, mine * size);
+    benchCheckerSetResult(&checker, benchReduceScatterVResult, count, rank, -1);
+    int64_t pieces = -1;
+    EXPECT_MSG(countBoth(&checker, got, room, size, &pieces) == 0 && pieces == 0,
+               "reduce-scatter-v %s, %d ranks, rank %d: a right result counts wrong", benchTypeName(type), nranks,
+               rank);
+    if (mine > 2) {
+      got[(mine - 2) * size] ^= 0x40;
+      EXPECT_EQ_INT(benchCheckerCount(&checker, got, room, 0), 1);
+    }
+    if (nranks > 1 && mine > 0) {
+      memcpy(got, reduced + (at + 1) * size, mine * size); /* the block one element late */
+      const int64_t wrong = benchCheckerCount(&checker, got, room, 0);
+      EXPECT_MSG(wrong > (int64_t)mine / 2, "reduce-scatter-v %s: a shifted block: %lld wrong", benchTypeName(type),
+                 (long long)wrong);
+    }
+  }
+  benchCheckerFree(&checker);
+  free(got);
   free(reduced);
   free(in);
 }
@@ -244,6 +327,8 @@ int main(void) {
   for (size_t t = 0; t < sizeof(kTypes) / sizeof(kTypes[0]); t++) {
     for (size_t r = 0; r < sizeof(kRanks) / sizeof(kRanks[0]); r++) {
       testAllGather(kTypes[t], kRanks[r]);
+      testAllGatherV(kTypes[t], kRanks[r]);
+      testReduceScatterV(kTypes[t], kRanks[r]);
       testBroadcast(kTypes[t], kRanks[r]);
       static const int ops[] = {benchSum, benchMax, benchMin};
       for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) testReduceScatter(kTypes[t], ops[o], kRanks[r]);

@@ -5,6 +5,7 @@
  * back into words, the field that differs for each kind of mismatch, and the whole out-of-step message.
  */
 #include "device.h"
+#include "device_variable.h"
 #include "fingerprint.h"
 #include "test.h"
 
@@ -120,6 +121,13 @@ static void testDescribe(void) {
                       "scatter, uint8, root 7, algorithm scatter_staged");
   /* A print no host makes (form 62) says so instead of naming a collective. */
   EXPECT_STR_CONTAINS(describe(63u), "unknown call (fingerprint 0x0003f)");
+  /* A print no host makes (form field 0) says so instead of naming a collective. */
+  EXPECT_STR_CONTAINS(describe(0u), "unknown call (fingerprint 0x00000)");
+  /* The variable collectives: their count hash is of every rank's count. */
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_ALLGATHERV_LL, fcclBfloat16, 0, 77)),
+                      "variable all-gather, bfloat16, algorithm allgatherv_ll, counts hash 0x");
+  EXPECT_STR_CONTAINS(describe(fcclCallPrint(FCCL_KERNEL_REDUCESCATTERV_STAGED, fcclFloat32, fcclAvg, 77)),
+                      "variable reduce-scatter, float32, avg, algorithm reducescatterv_staged, counts hash 0x");
   /* The count hash printed is the one in the print. */
   char expected[64];
   snprintf(expected, sizeof(expected), "count hash 0x%02x", fcclPrintCountHash(777));
@@ -171,6 +179,32 @@ static void testDifference(void) {
   EXPECT_STR_CONTAINS(difference(fused, fcclFusedPrint(0, 0, fcclBfloat16, fcclScaleNone, 8, 4096)), "another form");
 }
 
+/* The variable collectives' prints: the fold of the counts (device_variable.h) is in the count field, which the
+ * kernel of a call with counts in device memory replaces with the fold of the counts it reads. */
+static void testVariable(void) {
+  const size_t counts[4] = {5, 0, 7, 1};
+  uint64_t fold = FCCL_VARIABLE_HOST_SEED;
+  for (int r = 0; r < 4; r++) fold = fcclVariableFold(fold, counts[r]);
+  /* Any one count changed, or two swapped, changes the fold. */
+  uint64_t other = FCCL_VARIABLE_HOST_SEED, swapped = FCCL_VARIABLE_HOST_SEED;
+  const size_t changed[4] = {5, 1, 7, 1}, order[4] = {0, 5, 7, 1};
+  for (int r = 0; r < 4; r++) {
+    other = fcclVariableFold(other, changed[r]);
+    swapped = fcclVariableFold(swapped, order[r]);
+  }
+  EXPECT(fold != other && fold != swapped);
+  const uint32_t print = fcclCallPrint(FCCL_KERNEL_REDUCESCATTERV_LL, fcclFloat16, fcclMax, fold);
+  EXPECT_EQ_INT(fcclVariablePrint(print, fold), print);
+  const uint32_t replaced = fcclVariablePrint(print, other);
+  EXPECT_EQ_INT(replaced, fcclCallPrint(FCCL_KERNEL_REDUCESCATTERV_LL, fcclFloat16, fcclMax, other));
+  EXPECT_STR_CONTAINS(difference(print, fcclCallPrint(FCCL_KERNEL_REDUCESCATTERV_LL, fcclFloat16, fcclMax, fold + 1)),
+                      "another counts");
+  EXPECT_STR_CONTAINS(difference(print, fcclCallPrint(FCCL_KERNEL_REDUCESCATTER_LL, fcclFloat16, fcclMax, 5)),
+                      "another collective");
+  /* The two seeds: the same numbers as host and as device counts give other folds. */
+  EXPECT(fcclVariableFold(FCCL_VARIABLE_HOST_SEED, 3) != fcclVariableFold(FCCL_VARIABLE_DEVICE_SEED, 3));
+}
+
 static void testMessage(void) {
   const uint32_t mine = fcclCallPrint(FCCL_ALGO_LL, fcclFloat32, fcclSum, 1000);
   const uint32_t theirs = fcclCallPrint(FCCL_ALGO_LL, fcclFloat32, fcclSum, 1024);
@@ -204,6 +238,7 @@ int main(void) {
   testForms();
   testDescribe();
   testDifference();
+  testVariable();
   testMessage();
   return testSummary("fingerprint");
 }

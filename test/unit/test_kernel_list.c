@@ -4,19 +4,21 @@
  * kernels and nothing else, the forms with no kernel of their own follow them, every algorithm is a form of exactly
  * one collective (the barrier, the fused norm and the MoE kernels, with launchers of their own, of none) under a name
  * of its own, each collective's set is its forms in FCCL_MOVE_* order with the FCCL_*ALGO values and names the docs
- * state, and each struct fcclCollective points at its set.
+ * state, each struct fcclCollective points at its set, and the variable collectives' kernels are told apart (they
+ * take other arguments).
  */
 #include "algo.h"
 #include "device_host.h"
+#include "device_variable.h"
 #include "enqueue.h"
 #include "test.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const fcclAlgoSet* const kSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos, &fcclReduceScatterAlgos,
-                                           &fcclBroadcastAlgos, &fcclReduceAlgos,    &fcclGatherAlgos,
-                                           &fcclScatterAlgos};
+static const fcclAlgoSet* const kSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos,  &fcclReduceScatterAlgos,
+                                           &fcclBroadcastAlgos, &fcclReduceAlgos,     &fcclGatherAlgos,
+                                           &fcclScatterAlgos,   &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
 #define SETS (sizeof(kSets) / sizeof(kSets[0]))
 
 static void testIds(void) {
@@ -76,6 +78,11 @@ static void testSets(void) {
   EXPECT(strcmp(fcclReduceAlgos.requestNames, "auto, ll, direct, staged") == 0);
   EXPECT(strcmp(fcclGatherAlgos.requestNames, "auto, ll, direct, staged") == 0);
   EXPECT(strcmp(fcclScatterAlgos.requestNames, "auto, ll, direct, staged") == 0);
+  /* The variable collectives: the all-gather's and reduce-scatter's kernel forms, no copy form. */
+  EXPECT_EQ_INT(fcclAllGatherVAlgos.count, 3);
+  EXPECT_EQ_INT(fcclReduceScatterVAlgos.count, 3);
+  EXPECT(strcmp(fcclAllGatherVAlgos.requestNames, "auto, ll, direct, staged") == 0);
+  EXPECT(strcmp(fcclReduceScatterVAlgos.requestNames, "auto, ll, direct, staged") == 0);
   /* The moving collectives list their forms in FCCL_MOVE_* order, each named "<collective>_<request>". */
   static const char* const requests[] = {"ll", "direct", "staged", "copy"};
   for (size_t m = 1; m < SETS; m++) {
@@ -123,6 +130,12 @@ static void testNames(void) {
                {FCCL_KERNEL_SCATTER_LL, "scatter_ll"},
                {FCCL_KERNEL_SCATTER_DIRECT, "scatter_direct"},
                {FCCL_KERNEL_SCATTER_STAGED, "scatter_staged"},
+               {FCCL_KERNEL_ALLGATHERV_LL, "allgatherv_ll"},
+               {FCCL_KERNEL_ALLGATHERV_DIRECT, "allgatherv_direct"},
+               {FCCL_KERNEL_ALLGATHERV_STAGED, "allgatherv_staged"},
+               {FCCL_KERNEL_REDUCESCATTERV_LL, "reducescatterv_ll"},
+               {FCCL_KERNEL_REDUCESCATTERV_DIRECT, "reducescatterv_direct"},
+               {FCCL_KERNEL_REDUCESCATTERV_STAGED, "reducescatterv_staged"},
                {FCCL_KERNEL_BARRIER, "barrier"},
                {FCCL_KERNEL_FUSED_NORM, "fused_norm"},
                {FCCL_KERNEL_MOE, "moe"}};
@@ -135,8 +148,20 @@ static void testNames(void) {
   }
 }
 
+/* The variable collectives' kernels take fcclDevVArgs: exactly their sets' forms say so (fcclDeviceLaunch refuses
+ * them, fcclDeviceLaunchVariable takes only them). */
+static void testVariableKernels(void) {
+  for (int id = 0; id < FCCL_ALGO_IDS; id++) {
+    const fcclAlgoSet* set = fcclAlgoSetOf(id);
+    EXPECT_EQ_INT(fcclKernelIsVariable(id), set == &fcclAllGatherVAlgos || set == &fcclReduceScatterVAlgos);
+  }
+  EXPECT_EQ_INT(fcclKernelIsVariable(-1), 0);
+  EXPECT_EQ_INT(fcclKernelIsVariable(FCCL_ALGO_IDS), 0);
+}
+
 int main(void) {
   testIds();
+  testVariableKernels();
   testSets();
   testNames();
   return testSummary("kernel_list");

@@ -349,6 +349,16 @@ benchSpan_t benchAllToAllResult(size_t index, size_t count, int rank, int nranks
 benchSpan_t benchReduceResult(size_t index, size_t count, int rank, int nranks, int root);
 benchSpan_t benchGatherResult(size_t index, size_t count, int rank, int nranks, int root);
 benchSpan_t benchScatterResult(size_t index, size_t count, int rank, int nranks, int root);
+/* The variable all-gather and reduce-scatter (all_gather_v_perf, reduce_scatter_v_perf): rank q's block is
+ * benchVariableCount(count, q, nranks) = count x (2q + 1) / nranks elements (rounded down), a skew from about
+ * count / n on rank 0 to about 2 x count on the last, whose sum is at most n x count (the fixed all-gather's); the
+ * blocks lie back to back in rank order. benchVariableOffset: the sum of the blocks of ranks before q. All-gather-v:
+ * rank q's input at its offset, nothing checked past the sum; reduce-scatter-v: rank r holds the reduction of block r,
+ * nothing checked past it. */
+size_t benchVariableCount(size_t count, int rank, int nranks);
+size_t benchVariableOffset(size_t count, int rank, int nranks);
+benchSpan_t benchAllGatherVResult(size_t index, size_t count, int rank, int nranks, int root);
+benchSpan_t benchReduceScatterVResult(size_t index, size_t count, int rank, int nranks, int root);
 
 typedef struct {
   int type;

@@ -213,6 +213,36 @@ benchSpan_t benchScatterResult(size_t index, size_t count, int rank, int nranks,
   return (benchSpan_t){root, (size_t)rank * count + index, SIZE_MAX};
 }
 
+size_t benchVariableCount(size_t count, int rank, int nranks) {
+  return nranks > 0 ? count * (size_t)(2 * rank + 1) / (size_t)nranks : 0;
+}
+
+size_t benchVariableOffset(size_t count, int rank, int nranks) {
+  size_t offset = 0;
+  for (int q = 0; q < rank; q++) offset += benchVariableCount(count, q, nranks);
+  return offset;
+}
+
+/* Runs of one rank's block, found by walking the blocks (at most a few thousand ranks). */
+benchSpan_t benchAllGatherVResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)rank;
+  (void)root;
+  size_t offset = 0;
+  for (int q = 0; q < nranks; q++) {
+    const size_t block = benchVariableCount(count, q, nranks);
+    if (index < offset + block) return (benchSpan_t){q, index - offset, offset + block - index};
+    offset += block;
+  }
+  return (benchSpan_t){BENCH_SOURCE_UNCHECKED, index, SIZE_MAX}; /* past the sum: the call writes nothing there */
+}
+
+benchSpan_t benchReduceScatterVResult(size_t index, size_t count, int rank, int nranks, int root) {
+  (void)root;
+  const size_t mine = benchVariableCount(count, rank, nranks);
+  if (index >= mine) return (benchSpan_t){BENCH_SOURCE_UNCHECKED, index, SIZE_MAX};
+  return (benchSpan_t){BENCH_SOURCE_REDUCED, benchVariableOffset(count, rank, nranks) + index, mine - index};
+}
+
 /* ---- the checker ---------------------------------------------------------------------------------------------- */
 
 /* One period of source's expected elements. */

@@ -26,9 +26,9 @@ typedef struct {
 } collCall_t;
 
 const char* benchCallName(benchCall_t call) {
-  static const char* const names[BENCH_NUM_CALLS] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                     "broadcast",  "send_recv",  "all_to_all",
-                                                     "reduce",     "gather",     "scatter"};
+  static const char* const names[BENCH_NUM_CALLS] = {"all_reduce", "all_gather",   "reduce_scatter",  "broadcast",
+                                                     "send_recv",  "all_to_all",   "reduce",          "gather",
+                                                     "scatter",    "all_gather_v", "reduce_scatter_v"};
   return call >= 0 && call < BENCH_NUM_CALLS ? names[call] : "?";
 }
 

@@ -34,15 +34,17 @@ typedef int (*benchCollectiveFn_t)(benchAgent_t* agent, int engine, int gpu, con
 
 /* The calls the programs time, as NCCL names them; count is each one's own argument. */
 typedef enum {
-  BENCH_CALL_ALL_REDUCE,     /* count */
-  BENCH_CALL_ALL_GATHER,     /* sendcount; op ignored */
-  BENCH_CALL_REDUCE_SCATTER, /* recvcount */
-  BENCH_CALL_BROADCAST,      /* count; op ignored, send read on root only */
-  BENCH_CALL_SEND_RECV,      /* count: a group of a send to rank + 1 and a receive from rank - 1 (nccl-tests' ring) */
-  BENCH_CALL_ALL_TO_ALL,     /* count per peer */
-  BENCH_CALL_REDUCE,         /* count; the result on root only */
-  BENCH_CALL_GATHER,         /* sendcount; op ignored, recv written on root only */
-  BENCH_CALL_SCATTER,        /* recvcount; op ignored, send read on root only */
+  BENCH_CALL_ALL_REDUCE,       /* count */
+  BENCH_CALL_ALL_GATHER,       /* sendcount; op ignored */
+  BENCH_CALL_REDUCE_SCATTER,   /* recvcount */
+  BENCH_CALL_BROADCAST,        /* count; op ignored, send read on root only */
+  BENCH_CALL_SEND_RECV,        /* count: a group of a send to rank + 1 and a receive from rank - 1 (nccl-tests' ring) */
+  BENCH_CALL_ALL_TO_ALL,       /* count per peer */
+  BENCH_CALL_REDUCE,           /* count; the result on root only */
+  BENCH_CALL_GATHER,           /* sendcount; op ignored, recv written on root only */
+  BENCH_CALL_SCATTER,          /* recvcount; op ignored, send read on root only */
+  BENCH_CALL_ALL_GATHER_V,     /* count: rank q sends benchVariableCount(count, q, n) (bench.h); op ignored */
+  BENCH_CALL_REDUCE_SCATTER_V, /* count: rank q receives benchVariableCount(count, q, n) */
   BENCH_NUM_CALLS
 } benchCall_t;
 /* "all_reduce", "send_recv", ...: messages. */

@@ -169,6 +169,42 @@ static int fcclReduceScatterOp(benchAgent_t* agent, int engine, int gpu, const v
   return 0;
 }
 
+/* The variable calls' counts: benchVariableCount's skew, the same on every rank. */
+#define BENCH_VARIABLE_MAX_RANKS 4096
+
+static int variableCounts(benchAgent_t* agent, size_t count, size_t* counts) {
+  if (agent->nranks > BENCH_VARIABLE_MAX_RANKS) {
+    benchFail(agent, "the variable calls take at most %d ranks here", BENCH_VARIABLE_MAX_RANKS);
+    return -1;
+  }
+  for (int q = 0; q < agent->nranks; q++) counts[q] = benchVariableCount(count, q, agent->nranks);
+  return 0;
+}
+
+static int fcclAllGatherVOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                            int type, int op, int root) {
+  (void)op;
+  (void)root;
+  static _Thread_local size_t counts[BENCH_VARIABLE_MAX_RANKS];
+  if (variableCounts(agent, count, counts) != 0) return -1;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclAllGatherV(send, recv, counts, (fcclDataType_t)type, comm, (void*)agent->streams[gpu]));
+  return 0;
+}
+
+static int fcclReduceScatterVOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                                int type, int op, int root) {
+  (void)root;
+  static _Thread_local size_t counts[BENCH_VARIABLE_MAX_RANKS];
+  if (variableCounts(agent, count, counts) != 0) return -1;
+  fcclComm_t comm = commOf(agent, engine, gpu);
+  BENCH_CHECK_FCCL(agent, comm,
+                   fcclReduceScatterV(send, recv, counts, (fcclDataType_t)type, (fcclRedOp_t)op, comm,
+                                      (void*)agent->streams[gpu]));
+  return 0;
+}
+
 static int fcclBroadcastOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
                            int type, int op, int root) {
   (void)op;
@@ -299,6 +335,8 @@ const benchEngineOps_t benchFcclEngine = {
             [BENCH_CALL_REDUCE] = fcclReduceOp,
             [BENCH_CALL_GATHER] = fcclGatherOp,
             [BENCH_CALL_SCATTER] = fcclScatterOp,
+            [BENCH_CALL_ALL_GATHER_V] = fcclAllGatherVOp,
+            [BENCH_CALL_REDUCE_SCATTER_V] = fcclReduceScatterVOp,
         },
 };
 

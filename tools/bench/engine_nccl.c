@@ -10,6 +10,7 @@
 #if FCCL_HAVE_NCCL
 
 #include <nccl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,51 @@ static int ncclSendRecvOp(benchAgent_t* agent, int engine, int gpu, const void* 
   return 0;
 }
 
+/* NCCL has no variable all-gather or reduce-scatter: a group of one ncclBroadcast (ncclReduce) per rank whose block
+ * is not empty, that rank the root, the block at its place in the buffer of every block (vLLM's all_gatherv and
+ * reduce_scatterv are this group). */
+static int ncclVariableOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                          int type, int op, int reduces) {
+  ncclComm_t comm = commOf(agent, engine, gpu);
+  const int rank = agent->firstRank + gpu;
+  const size_t size = benchTypeSize(type);
+  BENCH_CHECK_NCCL(agent, NULL, ncclGroupStart());
+  ncclResult_t res = ncclSuccess;
+  size_t offset = 0;
+  for (int root = 0; root < agent->nranks && res == ncclSuccess; root++) {
+    const size_t block = benchVariableCount(count, root, agent->nranks);
+    char* at = (reduces ? (char*)(uintptr_t)send : (char*)recv) + offset * size;
+    offset += block;
+    if (block == 0) continue;
+    if (reduces)
+      res = ncclReduce(at, root == rank ? recv : at, block, (ncclDataType_t)type, (ncclRedOp_t)op, root, comm,
+                       agent->streams[gpu]);
+    else
+      res = ncclBroadcast(root == rank ? send : at, at, block, (ncclDataType_t)type, root, comm, agent->streams[gpu]);
+  }
+  ncclResult_t ended = ncclGroupEnd(); /* whatever happened inside: no group left open on this thread */
+  if (res != ncclSuccess || ended != ncclSuccess) {
+    benchFail(agent, "NCCL %s (a group of %s) failed: %s: %s", reduces ? "reduce-scatter-v" : "all-gather-v",
+              reduces ? "ncclReduce" : "ncclBroadcast", ncclGetErrorString(res != ncclSuccess ? res : ended),
+              ncclGetLastError(comm));
+    return -1;
+  }
+  return 0;
+}
+
+static int ncclAllGatherVOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                            int type, int op, int root) {
+  (void)op;
+  (void)root;
+  return ncclVariableOp(agent, engine, gpu, send, recv, count, type, 0, 0);
+}
+
+static int ncclReduceScatterVOp(benchAgent_t* agent, int engine, int gpu, const void* send, void* recv, size_t count,
+                                int type, int op, int root) {
+  (void)root;
+  return ncclVariableOp(agent, engine, gpu, send, recv, count, type, op, 1);
+}
+
 /* ncclAlltoAll, ncclGather and ncclScatter came with NCCL 2.28; before, the all-to-all is nccl-tests' group of a send
  * and a receive per peer, and the other two are missing. */
 #define BENCH_NCCL_ALLTOALL (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0))
@@ -357,6 +403,8 @@ static const benchEngineOps_t ncclOps = {
             [BENCH_CALL_SEND_RECV] = ncclSendRecvOp,
             [BENCH_CALL_ALL_TO_ALL] = ncclAllToAllOp,
             [BENCH_CALL_REDUCE] = ncclReduceOp,
+            [BENCH_CALL_ALL_GATHER_V] = ncclAllGatherVOp,
+            [BENCH_CALL_REDUCE_SCATTER_V] = ncclReduceScatterVOp,
 #if BENCH_NCCL_ALLTOALL
             [BENCH_CALL_GATHER] = ncclGatherOp,
             [BENCH_CALL_SCATTER] = ncclScatterOp,

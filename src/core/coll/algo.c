@@ -75,9 +75,12 @@ FCCL_DEFINE_SET_(fcclReduceAlgos, "reduce", "", FCCL_REDUCE_FORMS)
 FCCL_DEFINE_SET_(fcclGatherAlgos, "gather", "", FCCL_GATHER_FORMS)
 FCCL_DEFINE_SET_(fcclScatterAlgos, "scatter", "", FCCL_SCATTER_FORMS)
 
-static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos, &fcclReduceScatterAlgos,
-                                              &fcclBroadcastAlgos, &fcclReduceAlgos,    &fcclGatherAlgos,
-                                              &fcclScatterAlgos};
+FCCL_DEFINE_SET_(fcclAllGatherVAlgos, "allgatherv", "", FCCL_ALLGATHERV_FORMS)
+FCCL_DEFINE_SET_(fcclReduceScatterVAlgos, "reducescatterv", "", FCCL_REDUCESCATTERV_FORMS)
+
+static const fcclAlgoSet* const algoSets[] = {&fcclAllReduceAlgos, &fcclAllGatherAlgos,  &fcclReduceScatterAlgos,
+                                              &fcclBroadcastAlgos, &fcclReduceAlgos,     &fcclGatherAlgos,
+                                              &fcclScatterAlgos,   &fcclAllGatherVAlgos, &fcclReduceScatterVAlgos};
 
 int fcclAlgoSetForm(const fcclAlgoSet* set, int algo) {
   for (int form = 0; set != NULL && form < set->count; form++)

@@ -19,6 +19,8 @@ typedef enum {
   KIND_REDUCE,
   KIND_GATHER,
   KIND_SCATTER,
+  KIND_ALLGATHERV,
+  KIND_REDUCESCATTERV,
   KIND_MOE,
   KIND_UNKNOWN
 } printKind;
@@ -45,14 +47,25 @@ static printKind formKind(uint32_t form) {
   if (set == &fcclReduceAlgos) return KIND_REDUCE;
   if (set == &fcclGatherAlgos) return KIND_GATHER;
   if (set == &fcclScatterAlgos) return KIND_SCATTER;
+  if (set == &fcclAllGatherVAlgos) return KIND_ALLGATHERV;
+  if (set == &fcclReduceScatterVAlgos) return KIND_REDUCESCATTERV;
   return KIND_UNKNOWN;
 }
 
 static const char* kindName(printKind kind) {
-  static const char* const names[] = {"all-reduce", "all-gather",  "reduce-scatter",
-                                      "broadcast",  "barrier",     "fused all-reduce + RMSNorm",
-                                      "reduce",     "gather",      "scatter",
-                                      "MoE",        "unknown call"};
+  static const char* const names[] = {"all-reduce",
+                                      "all-gather",
+                                      "reduce-scatter",
+                                      "broadcast",
+                                      "barrier",
+                                      "fused all-reduce + RMSNorm",
+                                      "reduce",
+                                      "gather",
+                                      "scatter",
+                                      "variable all-gather",
+                                      "variable reduce-scatter",
+                                      "MoE",
+                                      "unknown call"};
   return names[kind];
 }
 
@@ -67,6 +80,15 @@ static const char* formName(uint32_t form) {
     case FCCL_PRINT_FORM_FUSED_TWOSHOT_STAGED: return "two-shot, staged";
     default: return fcclAlgoName((int)form);
   }
+}
+
+/* What a print's count hash is of: the reduce's hashes its count and root, a variable call's every rank's count
+ * (and, for counts in device memory, the capacities). */
+static const char* countName(printKind kind) {
+  if (kind == KIND_FUSED) return "tokens x hidden";
+  if (kind == KIND_REDUCE) return "count and root";
+  if (kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV) return "counts";
+  return "count";
 }
 
 static const char* opName(uint32_t op) {
@@ -129,18 +151,14 @@ void fcclPrintDescribe(uint32_t print, char* buf, size_t size) {
     return;
   }
   char arg[32] = "";
-  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCE)
+  if (kind == KIND_ALLREDUCE || kind == KIND_REDUCESCATTER || kind == KIND_REDUCE || kind == KIND_REDUCESCATTERV)
     snprintf(arg, sizeof(arg), ", %s", opName(printArg(print)));
   else if (kind == KIND_BROADCAST || kind == KIND_GATHER || kind == KIND_SCATTER)
     snprintf(arg, sizeof(arg), ", root %u", printArg(print));
   else if (kind == KIND_FUSED)
     snprintf(arg, sizeof(arg), ", %s", scaleName(printArg(print)));
   snprintf(buf, size, "%s, %s%s, %s %s, %s hash 0x%02x", kindName(kind), fcclTypeName((fcclDataType_t)printType(print)),
-           arg, kind == KIND_FUSED ? "form" : "algorithm", formName(form),
-           kind == KIND_FUSED    ? "tokens x hidden"
-           : kind == KIND_REDUCE ? "count and root"
-                                 : "count",
-           printCount(print));
+           arg, kind == KIND_FUSED ? "form" : "algorithm", formName(form), countName(kind), printCount(print));
 }
 
 void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size) {
@@ -160,10 +178,11 @@ void fcclPrintDifference(uint32_t mine, uint32_t theirs, char* buf, size_t size)
                   : kind == KIND_MOE                                                    ? "call (dispatch or combine)"
                                                                                         : "op";
   if (printCount(mine) != printCount(theirs))
-    fields[n++] = kind == KIND_FUSED    ? "token count or hidden size"
-                  : kind == KIND_REDUCE ? "count or root"
-                  : kind == KIND_MOE    ? "layout"
-                                        : "count";
+    fields[n++] = kind == KIND_FUSED                                       ? "token count or hidden size"
+                  : kind == KIND_REDUCE                                    ? "count or root"
+                  : kind == KIND_ALLGATHERV || kind == KIND_REDUCESCATTERV ? "counts"
+                  : kind == KIND_MOE                                       ? "layout"
+                                                                           : "count";
   if (n == 0) {
     snprintf(buf, size, "nothing");
     return;

@@ -41,6 +41,7 @@ static const char* phaseName(int phase) {
     case FCCL_PHASE_DONE: return "the peer to finish with our buffers";
     case FCCL_PHASE_LL128: return "LL128 lines";
     case FCCL_PHASE_CONSUMED: return "the peer to copy a staging round out";
+    case FCCL_PHASE_COUNTS: return "nothing (the counts in device memory were read)";
     case FCCL_PHASE_MOE_COUNTS: return "the peer's MoE rows per expert";
     case FCCL_PHASE_MOE_DATA: return "the peer's dispatched tokens";
     case FCCL_PHASE_MOE_RESULT: return "the peer's expert outputs";
@@ -464,7 +465,19 @@ fcclResult_t fcclDeviceAsyncError(struct fcclComm* comm) {
                        "%s; seen by the %s kernel (epoch %llu) in block %d, waiting for %s; the communicator is "
                        "unusable, destroy or abort it", mismatch, fcclAlgoName(w->errorKernel),
                        (unsigned long long)w->errorEpoch, w->errorBlock, phaseName(w->errorPhase));
-    } else if (result == fcclInvalidArgument) {
+    } else if (w->errorPhase == FCCL_PHASE_COUNTS) {
+      /* A variable call's counts in device memory did not fit the capacities its caller declared. */
+      char what[64];
+      if (w->errorPeer >= 0)
+        snprintf(what, sizeof(what), "counts[%d] = %lld", w->errorPeer, (long long)w->errorWaitedNs);
+      else
+        snprintf(what, sizeof(what), "the sum of the counts, %llu,", (unsigned long long)w->errorWaitedNs);
+      (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
+                       "rank %d: the %s kernel of call %llu (%s; epoch %llu) read %s in device memory: negative or "
+                       "beyond the buffers' capacity (sendcapacity, recvcapacity); the call moved nothing; the "
+                       "communicator is unusable, destroy or abort it",
+                       w->errorRank, fcclAlgoName(w->errorKernel), call, ours, (unsigned long long)w->errorEpoch, what);
+    } else if (w->errorPhase == FCCL_PHASE_MOE_ROUTING) {
       /* A kernel found the call's input invalid (the MoE dispatch: a routing entry of rank errorPeer). */
       (void)FCCL_ERROR(result, FCCL_SUBSYS_COLL,
                        "rank %d: the %s kernel of call %llu (%s; epoch %llu) found invalid input of rank %d in %s: "

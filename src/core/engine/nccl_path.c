@@ -365,6 +365,44 @@ fcclResult_t fcclNcclAsyncErrorOn(struct fcclComm* comm, struct fcclNcclComm* nc
   return fromNccl(state);
 }
 
+/* NCCL has no variable all-gather or reduce-scatter: a group of one ncclBroadcast (ncclReduce) per rank whose block
+ * is not empty, that rank the root, its block at its place in the buffer of every block. Every rank skips the same
+ * empty blocks, since every rank has the same counts. Off the root, the block's own place stands for the buffer NCCL
+ * ignores there. */
+fcclResult_t fcclNcclLaunchVariable(struct fcclComm* comm, struct fcclNcclComm* nc, const char* caller, int reduces,
+                                    const void* sendbuf, void* recvbuf, const size_t* counts, fcclDataType_t datatype,
+                                    fcclRedOp_t op, cudaStream_t stream) {
+  const size_t size = fcclTypeSize(datatype);
+  const ncclDataType_t type = (ncclDataType_t)datatype;
+  FCCLCHECK(fcclGroupStart());
+  fcclResult_t res = fcclSuccess;
+  size_t at = 0;
+  for (int root = 0; root < comm->nranks && res == fcclSuccess; root++) {
+    const size_t count = counts[root];
+    char* block = (reduces ? (char*)(uintptr_t)sendbuf : (char*)recvbuf) + at * size;
+    at += count;
+    if (count == 0) continue;
+    const int mine = root == comm->rank;
+    if (reduces)
+      res = issuedOn(comm, nc,
+                     pfn_ncclReduce(block, mine ? recvbuf : block, count, type, (ncclRedOp_t)op, root, nc->comm,
+                                    stream),
+                     caller, "ncclReduce");
+    else
+      res = issuedOn(comm, nc, pfn_ncclBroadcast(mine ? sendbuf : block, block, count, type, root, nc->comm, stream),
+                     caller, "ncclBroadcast");
+  }
+  /* The group is ended whatever happened: NCCL's group state is per thread and must not stay open. */
+  char cause[FCCL_LAST_ERROR_MAX];
+  snprintf(cause, sizeof(cause), "%s", fcclThreadLastError());
+  fcclResult_t ended = fcclGroupEnd();
+  if (res != fcclSuccess) {
+    fcclRestoreThreadError(cause);
+    return res;
+  }
+  return ended;
+}
+
 /* ---- registration ---- */
 
 fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle) {
@@ -758,6 +796,21 @@ fcclResult_t fcclNcclRedOpDestroy(struct fcclComm* comm, int ncclOp) {
   (void)comm;
   (void)ncclOp;
   return fcclSuccess;
+}
+
+fcclResult_t fcclNcclLaunchVariable(struct fcclComm* comm, struct fcclNcclComm* nc, const char* caller, int reduces,
+                                    const void* sendbuf, void* recvbuf, const size_t* counts, fcclDataType_t datatype,
+                                    fcclRedOp_t op, cudaStream_t stream) {
+  (void)comm;
+  (void)nc;
+  (void)reduces;
+  (void)sendbuf;
+  (void)recvbuf;
+  (void)counts;
+  (void)datatype;
+  (void)op;
+  (void)stream;
+  return notBuilt(caller);
 }
 
 fcclResult_t fcclNcclRegister(struct fcclComm* comm, void* buf, size_t size, fcclRegHandle_t* handle) {

@@ -74,6 +74,13 @@ fcclResult_t fcclNcclDeregister(struct fcclComm* comm, fcclRegHandle_t handle);
 /* How many registrations the NCCL communicator holds (fcclCommGetMemStats). */
 unsigned long fcclNcclRegistrations(struct fcclComm* comm);
 
+/* fcclAllGatherV (reduces 0) or fcclReduceScatterV (reduces 1, with op) on nc (comm->nccl), the call checked already
+ * and its counts (nranks, the same on every rank) on the host: a group of ncclBroadcast or ncclReduce, one per rank
+ * with a block, on stream, the comm's device current. caller names the public call in messages. */
+fcclResult_t fcclNcclLaunchVariable(struct fcclComm* comm, struct fcclNcclComm* nc, const char* caller, int reduces,
+                                    const void* sendbuf, void* recvbuf, const size_t* counts, fcclDataType_t datatype,
+                                    fcclRedOp_t op, cudaStream_t stream);
+
 /*
  * ncclCommSplit of parent->nccl (fcclCommSplit, core/comm/split.c): collective over every rank of parent, each passing
  * its color, or FCCL_SPLIT_NOCOLOR for none. *out receives the new NCCL communicator (NULL for FCCL_SPLIT_NOCOLOR),
