@@ -69,8 +69,14 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
   if (call->datatype == fcclFloat8e4m3)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: datatype float8e4m3 is not supported by collectives",
                       caller);
-  if (call->reduces && ((int)call->op < 0 || call->op >= fcclNumOps))
+  if (call->reduces && (int)call->op < 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown reduction op %d", caller, (int)call->op);
+  /* Ops from fcclNumOps up are a communicator's pre-multiplied sums: valid elsewhere, not here (docs/errors.md). */
+  if (call->reduces && call->op >= fcclNumOps)
+    return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                      "%s: reduction op %d is not a built-in op (sum, prod, max, min, avg): pre-multiplied sums "
+                      "(fcclRedOpCreatePreMulSum) are not supported by the variable reduce-scatter",
+                      caller, (int)call->op);
   const uint64_t size = fcclTypeSize(call->datatype);
   const uint64_t n = (uint64_t)comm->nranks;
   z->elemBytes = size;
