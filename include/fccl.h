@@ -571,6 +571,7 @@ FCCL_API fcclResult_t fcclReduceScatterV(const void* sendbuf, void* recvbuf, con
  * (written on the stream before the call, as any input). The buffers are sized for the worst case: every rank's
  * sendbuf holds sendcapacity elements and its recvbuf recvcapacity; each count must be within sendcapacity and
  * their sum within recvcapacity. The form follows sendcapacity, as fcclAllGatherV's follows the largest count.
+ * The buffers must not overlap: in place is for host counts only, since device counts move each rank's block.
  * Counts that do not fit, or are negative, are seen by the kernel: the call then moves nothing and the communicator
  * fails with fcclInvalidArgument, naming the count and the call (fcclCommGetAsyncError, and the next call returns
  * it): destroy or abort it. On the NCCL and hierarchical paths NCCL needs the counts on the host: the call copies
@@ -582,12 +583,12 @@ FCCL_API fcclResult_t fcclReduceScatterV(const void* sendbuf, void* recvbuf, con
  * @param sendcapacity  elements each rank's sendbuf holds: the largest count allowed. The same on every rank.
  * @param recvcapacity  elements each rank's recvbuf holds: the largest sum allowed. The same on every rank.
  * @return as fcclAllGatherV, plus fcclInvalidArgument for counts NULL, misaligned or not device memory of the
- *         communicator's device, or capacities that overflow a size; on the NCCL and hierarchical paths also for
- *         counts that do not fit, and fcclInvalidUsage for a call being captured or inside a group.
- * Thread safety: as fcclAllGather. Blocks: no on fccl's kernels; on the NCCL and hierarchical paths until the stream
- * reaches the call. Collective: yes, the same counts (when the call runs), capacities and type on every rank; on
- * fccl's kernels ranks that read other counts stop with fcclInvalidUsage (ranks out of step). Graph capture: yes on
- * fccl's kernels (captured plain buffers registered as for fcclAllGather); no on the other paths.
+ *         communicator's device, capacities that overflow a size, or buffers that overlap; on the NCCL and hierarchical
+ * paths also for counts that do not fit, and fcclInvalidUsage for a call being captured or inside a group. Thread
+ * safety: as fcclAllGather. Blocks: no on fccl's kernels; on the NCCL and hierarchical paths until the stream reaches
+ * the call. Collective: yes, the same counts (when the call runs), capacities and type on every rank; on fccl's kernels
+ * ranks that read other counts stop with fcclInvalidUsage (ranks out of step). Graph capture: yes on fccl's kernels
+ * (captured plain buffers registered as for fcclAllGather); no on the other paths.
  */
 FCCL_API fcclResult_t fcclAllGatherVDevice(const void* sendbuf, void* recvbuf, const int64_t* counts,
                                            size_t sendcapacity, size_t recvcapacity, fcclDataType_t datatype,

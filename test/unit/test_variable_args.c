@@ -117,6 +117,14 @@ CASE(rsdCapacityOverflow) {
 CASE(rsdNullRecv) {
   return fcclReduceScatterVDevice(buffer, NULL, deviceCounts, 16, 8, fcclFloat32, fcclSum, live, NULL);
 }
+CASE(agdOverlap) { return fcclAllGatherVDevice(buffer + 16, buffer, deviceCounts, 8, 20, fcclFloat32, live, NULL); }
+CASE(agdInPlace) { return fcclAllGatherVDevice(buffer + 8, buffer, deviceCounts, 8, 16, fcclFloat32, live, NULL); }
+CASE(rsdPasses) {
+  return fcclReduceScatterVDevice(buffer, buffer + 16, deviceCounts, 16, 8, fcclFloat32, fcclSum, live, NULL);
+}
+CASE(rsdInPlace) {
+  return fcclReduceScatterVDevice(buffer, buffer + 8, deviceCounts, 16, 8, fcclFloat32, fcclSum, live, NULL);
+}
 CASE(rsdDead) {
   return fcclReduceScatterVDevice(buffer, buffer + 8, deviceCounts, 16, 8, fcclFloat32, fcclSum, dead, NULL);
 }
@@ -172,6 +180,10 @@ static const struct badCase cases[] = {
     {"fcclReduceScatterVDevice", "recvcapacity x nranks overflows", rsdCapacityOverflow, ARG, "overflows a size"},
     {"fcclReduceScatterVDevice", "NULL recvbuf with a capacity", rsdNullRecv, ARG, "recvbuf is NULL"},
     {"fcclReduceScatterVDevice", "torn-down comm", rsdDead, ARG, "invalid communicator handle"},
+    {"fcclAllGatherVDevice", "sendbuf inside recvbuf", agdOverlap, ARG, "in place is for host counts only"},
+    {"fcclAllGatherVDevice", "in place at rank 1's host offset", agdInPlace, ARG, "overlaps recvbuf"},
+    {"fcclReduceScatterVDevice", "recvbuf inside sendbuf", rsdInPlace, ARG, "in place is for host counts only"},
+    {"fcclReduceScatterVDevice", "disjoint buffers (passes)", rsdPasses, USAGE, "no device state"},
 };
 
 int main(void) {

@@ -116,6 +116,17 @@ static fcclResult_t checkArguments(const struct fcclComm* comm, const struct fcc
                       caller, send ? "sendbuf" : "recvbuf", send ? call->sendbuf : (const void*)call->recvbuf,
                       fcclTypeName(call->datatype), (size_t)size);
   }
+  /* In place needs the offset of this rank's block, which device counts move from call to call (a replayed graph
+   * keeps the pointers it captured): with them the two buffers must not overlap. */
+  if (call->deviceCounts != NULL && z->sendBytes > 0 && z->recvBytes > 0) {
+    const uintptr_t send = (uintptr_t)call->sendbuf, recv = (uintptr_t)call->recvbuf;
+    if (send < recv + z->recvBytes && recv < send + z->sendBytes)
+      return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL,
+                        "%s: sendbuf %p (%llu bytes) overlaps recvbuf %p (%llu bytes): in place is for host counts "
+                        "only, device counts move each rank's block",
+                        caller, call->sendbuf, (unsigned long long)z->sendBytes, (const void*)call->recvbuf,
+                        (unsigned long long)z->recvBytes);
+  }
   const fcclAlgoSet* set = call->reduces ? &fcclReduceScatterVAlgos : &fcclAllGatherVAlgos;
   if (call->algo != -1 && fcclAlgoSetForm(set, call->algo) < 0)
     return FCCL_ERROR(fcclInvalidArgument, FCCL_SUBSYS_COLL, "%s: unknown algorithm %d", caller, call->algo);
