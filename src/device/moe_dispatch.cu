@@ -20,8 +20,8 @@
  *   6. place    each block waits for every source's COUNTS and places the local experts: rows per expert, where
  *               each expert's rows start (packed: one after the other, each start aligned; padded: at e x stride),
  *               where each source's rows of it start (sources in rank order). Block 0 writes the counts and
- *               offsets and keeps them for the combine; an invalid entry of any source is recorded here, by every
- *               rank, naming that source (fcclInvalidArgument).
+ *               offsets and keeps them for the combine; an invalid entry of any source is noted here, by every
+ *               rank, and recorded at the end of the call, naming that source (fcclInvalidArgument).
  *   7. expand   source by source (ours first), once its DATA is in, the grid's warps copy each slot's row to its
  *               place for each of its local experts, with the weight, the source token and where the combine must
  *               send the expert's output back (the scratch's rowSource).
@@ -261,6 +261,7 @@ __global__ void __launch_bounds__(FCCL_MOE_THREADS, 1) moeDispatchKernel(fcclDev
   __shared__ int sent[FCCL_DEVICE_MAX_RANKS];
   __shared__ uint64_t badOf[FCCL_DEVICE_MAX_RANKS];
   __shared__ int64_t rowsEnd;
+  __shared__ int badSource; /* block 0: the first source with invalid routing, recorded once the call is done */
 
   gridDependencyEnter();
   const uint64_t epoch = epochBegin(c, a.print);
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(FCCL_MOE_THREADS, 1) moeDispatchKernel(fcclDev
   const fcclMoeShape& s = a.shape;
   const int n = c.nranks, me = c.rank, numExperts = s.numExperts, local = s.localExperts;
   const int tid = threadIdx.x;
+  if (tid == 0) badSource = -1;
   fcclMoeScratchHeader* header = moeHeader(a);
   const uint64_t lastEpoch = header->lastEpoch;
   int32_t* blockCounts = moeScratch<int32_t>(a, s.blockCountsOffset);
@@ -376,11 +378,8 @@ __global__ void __launch_bounds__(FCCL_MOE_THREADS, 1) moeDispatchKernel(fcclDev
         if (a.recvOffsets != 0) ptr<int32_t>(a.recvOffsets)[e] = e < local ? starts[e] : (int32_t)rowsEnd;
       }
       if (tid == 0)
-        for (int source = 0; source < n; source++)
-          if (badOf[source] != FCCL_MOE_NO_BAD_ENTRY) {
-            moeRecordInvalid(c.state, c.hostWords, me, source, epoch, badOf[source]);
-            break;
-          }
+        for (int source = 0; source < n && badSource < 0; source++)
+          if (badOf[source] != FCCL_MOE_NO_BAD_ENTRY) badSource = source;
     }
   }
 
@@ -399,6 +398,10 @@ __global__ void __launch_bounds__(FCCL_MOE_THREADS, 1) moeDispatchKernel(fcclDev
     moePostAll(c, a, FCCL_MOE_FLAG_FREE, epoch, true);
     if (tid == 0) header->lastEpoch = epoch;
   }
+  /* Invalid routing is recorded only now: a recorded error makes every later wait of this rank give up after a
+   * millisecond (Spin::check), which would leave the rows of a slower peer undelivered and its FREE unposted. */
+  if (blockIdx.x == 0 && tid == 0 && badSource >= 0)
+    moeRecordInvalid(c.state, c.hostWords, me, badSource, epoch, badOf[badSource]);
   epochEnd(c, epoch);
 }
 
