@@ -7,9 +7,11 @@
  * third meets every rank before ncclCommSplit of it, once each child's path is known. The child itself is made by
  * the task every init runs (init_task.c), with these steps handed to it as hooks: its bootstrap through that id;
  * its peers' information taken from the parent's (no exchange, no CUDA queries); its path decided as at init; an
- * arena slot of the parent's size where that fits, so that the chunks the parent's peers mapped are the child's
- * too and each mapping only gains a reference; its NCCL communicator the split one. While the exchange runs the
- * parent reads fcclInProgress, and waits on the child's abort flag (aborting either ends it). docs/design.md.
+ * arena slot of the parent's size where that fits, so that a slot in a chunk the parent's peers mapped is the
+ * child's too and maps nothing new (with a chunk per slot, FCCL_ARENA_SLOTS=1, a slot no earlier communicator held
+ * is in the chunk each arena grows by, which the child's transport init maps); its NCCL communicator the split one.
+ * While the exchange runs the parent reads fcclInProgress, and waits on the child's abort flag (aborting either ends
+ * it). docs/design.md.
  */
 #include "split.h"
 
@@ -294,8 +296,9 @@ static fcclResult_t childJoin(struct fcclComm* child) {
   fcclLogSetContext(child->rank, child->cudaDev);
   FCCLCHECK(fcclSplitPeerInfo(parent, &sc->plan, child->allowSharedDevice, &child->peerInfo));
   /* The parent's slot size where it holds the child's layout (with nearly all its staging: sizes differ by rank
-   * count only by rounding): the child's slot then comes from the chunks of the parent's arena, which every peer has
-   * mapped already. The same on every rank: the parent's ranks agreed on their slot and FCCL_STAGING_BYTES. */
+   * count only by rounding): the child's slot then comes from the parent's arenas, whose chunks every peer keeps
+   * mapped while the parent lives (or from the chunk an arena grows by, mapped by the child's transport init). The
+   * same on every rank: the parent's ranks agreed on their slot and FCCL_STAGING_BYTES. */
   if (parent->transport) {
     const size_t parentSlot = fcclTransportSlotBytes(parent->transport);
     if (fcclDeviceSlotHolds(child->nranks, parentSlot)) job->slotBytes = parentSlot;
