@@ -662,10 +662,12 @@ fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, 
   if (!from) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "ncclCommSplit of a communicator without NCCL's");
   struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
   if (!nc) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
-  /* Blocking, for the reason createLocal gives; NCCL_COMM_BLOCKING=0 makes it return ncclInProgress, and NCCL then
-   * reports the split's progress on the parent's communicator, the new one's own init on the new one. */
+  /* Non-blocking, as every NCCL communicator of fccl's (startLocal): a blocking one would wait inside NCCL, with no
+   * bound, in its later calls and in releaseNccl's ncclCommFinalize. The parent is non-blocking too, so the split
+   * answers ncclInProgress: NCCL reports its progress on the parent's communicator, the new one's init on the new
+   * one, and both waits are fccl's (waitNccl). */
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
+  config.blocking = 0;
   if (owner != parent && owner->name[0]) config.commName = owner->name;
   if (splitShare != FCCL_CONFIG_UNDEF_INT) config.splitShare = splitShare;
   /* The new communicator's SM budget, as startLocal gives it to a communicator NCCL creates (owner is the child, or
