@@ -703,15 +703,16 @@ int main(int argc, char** argv) {
                              .ntokens = 4};
   const int parsed = parseFlags(argc, argv, &o);
   if (parsed) return parsed == 1 ? 0 : 2;
-#if !FCCL_HAVE_NCCL
-  if (o.nccl) printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
-  o.nccl = 0;
-#endif
   /* Asked in a child: this process forks the ranks and must not initialise CUDA itself. */
   toolCudaStatus_t cuda;
   toolCudaQueryInChild(&cuda, 60);
   const int gpus = cuda.deviceCount;
   if (gpus < 1) return toolReportNoGpu(PROGRAM, cuda.noGpu);
+#if !FCCL_HAVE_NCCL
+  /* Said when the run starts, as the other benchmarks do: without a GPU the one line on stderr is all there is. */
+  if (o.nccl) printf("# --compare nccl: this build has no NCCL; measuring fccl alone\n");
+  o.nccl = 0;
+#endif
   if (o.nranks == 0) o.nranks = gpus < MOE_PERF_MAX_RANKS ? gpus : MOE_PERF_MAX_RANKS;
   if (o.topk > o.perRank * o.nranks || o.perRank * o.nranks > 1024) {
     fprintf(stderr, "%s: top-%d of %d experts (at most 1024, at least top-k)\n", PROGRAM, o.topk, o.perRank * o.nranks);
