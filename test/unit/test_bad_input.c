@@ -854,7 +854,7 @@ int main(void) {
 
   /* A destroyed op's value is given to the next op made. */
   fcclRedOp_t again = fcclSum;
-  float scalar2 = 2.0f;
+  double scalar2 = 2.0; /* a host scalar of the op's datatype: 8 bytes are read */
   EXPECT_EQ_INT(fcclRedOpCreatePreMulSum(&again, &scalar2, fcclFloat64, fcclScalarHostImmediate, fx.ops), fcclSuccess);
   EXPECT_EQ_INT(again, fx.opsGone);
   EXPECT_EQ_INT(fcclRedOpDestroy(again, fx.ops), fcclSuccess);
