@@ -70,7 +70,8 @@ struct fcclCollective {
    * rank's block of the other buffer, or, with both 0, when the two are the same. */
   int sendPerRank;
   int recvPerRank;
-  /* The kernel FCCL_ALGO or its kin force for this call (-1: none); registered says whether the buffers are. */
+  /* The kernel FCCL_ALGO or its kin force for this call (-1: none); registered says whether the buffers are. NULL
+   * for a collective without such a variable. */
   int (*request)(const struct fcclDeviceState* state, int registered);
   /* The algorithm for the query (pure: the same on every rank). */
   fcclResult_t (*select)(const struct fcclCollective* coll, const fcclAlgoQuery* query, fcclAlgoChoice* choice);

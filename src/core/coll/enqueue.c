@@ -216,6 +216,11 @@ static int callInPlace(const struct fcclCall* call, int rank) {
 }
 
 /* Everything after the device is current and the stream checked. */
+/* The kernel an FCCL_*_ALGO variable forces, or -1 (also for a collective without one). */
+static int forcedAlgo(const struct fcclCollective* coll, const struct fcclDeviceState* s, int registered) {
+  return coll->request ? coll->request(s, registered) : -1;
+}
+
 static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* call, uint64_t sendBytes,
                                 uint64_t recvBytes, int capturing) {
   const struct fcclCollective* coll = call->coll;
@@ -228,7 +233,7 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   /* One rank: a copy, unless an algorithm is forced (FCCL_ALGO, tests), which still runs its kernel, or the op
    * multiplies (a pre-multiplied sum of one rank is not its input). Whether a request is forced does not depend on
    * registration. */
-  const int request = call->algo >= 0 ? call->algo : coll->request(s, 0);
+  const int request = call->algo >= 0 ? call->algo : forcedAlgo(coll, s, 0);
   if (fcclAlgoIsCopy(comm->nranks, request) && !(coll->reduces && call->op == FCCL_DEVICE_OP_PREMULSUM)) {
     if (call->recvbuf != call->sendbuf)
       CUDACHECK(cudaMemcpyAsync(call->recvbuf, call->sendbuf, sendBytes, cudaMemcpyDeviceToDevice, stream));
@@ -251,11 +256,11 @@ static fcclResult_t enqueueData(struct fcclComm* comm, const struct fcclCall* ca
   query.copyMoveMin = s->copyMoveMin;
   query.minCtas = s->minCtas;
   query.maxCtas = s->maxCtas;
-  query.forced = coll->request(s, 1);
+  query.forced = forcedAlgo(coll, s, 1);
   FCCLCHECK(findPeerBuffers(comm, call, sendBytes, recvBytes, capturing, &query, args, &plan.registered));
 
   query.registered = plan.registered;
-  query.forced = call->algo >= 0 ? call->algo : coll->request(s, plan.registered);
+  query.forced = call->algo >= 0 ? call->algo : forcedAlgo(coll, s, plan.registered);
   query.strict = call->algo >= 0;
   FCCLCHECK(coll->select(coll, &query, &plan.choice));
   args->roundUnits = plan.choice.roundUnits;

@@ -10,13 +10,6 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-/* No FCCL_*_ALGO variable of its own: the automatic choice, or a form tests force (fcclGatherAlgo). */
-static int request(const struct fcclDeviceState* state, int registered) {
-  (void)state;
-  (void)registered;
-  return -1;
-}
-
 const struct fcclCollective fcclCollGather = {
     .name = "fcclGather",
     .ncclForm = FCCL_NCCL_GATHER,
@@ -25,7 +18,6 @@ const struct fcclCollective fcclCollGather = {
     .algos = &fcclGatherAlgos,
     .peerBuffers = FCCL_PEERS_SEND, /* the root reads every rank's input in place */
     .recvPerRank = 1,
-    .request = request,
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,

@@ -11,13 +11,6 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-/* No FCCL_*_ALGO variable of its own: the automatic choice, or a form tests force (fcclReduceAlgo). */
-static int request(const struct fcclDeviceState* state, int registered) {
-  (void)state;
-  (void)registered;
-  return -1;
-}
-
 const struct fcclCollective fcclCollReduce = {
     .name = "fcclReduce",
     .ncclForm = FCCL_NCCL_REDUCE,
@@ -26,7 +19,6 @@ const struct fcclCollective fcclCollReduce = {
     .rootedRecv = 1,
     .algos = &fcclReduceAlgos,
     .peerBuffers = FCCL_PEERS_SEND,
-    .request = request,
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,

@@ -10,13 +10,6 @@
 #include "device_state.h"
 #include "enqueue.h"
 
-/* No FCCL_*_ALGO variable of its own: the automatic choice, or a form tests force (fcclScatterAlgo). */
-static int request(const struct fcclDeviceState* state, int registered) {
-  (void)state;
-  (void)registered;
-  return -1;
-}
-
 const struct fcclCollective fcclCollScatter = {
     .name = "fcclScatter",
     .ncclForm = FCCL_NCCL_SCATTER,
@@ -25,7 +18,6 @@ const struct fcclCollective fcclCollScatter = {
     .algos = &fcclScatterAlgos,
     .peerBuffers = FCCL_PEERS_RECV, /* the root writes every rank's output in place */
     .sendPerRank = 1,
-    .request = request,
     .select = fcclEnqueueMoveSelect,
     .registeredPays = fcclEnqueueMoveRegisteredPays,
     .launch = fcclEnqueueKernel,
