@@ -194,9 +194,18 @@ size_t rootedCheckOutput(const struct rootedCase* c, uint64_t seed, uint64_t cal
   return bad;
 }
 
-static int guardsIntact(const unsigned char* before, const unsigned char* after) {
-  for (int i = 0; i < COLL_GUARD; i++)
-    if (before[i] != COLL_POISON || after[i] != COLL_POISON) return 0;
+/* Whether the COLL_GUARD bytes before and after the output at out (of outBytes, copied to before and after) are
+ * still poison, but for those that lie in the input [in, in + inBytes): in place, an output block's neighbours are
+ * other blocks of the input (the scatter's root, the reduce-scatter), which the input check covers. */
+static int guardsIntact(const unsigned char* before, const unsigned char* after, const char* out, size_t outBytes,
+                        const char* in, size_t inBytes) {
+  for (int i = 0; i < COLL_GUARD; i++) {
+    const char* beforeAt = out - COLL_GUARD + i;
+    const char* afterAt = out + outBytes + i;
+    const int beforeInInput = in && beforeAt >= in && beforeAt < in + inBytes;
+    const int afterInInput = in && afterAt >= in && afterAt < in + inBytes;
+    if ((!beforeInInput && before[i] != COLL_POISON) || (!afterInInput && after[i] != COLL_POISON)) return 0;
+  }
   return 1;
 }
 
@@ -276,7 +285,7 @@ int rootedRunCase(struct collContext* ctx, const struct rootedCase* c, uint64_t 
   unsigned char* host = ctx->hostOut;
   if (out) {
     COLL_CHECK_CUDA(what, cudaMemcpy(host, out - COLL_GUARD, outBytes + 2 * COLL_GUARD, cudaMemcpyDeviceToHost));
-    if (!guardsIntact(host, host + COLL_GUARD + outBytes)) {
+    if (!guardsIntact(host, host + COLL_GUARD + outBytes, out, outBytes, in, in ? inElems * size : 0)) {
       testFail(__FILE__, __LINE__, "rank %d: %s: bytes next to the output were overwritten", rank, what);
       problems++;
     }

@@ -178,15 +178,27 @@ static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall
   const int wantSend = (call->coll->peerBuffers & FCCL_PEERS_SEND) != 0;
   const int wantRecv = (call->coll->peerBuffers & FCCL_PEERS_RECV) != 0;
   void* peers[FCCL_DEVICE_MAX_RANKS];
+  /* A buffer of one block that the peers reach (the gather's input, the scatter's output) is, in place, block `rank`
+   * of this rank's whole buffer, and a peer's block is block `peer` of its own: found through the whole buffer, as
+   * nccl-tests and NCCL's in-place definition lay them out on every rank. Found by its own address, a peer's block
+   * would be taken at this rank's block's offset. */
+  const uint64_t block = (uint64_t)call->count * fcclTypeSize(call->datatype);
+  const int sendInWhole = wantSend && args->inPlace && call->coll->recvPerRank && !call->coll->sendPerRank;
+  const int recvInWhole = wantRecv && args->inPlace && call->coll->sendPerRank && !call->coll->recvPerRank;
   *registered = 1;
   if (wantSend) {
-    *registered = fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
-    for (int r = 0; *registered && r < comm->nranks; r++) args->peerSend[r] = (uint64_t)(uintptr_t)peers[r];
+    *registered = sendInWhole ? fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers)
+                              : fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
+    for (int r = 0; *registered && r < comm->nranks; r++)
+      args->peerSend[r] = (uint64_t)(uintptr_t)peers[r] + (sendInWhole ? (uint64_t)r * block : 0);
   }
   if (wantRecv && *registered) {
-    if (!wantSend || call->recvbuf != call->sendbuf) /* in place: the lookup above found it */
+    if (recvInWhole)
+      *registered = fcclTransportLookup(comm->transport, call->sendbuf, sendBytes, peers);
+    else if (!wantSend || call->recvbuf != call->sendbuf) /* in place: the lookup above found it */
       *registered = fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers);
-    for (int r = 0; *registered && r < comm->nranks; r++) args->peerRecv[r] = (uint64_t)(uintptr_t)peers[r];
+    for (int r = 0; *registered && r < comm->nranks; r++)
+      args->peerRecv[r] = (uint64_t)(uintptr_t)peers[r] + (recvInWhole ? (uint64_t)r * block : 0);
   }
   if (*registered) return fcclSuccess;
   if (!capturing || !s->graphRegister || call->algo >= 0 || !call->coll->registeredPays ||
