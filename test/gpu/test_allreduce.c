@@ -33,13 +33,6 @@ static const int kRegisteredAlgos[] = {FCCL_ALGO_LL,           FCCL_ALGO_LL128, 
                                        FCCL_ALGO_TWOSHOT_STAGED, FCCL_ALGO_ONESHOT_PULL, FCCL_ALGO_TWOSHOT_REG,
                                        -1};
 
-struct testArgs {
-  const char* mode;
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
 /* The call sequence is the same on every rank: each rank runs the same cases in the same order. */
 struct sweepSpec {
   const fcclDataType_t* types;
@@ -83,7 +76,7 @@ static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, int r
   return problems;
 }
 
-static int modeSweep(int rank, int nranks, const struct testArgs* args, int narrow) {
+static int modeSweep(int rank, int nranks, const struct collTestArgs* args, int narrow) {
   static const fcclDataType_t allTypes[] = {fcclFloat32, fcclFloat16, fcclBfloat16, fcclFloat64, fcclInt8,
                                             fcclUint8,   fcclInt32,   fcclUint32,   fcclInt64,   fcclUint64};
   static const fcclDataType_t quickTypes[] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
@@ -121,7 +114,7 @@ static int modeSweep(int rank, int nranks, const struct testArgs* args, int narr
   return 0;
 }
 
-static int modeLarge(int rank, int nranks, const struct testArgs* args) {
+static int modeLarge(int rank, int nranks, const struct collTestArgs* args) {
   const size_t big = collQuick() ? (1u << 20) + 3 : (64u << 20);
   const size_t mid = collQuick() ? (1u << 18) + 1 : (16u << 20) + 3;
   /* 2-byte elements, registered, out of place, 2 ranks: 16 MiB scatters into the owner's inbox (a share of one
@@ -196,7 +189,7 @@ static void setEpoch(struct collContext* ctx, uint64_t epoch) {
   EXPECT_EQ_INT(fcclDeviceSetEpochForTest(ctx->comm, epoch), fcclSuccess);
 }
 
-static int modeWrap(int rank, int nranks, const struct testArgs* args) {
+static int modeWrap(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct collContext ctx;
@@ -235,7 +228,7 @@ static int modeWrap(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
-static int modeReinit(int rank, int nranks, const struct testArgs* args) {
+static int modeReinit(int rank, int nranks, const struct collTestArgs* args) {
   const int cycles = collQuick() ? 3 : 20;
   uint64_t call = 0;
   int previousSlot = -1, reused = 0;
@@ -275,7 +268,7 @@ static int modeReinit(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
-static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
+static int modeInvalid(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct collContext ctx;
@@ -308,30 +301,15 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclAllReduceAlgo(dev, out, 100, fcclFloat32, fcclSum, comm, s, 42), fcclInvalidArgument);
   /* count 0 does nothing, even with NULL buffers. */
   EXPECT_EQ_INT(fcclAllReduce(NULL, NULL, 0, fcclFloat32, fcclSum, comm, s), fcclSuccess);
-  int otherDevice = -1;
-  int current = -1;
-  EXPECT_EQ_INT(cudaGetDevice(&current), cudaSuccess);
   if (args->gpus >= 2) {
-    otherDevice = (current + 1) % args->gpus;
-    float* foreign = NULL;
-    cudaStream_t foreignStream = NULL;
-    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
-    EXPECT_EQ_INT(cudaMalloc((void**)&foreign, 64), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&foreignStream, cudaStreamNonBlocking), cudaSuccess);
-    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
-    EXPECT_EQ_INT(fcclAllReduce(foreign, out, 8, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
+    struct collForeign foreign;
+    collForeignCreate(&foreign, args->gpus, 64);
+    EXPECT_EQ_INT(fcclAllReduce(foreign.buffer, out, 8, fcclFloat32, fcclSum, comm, s), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "device");
-    EXPECT_EQ_INT(fcclAllReduce(dev, out, 8, fcclFloat32, fcclSum, comm, foreignStream), fcclInvalidArgument);
+    EXPECT_EQ_INT(fcclAllReduce(dev, out, 8, fcclFloat32, fcclSum, comm, foreign.stream), fcclInvalidArgument);
     EXPECT_STR_CONTAINS(fcclGetLastError(NULL), "stream");
-    EXPECT_EQ_INT(fcclBarrier(comm, foreignStream), fcclInvalidArgument);
-    /* The current device left as the caller had it. */
-    int now = -1;
-    EXPECT_EQ_INT(cudaGetDevice(&now), cudaSuccess);
-    EXPECT_EQ_INT(now, current);
-    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamDestroy(foreignStream), cudaSuccess);
-    EXPECT_EQ_INT(cudaFree(foreign), cudaSuccess);
-    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
+    EXPECT_EQ_INT(fcclBarrier(comm, foreign.stream), fcclInvalidArgument);
+    collForeignFree(&foreign); /* checks that the calls left the current device as the caller had it */
   }
   /* Nothing was launched: the epochs did not move, and a real call still agrees with the peers. */
   EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &after), fcclSuccess);
@@ -348,7 +326,7 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
-static int modeOverrun(int rank, int nranks, const struct testArgs* args) {
+static int modeOverrun(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   const size_t count = 4096; /* floats: 16 KiB, and the call covers 64 more */
@@ -377,7 +355,7 @@ static int modeOverrun(int rank, int nranks, const struct testArgs* args) {
 }
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct testArgs* args = arg;
+  const struct collTestArgs* args = arg;
   int code = 0;
   if (strcmp(args->mode, "sweep") == 0) code = modeSweep(rank, nranks, args, 0);
   else if (strcmp(args->mode, "ranks") == 0) code = modeSweep(rank, nranks, args, 1);
@@ -386,13 +364,11 @@ static int rankMain(int rank, int nranks, void* arg) {
   else if (strcmp(args->mode, "reinit") == 0) code = modeReinit(rank, nranks, args);
   else if (strcmp(args->mode, "invalid") == 0) code = modeInvalid(rank, nranks, args);
   else if (strcmp(args->mode, "overrun") == 0) code = modeOverrun(rank, nranks, args);
-  char name[64];
-  snprintf(name, sizeof(name), "allreduce %s rank %d", args->mode, rank);
-  return testSummary(name) != 0 || code != 0;
+  return collRankSummary("allreduce", args->mode, rank, code);
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
+  struct collTestArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
   int nranks = argc > 2 ? atoi(argv[2]) : 2;
   const char* modes[] = {"sweep", "ranks", "large", "wrap", "reinit", "invalid", "overrun"};
   int known = 0;
@@ -401,21 +377,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s sweep|ranks|large|wrap|reinit|invalid|overrun [nranks 1..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = testGpuCount();
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  args.seed = testSeed();
-  args.shared = collSharedNew(nranks);
-  printf("allreduce %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
-  int codes[REF_MAX_RANKS];
-  int failed = testShmForkRanks(args.shared->shm, rankMain, &args, collQuick() ? 900 : 600, codes);
-  for (int r = 0; r < nranks; r++)
-    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
-  const uint64_t calls = (uint64_t)args.shared->flags[0];
-  int differ = collCompareHashes(args.shared, nranks, calls);
-  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
-  EXPECT_EQ_INT(failed, 0);
-  return testSummary("allreduce");
+  return collTestMain("allreduce", &args, nranks, rankMain, collQuick() ? 900 : 600, "calls");
 }

@@ -278,3 +278,54 @@ int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int 
   collSharedFree(args.shared);
   return testSummary(name);
 }
+
+int collTestMain(const char* name, struct collTestArgs* args, int nranks,
+                 int (*rankMain)(int rank, int nranks, void* arg), int timeoutSeconds, const char* calls) {
+  args->gpus = testGpuCount();
+  if (args->gpus < 1) {
+    printf("SKIP: no GPU\n");
+    return TEST_SKIP;
+  }
+  args->seed = testSeed();
+  args->shared = collSharedNew(nranks);
+  printf("%s %s: %d ranks on %d GPU(s)%s\n", name, args->mode, nranks, args->gpus, collQuick() ? " (quick)" : "");
+  int codes[REF_MAX_RANKS];
+  const int failed = testShmForkRanks(args->shared->shm, rankMain, args, timeoutSeconds, codes);
+  for (int r = 0; r < nranks; r++)
+    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
+  if (calls) {
+    const int differ = collCompareHashes(args->shared, nranks, (uint64_t)args->shared->flags[0]);
+    EXPECT_MSG(differ == 0, "%d %s gave different bits on different ranks", differ, calls);
+  }
+  EXPECT_EQ_INT(failed, 0);
+  collSharedFree(args->shared);
+  return testSummary(name);
+}
+
+int collRankSummary(const char* name, const char* mode, int rank, int code) {
+  char summary[64];
+  snprintf(summary, sizeof(summary), "%s %s rank %d", name, mode, rank);
+  return testSummary(summary) != 0 || code != 0;
+}
+
+void collForeignCreate(struct collForeign* foreign, int gpus, size_t bytes) {
+  foreign->current = -1;
+  foreign->buffer = NULL;
+  foreign->stream = NULL;
+  EXPECT_EQ_INT(cudaGetDevice(&foreign->current), cudaSuccess);
+  foreign->other = (foreign->current + 1) % gpus;
+  EXPECT_EQ_INT(cudaSetDevice(foreign->other), cudaSuccess);
+  EXPECT_EQ_INT(cudaMalloc(&foreign->buffer, bytes), cudaSuccess);
+  EXPECT_EQ_INT(cudaStreamCreateWithFlags(&foreign->stream, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ_INT(cudaSetDevice(foreign->current), cudaSuccess);
+}
+
+void collForeignFree(struct collForeign* foreign) {
+  int now = -1;
+  EXPECT_EQ_INT(cudaGetDevice(&now), cudaSuccess);
+  EXPECT_EQ_INT(now, foreign->current);
+  EXPECT_EQ_INT(cudaSetDevice(foreign->other), cudaSuccess);
+  EXPECT_EQ_INT(cudaStreamDestroy(foreign->stream), cudaSuccess);
+  EXPECT_EQ_INT(cudaFree(foreign->buffer), cudaSuccess);
+  EXPECT_EQ_INT(cudaSetDevice(foreign->current), cudaSuccess);
+}

@@ -147,6 +147,42 @@ struct collReplayArgs {
 int collReplayMain(int argc, char** argv, const char* name, int (*rankMain)(int rank, int nranks, void* arg),
                    int timeoutSeconds);
 
+/* What every rank of a collective test with modes gets: the mode its command line named, and from collTestMain the
+ * shared page, the data seed and the GPU count. */
+struct collTestArgs {
+  const char* mode;
+  struct collShared* shared;
+  uint64_t seed;
+  int gpus;
+};
+
+/*
+ * main() of a collective test with modes, once its arguments are checked: skips without a GPU (TEST_SKIP); else sets
+ * args' seed, shared page (for nranks) and GPU count, prints the run's line, forks the ranks into rankMain (arg:
+ * args), waits at most timeoutSeconds, and checks that every rank exited 0 (naming each that did not) and, unless
+ * calls is NULL, that the outputs of the shared->flags[0] calls the ranks recorded hash equal on every rank (calls
+ * says what they were in the message, e.g. "calls"). Frees the page; returns the process exit code.
+ */
+int collTestMain(const char* name, struct collTestArgs* args, int nranks,
+                 int (*rankMain)(int rank, int nranks, void* arg), int timeoutSeconds, const char* calls);
+
+/* The exit code of a rank of such a test: its summary, named "<name> <mode> rank <rank>", and its mode's code (0:
+ * the mode ran to its end). */
+int collRankSummary(const char* name, const char* mode, int rank, int code);
+
+/* Memory and a stream on the GPU after the current one (there must be two), for calls that must refuse them. */
+struct collForeign {
+  int current; /* the device that was current, and is again after collForeignCreate */
+  int other;
+  void* buffer;
+  cudaStream_t stream;
+};
+
+void collForeignCreate(struct collForeign* foreign, int gpus, size_t bytes);
+/* Checks that the current device is still the one collForeignCreate found (the calls left it as the caller had it),
+ * then frees the memory and the stream. */
+void collForeignFree(struct collForeign* foreign);
+
 /* Whether algorithm algo can run the case (capacity, registration), with the default layout. */
 int collAlgoApplicable(int algo, int nranks, size_t bytes, int registered, int inPlace);
 

@@ -121,7 +121,7 @@ size_t largestCount(const size_t* counts, int n) {
   return largest;
 }
 
-static int modeSweep(int rank, int nranks, const struct testArgs* args, int narrow) {
+static int modeSweep(int rank, int nranks, const struct collTestArgs* args, int narrow) {
   static const fcclDataType_t quickTypes[] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
   static const fcclDataType_t narrowTypes[] = {fcclFloat32, fcclBfloat16, fcclInt32, fcclUint8};
   /* 65537: above the LL limit of 2 ranks (256 KiB) for 4- and 8-byte elements, below it for the others. */
@@ -164,7 +164,7 @@ struct placedCase {
   struct moveCase c;
 };
 
-static int modeLarge(int rank, int nranks, const struct testArgs* args) {
+static int modeLarge(int rank, int nranks, const struct collTestArgs* args) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
   /* A chunk below 1 MiB (FCCL_STAGING_BYTES=131072: 32 KiB for 2 ranks): 256 chunks of 4-byte elements in the larger
@@ -256,7 +256,7 @@ static void wrapCall(struct collContext* ctx, int kind, int form, size_t count, 
   moveRunCase(ctx, &c, (*call)++);
 }
 
-static int modeWrap(int rank, int nranks, const struct testArgs* args) {
+static int modeWrap(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   fcclSlotLayout layout;
@@ -315,7 +315,7 @@ static void expectInvalid(fcclResult_t res, const char* says, const char* what) 
   if (says) EXPECT_STR_CONTAINS(message, says);
 }
 
-static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
+static int modeInvalid(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   struct collContext ctx;
@@ -391,26 +391,13 @@ static int modeInvalid(int rank, int nranks, const struct testArgs* args) {
   EXPECT_EQ_INT(fcclBroadcast(NULL, NULL, 0, fcclFloat32, 0, comm, s), fcclSuccess);
   EXPECT_EQ_INT(fcclAllGatherAlgo(in, out, 0, fcclFloat32, comm, s, FCCL_KERNEL_ALLGATHER_DIRECT), fcclSuccess);
   if (args->gpus >= 2) {
-    int current = -1;
-    EXPECT_EQ_INT(cudaGetDevice(&current), cudaSuccess);
-    const int otherDevice = (current + 1) % args->gpus;
-    float* foreign = NULL;
-    cudaStream_t foreignStream = NULL;
-    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
-    EXPECT_EQ_INT(cudaMalloc((void**)&foreign, 256), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamCreateWithFlags(&foreignStream, cudaStreamNonBlocking), cudaSuccess);
-    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
-    expectInvalid(fcclAllGather(foreign, out, 8, fcclFloat32, comm, s), "device", "AG foreign sendbuf");
-    expectInvalid(fcclBroadcast(in, foreign, 8, fcclFloat32, 0, comm, s), "device", "BC foreign recvbuf");
-    expectInvalid(fcclReduceScatter(in, out, 8, fcclFloat32, fcclSum, comm, foreignStream), "stream",
+    struct collForeign foreign;
+    collForeignCreate(&foreign, args->gpus, 256);
+    expectInvalid(fcclAllGather(foreign.buffer, out, 8, fcclFloat32, comm, s), "device", "AG foreign sendbuf");
+    expectInvalid(fcclBroadcast(in, foreign.buffer, 8, fcclFloat32, 0, comm, s), "device", "BC foreign recvbuf");
+    expectInvalid(fcclReduceScatter(in, out, 8, fcclFloat32, fcclSum, comm, foreign.stream), "stream",
                   "RS foreign stream");
-    int now = -1;
-    EXPECT_EQ_INT(cudaGetDevice(&now), cudaSuccess);
-    EXPECT_EQ_INT(now, current);
-    EXPECT_EQ_INT(cudaSetDevice(otherDevice), cudaSuccess);
-    EXPECT_EQ_INT(cudaStreamDestroy(foreignStream), cudaSuccess);
-    EXPECT_EQ_INT(cudaFree(foreign), cudaSuccess);
-    EXPECT_EQ_INT(cudaSetDevice(current), cudaSuccess);
+    collForeignFree(&foreign); /* checks that the calls left the current device as the caller had it */
   }
   /* Nothing was launched: the epochs did not move. The next calls still agree with the peers. */
   EXPECT_EQ_INT(fcclDeviceGetEpochForTest(comm, &after), fcclSuccess);
@@ -441,7 +428,7 @@ static const struct {
               {"envmismatch", 100}, {"rootplain", 100}, {"inplacemix", 100}, {"envcopy", 100}};
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct testArgs* args = arg;
+  const struct collTestArgs* args = arg;
   int code = 0;
   if (strcmp(args->mode, "sweep") == 0) code = modeSweep(rank, nranks, args, 0);
   else if (strcmp(args->mode, "ranks") == 0) code = modeSweep(rank, nranks, args, 1);
@@ -457,13 +444,11 @@ static int rankMain(int rank, int nranks, void* arg) {
   else if (strcmp(args->mode, "envcopy") == 0) code = modeEnvCopy(rank, nranks, args);
   else if (strcmp(args->mode, "rootplain") == 0) code = modeUnshared(rank, nranks, args, MOVE_BROADCAST);
   else if (strcmp(args->mode, "inplacemix") == 0) code = modeUnshared(rank, nranks, args, MOVE_ALLGATHER);
-  char name[64];
-  snprintf(name, sizeof(name), "collectives %s rank %d", args->mode, rank);
-  return testSummary(name) != 0 || code != 0;
+  return collRankSummary("collectives", args->mode, rank, code);
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
+  struct collTestArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
   int forkTimeout = 0;
   for (size_t i = 0; i < sizeof(kModes) / sizeof(kModes[0]); i++)
@@ -474,21 +459,5 @@ int main(int argc, char** argv) {
             "envcopy|rootplain|inplacemix [nranks 1..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = testGpuCount();
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  args.seed = testSeed();
-  args.shared = collSharedNew(nranks);
-  printf("collectives %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
-  int codes[REF_MAX_RANKS];
-  const int failed = testShmForkRanks(args.shared->shm, rankMain, &args, forkTimeout, codes);
-  for (int r = 0; r < nranks; r++)
-    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
-  const int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
-  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
-  EXPECT_EQ_INT(failed, 0);
-  collSharedFree(args.shared);
-  return testSummary("collectives");
+  return collTestMain("collectives", &args, nranks, rankMain, forkTimeout, "calls");
 }

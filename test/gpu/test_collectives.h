@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the files of the all-gather, reduce-scatter and broadcast test share (test_collectives.c, _stream.c,
- * _graph.c, _choice.c): what main hands every forked rank, the forms a sweep runs, and the modes main dispatches.
- * Each mode returns 0, or non-zero after a failed check.
+ * _graph.c, _choice.c): the forms a sweep runs, and the modes main dispatches with what it hands every forked rank
+ * (struct collTestArgs). Each mode returns 0, or non-zero after a failed check.
  */
 #ifndef FCCL_TEST_COLLECTIVES_H_
 #define FCCL_TEST_COLLECTIVES_H_
@@ -11,13 +11,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-struct testArgs {
-  const char* mode;
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
 
 /* The automatic choice and every form a case may force (test_collectives.c). */
 #define FORMS 5
@@ -28,15 +21,15 @@ size_t alignUp(size_t value, size_t align);
 size_t largestCount(const size_t* counts, int n);
 
 /* test_collectives_stream.c */
-int modeCompose(int rank, int nranks, const struct testArgs* args);
-int modeMixed(int rank, int nranks, const struct testArgs* args);
+int modeCompose(int rank, int nranks, const struct collTestArgs* args);
+int modeMixed(int rank, int nranks, const struct collTestArgs* args);
 /* test_collectives_graph.c */
-int modeGraph(int rank, int nranks, const struct testArgs* args);
+int modeGraph(int rank, int nranks, const struct collTestArgs* args);
 /* test_collectives_choice.c; modeUnshared's kind is MOVE_BROADCAST (rootplain) or MOVE_ALLGATHER (inplacemix). */
-int modeEnvForce(int rank, int nranks, const struct testArgs* args);
-int modeEnvCopy(int rank, int nranks, const struct testArgs* args);
-int modeEnvInvalid(int rank, int nranks, const struct testArgs* args);
-int modeEnvMismatch(int rank, int nranks, const struct testArgs* args);
-int modeUnshared(int rank, int nranks, const struct testArgs* args, int kind);
+int modeEnvForce(int rank, int nranks, const struct collTestArgs* args);
+int modeEnvCopy(int rank, int nranks, const struct collTestArgs* args);
+int modeEnvInvalid(int rank, int nranks, const struct collTestArgs* args);
+int modeEnvMismatch(int rank, int nranks, const struct collTestArgs* args);
+int modeUnshared(int rank, int nranks, const struct collTestArgs* args, int kind);
 
 #endif /* FCCL_TEST_COLLECTIVES_H_ */

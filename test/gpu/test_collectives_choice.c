@@ -49,7 +49,7 @@ static void expectKernel(const char* kernel, const char* what) {
   clearLog();
 }
 
-int modeEnvForce(int rank, int nranks, const struct testArgs* args) {
+int modeEnvForce(int rank, int nranks, const struct collTestArgs* args) {
   setenv("FCCL_ALLGATHER_ALGO", "staged", 1);
   setenv("FCCL_REDUCESCATTER_ALGO", "ll", 1);
   setenv("FCCL_BROADCAST_ALGO", "direct", 1);
@@ -96,7 +96,7 @@ int modeEnvForce(int rank, int nranks, const struct testArgs* args) {
 
 /* FCCL_ALLGATHER_ALGO=copy and FCCL_BROADCAST_ALGO=copy: the copy engines on registered buffers at any size, the
  * table's choice on plain ones; FCCL_REDUCESCATTER_ALGO=copy is no form of the reduce-scatter (warned, by size). */
-int modeEnvCopy(int rank, int nranks, const struct testArgs* args) {
+int modeEnvCopy(int rank, int nranks, const struct collTestArgs* args) {
   setenv("FCCL_ALLGATHER_ALGO", "copy", 1);
   setenv("FCCL_REDUCESCATTER_ALGO", "copy", 1);
   setenv("FCCL_BROADCAST_ALGO", "copy", 1);
@@ -140,7 +140,7 @@ int modeEnvCopy(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
-int modeEnvInvalid(int rank, int nranks, const struct testArgs* args) {
+int modeEnvInvalid(int rank, int nranks, const struct collTestArgs* args) {
   setenv("FCCL_ALLGATHER_ALGO", "fastest", 1);
   setenv("FCCL_REDUCESCATTER_ALGO", "twoshot", 1);
   setenv("FCCL_BROADCAST_ALGO", "LL", 1); /* names are lower case */
@@ -167,7 +167,7 @@ int modeEnvInvalid(int rank, int nranks, const struct testArgs* args) {
   return 0;
 }
 
-int modeEnvMismatch(int rank, int nranks, const struct testArgs* args) {
+int modeEnvMismatch(int rank, int nranks, const struct collTestArgs* args) {
   if (rank == nranks - 1) setenv("FCCL_BROADCAST_ALGO", "staged", 1);
   EXPECT_EQ_INT(fcclSetLogCallback(keepLog, NULL), fcclSuccess); /* the cause, logged where it is found */
   fcclUniqueId id;
@@ -209,7 +209,7 @@ static int finishUnshared(struct collContext* ctx, const struct moveCase* c, con
   return 0;
 }
 
-int modeUnshared(int rank, int nranks, const struct testArgs* args, int kind) {
+int modeUnshared(int rank, int nranks, const struct collTestArgs* args, int kind) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   const size_t count = 1u << 20; /* 4 MiB of floats per block: beyond LL for any rank count */

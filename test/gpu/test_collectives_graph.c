@@ -108,7 +108,7 @@ static int graphCheckNode(int rank, int nranks, uint64_t seed, int j, const stru
   return bad || wrong != 0;
 }
 
-int modeGraph(int rank, int nranks, const struct testArgs* args) {
+int modeGraph(int rank, int nranks, const struct collTestArgs* args) {
   const char* setting = getenv("FCCL_GRAPH_REGISTER");
   const int graphRegister = setting == NULL || atoi(setting) != 0;
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);

@@ -98,7 +98,7 @@ static int composeRun(struct collContext* ctx, const struct composeCase* k, uint
   return problems;
 }
 
-int modeCompose(int rank, int nranks, const struct testArgs* args) {
+int modeCompose(int rank, int nranks, const struct collTestArgs* args) {
   static const fcclDataType_t types[] = {fcclFloat32, fcclBfloat16, fcclFloat16, fcclFloat64,
                                          fcclInt32,   fcclInt8,     fcclUint64};
   static const size_t allCounts[] = {1, 3, 1000, 4099, 100003, (1u << 20) + 5};
@@ -208,7 +208,7 @@ static void mixedPlan(uint64_t i, int nranks, int sampleEvery, struct mixedCall*
   m->sample = m->what != MIXED_BARRIER && i % (uint64_t)sampleEvery == (uint64_t)sampleEvery - 1;
 }
 
-int modeMixed(int rank, int nranks, const struct testArgs* args) {
+int modeMixed(int rank, int nranks, const struct collTestArgs* args) {
   const int iterations = collQuick() ? 1000 : 10000;
   const int sampleEvery = collQuick() ? 10 : 20;
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);

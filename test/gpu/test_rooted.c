@@ -31,13 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct testArgs {
-  const char* mode;
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
 static const fcclDataType_t kAllTypes[] = {fcclFloat32, fcclFloat16, fcclBfloat16, fcclFloat64, fcclInt8,
                                            fcclUint8,   fcclInt32,   fcclUint32,   fcclInt64,   fcclUint64};
 static const int kForms[] = {ROOTED_AUTO, FCCL_MOVE_LL, FCCL_MOVE_DIRECT, FCCL_MOVE_STAGED};
@@ -53,7 +46,7 @@ static size_t largest(const size_t* values, int n) {
 }
 
 /* A context of capacity bytes per side and the device scalar of the pre-multiplied sums. */
-static int contextInit(struct collContext* ctx, const struct testArgs* args, fcclComm_t comm, int rank, int nranks,
+static int contextInit(struct collContext* ctx, const struct collTestArgs* args, fcclComm_t comm, int rank, int nranks,
                        size_t capacity, int registered, void** scalar) {
   if (!collContextInit(ctx, args->shared, comm, rank, nranks, args->seed, (capacity + 4095) / 4096 * 4096,
                        registered)) {
@@ -124,7 +117,7 @@ static int runSweep(struct collContext* ctx, const struct sweepSpec* spec, uint6
   return problems;
 }
 
-static int modeSweep(int rank, int nranks, const struct testArgs* args, int narrow) {
+static int modeSweep(int rank, int nranks, const struct collTestArgs* args, int narrow) {
   static const fcclDataType_t quickTypes[] = {fcclFloat32, fcclBfloat16, fcclInt8, fcclFloat64};
   static const fcclDataType_t narrowTypes[] = {fcclFloat32, fcclBfloat16, fcclInt32, fcclUint8};
   /* 65537: above the LL limit of 2 ranks (256 KiB) for 4- and 8-byte elements, below it for the others. */
@@ -160,7 +153,7 @@ static int modeSweep(int rank, int nranks, const struct testArgs* args, int narr
 
 /* ---- premul ----------------------------------------------------------------------------------------------------- */
 
-static int modePremul(int rank, int nranks, const struct testArgs* args) {
+static int modePremul(int rank, int nranks, const struct collTestArgs* args) {
   static const size_t counts[] = {1, 17, 4099, 65537, 300001};
   static const int algos[] = {-1,
                               FCCL_ALGO_LL,
@@ -250,7 +243,7 @@ static int composeOne(struct collContext* ctx, fcclDataType_t type, int op, size
   return 0;
 }
 
-static int modeCompose(int rank, int nranks, const struct testArgs* args) {
+static int modeCompose(int rank, int nranks, const struct collTestArgs* args) {
   static const size_t counts[] = {4099, 70001, 1000003};
   const int ncounts = collQuick() ? 2 : 3;
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
@@ -274,7 +267,7 @@ static int modeCompose(int rank, int nranks, const struct testArgs* args) {
 
 /* ---- large ------------------------------------------------------------------------------------------------------ */
 
-static int modeLarge(int rank, int nranks, const struct testArgs* args) {
+static int modeLarge(int rank, int nranks, const struct collTestArgs* args) {
   fcclSlotLayout layout;
   fcclSlotLayoutCompute(nranks, fcclDeviceStagingBytes(), &layout);
   const int smallStaging = layout.chunkBytes < (1u << 20);
@@ -328,7 +321,7 @@ static int modeLarge(int rank, int nranks, const struct testArgs* args) {
 
 /* ---- wrap ------------------------------------------------------------------------------------------------------- */
 
-static int modeWrap(int rank, int nranks, const struct testArgs* args) {
+static int modeWrap(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   if (!comm) return 1;
   fcclSlotLayout layout;
@@ -382,7 +375,7 @@ static const struct {
 #define RANKS8_FORK_TIMEOUT 860
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct testArgs* args = arg;
+  const struct collTestArgs* args = arg;
   int code = 0;
   if (strcmp(args->mode, "sweep") == 0)
     code = modeSweep(rank, nranks, args, 0);
@@ -398,13 +391,11 @@ static int rankMain(int rank, int nranks, void* arg) {
     code = rootedModeGraph(rank, nranks, args->shared, args->seed, args->gpus);
   else if (strcmp(args->mode, "wrap") == 0)
     code = modeWrap(rank, nranks, args);
-  char name[64];
-  snprintf(name, sizeof(name), "rooted %s rank %d", args->mode, rank);
-  return testSummary(name) != 0 || code != 0;
+  return collRankSummary("rooted", args->mode, rank, code);
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
+  struct collTestArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
   int forkTimeout = 0;
   for (size_t i = 0; i < sizeof(kModes) / sizeof(kModes[0]); i++)
@@ -414,21 +405,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s sweep|ranks|premul|compose|large|graph|wrap [nranks 1..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = testGpuCount();
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  args.seed = testSeed();
-  args.shared = collSharedNew(nranks);
-  printf("rooted %s: %d ranks on %d GPU(s)%s\n", args.mode, nranks, args.gpus, collQuick() ? " (quick)" : "");
-  int codes[REF_MAX_RANKS];
-  const int failed = testShmForkRanks(args.shared->shm, rankMain, &args, forkTimeout, codes);
-  for (int r = 0; r < nranks; r++)
-    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
-  const int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
-  EXPECT_MSG(differ == 0, "%d calls gave different bits on different ranks", differ);
-  EXPECT_EQ_INT(failed, 0);
-  collSharedFree(args.shared);
-  return testSummary("rooted");
+  return collTestMain("rooted", &args, nranks, rankMain, forkTimeout, "calls");
 }

@@ -25,14 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct testArgs {
-  const char* mode;
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
-static fcclComm_t budgetComm(const struct testArgs* args, int rank, int nranks, int which, int minCtas, int maxCtas,
+static fcclComm_t budgetComm(const struct collTestArgs* args, int rank, int nranks, int which, int minCtas, int maxCtas,
                              fcclResult_t* result) {
   fcclUniqueId id;
   if (!collShareId(args->shared, rank, which, &id)) return NULL;
@@ -155,7 +148,7 @@ static int boundedGrid(int unbounded, int minCtas, int most) {
   return unbounded < least ? least : unbounded;
 }
 
-static int modeCap(int rank, int nranks, const struct testArgs* args, int minCtas, int maxCtas) {
+static int modeCap(int rank, int nranks, const struct collTestArgs* args, int minCtas, int maxCtas) {
   fcclResult_t res;
   fcclComm_t free_ = budgetComm(args, rank, nranks, 0, -1, -1, &res);
   fcclComm_t bounded = budgetComm(args, rank, nranks, 1, minCtas, maxCtas, &res);
@@ -241,7 +234,7 @@ static int modeCap(int rank, int nranks, const struct testArgs* args, int minCta
 }
 
 /* FCCL_MAX_CTAS (set by meson for this mode) over config.maxCTAs 7: the variable wins. */
-static int modeEnv(int rank, int nranks, const struct testArgs* args) {
+static int modeEnv(int rank, int nranks, const struct collTestArgs* args) {
   const char* value = getenv("FCCL_MAX_CTAS");
   EXPECT_MSG(value && atoi(value) == 2, "FCCL_MAX_CTAS is %s, the test wants 2", value ? value : "unset");
   fcclResult_t res;
@@ -262,7 +255,7 @@ static int modeEnv(int rank, int nranks, const struct testArgs* args) {
 }
 
 /* Ranks with different budgets: every rank's init fails, saying so. */
-static int modeMismatch(int rank, int nranks, const struct testArgs* args) {
+static int modeMismatch(int rank, int nranks, const struct collTestArgs* args) {
   fcclResult_t res = fcclSuccess;
   fcclComm_t comm = budgetComm(args, rank, nranks, 0, -1, rank == 0 ? 4 : 8, &res);
   EXPECT(comm == NULL);
@@ -273,7 +266,7 @@ static int modeMismatch(int rank, int nranks, const struct testArgs* args) {
 }
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct testArgs* args = arg;
+  const struct collTestArgs* args = arg;
   int code = 0;
   if (strcmp(args->mode, "cap") == 0)
     code = modeCap(rank, nranks, args, -1, 3);
@@ -283,13 +276,11 @@ static int rankMain(int rank, int nranks, void* arg) {
     code = modeEnv(rank, nranks, args);
   else if (strcmp(args->mode, "mismatch") == 0)
     code = modeMismatch(rank, nranks, args);
-  char name[64];
-  snprintf(name, sizeof(name), "sm_budget %s rank %d", args->mode, rank);
-  return testSummary(name) != 0 || code != 0;
+  return collRankSummary("sm_budget", args->mode, rank, code);
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "cap", NULL, 0, 0};
+  struct collTestArgs args = {argc > 1 ? argv[1] : "cap", NULL, 0, 0};
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
   const int known = strcmp(args.mode, "cap") == 0 || strcmp(args.mode, "min") == 0 || strcmp(args.mode, "env") == 0 ||
                     strcmp(args.mode, "mismatch") == 0;
@@ -298,21 +289,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s cap|min|env|mismatch [nranks 2..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = testGpuCount();
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  args.seed = testSeed();
-  args.shared = collSharedNew(nranks);
-  int codes[REF_MAX_RANKS];
   /* Under meson's timeout for the mode (600 s for cap and min, 120 s for env and mismatch), so that a rank that hangs
-   * is named by the test rather than the whole run killed. */
+   * is named by the test rather than the whole run killed. Its calls' outputs are not compared across ranks. */
   const int forkTimeout = strcmp(args.mode, "cap") == 0 || strcmp(args.mode, "min") == 0 ? 540 : 100;
-  const int failed = testShmForkRanks(args.shared->shm, rankMain, &args, forkTimeout, codes);
-  for (int r = 0; r < nranks; r++)
-    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
-  EXPECT_EQ_INT(failed, 0);
-  collSharedFree(args.shared);
-  return testSummary("sm_budget");
+  return collTestMain("sm_budget", &args, nranks, rankMain, forkTimeout, NULL);
 }

@@ -35,7 +35,7 @@
 
 /* ---- context ------------------------------------------------------------------------------------------------- */
 
-int varContextInit(struct varContext* ctx, const struct testArgs* args, fcclComm_t comm, int rank, int nranks,
+int varContextInit(struct varContext* ctx, const struct collTestArgs* args, fcclComm_t comm, int rank, int nranks,
                    size_t capacity, int withRegistered) {
   memset(ctx, 0, sizeof(*ctx));
   ctx->shared = args->shared;
@@ -417,7 +417,7 @@ uint64_t varSweep(struct varContext* ctx, int narrow, uint64_t firstCall) {
   return call - firstCall;
 }
 
-static int modeSweep(int rank, int nranks, const struct testArgs* args, int narrow) {
+static int modeSweep(int rank, int nranks, const struct collTestArgs* args, int narrow) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   EXPECT(comm != NULL);
   if (!comm) return 1;
@@ -450,7 +450,7 @@ static const struct {
 #define RANKS8_FORK_TIMEOUT 860
 
 static int rankMain(int rank, int nranks, void* arg) {
-  const struct testArgs* args = arg;
+  const struct collTestArgs* args = arg;
   int code = 0;
   if (strcmp(args->mode, "sweep") == 0)
     code = modeSweep(rank, nranks, args, 0);
@@ -466,13 +466,11 @@ static int rankMain(int rank, int nranks, void* arg) {
     code = modeNccl(rank, nranks, args);
   else if (strcmp(args->mode, "budget") == 0)
     code = modeBudget(rank, nranks, args);
-  char name[64];
-  snprintf(name, sizeof(name), "variable %s rank %d", args->mode, rank);
-  return testSummary(name) != 0 || code != 0;
+  return collRankSummary("variable", args->mode, rank, code);
 }
 
 int main(int argc, char** argv) {
-  struct testArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
+  struct collTestArgs args = {argc > 1 ? argv[1] : "sweep", NULL, 0, 0};
   const int nranks = argc > 2 ? atoi(argv[2]) : 2;
   int forkTimeout = 0, minRanks = 1;
   for (size_t i = 0; i < sizeof(kModes) / sizeof(kModes[0]); i++)
@@ -482,22 +480,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s sweep|ranks|graph|invalid|mismatch|nccl|budget [nranks 1..8]\n", argv[0]);
     return 2;
   }
-  args.gpus = testGpuCount();
-  if (args.gpus < 1) {
-    printf("SKIP: no GPU\n");
-    return TEST_SKIP;
-  }
-  args.seed = testSeed();
-  args.shared = collSharedNew(nranks);
-  printf("variable %s: %d ranks on %d GPU(s)%s, seed %llu\n", args.mode, nranks, args.gpus,
-         collQuick() ? " (quick)" : "", (unsigned long long)args.seed);
-  int codes[REF_MAX_RANKS];
-  const int failed = testShmForkRanks(args.shared->shm, rankMain, &args, forkTimeout, codes);
-  for (int r = 0; r < nranks; r++)
-    if (codes[r] != 0) testFail(__FILE__, __LINE__, "rank %d exited with %d", r, codes[r]);
-  const int differ = collCompareHashes(args.shared, nranks, (uint64_t)args.shared->flags[0]);
-  EXPECT_MSG(differ == 0, "%d all-gathers gave different bits on different ranks", differ);
-  EXPECT_EQ_INT(failed, 0);
-  collSharedFree(args.shared);
-  return testSummary("variable");
+  return collTestMain("variable", &args, nranks, rankMain, forkTimeout, "all-gathers");
 }

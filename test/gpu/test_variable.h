@@ -17,13 +17,6 @@
 
 #define VAR_AUTO (-1) /* a case's form: the automatic choice, else FCCL_MOVE_LL / _DIRECT / _STAGED */
 
-struct testArgs {
-  const char* mode;
-  struct collShared* shared;
-  uint64_t seed;
-  int gpus;
-};
-
 /* One call as a test makes it. */
 struct varCase {
   int reduces; /* 0: fcclAllGatherV; 1: fcclReduceScatterV */
@@ -58,7 +51,7 @@ struct varContext {
 };
 
 /* Buffers of capacity bytes (and guards), plain, and registered too with withRegistered (not on the NCCL path). */
-int varContextInit(struct varContext* ctx, const struct testArgs* args, fcclComm_t comm, int rank, int nranks,
+int varContextInit(struct varContext* ctx, const struct collTestArgs* args, fcclComm_t comm, int rank, int nranks,
                    size_t capacity, int withRegistered);
 void varContextFini(struct varContext* ctx);
 
@@ -102,11 +95,11 @@ void varMakeCounts(int pattern, int nranks, size_t largest, uint64_t* rng, size_
 const char* varPatternName(int pattern);
 
 /* test_variable_modes.c */
-int modeGraph(int rank, int nranks, const struct testArgs* args);
-int modeInvalid(int rank, int nranks, const struct testArgs* args);
-int modeMismatch(int rank, int nranks, const struct testArgs* args);
-int modeNccl(int rank, int nranks, const struct testArgs* args);
-int modeBudget(int rank, int nranks, const struct testArgs* args);
+int modeGraph(int rank, int nranks, const struct collTestArgs* args);
+int modeInvalid(int rank, int nranks, const struct collTestArgs* args);
+int modeMismatch(int rank, int nranks, const struct collTestArgs* args);
+int modeNccl(int rank, int nranks, const struct collTestArgs* args);
+int modeBudget(int rank, int nranks, const struct collTestArgs* args);
 /* test_variable.c: the sweep on ctx (forms forced only on fccl's kernels); returns the calls made. */
 uint64_t varSweep(struct varContext* ctx, int narrow, uint64_t firstCall);
 

@@ -118,7 +118,7 @@ static struct varCase graphCase(const struct varContext* ctx, const struct graph
   return c;
 }
 
-int modeGraph(int rank, int nranks, const struct testArgs* args) {
+int modeGraph(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   EXPECT(comm != NULL);
   if (!comm) return 1;
@@ -236,7 +236,7 @@ static void invalidArguments(struct varContext* ctx) {
 /* Device counts that do not fit (kind 0: a count above the per-rank capacity; 1: the sum above the capacity of
  * every block; 2: a negative count): the call is accepted, the kernel moves nothing and the communicator fails
  * with fcclInvalidArgument on every rank. */
-static int badDeviceCounts(const struct testArgs* args, int rank, int nranks, int kind) {
+static int badDeviceCounts(const struct collTestArgs* args, int rank, int nranks, int kind) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 1 + kind);
   EXPECT(comm != NULL);
   if (!comm) return 1;
@@ -283,7 +283,7 @@ static int badDeviceCounts(const struct testArgs* args, int rank, int nranks, in
   return 0;
 }
 
-int modeInvalid(int rank, int nranks, const struct testArgs* args) {
+int modeInvalid(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 0);
   EXPECT(comm != NULL);
   if (!comm) return 1;
@@ -321,7 +321,7 @@ int modeInvalid(int rank, int nranks, const struct testArgs* args) {
 
 /* The last rank passes counts[0] + 1 where the others pass counts[0] (host counts, or device counts): every rank
  * stops with fcclInvalidUsage (ranks out of step) instead of moving blocks of sizes that do not match. */
-static void mismatched(const struct testArgs* args, int rank, int nranks, int device) {
+static void mismatched(const struct collTestArgs* args, int rank, int nranks, int device) {
   fcclComm_t comm = collCommCreate(args->shared, rank, nranks, args->gpus, 4 + device);
   EXPECT(comm != NULL);
   if (!comm) return;
@@ -356,7 +356,7 @@ static void mismatched(const struct testArgs* args, int rank, int nranks, int de
   EXPECT_EQ_INT(device ? fcclCommAbort(comm) : fcclCommDestroy(comm), fcclSuccess);
 }
 
-int modeMismatch(int rank, int nranks, const struct testArgs* args) {
+int modeMismatch(int rank, int nranks, const struct collTestArgs* args) {
   mismatched(args, rank, nranks, 0);
   mismatched(args, rank, nranks, 1);
   return 0;
@@ -367,7 +367,7 @@ int modeMismatch(int rank, int nranks, const struct testArgs* args) {
 #define BUDGET_MAX_CTAS 3
 
 /* A communicator with the SM budget maxCtas (-1: none), as collCommCreate makes one. */
-static fcclComm_t budgetComm(const struct testArgs* args, int rank, int nranks, int which, int maxCtas) {
+static fcclComm_t budgetComm(const struct collTestArgs* args, int rank, int nranks, int which, int maxCtas) {
   fcclUniqueId id;
   if (!collShareId(args->shared, rank, which, &id)) return NULL;
   if (cudaSetDevice(rank % args->gpus) != cudaSuccess) return NULL;
@@ -400,7 +400,7 @@ static int budgetRun(struct varContext* ctx, const struct varCase* c, int regist
 /* The same calls on a communicator without a budget and on one with maxCTAs 3: every form of both collectives, host
  * and device counts, at sizes whose grid is larger than 3 blocks unbounded; bounded the grid is 3 blocks at most and
  * the results are as right (the host reference). */
-int modeBudget(int rank, int nranks, const struct testArgs* args) {
+int modeBudget(int rank, int nranks, const struct collTestArgs* args) {
   fcclComm_t comms[2] = {budgetComm(args, rank, nranks, 0, -1), budgetComm(args, rank, nranks, 1, BUDGET_MAX_CTAS)};
   if (!comms[0] || !comms[1]) return 1;
   struct varContext ctxs[2];
@@ -498,7 +498,7 @@ static void ncclCapture(struct varContext* ctx) {
   EXPECT_EQ_INT(fcclGroupEnd(), fcclSuccess);
 }
 
-int modeNccl(int rank, int nranks, const struct testArgs* args) {
+int modeNccl(int rank, int nranks, const struct collTestArgs* args) {
   /* Each rank its own NCCL host, so that NCCL takes ranks that share a GPU; NCCL on loopback sockets. */
   char host[96];
   snprintf(host, sizeof(host), "fccl-variable-%d-rank%d", (int)getppid(), rank);

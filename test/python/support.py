@@ -1,18 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the Python tests share: fccl.h read for its version and enums, a stand-in for a CUDA array, a fresh interpreter
 to load libfccl in, the number of GPUs the CUDA runtime sees (asked without torch), and for the GPU tests with torch
-their random inputs, float64 reference and digests, and the ranks as new processes that each write a report."""
+their random inputs, float64 reference and digests, their ranks as new processes (run as scripts that each write a
+report, or spawned with multiprocessing and reporting over a queue) and their __main__ (a skip without a GPU)."""
+import argparse
 import ctypes
 import functools
 import hashlib
 import importlib
 import json
+import multiprocessing
 import os
+import queue
 import re
 import subprocess
 import sys
 import time
 import traceback
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.environ.get("TEST_FCCL_HEADER", os.path.join(HERE, "..", "..", "include", "fccl.h"))
@@ -193,3 +198,123 @@ def check_reported(test, results, scenario, same_digests=True):
     if same_digests:
         digests = [report[scenario]["digests"] for report, _ in results.values()]
         test.assertTrue(all(d == digests[0] for d in digests), f"{scenario}: results differ between ranks")
+
+
+class SpawnedRank:
+    """A rank's side of spawn_ranks: its rank and nranks, the UniqueIds rank 0 hands out, its reports to the
+    parent."""
+
+    def __init__(self, rank, nranks, uid_queues, results):
+        self.rank = rank
+        self.nranks = nranks
+        self._uid_queues = uid_queues
+        self._results = results
+
+    def start_gpu(self, fccl_timeout_ms=20000, host_id=None):
+        """What the rank does before its first fccl or NCCL call; returns (torch, device, shared). FCCL_TIMEOUT is
+        fccl_timeout_ms unless the environment sets it (a kernel waiting for a rank that died gives up after it, well
+        before the parent's deadline; fccl reads it at its first call); NCCL_NVLS_ENABLE=0 (NCCL must create no
+        multicast objects here). The device is gpu_ranks_environment's, made current. With host_id and a shared GPU,
+        NCCL_HOSTID is host_id-<rank>: NCCL takes two ranks on one GPU only from processes that claim hosts of their
+        own."""
+        os.environ.setdefault("FCCL_TIMEOUT", str(fccl_timeout_ms))
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
+        torch = importlib.import_module("torch")
+        device, shared = gpu_ranks_environment(self.rank, self.nranks, torch.cuda.device_count())
+        if shared and host_id is not None:
+            os.environ["NCCL_HOSTID"] = f"{host_id}-{self.rank}"
+        torch.cuda.set_device(device)
+        return torch, device, shared
+
+    def unique_id(self, which=0):
+        """The UniqueId of the rank's communicator number `which` (0, 1, ... in the order every rank makes them):
+        rank 0 creates it and hands it to the others, which wait for it 60 s at most."""
+        fccl = importlib.import_module("fccl")
+        if self.rank == 0:
+            uid = fccl.UniqueId.create()
+            for peer_queue in self._uid_queues[1:]:
+                peer_queue.put((which, uid))
+            return uid
+        got, uid = self._uid_queues[self.rank].get(timeout=60)
+        if got != which:
+            raise RuntimeError(f"unique id {got} came for {which}")
+        return uid
+
+    def report(self, scenario, problems, digests=()):
+        """Tells the parent the rank's problems with scenario (none: it passed) and the digests of its results."""
+        self._results.put((self.rank, scenario, list(problems), list(digests)))
+
+
+class SpawnedReports:
+    """What spawn_ranks collected: reports, {(rank, scenario): (problems, digests)}, and the ranks' exit codes."""
+
+    def __init__(self, nranks, reports, exit_codes):
+        self.nranks = nranks
+        self.reports = reports
+        self.exit_codes = exit_codes
+
+    def check(self, test, scenario, same_digests=True):
+        """Fails test unless every rank reported scenario without problems (and, with same_digests, with the same
+        digests on every rank); a rank that did not report is named with the exit codes and what any rank raised."""
+        for rank in range(self.nranks):
+            report = self.reports.get((rank, scenario))
+            if report is None:
+                raised = [f"rank {r} at {s}: {p}" for (r, s), (p, _) in self.reports.items()
+                          if any("raised" in x for x in p)]
+                test.fail(f"rank {rank} did not report {scenario} (exit codes {self.exit_codes}); {raised}")
+            test.assertEqual(report[0], [], f"rank {rank}, {scenario}")
+        if same_digests:
+            digests = [self.reports[(rank, scenario)][1] for rank in range(self.nranks)]
+            test.assertTrue(all(d == digests[0] for d in digests), f"{scenario}: results differ between ranks")
+
+
+def spawn_ranks(worker, nranks, scenarios, timeout_s, arguments=()):
+    """Runs worker(SpawnedRank, *arguments) for every rank in a new process (multiprocessing's spawn: the ranks
+    inherit no CUDA state) and collects their reports until each rank has sent as many as there are scenarios, all
+    have exited, or timeout_s has passed; then joins them (terminating those still running) and returns the
+    SpawnedReports."""
+    context = multiprocessing.get_context("spawn")
+    uid_queues = [context.Queue() for _ in range(nranks)]
+    results = context.Queue()
+    workers = [context.Process(target=worker, args=(SpawnedRank(rank, nranks, uid_queues, results), *arguments))
+               for rank in range(nranks)]
+    for process in workers:
+        process.start()
+    reports = {}
+    deadline = time.monotonic() + timeout_s
+    while len(reports) < nranks * len(scenarios) and time.monotonic() < deadline:
+        try:
+            rank, scenario, problems, digests = results.get(timeout=1)
+            reports[(rank, scenario)] = (problems, digests)
+        except queue.Empty:
+            if all(not process.is_alive() for process in workers) and results.empty():
+                break
+    for process in workers:
+        process.join(timeout=max(1, deadline - time.monotonic()))
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout=10)
+    return SpawnedReports(nranks, reports, [process.exitcode for process in workers])
+
+
+def gpu_test_main(run_rank=None, phases=None):
+    """The __main__ of a GPU test with torch. As a rank of run_ranks (with --rank, or --phase where the test has
+    phases): parses --rank and --dir (and --phase, one of phases), runs run_rank(rank, dir) (run_rank(phase, rank,
+    dir)) and exits 0. Otherwise exits 77, which meson counts as a skip, without torch or a CUDA device, else runs
+    the unittest cases of the file run."""
+    if run_rank is not None and ("--phase" if phases else "--rank") in sys.argv:
+        parser = argparse.ArgumentParser()
+        if phases:
+            parser.add_argument("--phase", choices=phases, required=True)
+        parser.add_argument("--rank", type=int, required=True)
+        parser.add_argument("--dir", required=True)
+        arguments = parser.parse_args()
+        if phases:
+            run_rank(arguments.phase, arguments.rank, arguments.dir)
+        else:
+            run_rank(arguments.rank, arguments.dir)
+        sys.exit(0)
+    if torch_cuda_devices() < 1:
+        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
+        sys.exit(77)
+    unittest.main()

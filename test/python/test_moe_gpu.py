@@ -12,17 +12,11 @@ Without torch or a CUDA device it exits 77, which meson counts as a skip.
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_moe_gpu.py [-v]
 """
-import importlib
-import multiprocessing
-import os
-import queue
-import sys
-import time
 import traceback
 import unittest
 
 import fccl
-from support import torch_cuda_devices
+from support import gpu_test_main, spawn_ranks
 
 RANKS = 2
 TIMEOUT_S = 280  # the whole run, torch's start and compilation included; under meson's 300 s
@@ -197,57 +191,25 @@ def scenarios(torch, comm, rank, problems):
     layout.destroy()
 
 
-def worker(rank, uid_queues, results):
-    os.environ.setdefault("FCCL_TIMEOUT", "120000")  # a rank may wait in a kernel while its peer compiles
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
+def worker(me):
     problems = []
     try:
-        torch = importlib.import_module("torch")
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-        config = fccl.Config(timeout_ms=60000, allow_shared_device=torch.cuda.device_count() < RANKS)
-        if rank == 0:
-            uid = fccl.UniqueId.create()
-            for peer_queue in uid_queues[1:]:
-                peer_queue.put(uid)
-        else:
-            uid = uid_queues[rank].get(timeout=60)
-        comm = fccl.Communicator.init_rank(RANKS, rank, uid, config, name=f"moe-comm-{rank}")
-        scenarios(torch, comm, rank, problems)
+        # A rank may wait in a kernel while its peer compiles: a longer FCCL_TIMEOUT than the default.
+        torch, _, shared = me.start_gpu(fccl_timeout_ms=120000)
+        config = fccl.Config(timeout_ms=60000, allow_shared_device=shared)
+        comm = fccl.Communicator.init_rank(RANKS, me.rank, me.unique_id(), config, name=f"moe-comm-{me.rank}")
+        scenarios(torch, comm, me.rank, problems)
         comm.destroy()
     except BaseException:
         problems.append("raised:\n" + traceback.format_exc())
-    results.put((rank, problems))
+    me.report("dispatch_and_combine", problems)
 
 
 class MoeGpuTest(unittest.TestCase):
     def test_dispatch_and_combine(self):
-        context = multiprocessing.get_context("spawn")
-        uid_queues = [context.Queue() for _ in range(RANKS)]
-        results = context.Queue()
-        workers = [context.Process(target=worker, args=(rank, uid_queues, results)) for rank in range(RANKS)]
-        for process in workers:
-            process.start()
-        reports = {}
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(reports) < RANKS and time.monotonic() < deadline:
-            try:
-                rank, problems = results.get(timeout=1)
-                reports[rank] = problems
-            except queue.Empty:
-                if all(not process.is_alive() for process in workers) and results.empty():
-                    break
-        for process in workers:
-            process.join(timeout=max(1, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=10)
-        for rank in range(RANKS):
-            self.assertIn(rank, reports, f"rank {rank} did not report (exit codes {[p.exitcode for p in workers]})")
-            self.assertEqual(reports[rank], [], f"rank {rank}")
+        spawned = spawn_ranks(worker, RANKS, ["dispatch_and_combine"], TIMEOUT_S)
+        spawned.check(self, "dispatch_and_combine", same_digests=False)
 
 
 if __name__ == "__main__":
-    if torch_cuda_devices() < 1:
-        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
-        sys.exit(77)
-    unittest.main()
+    gpu_test_main()

@@ -20,16 +20,11 @@ Without torch or a CUDA device it exits 77, which meson counts as a skip.
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_rooted_gpu.py [-v]
 """
 import importlib
-import multiprocessing
-import os
-import queue
-import sys
-import time
 import traceback
 import unittest
 
 import fccl
-from support import check_sum, digest, rank_inputs, torch_cuda_devices
+from support import check_sum, digest, gpu_test_main, rank_inputs, spawn_ranks, torch_cuda_devices
 
 GPU_RANKS = 2
 GPU_TIMEOUT_S = 240
@@ -194,32 +189,13 @@ def premul_scenarios(torch, comm, rank, nranks, report):
     report("premul_compile", problems, digests)
 
 
-def gpu_worker(rank, nranks, uid_queues, results):
+def gpu_worker(me):
     scenario = "start"
-    os.environ.setdefault("FCCL_TIMEOUT", "20000")
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    rank, nranks, report = me.rank, me.nranks, me.report
     try:
-        torch = importlib.import_module("torch")
-        device = rank % torch.cuda.device_count()
-        shared = torch.cuda.device_count() < nranks
-        torch.cuda.set_device(device)
-
-        def uid_for(which):
-            if rank == 0:
-                uid = fccl.UniqueId.create()
-                for peer_queue in uid_queues[1:]:
-                    peer_queue.put((which, uid))
-                return uid
-            got, uid = uid_queues[rank].get(timeout=60)
-            if got != which:
-                raise RuntimeError(f"unique id {got} came for {which}")
-            return uid
-
-        def report(name, problems, digests=()):
-            results.put((rank, name, problems, list(digests)))
-
+        torch, _, shared = me.start_gpu()
         config = fccl.Config(timeout_ms=30000, allow_shared_device=shared)
-        comm = fccl.Communicator.init_rank(nranks, rank, uid_for(0), config)
+        comm = fccl.Communicator.init_rank(nranks, rank, me.unique_id(0), config)
         scenario = "reduce"
         rooted_scenarios(torch, comm, rank, nranks, report)
         scenario = "premul"
@@ -228,14 +204,14 @@ def gpu_worker(rank, nranks, uid_queues, results):
 
         scenario = "sm_budget"
         budget = fccl.Config(timeout_ms=30000, allow_shared_device=shared, min_ctas=2, max_ctas=4)
-        with fccl.Communicator.init_rank(nranks, rank, uid_for(1), budget) as bounded:
+        with fccl.Communicator.init_rank(nranks, rank, me.unique_id(1), budget) as bounded:
             inputs = rank_inputs(torch, torch.float32, (1 << 22) + 3, nranks, seed=90)
             x = inputs[rank].cuda()
             bounded.all_reduce(x)
             torch.cuda.synchronize()
             report(scenario, check_sum(torch, x, inputs, "float32"), [digest(torch, x)])
     except BaseException:  # reported, not raised: the parent owns the verdict
-        results.put((rank, scenario, ["raised:\n" + traceback.format_exc()], []))
+        report(scenario, ["raised:\n" + traceback.format_exc()])
 
 
 SCENARIOS = ["reduce", "gather", "scatter", "bcast", "premul", "premul_graph", "premul_compile", "sm_budget"]
@@ -245,39 +221,10 @@ SCENARIOS = ["reduce", "gather", "scatter", "bcast", "premul", "premul_graph", "
 class RootedGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        context = multiprocessing.get_context("spawn")
-        uid_queues = [context.Queue() for _ in range(GPU_RANKS)]
-        results = context.Queue()
-        cls.reports = {}
-        workers = [context.Process(target=gpu_worker, args=(rank, GPU_RANKS, uid_queues, results))
-                   for rank in range(GPU_RANKS)]
-        for worker in workers:
-            worker.start()
-        deadline = time.monotonic() + GPU_TIMEOUT_S
-        while len(cls.reports) < GPU_RANKS * len(SCENARIOS) and time.monotonic() < deadline:
-            try:
-                rank, scenario, problems, digests = results.get(timeout=1)
-                cls.reports[(rank, scenario)] = (problems, digests)
-            except queue.Empty:
-                if all(not worker.is_alive() for worker in workers) and results.empty():
-                    break
-        for worker in workers:
-            worker.join(timeout=max(1, deadline - time.monotonic()))
-            if worker.is_alive():
-                worker.terminate()
-                worker.join(timeout=10)
-        cls.exit_codes = [worker.exitcode for worker in workers]
+        cls.spawned = spawn_ranks(gpu_worker, GPU_RANKS, SCENARIOS, GPU_TIMEOUT_S)
 
     def check_scenario(self, scenario):
-        for rank in range(GPU_RANKS):
-            report = self.reports.get((rank, scenario))
-            if report is None:
-                raised = [f"rank {r} at {s}: {p}" for (r, s), (p, _) in self.reports.items()
-                          if any("raised" in x for x in p)]
-                self.fail(f"rank {rank} did not report {scenario} (exit codes {self.exit_codes}); {raised}")
-            self.assertEqual(report[0], [], f"rank {rank}, {scenario}")
-        digests = [self.reports[(rank, scenario)][1] for rank in range(GPU_RANKS)]
-        self.assertTrue(all(d == digests[0] for d in digests), f"{scenario}: results differ between ranks")
+        self.spawned.check(self, scenario)
 
     def test_reduce(self):
         self.check_scenario("reduce")
@@ -305,7 +252,4 @@ class RootedGpuTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if torch_cuda_devices() < 1:
-        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
-        sys.exit(77)
-    unittest.main()
+    gpu_test_main()

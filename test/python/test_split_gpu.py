@@ -10,17 +10,12 @@ Without torch or a CUDA device it exits 77, which meson counts as a skip.
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_split_gpu.py [-v]
 """
-import importlib
-import multiprocessing
-import os
-import queue
-import sys
 import time
 import traceback
 import unittest
 
 import fccl
-from support import check_sum, rank_inputs, torch_cuda_devices
+from support import check_sum, gpu_test_main, rank_inputs, spawn_ranks
 
 RANKS = 3
 TIMEOUT_S = 240
@@ -53,23 +48,13 @@ def check_child(torch, child, members, rank, label):
     return problems
 
 
-def worker(rank, uid_queues, results):
-    os.environ.setdefault("FCCL_TIMEOUT", "20000")
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
+def worker(me):
+    rank = me.rank
     problems = []
     try:
-        torch = importlib.import_module("torch")
-        device = rank % torch.cuda.device_count()
-        torch.cuda.set_device(device)
-        shared = torch.cuda.device_count() < RANKS
+        torch, _, shared = me.start_gpu()
         config = fccl.Config(timeout_ms=30000, allow_shared_device=shared)
-        if rank == 0:
-            uid = fccl.UniqueId.create()
-            for peer_queue in uid_queues[1:]:
-                peer_queue.put(uid)
-        else:
-            uid = uid_queues[rank].get(timeout=60)
-        parent = fccl.Communicator.init_rank(RANKS, rank, uid, config, name=f"split-parent-{rank}")
+        parent = fccl.Communicator.init_rank(RANKS, rank, me.unique_id(), config, name=f"split-parent-{rank}")
 
         # By parity, keys reversed: color 0 is ranks 2, 0 in that order; rank 1 is alone.
         child = parent.split(rank % 2, key=-rank, name=f"split-child-{rank}")
@@ -108,38 +93,14 @@ def worker(rank, uid_queues, results):
         parent.destroy()
     except BaseException:
         problems.append("raised:\n" + traceback.format_exc())
-    results.put((rank, problems))
+    me.report("split_and_finalize", problems)
 
 
 class SplitGpuTest(unittest.TestCase):
     def test_split_and_finalize(self):
-        context = multiprocessing.get_context("spawn")
-        uid_queues = [context.Queue() for _ in range(RANKS)]
-        results = context.Queue()
-        workers = [context.Process(target=worker, args=(rank, uid_queues, results)) for rank in range(RANKS)]
-        for process in workers:
-            process.start()
-        reports = {}
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(reports) < RANKS and time.monotonic() < deadline:
-            try:
-                rank, problems = results.get(timeout=1)
-                reports[rank] = problems
-            except queue.Empty:
-                if all(not process.is_alive() for process in workers) and results.empty():
-                    break
-        for process in workers:
-            process.join(timeout=max(1, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=10)
-        for rank in range(RANKS):
-            self.assertIn(rank, reports, f"rank {rank} did not report (exit codes {[p.exitcode for p in workers]})")
-            self.assertEqual(reports[rank], [], f"rank {rank}")
+        spawned = spawn_ranks(worker, RANKS, ["split_and_finalize"], TIMEOUT_S)
+        spawned.check(self, "split_and_finalize", same_digests=False)
 
 
 if __name__ == "__main__":
-    if torch_cuda_devices() < 1:
-        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
-        sys.exit(77)
-    unittest.main()
+    gpu_test_main()

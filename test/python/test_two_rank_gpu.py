@@ -16,17 +16,14 @@ Without torch or a CUDA device it exits 77, which meson counts as a skip.
 """
 import ctypes
 import importlib
-import multiprocessing
 import os
-import queue
-import sys
 import tempfile
 import time
 import traceback
 import unittest
 
 import fccl
-from support import check_sum, digest, rank_inputs, torch_cuda_devices
+from support import check_sum, digest, gpu_test_main, rank_inputs, spawn_ranks, torch_cuda_devices
 
 GPU_RANKS = 2
 GPU_TIMEOUT_S = 240  # for the whole two-rank run, torch's start and compilation included; under meson's 300 s
@@ -331,32 +328,16 @@ def add_rms_norm_case(torch, comm, rank, nranks, hidden):
     return problems, digests
 
 
-def gpu_worker(rank, nranks, uid_queues, results, store_path):
-    """One rank: runs every scenario in order and reports (rank, scenario, problems, digests) for each; stops at
-    the first exception (the peers then fail on the communicator's timeout, which is short here)."""
+def gpu_worker(me, store_path):
+    """One rank: runs every scenario in order and reports each; stops at the first exception (the peers then fail on
+    the communicator's timeout, which is short here)."""
     scenario = "start"
-    # A kernel waiting for a rank that died gives up after this (default 10 minutes), well before the parent's
-    # deadline; fccl reads it once, at its first call.
-    os.environ.setdefault("FCCL_TIMEOUT", "20000")
-    os.environ["NCCL_NVLS_ENABLE"] = "0"  # NCCL must create no multicast objects here
+    rank, nranks, report = me.rank, me.nranks, me.report
     try:
-        torch = importlib.import_module("torch")
-        device = rank % torch.cuda.device_count()
-        shared = torch.cuda.device_count() < nranks
-        if shared:  # NCCL takes two ranks on one GPU only from processes that claim hosts of their own
-            os.environ["NCCL_HOSTID"] = f"fccl-pytest-{rank}"
-        torch.cuda.set_device(device)
+        torch, device, shared = me.start_gpu(host_id="fccl-pytest")  # a host id each: NCCL then shares a GPU
         config = fccl.Config(timeout_ms=30000, comm_name=f"pytest-{rank}", allow_shared_device=shared)
-        if rank == 0:
-            uid = fccl.UniqueId.create()
-            for peer_queue in uid_queues[1:]:
-                peer_queue.put(uid)
-        else:
-            uid = uid_queues[rank].get(timeout=60)
+        uid = me.unique_id()
         comm = fccl.Communicator.init_rank(nranks, rank, uid, config, device=f"cuda:{device}")  # device= on a GPU
-
-        def report(name, problems, digests=()):
-            results.put((rank, name, problems, list(digests)))
 
         scenario = "properties"
         report(scenario, [f"{name} is {got}, want {want}" for name, got, want in
@@ -509,7 +490,7 @@ def gpu_worker(rank, nranks, uid_queues, results, store_path):
         dist.destroy_process_group()
         report(scenario, problems, digests)
     except BaseException:  # reported, not raised: the parent owns the verdict
-        results.put((rank, scenario, ["raised:\n" + traceback.format_exc()], []))
+        report(scenario, ["raised:\n" + traceback.format_exc()])
 
 
 SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_place", "eager_float32_in_place",
@@ -522,42 +503,12 @@ SCENARIOS = ["properties", "eager_bfloat16_in_place", "eager_bfloat16_out_of_pla
 class TwoRankGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        context = multiprocessing.get_context("spawn")
-        uid_queues = [context.Queue() for _ in range(GPU_RANKS)]
-        results = context.Queue()
-        cls.reports = {}  # (rank, scenario) -> (problems, digests)
         with tempfile.TemporaryDirectory() as store_dir:
-            workers = [context.Process(target=gpu_worker, args=(rank, GPU_RANKS, uid_queues, results,
-                                                                os.path.join(store_dir, "store")))
-                       for rank in range(GPU_RANKS)]
-            for worker in workers:
-                worker.start()
-            deadline = time.monotonic() + GPU_TIMEOUT_S
-            expected = GPU_RANKS * len(SCENARIOS)
-            while len(cls.reports) < expected and time.monotonic() < deadline:
-                try:
-                    rank, scenario, problems, digests = results.get(timeout=1)
-                    cls.reports[(rank, scenario)] = (problems, digests)
-                except queue.Empty:
-                    if all(not worker.is_alive() for worker in workers) and results.empty():
-                        break
-            for worker in workers:
-                worker.join(timeout=max(1, deadline - time.monotonic()))
-                if worker.is_alive():
-                    worker.terminate()
-                    worker.join(timeout=10)
-            cls.exit_codes = [worker.exitcode for worker in workers]
+            cls.spawned = spawn_ranks(gpu_worker, GPU_RANKS, SCENARIOS, GPU_TIMEOUT_S,
+                                      (os.path.join(store_dir, "store"),))
 
     def check_scenario(self, scenario):
-        for rank in range(GPU_RANKS):
-            report = self.reports.get((rank, scenario))
-            if report is None:
-                raised = [f"rank {r} at {s}: {p}" for (r, s), (p, _) in self.reports.items()
-                          if any("raised" in x for x in p)]
-                self.fail(f"rank {rank} did not report {scenario} (exit codes {self.exit_codes}); {raised}")
-            self.assertEqual(report[0], [], f"rank {rank}, {scenario}")
-        digests = [self.reports[(rank, scenario)][1] for rank in range(GPU_RANKS)]
-        self.assertTrue(all(d == digests[0] for d in digests), f"{scenario}: results differ between ranks")
+        self.spawned.check(self, scenario)
 
     def test_properties(self):
         self.check_scenario("properties")
@@ -615,7 +566,4 @@ class TwoRankGpuTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if torch_cuda_devices() < 1:
-        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
-        sys.exit(77)
-    unittest.main()
+    gpu_test_main()

@@ -17,18 +17,16 @@ store's, the ranks' deadline).
 
   FCCL_LIBRARY=build/src/libfccl.so.0 PYTHONPATH=python python3 test/python/test_variable_gpu.py [-v]
 """
-import argparse
 import datetime
 import importlib
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 import fccl
-from support import (RankReport, check_reported, check_sum, digest, gpu_ranks_environment, rank_inputs, run_ranks,
-                     torch_cuda_devices)
+from support import (RankReport, check_reported, check_sum, digest, gpu_ranks_environment, gpu_test_main, rank_inputs,
+                     run_ranks, torch_cuda_devices)
 
 NAME = "ep"
 RANKS = 3
@@ -231,14 +229,4 @@ class VariableCollectivesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if "--rank" in sys.argv:
-        parser = argparse.ArgumentParser()
-        parser.add_argument("--rank", type=int, required=True)
-        parser.add_argument("--dir", required=True)
-        arguments = parser.parse_args()
-        run_rank(arguments.rank, arguments.dir)
-        sys.exit(0)
-    if torch_cuda_devices() < 1:
-        print("SKIP: needs torch with a CUDA device", file=sys.stderr)
-        sys.exit(77)
-    unittest.main()
+    gpu_test_main(run_rank)
