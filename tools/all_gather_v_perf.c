@@ -15,9 +15,10 @@
 
 static double allGatherVBusFactor(int nranks) { return nranks > 0 ? (double)(nranks - 1) / nranks : 0.0; }
 
-/* Each rank sends at most the last rank's block and receives every block. */
+/* Each rank sends at most the last rank's block (room for it that grows with count, as collective.h asks) and
+ * receives every block. */
 static benchCounts_t allGatherVCounts(size_t count, int nranks) {
-  return (benchCounts_t){benchVariableCount(count, nranks - 1, nranks), count * (size_t)nranks};
+  return (benchCounts_t){benchVariableRoom(count, nranks), count * (size_t)nranks};
 }
 
 static const benchCollective_t allGatherV = {

@@ -148,6 +148,36 @@ static void testAllGatherV(int type, int nranks) {
   free(in);
 }
 
+/* The room the variable programs give a block (benchVariableRoom): every rank's block fits, and it never grows faster
+ * than count times its room at count 1, the driver's buffers' unit (tools/bench/collective.h), which the largest
+ * block does (count x (2n - 1) / n rounded down: 1 at count 1, 3 at count 2 for two ranks). */
+static void testVariableRoom(void) {
+  for (int nranks = 1; nranks <= 9; nranks++) {
+    const size_t unit = benchVariableRoom(1, nranks);
+    EXPECT_EQ_INT((long long)unit, nranks == 1 ? 1 : 2);
+    int bad = 0;
+    for (size_t count = 0; count < 5000 && !bad; count++) {
+      const size_t room = benchVariableRoom(count, nranks);
+      size_t largest = 0;
+      for (int q = 0; q < nranks; q++) {
+        const size_t block = benchVariableCount(count, q, nranks);
+        largest = block > largest ? block : largest;
+      }
+      if (room < largest || room > largest + 1 || room > count * unit) {
+        bad = 1;
+        testFail(__FILE__, __LINE__, "%d ranks, count %zu: room %zu for a largest block of %zu (unit %zu)", nranks,
+                 count, room, largest, unit);
+      }
+    }
+    const size_t big = ((size_t)1 << 40) + 7;
+    EXPECT(benchVariableRoom(big, nranks) >= benchVariableCount(big, nranks - 1, nranks));
+    EXPECT(benchVariableRoom(big, nranks) <= big * unit);
+  }
+  /* The blocks themselves outgrow their count-1 value: why the programs use the room. */
+  EXPECT(benchVariableCount(2, 1, 2) > 2 * benchVariableCount(1, 1, 2));
+  EXPECT_EQ_INT((long long)benchVariableRoom(0, 0), 0);
+}
+
 /* reduce_scatter_v_perf: rank r holds the reduction of its benchVariableCount block; past it nothing is fixed. */
 static void testReduceScatterV(int type, int nranks) {
   const size_t count = BENCH_PATTERN_PERIOD + 5, size = benchTypeSize(type), total = count * (size_t)nranks;
@@ -160,7 +190,7 @@ static void testReduceScatterV(int type, int nranks) {
       acc += (long long)benchLoadAsDouble(in + (size_t)rank * total * size, i, type);
     storeInteger(type, acc, reduced + i * size);
   }
-  const size_t room = benchVariableCount(count, nranks - 1, nranks);
+  const size_t room = benchVariableRoom(count, nranks); /* the program's output buffer */
   unsigned char* got = malloc(room * size);
   benchChecker_t checker;
   EXPECT_EQ_INT(benchCheckerInit(&checker, type, benchSum, nranks, seed), 0);
@@ -326,6 +356,7 @@ static void testRooted(int type, int nranks) {
 }
 
 int main(void) {
+  testVariableRoom();
   for (size_t t = 0; t < sizeof(kTypes) / sizeof(kTypes[0]); t++) {
     for (size_t r = 0; r < sizeof(kRanks) / sizeof(kRanks[0]); r++) {
       testAllGather(kTypes[t], kRanks[r]);

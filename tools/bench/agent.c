@@ -257,8 +257,9 @@ int benchRunAgent(benchAgent_t* agent) {
   int buffersMade = 0;
   if (status == 0 && memoryReport) status = usedPerGpu(agent, used[0]);
   if (status == 0 && agent->test->collective) {
-    /* The counts are linear: a call with count 1 says how many times maxBytes each buffer holds (where the call's
-     * count is a rank's share, how many times maxBytes / nranks: nccl-tests' rounding only makes it smaller). */
+    /* The counts are at most linear (collective.h): a call with count 1 says how many times maxBytes each buffer
+     * holds (where the call's count is a rank's share, how many times maxBytes / nranks: nccl-tests' rounding only
+     * makes it smaller). */
     const benchCollective_t* collective = agent->test->collective;
     benchCounts_t per = collective->counts(1, agent->nranks);
     const size_t scale = collective->perRank ? (size_t)agent->nranks : 1;

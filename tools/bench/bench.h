@@ -357,6 +357,10 @@ benchSpan_t benchScatterResult(size_t index, size_t count, int rank, int nranks,
  * nothing checked past it. */
 size_t benchVariableCount(size_t count, int rank, int nranks);
 size_t benchVariableOffset(size_t count, int rank, int nranks);
+/* Room for any rank's block, in elements: count x (2n - 1) / n rounded up, at least the largest block (the last
+ * rank's, rounded down). Unlike the blocks it never grows faster than count: at most count x
+ * benchVariableRoom(1, n), which the driver's buffers, made from a count of 1, need (collective.h). */
+size_t benchVariableRoom(size_t count, int nranks);
 benchSpan_t benchAllGatherVResult(size_t index, size_t count, int rank, int nranks, int root);
 benchSpan_t benchReduceScatterVResult(size_t index, size_t count, int rank, int nranks, int root);
 

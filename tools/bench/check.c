@@ -217,6 +217,12 @@ size_t benchVariableCount(size_t count, int rank, int nranks) {
   return nranks > 0 ? count * (size_t)(2 * rank + 1) / (size_t)nranks : 0;
 }
 
+size_t benchVariableRoom(size_t count, int nranks) {
+  if (nranks <= 0) return 0;
+  const size_t n = (size_t)nranks;
+  return count * (2 * n - 1) / n + (count * (2 * n - 1) % n != 0);
+}
+
 size_t benchVariableOffset(size_t count, int rank, int nranks) {
   size_t offset = 0;
   for (int q = 0; q < rank; q++) offset += benchVariableCount(count, q, nranks);

@@ -73,9 +73,29 @@ static void placeCall(const benchAgent_t* agent, int engine, int gpu, const coll
 
 /* nccl-tests moves each iteration to a different slice of the buffers, so that small sizes are not served from the
  * L2 cache of the previous iteration. */
+static size_t slicesOf(const benchAgent_t* agent, const collCall_t* call) {
+  return call->bytes ? agent->args.maxBytes / call->bytes : 1;
+}
+
+/* Whether every slice of the call lies in the buffers (the same size on every rank and engine): counts that grow
+ * faster than collective.h allows would take the call past them. 0, or -1 after benchFail. */
+static int checkFits(benchAgent_t* agent, const collCall_t* call) {
+  const size_t size = benchTypeSize(call->type);
+  const size_t pad = (size_t)agent->args.unalign * size;
+  const size_t slices = slicesOf(agent, call) > 1 ? slicesOf(agent, call) : 1;
+  const size_t send = pad + call->elems.send * size * slices, recv = pad + call->elems.recv * size * slices;
+  const benchBuffers_t* b = &agent->buffers[0][0];
+  if (send <= b->sendBytes && recv <= b->recvBytes) return 0;
+  benchFail(agent,
+            "a call of count %zu takes %zu bytes of the send buffer and %zu of the receive buffer (%zu slices), which "
+            "hold %zu and %zu: the collective's counts grow faster than count times their value at count 1",
+            call->count, send, recv, slices, b->sendBytes, b->recvBytes);
+  return -1;
+}
+
 static int launchCall(benchAgent_t* agent, int engine, int gpu, int iter, void* arg) {
   const collCall_t* call = (const collCall_t*)arg;
-  size_t slices = call->bytes ? agent->args.maxBytes / call->bytes : 1;
+  size_t slices = slicesOf(agent, call);
   char* send = NULL;
   char* recv = NULL;
   placeCall(agent, engine, gpu, call, slices > 1 ? (size_t)iter % slices : 0, &send, &recv);
@@ -88,6 +108,7 @@ static int warmUp(benchAgent_t* agent, int type, int op, int root) {
   for (int engine = 0; engine < agent->nEngines; engine++) {
     for (int s = 0; s < 2 && agent->args.warmupIters > 0; s++) {
       collCall_t call = makeCall(agent, sizes[s], type, op, root, 0);
+      if (checkFits(agent, &call) != 0) return -1;
       if (benchLaunchAll(agent, engine, launchCall, &call, 0, agent->args.warmupIters) != 0) return -1;
       if (benchSync(agent, engine) != 0) return -1;
     }
@@ -195,6 +216,7 @@ static int iterStatistics(benchAgent_t* agent, const iterBuffers_t* b, benchIter
 /* Times one engine at one size and placement, then checks -c runs on fresh data. Algorithm bandwidth counts the
  * larger buffer, as nccl-tests does for every collective. */
 static int measure(benchAgent_t* agent, int engine, collCall_t* call, const iterBuffers_t* iter, benchMeasure_t* m) {
+  if (checkFits(agent, call) != 0) return -1;
   if (benchRunOnce(agent, engine, launchCall, call, 1) != 0) return -1;
   benchTiming_t timing;
   memset(&timing, 0, sizeof(timing));

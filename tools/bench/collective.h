@@ -11,8 +11,9 @@
 
 #include "runtime.h"
 
-/* Elements of each rank's send and receive buffer in a call with count. Linear in count: the buffers are made for
- * maxBytes' count. */
+/* Elements of each rank's send and receive buffer in a call with count. Linear in count, or at most count times
+ * their value at count 1: the buffers are made from that value for maxBytes' count (agent.c), and the driver stops
+ * with an error when a call would not fit them. */
 typedef struct {
   size_t send;
   size_t recv;
