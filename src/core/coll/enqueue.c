@@ -181,10 +181,12 @@ static fcclResult_t findPeerBuffers(struct fcclComm* comm, const struct fcclCall
   /* A buffer of one block that the peers reach (the gather's input, the scatter's output) is, in place, block `rank`
    * of this rank's whole buffer, and a peer's block is block `peer` of its own: found through the whole buffer, as
    * nccl-tests and NCCL's in-place definition lay them out on every rank. Found by its own address, a peer's block
-   * would be taken at this rank's block's offset. */
+   * would be taken at this rank's block's offset. Only the root reaches its peers' blocks: elsewhere the block
+   * stands for the other buffer (fcclEnqueue), which looks in place on rank 0, and the whole buffer is not there. */
   const uint64_t block = (uint64_t)call->count * fcclTypeSize(call->datatype);
-  const int sendInWhole = wantSend && args->inPlace && call->coll->recvPerRank && !call->coll->sendPerRank;
-  const int recvInWhole = wantRecv && args->inPlace && call->coll->sendPerRank && !call->coll->recvPerRank;
+  const int root = (call->coll->rooted || call->coll->rootedRecv) && call->root == comm->rank;
+  const int sendInWhole = root && wantSend && args->inPlace && call->coll->recvPerRank && !call->coll->sendPerRank;
+  const int recvInWhole = root && wantRecv && args->inPlace && call->coll->sendPerRank && !call->coll->recvPerRank;
   *registered = 1;
   if (wantSend) {
     *registered = sendInWhole ? fcclTransportLookup(comm->transport, call->recvbuf, recvBytes, peers)
