@@ -98,6 +98,9 @@ static void describeCarried(struct fncclComm* comm, const char* engineWhy) {
     used += snprintf(why + used, size - (size_t)used, "%s%s", separator, fncclCollName((enum fncclColl)c));
     separator = ", ";
   }
+  if (used > 0 && (size_t)used < size && (comm->minCTAs > 0 || comm->maxCTAs > 0))
+    used += snprintf(why + used, size - (size_t)used, " within an SM budget of %d..%d CTAs (0: no bound)",
+                     comm->minCTAs > 0 ? comm->minCTAs : 0, comm->maxCTAs > 0 ? comm->maxCTAs : 0);
   if (used > 0 && (size_t)used < size)
     snprintf(why + used, size - (size_t)used, " (%s); NCCL carries the other calls and other types and ops",
              engineWhy);
@@ -120,9 +123,13 @@ static void attachOne(struct fncclComm* comm, void* context) {
     fncclConfigWhyNot(&comm->config, localWhy, sizeof(localWhy));
     if (localWhy[0]) wanted = 0;
   }
+  /* NCCL's SM budget for this communicator goes on to fccl's, which keeps it (every rank alike, checked by fccl). */
+  int minCTAs, maxCTAs;
+  fncclConfigBudget(&comm->config, &minCTAs, &maxCTAs);
   struct fncclAttachRequest request = {.comm = comm->nccl, .rank = comm->rank, .nranks = comm->nranks,
                                        .cudaDev = comm->cudaDev, .blocking = comm->blocking,
                                        .name = comm->config.name, .wanted = wanted, .localWhy = localWhy,
+                                       .minCTAs = minCTAs, .maxCTAs = maxCTAs,
                                        .timeoutMs = settings->timeoutMs, .abortFlag = &comm->abortFlag};
   struct fncclEngineComm* engine = NULL;
   uint32_t carried = 0;
@@ -131,9 +138,11 @@ static void attachOne(struct fncclComm* comm, void* context) {
   pthread_mutex_lock(&comm->lock);
   comm->engine = attached ? engine : NULL;
   comm->carried = attached ? carried : 0;
+  comm->minCTAs = attached ? minCTAs : NCCL_CONFIG_UNDEF_INT;
+  comm->maxCTAs = attached ? maxCTAs : NCCL_CONFIG_UNDEF_INT;
   describeCarried(comm, engineWhy);
   pthread_mutex_unlock(&comm->lock);
-  fncclStatsNoteComm(attached);
+  fncclStatsNoteComm(attached, attached && (minCTAs > 0 || maxCTAs > 0));
   FNCCL_INFO("comm %p%s%s rank %d of %d on device %d: %s", (void*)comm->nccl, comm->config.name[0] ? " " : "",
              comm->config.name, comm->rank, comm->nranks, comm->cudaDev, comm->why);
 }
@@ -227,7 +236,7 @@ void fncclAttachJoin(struct fncclComm* comm, int abort) {
 
 /* ---- letting go -------------------------------------------------------------------------------------------------- */
 
-/* Takes comm's engine communicator away from it (NULL when it has none). */
+/* Takes comm's engine communicator away from it (NULL when it has none); its ops' twins go with it. */
 static struct fncclEngineComm* takeEngine(struct fncclComm* comm, const char* why) {
   pthread_mutex_lock(&comm->lock);
   struct fncclEngineComm* engine = comm->engine;
@@ -237,6 +246,7 @@ static struct fncclEngineComm* takeEngine(struct fncclComm* comm, const char* wh
     snprintf(comm->why, sizeof(comm->why), "NCCL carries every call: %s", why);
   }
   pthread_mutex_unlock(&comm->lock);
+  fncclPreMulSumsForget(comm);
   return engine;
 }
 

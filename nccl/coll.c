@@ -2,13 +2,12 @@
 /*
  * The collectives and where each call goes. A call goes to fccl when its communicator has fccl attached, fccl
  * carries that collective there (FCCL_NCCL_API_DISABLE, what every rank agreed at the attach) and the engine takes
- * its type and op. Every part of that decision is the same on every rank of the communicator (buffers and streams
- * play no part), so that all ranks' calls meet in the same engine. Everything else goes to the real NCCL, as do
- * the calls NCCL makes into its own exported names (its ncclBcast calls ncclBroadcast).
+ * its type and op: a built-in op, or an op of ncclRedOpCreatePreMulSum whose fccl twin exists (redop.c), which is so
+ * on every rank or on none. Every part of that decision is the same on every rank of the communicator (buffers and
+ * streams play no part), so that all ranks' calls meet in the same engine. Everything else goes to the real NCCL, as
+ * do the calls NCCL makes into its own exported names (its ncclBcast calls ncclBroadcast).
  *
- * The route of each collective is one row of the engine's table (engine_fccl.c). ncclGather, ncclScatter and the
- * operators of ncclRedOpCreatePreMulSum stay NCCL's: the engine's collectives are counted by a public table of five
- * (fccl_nccl.h), and an operator NCCL made would need an fccl twin made alike on every rank.
+ * The route of each collective is one row of the engine's table (engine_fccl.c).
  */
 #include "internal.h"
 
@@ -37,10 +36,20 @@ ncclResult_t fncclCollToNccl(struct fncclComm* comm, const struct fncclOp* op) {
       FNCCL_REAL(result, Reduce,
                  (op->sendbuff, op->recvbuff, op->count, op->datatype, op->op, op->root, op->comm, op->stream));
       break;
+    case FNCCL_GATHER:
+      if (fncclReal.Gather == NULL) return fncclRealMissing("ncclGather");
+      FNCCL_REAL(result, Gather,
+                 (op->sendbuff, op->recvbuff, op->count, op->datatype, op->root, op->comm, op->stream));
+      break;
+    case FNCCL_SCATTER:
+      if (fncclReal.Scatter == NULL) return fncclRealMissing("ncclScatter");
+      FNCCL_REAL(result, Scatter,
+                 (op->sendbuff, op->recvbuff, op->count, op->datatype, op->root, op->comm, op->stream));
+      break;
     default: return fncclSetError(ncclInternalError, "collective %d has no NCCL form", (int)op->coll);
   }
   if (comm) __atomic_add_fetch(&comm->ncclCalls[op->coll], 1, __ATOMIC_RELAXED);
-  fncclStatsNoteCall(op->coll, 0);
+  fncclStatsNoteCall(op, 0);
   return result;
 }
 
@@ -57,7 +66,7 @@ ncclResult_t fncclCollToFccl(struct fncclComm* comm, const struct fncclOp* op) {
     return fncclSetError(result, "%s on communicator %p (rank %d) through fccl: %s", fncclCollName(op->coll),
                          (void*)op->comm, comm->rank, fncclEngineThreadError());
   __atomic_add_fetch(&comm->fcclCalls[op->coll], 1, __ATOMIC_RELAXED);
-  fncclStatsNoteCall(op->coll, 1);
+  fncclStatsNoteCall(op, 1);
   return ncclSuccess;
 }
 
@@ -78,8 +87,18 @@ static ncclResult_t ncclWouldRefuse(struct fncclComm* comm) {
   return ncclSuccess;
 }
 
-/* The one path of the five collectives (ncclBcast is the broadcast). */
-static ncclResult_t collective(const struct fncclOp* op) {
+/* Whether op goes to the engine of comm (attached and ready); sets op->engineOp when it does. */
+static int toEngine(struct fncclComm* comm, struct fncclOp* op) {
+  if (comm->engine == NULL || !(comm->carried & (1u << op->coll))) return 0;
+  int twinned = 0;
+  op->engineOp = (int)op->op;
+  if ((FNCCL_REDUCING_COLLS & (1u << op->coll)) && (int)op->op >= (int)ncclNumOps)
+    twinned = fncclPreMulSumTwin(comm, op->op, op->datatype, &op->engineOp);
+  return fncclEngineTakes(op->coll, op->datatype, op->op, twinned);
+}
+
+/* The one path of the seven collectives (ncclBcast is the broadcast). */
+static ncclResult_t collective(struct fncclOp* op) {
   struct fncclThread* t = fncclSelf();
   struct fncclComm* comm = fncclTableFind(op->comm);
   if (comm == NULL) {
@@ -97,8 +116,7 @@ static ncclResult_t collective(const struct fncclOp* op) {
     fncclTableRelease();
     return result;
   }
-  const int toFccl = comm->engine != NULL && (comm->carried & (1u << op->coll)) &&
-                     fncclEngineTakes(op->coll, op->datatype, op->op);
+  const int toFccl = toEngine(comm, op);
   if (!toFccl || (t->groupDepth > 0 && t->groupToNccl)) {
     if (t->groupDepth > 0) (void)fncclGroupToNccl();
     result = fncclCollToNccl(comm, op);
@@ -181,6 +199,24 @@ FNCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t c
 }
 FNCCL_TWIN(ncclReduce);
 
+FNCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                  int root, ncclComm_t comm, cudaStream_t stream) {
+  PASS(Gather, (sendbuff, recvbuff, count, datatype, root, comm, stream));
+  struct fncclOp call = {.coll = FNCCL_GATHER, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                         .datatype = datatype, .root = root, .comm = comm, .stream = stream};
+  return collective(&call);
+}
+FNCCL_TWIN(ncclGather);
+
+FNCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                   int root, ncclComm_t comm, cudaStream_t stream) {
+  PASS(Scatter, (sendbuff, recvbuff, count, datatype, root, comm, stream));
+  struct fncclOp call = {.coll = FNCCL_SCATTER, .sendbuff = sendbuff, .recvbuff = recvbuff, .count = count,
+                         .datatype = datatype, .root = root, .comm = comm, .stream = stream};
+  return collective(&call);
+}
+FNCCL_TWIN(ncclScatter);
+
 /* ---- the calls NCCL always carries, that a group must know of -------------------------------------------------- */
 
 /* Inside a group, a call NCCL carries makes the whole group NCCL's (group.c). */
@@ -211,15 +247,3 @@ FNCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t
   NCCL_ONLY(AlltoAll, (sendbuff, recvbuff, count, datatype, comm, stream));
 }
 FNCCL_TWIN(ncclAlltoAll);
-
-FNCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                  int root, ncclComm_t comm, cudaStream_t stream) {
-  NCCL_ONLY(Gather, (sendbuff, recvbuff, count, datatype, root, comm, stream));
-}
-FNCCL_TWIN(ncclGather);
-
-FNCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                   int root, ncclComm_t comm, cudaStream_t stream) {
-  NCCL_ONLY(Scatter, (sendbuff, recvbuff, count, datatype, root, comm, stream));
-}
-FNCCL_TWIN(ncclScatter);

@@ -18,33 +18,55 @@
 
 /* ---- statistics ------------------------------------------------------------------------------------------------ */
 
-static uint64_t statComms, statCommsWithFccl, statFccl[FNCCL_NUM_COLLS], statNccl[FNCCL_NUM_COLLS];
+static uint64_t statComms, statCommsWithFccl, statCommsWithBudget, statFccl[FNCCL_NUM_COLLS],
+    statNccl[FNCCL_NUM_COLLS], statFcclPreMulSum, statNcclPreMulSum, statPreMulSumOps;
 
-void fncclStatsNoteComm(int attached) {
+void fncclStatsNoteComm(int attached, int budgeted) {
   __atomic_add_fetch(&statComms, 1, __ATOMIC_RELAXED);
   if (attached) __atomic_add_fetch(&statCommsWithFccl, 1, __ATOMIC_RELAXED);
+  if (budgeted) __atomic_add_fetch(&statCommsWithBudget, 1, __ATOMIC_RELAXED);
 }
 
-void fncclStatsNoteCall(enum fncclColl coll, int byFccl) {
-  __atomic_add_fetch(byFccl ? &statFccl[coll] : &statNccl[coll], 1, __ATOMIC_RELAXED);
+void fncclStatsNoteCall(const struct fncclOp* op, int byFccl) {
+  __atomic_add_fetch(byFccl ? &statFccl[op->coll] : &statNccl[op->coll], 1, __ATOMIC_RELAXED);
+  if ((FNCCL_REDUCING_COLLS & (1u << op->coll)) && (int)op->op >= (int)ncclNumOps)
+    __atomic_add_fetch(byFccl ? &statFcclPreMulSum : &statNcclPreMulSum, 1, __ATOMIC_RELAXED);
 }
 
-_Static_assert(FNCCL_NUM_COLLS == FCCL_NCCL_COLLS && FNCCL_REDUCE == FCCL_NCCL_REDUCE &&
-                   FNCCL_BROADCAST == FCCL_NCCL_BROADCAST,
+void fncclStatsNotePreMulSum(void) { __atomic_add_fetch(&statPreMulSumOps, 1, __ATOMIC_RELAXED); }
+
+_Static_assert(FNCCL_NUM_COLLS == FCCL_NCCL_ALL_COLLS && FNCCL_REDUCE == FCCL_NCCL_REDUCE &&
+                   FNCCL_BROADCAST == FCCL_NCCL_BROADCAST && FNCCL_GATHER == FCCL_NCCL_GATHER &&
+                   FNCCL_SCATTER == FCCL_NCCL_SCATTER && FCCL_NCCL_COLLS <= FNCCL_NUM_COLLS,
                "fccl_nccl.h's indices are enum fncclColl's");
+
+/* The first version of the struct ended at ncclCalls: its members never move, later ones are appended. */
+_Static_assert(offsetof(fcclNcclStats_t, fcclCallsAll) == sizeof(size_t) + 12 * sizeof(uint64_t),
+               "fcclNcclStats_t's first version keeps its layout");
 
 FNCCL_API int fcclNcclGetStats(fcclNcclStats_t* stats) {
   if (stats == NULL || stats->size < offsetof(fcclNcclStats_t, commsWithFccl)) return ncclInvalidArgument;
   fcclNcclStats_t now;
   memset(&now, 0, sizeof(now));
-  now.size = stats->size;
+  /* A caller's struct of an older fccl_nccl.h is shorter: only its bytes are written, and size says how many were;
+   * one of a newer header is longer: its fields past this library's are left as they are. */
+  const size_t filled = stats->size < sizeof(now) ? stats->size : sizeof(now);
+  now.size = filled;
   now.comms = __atomic_load_n(&statComms, __ATOMIC_RELAXED);
   now.commsWithFccl = __atomic_load_n(&statCommsWithFccl, __ATOMIC_RELAXED);
   for (int c = 0; c < FNCCL_NUM_COLLS; c++) {
-    now.fcclCalls[c] = __atomic_load_n(&statFccl[c], __ATOMIC_RELAXED);
-    now.ncclCalls[c] = __atomic_load_n(&statNccl[c], __ATOMIC_RELAXED);
+    now.fcclCallsAll[c] = __atomic_load_n(&statFccl[c], __ATOMIC_RELAXED);
+    now.ncclCallsAll[c] = __atomic_load_n(&statNccl[c], __ATOMIC_RELAXED);
   }
-  memcpy(stats, &now, stats->size < sizeof(now) ? stats->size : sizeof(now));
+  for (int c = 0; c < FCCL_NCCL_COLLS; c++) {
+    now.fcclCalls[c] = now.fcclCallsAll[c];
+    now.ncclCalls[c] = now.ncclCallsAll[c];
+  }
+  now.fcclPreMulSumCalls = __atomic_load_n(&statFcclPreMulSum, __ATOMIC_RELAXED);
+  now.ncclPreMulSumCalls = __atomic_load_n(&statNcclPreMulSum, __ATOMIC_RELAXED);
+  now.preMulSumOps = __atomic_load_n(&statPreMulSumOps, __ATOMIC_RELAXED);
+  now.commsWithBudget = __atomic_load_n(&statCommsWithBudget, __ATOMIC_RELAXED);
+  memcpy(stats, &now, filled);
   return ncclSuccess;
 }
 
@@ -252,7 +274,7 @@ FNCCL_TWIN(ncclCommShrink);
 
 static void logCounts(const struct fncclComm* comm, const char* how) {
   if (!fncclLogOn(FNCCL_LOG_INFO)) return;
-  char counts[512];
+  char counts[768];
   int used = 0;
   for (int c = 0; c < FNCCL_NUM_COLLS && used >= 0 && (size_t)used < sizeof(counts); c++)
     used += snprintf(counts + used, sizeof(counts) - (size_t)used, "%s%s fccl %llu nccl %llu", c ? ", " : "",

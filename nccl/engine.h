@@ -19,8 +19,13 @@ enum fncclColl {
   FNCCL_REDUCESCATTER,
   FNCCL_BROADCAST, /* ncclBroadcast and ncclBcast */
   FNCCL_REDUCE,
+  FNCCL_GATHER,
+  FNCCL_SCATTER,
   FNCCL_NUM_COLLS
 };
+
+/* The collectives that take a reduction op. */
+#define FNCCL_REDUCING_COLLS ((1u << FNCCL_ALLREDUCE) | (1u << FNCCL_REDUCESCATTER) | (1u << FNCCL_REDUCE))
 
 /* One collective call, as the application made it. */
 struct fncclOp {
@@ -29,8 +34,10 @@ struct fncclOp {
   void* recvbuff;
   size_t count;
   ncclDataType_t datatype;
-  ncclRedOp_t op;  /* reductions */
-  int root;        /* broadcast, reduce */
+  ncclRedOp_t op;  /* reductions: the application's (NCCL's) op */
+  int engineOp;    /* the op as the engine knows it: op itself when built in, else the engine's twin of an
+                    * ncclRedOpCreatePreMulSum op (set when the call is routed to the engine) */
+  int root;        /* broadcast, reduce, gather, scatter */
   ncclComm_t comm;
   cudaStream_t stream;
 };
@@ -46,6 +53,8 @@ struct fncclAttachRequest {
   uint32_t wanted;          /* the collectives this rank would let the engine carry (bits of enum fncclColl);
                              * 0 when something local keeps the engine away (then localWhy says what) */
   const char* localWhy;
+  int minCTAs, maxCTAs;     /* the SM budget the engine's communicator keeps (NCCL's config and NCCL_MIN_CTAS /
+                             * NCCL_MAX_CTAS); NCCL_CONFIG_UNDEF_INT: none */
   int timeoutMs;            /* bound of every wait for the peers */
   volatile int* abortFlag;  /* set while the attach runs: it gives up promptly */
 };
@@ -72,8 +81,21 @@ void fncclEngineLeave(const struct fncclEngineScope* scope);
 /* Whether the engine has coll at all. */
 int fncclEngineHas(enum fncclColl coll);
 
-/* Whether the engine can carry coll with this type and op (the same answer on every rank). */
-int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op);
+/* Whether the engine can carry coll with this type and op (the same answer on every rank). An op from ncclNumOps
+ * up (ncclRedOpCreatePreMulSum's) is taken by the reducing collectives only when twinned: the engine holds its twin,
+ * made for this datatype. */
+int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op, int twinned);
+
+/* Whether the engine can make the twin of a pre-multiplied sum of datatype (the same answer on every rank). */
+int fncclEngineTakesPreMulSum(ncclDataType_t datatype);
+/* The engine's twin of ncclRedOpCreatePreMulSum's op: the same scalar, datatype and residence (host: read now;
+ * device: read by every call that uses it). ncclSuccess with *engineOp, or NCCL's code for the failure
+ * (fncclEngineThreadError has the words). Local to the rank; no work on any stream. */
+ncclResult_t fncclEngineRedOpCreatePreMulSum(struct fncclEngineComm* ec, void* scalar, ncclDataType_t datatype,
+                                             ncclScalarResidence_t residence, int* engineOp);
+/* Destroys a twin; calls already enqueued with it keep what they need. The engine's communicator release destroys
+ * the twins left. */
+ncclResult_t fncclEngineRedOpDestroy(struct fncclEngineComm* ec, int engineOp);
 
 /* Enqueues op on the engine; ncclSuccess or NCCL's code for the failure (fncclEngineThreadError has the words). */
 ncclResult_t fncclEngineLaunch(struct fncclEngineComm* ec, const struct fncclOp* op);

@@ -79,9 +79,10 @@ void fncclEngineLeave(const struct fncclEngineScope* scope) {
 
 typedef fcclResult_t (*launchFn)(fcclComm_t comm, const struct fncclOp* op);
 
+/* The reductions pass engineOp: the built-in op, or the twin of an ncclRedOpCreatePreMulSum op. */
 static fcclResult_t launchAllReduce(fcclComm_t comm, const struct fncclOp* op) {
-  return fcclAllReduce(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype, (fcclRedOp_t)op->op, comm,
-                       op->stream);
+  return fcclAllReduce(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype,
+                       (fcclRedOp_t)op->engineOp, comm, op->stream);
 }
 
 /* The moves copy bytes: NCCL's 8-bit float types travel as fcclUint8, which fccl's collectives take. */
@@ -95,7 +96,7 @@ static fcclResult_t launchAllGather(fcclComm_t comm, const struct fncclOp* op) {
 
 static fcclResult_t launchReduceScatter(fcclComm_t comm, const struct fncclOp* op) {
   return fcclReduceScatter(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype,
-                           (fcclRedOp_t)op->op, comm, op->stream);
+                           (fcclRedOp_t)op->engineOp, comm, op->stream);
 }
 
 static fcclResult_t launchBroadcast(fcclComm_t comm, const struct fncclOp* op) {
@@ -104,8 +105,17 @@ static fcclResult_t launchBroadcast(fcclComm_t comm, const struct fncclOp* op) {
 
 /* recvbuff is read on the root only: fcclReduce takes NULL elsewhere, and what NCCL is handed elsewhere is unused. */
 static fcclResult_t launchReduce(fcclComm_t comm, const struct fncclOp* op) {
-  return fcclReduce(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype, (fcclRedOp_t)op->op,
+  return fcclReduce(op->sendbuff, op->recvbuff, op->count, (fcclDataType_t)op->datatype, (fcclRedOp_t)op->engineOp,
                     op->root, comm, op->stream);
+}
+
+/* recvbuff of the gather and sendbuff of the scatter are the root's only, as in NCCL. */
+static fcclResult_t launchGather(fcclComm_t comm, const struct fncclOp* op) {
+  return fcclGather(op->sendbuff, op->recvbuff, op->count, moveType(op->datatype), op->root, comm, op->stream);
+}
+
+static fcclResult_t launchScatter(fcclComm_t comm, const struct fncclOp* op) {
+  return fcclScatter(op->sendbuff, op->recvbuff, op->count, moveType(op->datatype), op->root, comm, op->stream);
 }
 
 static const launchFn launches[FNCCL_NUM_COLLS] = {
@@ -114,17 +124,42 @@ static const launchFn launches[FNCCL_NUM_COLLS] = {
     [FNCCL_REDUCESCATTER] = launchReduceScatter,
     [FNCCL_BROADCAST] = launchBroadcast,
     [FNCCL_REDUCE] = launchReduce,
+    [FNCCL_GATHER] = launchGather,
+    [FNCCL_SCATTER] = launchScatter,
 };
 
 int fncclEngineHas(enum fncclColl coll) { return (int)coll >= 0 && coll < FNCCL_NUM_COLLS && launches[coll]; }
 
-int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op) {
+int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op, int twinned) {
   if (!fncclEngineHas(coll)) return 0;
-  const int reduces = coll == FNCCL_ALLREDUCE || coll == FNCCL_REDUCESCATTER || coll == FNCCL_REDUCE;
-  if (!reduces) return (int)datatype >= 0 && (int)datatype < (int)ncclNumTypes;
-  /* fccl reduces every type up to bfloat16 with NCCL's five built-in ops; 8-bit floats and the operators
-   * ncclRedOpCreatePreMulSum makes are NCCL's. */
-  return (int)datatype >= 0 && (int)datatype <= (int)ncclBfloat16 && (int)op >= 0 && (int)op < (int)ncclNumOps;
+  if (!(FNCCL_REDUCING_COLLS & (1u << coll))) return (int)datatype >= 0 && (int)datatype < (int)ncclNumTypes;
+  /* fccl reduces every type up to bfloat16 with NCCL's five built-in ops, and with the ops ncclRedOpCreatePreMulSum
+   * makes where their twin exists; 8-bit floats are NCCL's. */
+  if ((int)datatype < 0 || (int)datatype > (int)ncclBfloat16) return 0;
+  return ((int)op >= 0 && (int)op < (int)ncclNumOps) || ((int)op >= (int)ncclNumOps && twinned);
+}
+
+/* fcclRedOpCreatePreMulSum takes every type its collectives reduce: int8 to bfloat16. */
+int fncclEngineTakesPreMulSum(ncclDataType_t datatype) {
+  return (int)datatype >= 0 && (int)datatype <= (int)ncclBfloat16;
+}
+
+_Static_assert((int)fcclScalarDevice == (int)ncclScalarDevice &&
+                   (int)fcclScalarHostImmediate == (int)ncclScalarHostImmediate,
+               "fccl's scalar residences are NCCL's");
+
+ncclResult_t fncclEngineRedOpCreatePreMulSum(struct fncclEngineComm* ec, void* scalar, ncclDataType_t datatype,
+                                             ncclScalarResidence_t residence, int* engineOp) {
+  fcclRedOp_t made = fcclSum;
+  fcclResult_t result = fcclRedOpCreatePreMulSum(&made, scalar, (fcclDataType_t)datatype,
+                                                 (fcclScalarResidence_t)residence, ec->fccl);
+  if (result != fcclSuccess) return fromFccl(result);
+  *engineOp = (int)made;
+  return ncclSuccess;
+}
+
+ncclResult_t fncclEngineRedOpDestroy(struct fncclEngineComm* ec, int engineOp) {
+  return fromFccl(fcclRedOpDestroy((fcclRedOp_t)engineOp, ec->fccl));
 }
 
 ncclResult_t fncclEngineLaunch(struct fncclEngineComm* ec, const struct fncclOp* op) {
@@ -173,7 +208,9 @@ ncclResult_t fncclEngineDeregister(struct fncclEngineComm* ec, void* handle) {
 /* ---- the attach -------------------------------------------------------------------------------------------------- */
 
 #define RECORD_MAGIC 0x6e63636cu /* "nccl" */
-#define RECORD_PROTOCOL 1u
+/* 2: gather and scatter in wanted, and pre-multiplied sums carried where their twins exist. Ranks of another
+ * protocol would route some calls elsewhere than this one: they leave the communicator to NCCL. */
+#define RECORD_PROTOCOL 2u
 #define FCCL_KERNEL_MAX_RANKS 8 /* fccl.h: fccl's kernels carry 1 to 8 ranks of one host */
 
 /* What every rank tells the others before fccl is made; a fixed layout, sent as bytes. */
@@ -340,6 +377,10 @@ static int makeFccl(const struct fncclAttachRequest* r, fcclComm_t* out, char* w
   config.timeoutMs = r->timeoutMs;
   config.commName = r->name && r->name[0] ? r->name : NULL;
   config.allowSharedDevice = 1;
+  /* NCCL's SM budget becomes fccl's (fcclConfig_t's fields of the same names); FCCL_MIN_CTAS and FCCL_MAX_CTAS
+   * override it there, as NCCL's variables override NCCL's config. */
+  config.minCTAs = r->minCTAs > 0 ? r->minCTAs : FCCL_CONFIG_UNDEF_INT;
+  config.maxCTAs = r->maxCTAs > 0 ? r->maxCTAs : FCCL_CONFIG_UNDEF_INT;
   fcclComm_t comm = NULL;
   fcclResult_t result = fcclCommInitFromNccl(&comm, r->comm, &config);
   long sleepNs = 1000;

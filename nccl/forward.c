@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The calls this library passes to the real NCCL as they are: nothing of fccl's is involved (memory NCCL allocates,
- * unique ids, a communicator's shape, NCCL's own reduction operators; collectives with those operators go to NCCL).
+ * unique ids, a communicator's shape).
  * They exist here so that a loader that binds NCCL's names on this library's handle (VLLM_NCCL_SO_PATH) finds
  * every function of nccl.h.
  */
@@ -22,10 +22,6 @@ FORWARD(GetUniqueId, (ncclUniqueId * uniqueId), (uniqueId));
 FORWARD(CommCount, (const ncclComm_t comm, int* count), (comm, count));
 FORWARD(CommCuDevice, (const ncclComm_t comm, int* device), (comm, device));
 FORWARD(CommUserRank, (const ncclComm_t comm, int* rank), (comm, rank));
-FORWARD(RedOpCreatePreMulSum,
-        (ncclRedOp_t * op, void* scalar, ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm),
-        (op, scalar, datatype, residence, comm));
-FORWARD(RedOpDestroy, (ncclRedOp_t op, ncclComm_t comm), (op, comm));
 
 /* Deprecated in nccl.h, still exported by NCCL: passed through. */
 #pragma GCC diagnostic push

@@ -8,7 +8,8 @@
  * order, and every later call of the group follows: a group is one engine's, so that it stays one fused operation
  * whose parts cannot wait for each other across engines. Nothing in a group blocks; what needs the peers (attaching
  * fccl to communicators the group created, registering windows with fccl) runs after the outermost end, on one
- * thread per communicator when there are several.
+ * thread per communicator when there are several. An op of ncclRedOpCreatePreMulSum destroyed while a recorded call
+ * still uses it is destroyed after the outermost end too (redop.c).
  */
 #include "internal.h"
 
@@ -34,6 +35,14 @@ ncclResult_t fncclGroupRecord(struct fncclComm* comm, const struct fncclOp* op) 
   }
   t->ops[t->opCount++] = (struct fncclGroupOp){.op = *op, .comm = comm};
   return ncclSuccess;
+}
+
+int fncclGroupUsesOp(const struct fncclComm* comm, ncclRedOp_t op) {
+  const struct fncclThread* t = fncclSelf();
+  if (t->groupDepth == 0) return 0;
+  for (int i = 0; i < t->opCount; i++)
+    if (t->ops[i].comm == comm && (FNCCL_REDUCING_COLLS & (1u << t->ops[i].op.coll)) && t->ops[i].op.op == op) return 1;
+  return 0;
 }
 
 ncclResult_t fncclGroupDefer(const struct fncclDeferred* work) {
@@ -126,6 +135,22 @@ static void windowsAfterGroup(struct fncclThread* t) {
   free(comms);
 }
 
+/* The ops destroyed inside the group while its recorded calls used them: now that those calls are launched (or
+ * were given to NCCL, inside NCCL's group, which has ended), the ops go. */
+static void destroyDeferredOps(struct fncclThread* t) {
+  for (int i = 0; i < t->deferredCount; i++) {
+    const struct fncclDeferred* d = &t->deferred[i];
+    if (d->kind != FNCCL_DEFER_REDOP_DESTROY) continue;
+    struct fncclComm* comm = fncclTableFind(d->comm);
+    if (!comm) continue; /* destroyed since: its ops went with it */
+    ncclResult_t result = fncclRedOpDestroyNow(comm, d->op);
+    fncclTableRelease();
+    if (result != ncclSuccess)
+      FNCCL_WARN("comm %p: ncclRedOpDestroy of op %d, made at the end of the group that used it, failed: %s",
+                 (void*)d->comm, (int)d->op, fncclReal.GetErrorString(result));
+  }
+}
+
 FNCCL_API ncclResult_t ncclGroupStart(void) {
   FNCCL_NEED_REAL(GroupStart);
   if (FNCCL_PASSTHROUGH()) {
@@ -167,6 +192,7 @@ static ncclResult_t groupFinish(struct fncclThread* t, ncclResult_t ended) {
   t->opCount = 0;
   t->groupToNccl = 0;
   if (t->deferredCount > 0) {
+    destroyDeferredOps(t);
     attachCreated(t, ended);
     if (ended == ncclSuccess) windowsAfterGroup(t);
   }
@@ -208,6 +234,7 @@ FNCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (--t->groupDepth == 0) {
     t->groupToNccl = 0;
     t->opCount = 0;
+    destroyDeferredOps(t); /* the calls that used them went to NCCL's simulation */
     t->deferredCount = 0;
   }
   return result;

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libfccl-nccl: NCCL's C API over the real NCCL, with the all-reduce, all-gather, reduce-scatter, broadcast and reduce
- * of communicators fccl's kernels can carry run by fccl (docs/nccl-api.md). Everything here sits above fccl's public
+ * libfccl-nccl: NCCL's C API over the real NCCL, with the all-reduce, all-gather, reduce-scatter, broadcast, reduce,
+ * gather and scatter of communicators fccl's kernels can carry run by fccl (docs/nccl-api.md). Everything here sits above fccl's public
  * API: the collectives reach fccl through the engine (engine.h), never through fccl's internals.
  *
  * The pieces: the real NCCL and its function table (real.c), the communicators' table (table.c), per-thread groups
  * (group.c), the collectives and their routes (coll.c), the communicators' life (comm.c), attaching fccl to ready
- * communicators (attach.c), registration (reg.c), settings and logging (settings.c), the calls passed through
- * unchanged (forward.c).
+ * communicators (attach.c), registration (reg.c), pre-multiplied sums and their fccl twins (redop.c), settings and
+ * logging (settings.c), the calls passed through unchanged (forward.c).
  */
 #ifndef FNCCL_INTERNAL_H_
 #define FNCCL_INTERNAL_H_
@@ -211,6 +211,10 @@ void fncclConfigRead(const ncclConfig_t* config, struct fncclConfigView* view);
 int fncclConfigBlocking(const struct fncclConfigView* view);
 /* Why the caller's configuration keeps fccl's kernels away from this communicator ("" when nothing does). */
 void fncclConfigWhyNot(const struct fncclConfigView* view, char* why, size_t size);
+/* The SM budget NCCL keeps for a communicator of this configuration, which fccl's communicator keeps too: the
+ * config's minCTAs and maxCTAs, each overridden by a positive NCCL_MIN_CTAS / NCCL_MAX_CTAS, as NCCL does;
+ * NCCL_CONFIG_UNDEF_INT where there is no bound. */
+void fncclConfigBudget(const struct fncclConfigView* view, int* minCTAs, int* maxCTAs);
 
 typedef enum { FNCCL_LOG_WARN = 2, FNCCL_LOG_INFO = 3, FNCCL_LOG_TRACE = 4 } fncclLogLevel_t;
 int fncclLogOn(fncclLogLevel_t level);
@@ -231,6 +235,7 @@ typedef enum {
 
 struct fncclLocalGroup;
 struct fncclWindow;
+struct fncclPreMulSum;
 
 /* What this library knows of one real NCCL communicator. */
 struct fncclComm {
@@ -249,10 +254,12 @@ struct fncclComm {
   volatile int abortFlag; /* set by an abort while the attach thread runs */
   struct fncclEngineComm* engine; /* non-NULL: fccl carries the collectives of carried */
   uint32_t carried;       /* bits of enum fncclColl */
-  char why[256];          /* which engine carries what, and why: the INFO line */
+  char why[384];          /* which engine carries what, and why: the INFO line */
   struct fncclLocalGroup* localGroup; /* members attached together on one thread (fccl's teardown is collective) */
   struct fncclWindow* windows;        /* ncclCommWindowRegister's windows and fccl's registrations of them */
   uint64_t localRegistrations;        /* ncclCommRegister's live handles (recorded; fccl stages those buffers) */
+  struct fncclPreMulSum* preMulSums;  /* ncclRedOpCreatePreMulSum's ops that have an engine twin (under lock) */
+  int minCTAs, maxCTAs;               /* the SM budget given to the engine (NCCL_CONFIG_UNDEF_INT: none) */
   uint64_t fcclCalls[FNCCL_NUM_COLLS]; /* atomic */
   uint64_t ncclCalls[FNCCL_NUM_COLLS]; /* atomic: calls of these collectives NCCL carried */
 };
@@ -302,7 +309,12 @@ struct fncclGroupOp {
 };
 
 /* Work for after the outermost ncclGroupEnd, on communicators NCCL made or changed inside the group. */
-typedef enum { FNCCL_DEFER_CREATED, FNCCL_DEFER_WINDOW_REGISTER, FNCCL_DEFER_WINDOW_DEREGISTER } fncclDeferKind_t;
+typedef enum {
+  FNCCL_DEFER_CREATED,
+  FNCCL_DEFER_WINDOW_REGISTER,
+  FNCCL_DEFER_WINDOW_DEREGISTER,
+  FNCCL_DEFER_REDOP_DESTROY /* ncclRedOpDestroy of an op the group's recorded calls still use */
+} fncclDeferKind_t;
 struct fncclDeferred {
   fncclDeferKind_t kind;
   ncclComm_t* where;      /* FNCCL_DEFER_CREATED: where NCCL writes the new communicator */
@@ -313,6 +325,7 @@ struct fncclDeferred {
   size_t size;
   ncclWindow_t* window;   /* register: where NCCL writes the window */
   ncclWindow_t windowValue; /* deregister */
+  ncclRedOp_t op;           /* redop destroy (comm: its communicator) */
 };
 
 /* Whether this thread is inside ncclGroupStart/ncclGroupEnd. */
@@ -325,6 +338,8 @@ ncclResult_t fncclGroupRecord(struct fncclComm* comm, const struct fncclOp* op);
 ncclResult_t fncclGroupDefer(const struct fncclDeferred* work);
 /* Notes an error of a call inside the group: ncclGroupEnd returns the first. */
 void fncclGroupNoteError(ncclResult_t result);
+/* Whether this thread's group holds a recorded call of comm with op (launched at the outermost ncclGroupEnd). */
+int fncclGroupUsesOp(const struct fncclComm* comm, ncclRedOp_t op);
 
 /* ---- collectives (coll.c) --------------------------------------------------------------------------------------- */
 
@@ -342,8 +357,18 @@ void fncclWindowDetach(struct fncclComm* comm, ncclWindow_t window);
 /* Forgets every window record of comm (fccl's registrations were released with its state). */
 void fncclWindowsForget(struct fncclComm* comm);
 
+/* ---- pre-multiplied sums (redop.c) ---------------------------------------------------------------------------- */
+
+/* 1 with *engineOp when op (of ncclRedOpCreatePreMulSum on comm) has an engine twin made for datatype; else 0. */
+int fncclPreMulSumTwin(struct fncclComm* comm, ncclRedOp_t op, ncclDataType_t datatype, int* engineOp);
+/* ncclRedOpDestroy of op now: its engine twin, then NCCL's op. */
+ncclResult_t fncclRedOpDestroyNow(struct fncclComm* comm, ncclRedOp_t op);
+/* Forgets comm's twins: the engine's communicator has gone, and its ops with it. */
+void fncclPreMulSumsForget(struct fncclComm* comm);
+
 /* ---- statistics (comm.c) ---------------------------------------------------------------------------------------- */
-void fncclStatsNoteComm(int attached);
-void fncclStatsNoteCall(enum fncclColl coll, int byFccl);
+void fncclStatsNoteComm(int attached, int budgeted);
+void fncclStatsNoteCall(const struct fncclOp* op, int byFccl);
+void fncclStatsNotePreMulSum(void);
 
 #endif /* FNCCL_INTERNAL_H_ */

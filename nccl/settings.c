@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 static const char* const collNames[FNCCL_NUM_COLLS] = {"allreduce", "allgather", "reducescatter", "broadcast",
-                                                       "reduce"};
+                                                       "reduce",    "gather",    "scatter"};
 
 const char* fncclCollName(enum fncclColl coll) {
   return (int)coll >= 0 && coll < FNCCL_NUM_COLLS ? collNames[coll] : "unknown";
@@ -110,8 +110,8 @@ static void readSettings(void) {
     }
     if (!known) {
       /* A list that cannot be read is not guessed at: NCCL carries everything, which is always correct. */
-      FNCCL_WARN("FCCL_NCCL_API_DISABLE=%s: '%s' is not all, allreduce, allgather, reducescatter, broadcast or "
-                 "reduce; NCCL carries every call",
+      FNCCL_WARN("FCCL_NCCL_API_DISABLE=%s: '%s' is not all, allreduce, allgather, reducescatter, broadcast, "
+                 "reduce, gather or scatter; NCCL carries every call",
                  list, token);
       settings.disabled = FNCCL_ALL_COLLS;
       snprintf(settings.disabledWhy, sizeof(settings.disabledWhy), "FCCL_NCCL_API_DISABLE=%s cannot be read", list);
@@ -152,15 +152,42 @@ int fncclConfigBlocking(const struct fncclConfigView* view) {
   return 1;
 }
 
+/* NCCL_MIN_CTAS or NCCL_MAX_CTAS as NCCL reads them: a positive integer, else not set. */
+static int ctaVariable(const char* name) {
+  const char* text = getenv(name);
+  if (!text || !text[0]) return NCCL_CONFIG_UNDEF_INT;
+  char* end = NULL;
+  long value = strtol(text, &end, 10);
+  while (end && *end == ' ') end++;
+  if (!end || *end != '\0' || value <= 0 || value > 1 << 20) return NCCL_CONFIG_UNDEF_INT;
+  return (int)value;
+}
+
+void fncclConfigBudget(const struct fncclConfigView* view, int* minCTAs, int* maxCTAs) {
+  /* NCCL's rule: a positive NCCL_MIN_CTAS / NCCL_MAX_CTAS overrides the config's field (NCCL copies its nccl.conf
+   * settings into the environment, so they count too). A field left NCCL_CONFIG_UNDEF_INT is NCCL's default, no
+   * bound here (NCCL refuses a communicator whose field is set below 1). */
+  *minCTAs = view->minCTAs > 0 ? view->minCTAs : NCCL_CONFIG_UNDEF_INT;
+  *maxCTAs = view->maxCTAs > 0 ? view->maxCTAs : NCCL_CONFIG_UNDEF_INT;
+  const int minEnv = ctaVariable("NCCL_MIN_CTAS"), maxEnv = ctaVariable("NCCL_MAX_CTAS");
+  if (minEnv != NCCL_CONFIG_UNDEF_INT) *minCTAs = minEnv;
+  if (maxEnv != NCCL_CONFIG_UNDEF_INT) *maxCTAs = maxEnv;
+}
+
 void fncclConfigWhyNot(const struct fncclConfigView* view, char* why, size_t size) {
   why[0] = '\0';
-  /* A bound on NCCL's CTAs is kept by leaving the collectives to NCCL: fccl's own budget (fcclConfig_t.maxCTAs) is
-   * not handed NCCL's yet, nor NCCL_MAX_CTAS. So is the zero-CTA policy (no SM for communication). */
-  if (view->maxCTAs != NCCL_CONFIG_UNDEF_INT)
-    snprintf(why, size, "config.maxCTAs=%d bounds the SMs a collective may use, which is not passed on to fccl",
-             view->maxCTAs);
+  /* The SM budget (maxCTAs, minCTAs) goes on to fccl's communicator (fncclConfigBudget). The zero-CTA policy (no
+   * SM for communication) keeps the collectives on NCCL: fccl's kernels use SMs. */
 #ifdef NCCL_CTA_POLICY_ZERO
-  else if (view->ctaPolicy != NCCL_CONFIG_UNDEF_INT && (view->ctaPolicy & NCCL_CTA_POLICY_ZERO))
+  if (view->ctaPolicy != NCCL_CONFIG_UNDEF_INT && (view->ctaPolicy & NCCL_CTA_POLICY_ZERO)) {
     snprintf(why, size, "config.CTAPolicy asks for no CTAs (NCCL_CTA_POLICY_ZERO), and fccl's kernels use SMs");
+    return;
+  }
 #endif
+  int minCTAs, maxCTAs;
+  fncclConfigBudget(view, &minCTAs, &maxCTAs);
+  /* NCCL refuses such a communicator; should its reading and this one differ, fccl would refuse it too. */
+  if (minCTAs > 0 && maxCTAs > 0 && minCTAs > maxCTAs)
+    snprintf(why, size, "its SM budget asks for at least %d CTAs and at most %d (config.minCTAs/maxCTAs, "
+             "NCCL_MIN_CTAS/NCCL_MAX_CTAS)", minCTAs, maxCTAs);
 }

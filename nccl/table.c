@@ -59,6 +59,7 @@ struct fncclComm* fncclTableAdd(ncclComm_t nccl, const struct fncclConfigView* c
   comm->config = *config;
   comm->blocking = fncclConfigBlocking(config);
   comm->clique = clique;
+  comm->minCTAs = comm->maxCTAs = NCCL_CONFIG_UNDEF_INT;
   /* Its creator attaches it (or marks it waiting for NCCL) before handing it out: a query in between from another
    * thread answers ncclInProgress and starts nothing. */
   comm->state = FNCCL_COMM_ATTACHING;
@@ -83,6 +84,7 @@ struct fncclComm* fncclTableAdd(ncclComm_t nccl, const struct fncclConfigView* c
 void fncclCommFree(struct fncclComm* comm) {
   if (!comm) return;
   fncclWindowsForget(comm);
+  fncclPreMulSumsForget(comm);
   fncclLocalGroupLeave(comm);
   pthread_mutex_destroy(&comm->lock);
   free(comm);

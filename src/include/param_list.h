@@ -113,5 +113,5 @@ FCCL_PARAM(LIBRARY, FCCL_PARAM_STRING, "",
 FCCL_PARAM(NCCL_LIBRARY, FCCL_PARAM_STRING, "",
            "Path of the real libnccl.so.2 for libfccl-nccl (docs/nccl-api.md) to forward to; libfccl ignores it.")
 FCCL_PARAM(NCCL_API_DISABLE, FCCL_PARAM_STRING, "",
-           "libfccl-nccl: collectives to leave to NCCL (allreduce, allgather, reducescatter, broadcast, reduce) or "
-           "all; libfccl ignores it.")
+           "libfccl-nccl: collectives to leave to NCCL (allreduce, allgather, reducescatter, broadcast, reduce, "
+           "gather, scatter) or all; libfccl ignores it.")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # nccl-tests, unchanged, with libfccl-nccl preloaded: every program's own data check (-c 1) on fccl's collectives
-# (all_reduce, all_gather, reduce_scatter, broadcast, reduce) and on those NCCL carries (alltoall, sendrecv, gather,
-# scatter), eager and in CUDA graphs (-G), plain and registered (-R 0/1/2), in place and out of place (every run
-# does both), every type (-d all); and the library's own count, at each communicator's destroy, of what fccl carried.
+# (all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather, scatter) and on those NCCL carries (alltoall,
+# sendrecv), eager and in CUDA graphs (-G), plain and registered (-R 0/1/2), in place and out of place (every run
+# does both), every type (-d all); the reductions with a pre-multiplied sum (-o mulsum: ncclRedOpCreatePreMulSum,
+# fccl's twin of the op); an all-reduce under an SM budget (NCCL_MAX_CTAS, which the library hands fccl); and the
+# library's own count, at each communicator's destroy, of what fccl carried.
 #
 # usage: check_nccl_tests.sh LIBRARY DRIVER WORKDIR MODE
 #   LIBRARY  libfccl-nccl.so.2;  DRIVER  test_nccl_api (it counts the GPUs);  WORKDIR  where nccl-tests is built
@@ -92,6 +94,7 @@ launch() {
 #!/bin/sh
 export LD_LIBRARY_PATH='$LD_LIBRARY_PATH' NCCL_NVLS_ENABLE=0 NCCL_DEBUG=WARN FCCL_DEBUG=INFO FCCL_DEBUG_SUBSYS=INIT
 export FCCL_NCCL_API_DISABLE='${FCCL_NCCL_API_DISABLE:-}' NCCL_SOCKET_IFNAME=lo NCCL_TESTS_DEVICE=0
+${NCCL_MAX_CTAS:+export NCCL_MAX_CTAS='$NCCL_MAX_CTAS'}
 export NCCL_HOSTID=fccl-nccl-api-\${OMPI_COMM_WORLD_RANK:-\${PMI_RANK:-\$\$}}
 LD_PRELOAD='$preload' exec "\$@"
 LAUNCH
@@ -132,15 +135,20 @@ run() {
   return 1
 }
 
-# fccl's count of COLL on every rank, from the library's line at each communicator's destroy.
-fccl_counts() { grep -o "destroyed; calls: .*" "$log" | grep -o "$1 fccl [0-9]*" | awk '{print $3}'; }
-nccl_counts() { grep -o "destroyed; calls: .*" "$log" | grep -o "$1 fccl [0-9]* nccl [0-9]*" | awk '{print $5}'; }
+# fccl's count of COLL on every rank, from the library's line at each communicator's destroy ("calls: allreduce fccl
+# N nccl M, allgather ..."): COLL as a whole name (gather is not allgather's tail).
+fccl_counts() {
+  grep -o "destroyed; calls: .*" "$log" | grep -oE "(: |, )$1 fccl [0-9]+" | awk '{print $(NF)}'
+}
+nccl_counts() {
+  grep -o "destroyed; calls: .*" "$log" | grep -oE "(: |, )$1 fccl [0-9]+ nccl [0-9]+" | awk '{print $(NF)}'
+}
 
 # check_carried NAME COLL: every rank attached fccl, and fccl carried COLL on every rank.
 check_carried() {
   local name=$1 coll=$2
   local attached counts
-  attached=$(grep -c "fccl carries allreduce, allgather, reducescatter, broadcast" "$log")
+  attached=$(grep -c "fccl carries allreduce, allgather, reducescatter, broadcast, reduce, gather, scatter" "$log")
   counts=$(fccl_counts "$coll")
   if [ "$attached" -ne "$nranks" ] || [ "$(echo "$counts" | grep -c '^[1-9]')" -ne "$nranks" ]; then
     echo "FAIL: $name: fccl did not carry $coll on all $nranks ranks (attached on $attached; counts: $(echo $counts))"
@@ -149,11 +157,11 @@ check_carried() {
   fi
 }
 
-# check_forwarded NAME: every rank attached fccl, which carried none of its five collectives (NCCL carried them).
+# check_forwarded NAME: every rank attached fccl, which carried none of its collectives (NCCL carried them).
 check_forwarded() {
   local name=$1 attached
   attached=$(grep -c "fccl carries allreduce" "$log")
-  for coll in allreduce allgather reducescatter broadcast reduce; do
+  for coll in allreduce allgather reducescatter broadcast reduce gather scatter; do
     if fccl_counts "$coll" | grep -q '^[1-9]'; then
       echo "FAIL: $name: fccl carried $coll"; failures=$((failures + 1))
     fi
@@ -164,9 +172,15 @@ check_forwarded() {
 }
 
 common=(-c 1 -b 8 -e 8M -f 8 -n 4 -w 1)
+# check_nccl_none NAME COLL: NCCL carried none of COLL's calls, on every rank.
+check_nccl_none() {
+  [ "$(nccl_counts "$2" | grep -c '^0$')" -eq "$nranks" ] ||
+    { echo "FAIL: $1: NCCL carried some $2 calls ($(nccl_counts "$2" | tr '\n' ' '))"; failures=$((failures + 1)); }
+}
+
 declare -A coll_of=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter
-                    [broadcast]=broadcast [reduce]=reduce)
-for program in all_reduce all_gather reduce_scatter broadcast reduce; do
+                    [broadcast]=broadcast [reduce]=reduce [gather]=gather [scatter]=scatter)
+for program in all_reduce all_gather reduce_scatter broadcast reduce gather scatter; do
   coll=${coll_of[$program]}
   # every type (bf16, fp16, fp32, int32 among them): fccl's own, and the 8-bit floats (NCCL's for the reductions,
   # fccl's as bytes for the moves)
@@ -178,11 +192,24 @@ for program in all_reduce all_gather reduce_scatter broadcast reduce; do
   done
   # one type fccl reduces: NCCL carried none of these calls
   run "$program-float" "$program" "${common[@]}" -d float &&
-    check_carried "$program-float" "$coll" &&
-    { [ "$(nccl_counts "$coll" | grep -c '^0$')" -eq "$nranks" ] ||
-      { echo "FAIL: $program-float: NCCL carried some $coll calls"; failures=$((failures + 1)); }; }
+    check_carried "$program-float" "$coll" && check_nccl_none "$program-float" "$coll"
 done
-for program in alltoall sendrecv gather scatter; do
+# pre-multiplied sums (-o mulsum: an op of ncclRedOpCreatePreMulSum made and destroyed around every call, its scalar
+# on the host): fccl's twin carries them for the types up to bfloat16 (NCCL the 8-bit floats' with -d all)
+for program in all_reduce reduce_scatter reduce; do
+  coll=${coll_of[$program]}
+  run "$program-mulsum" "$program" "${common[@]}" -d all -o mulsum && check_carried "$program-mulsum" "$coll"
+  run "$program-mulsum-float" "$program" "${common[@]}" -d float -o mulsum &&
+    check_carried "$program-mulsum-float" "$coll" && check_nccl_none "$program-mulsum-float" "$coll"
+done
+run "all_reduce-mulsum-graph" all_reduce "${common[@]}" -d bfloat16 -o mulsum -G 2 &&
+  check_carried "all_reduce-mulsum-graph" allreduce && check_nccl_none "all_reduce-mulsum-graph" allreduce
+# an SM budget (NCCL's variable, as a job sets it): fccl keeps it and carries the calls
+NCCL_MAX_CTAS=4 run "all_reduce-maxctas" all_reduce "${common[@]}" -d float &&
+  check_carried "all_reduce-maxctas" allreduce && check_nccl_none "all_reduce-maxctas" allreduce &&
+  { [ "$(grep -c "within an SM budget of 0..4 CTAs" "$log")" -eq "$nranks" ] ||
+    { echo "FAIL: all_reduce-maxctas: not every rank's fccl keeps the budget of 4 CTAs"; failures=$((failures + 1)); }; }
+for program in alltoall sendrecv; do
   run "$program" "$program" "${common[@]}" -d float && check_forwarded "$program"
 done
 # fccl turned off: the library passes everything through

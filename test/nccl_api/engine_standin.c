@@ -8,6 +8,7 @@
  *   FAKE_ENGINE_ATTACH_WAIT_MS=N  the attach waits N ms (polling the abort flag) before it decides
  *   FAKE_ENGINE_ASYNC_ERROR=code  the attached communicator reports this NCCL result code as its error
  *   FAKE_ENGINE_FAIL_LAUNCH=N     the N-th launch (from 1) fails with ncclInvalidArgument
+ *   FAKE_ENGINE_PREMUL_FAIL=N     the N-th twin of a pre-multiplied sum (from 1) cannot be made (ncclInvalidArgument)
  *   FAKE_ABORT_HANDSHAKE=1        an abort waits (5 s at most) until the stand-in NCCL's abort, revoke or shrink of
  *                                 the communicator has started, as fccl's abort waits for the device's work, NCCL's
  *                                 kernels included (the stand-in NCCL's waits for this abort in turn); one that waited
@@ -27,10 +28,13 @@ struct standinRegistration {
   struct standinRegistration* next;
 };
 
+#define STANDIN_MAX_OPS 64
+
 struct fncclEngineComm {
   ncclComm_t comm;
   int rank;
   struct standinRegistration* registrations; /* released with the communicator, as fccl's are */
+  int opLive[STANDIN_MAX_OPS];               /* pre-multiplied sums: op ncclNumOps + i, as fccl numbers them */
 };
 
 static void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -68,10 +72,47 @@ void fncclEngineLeave(const struct fncclEngineScope* scope) { (void)scope; }
 
 int fncclEngineHas(enum fncclColl coll) { return (int)coll >= 0 && coll < FNCCL_NUM_COLLS; }
 
-int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op) {
+int fncclEngineTakes(enum fncclColl coll, ncclDataType_t datatype, ncclRedOp_t op, int twinned) {
   if (!fncclEngineHas(coll)) return 0;
-  if (coll == FNCCL_ALLGATHER || coll == FNCCL_BROADCAST) return (int)datatype >= 0 && datatype < ncclNumTypes;
-  return (int)datatype >= 0 && datatype <= ncclBfloat16 && (int)op >= 0 && op < ncclNumOps;
+  if (!(FNCCL_REDUCING_COLLS & (1u << coll))) return (int)datatype >= 0 && datatype < ncclNumTypes;
+  if ((int)datatype < 0 || datatype > ncclBfloat16) return 0;
+  return ((int)op >= 0 && op < ncclNumOps) || ((int)op >= (int)ncclNumOps && twinned);
+}
+
+int fncclEngineTakesPreMulSum(ncclDataType_t datatype) { return (int)datatype >= 0 && datatype <= ncclBfloat16; }
+
+/* Op values from ncclNumOps up, the lowest free first, as fccl gives them; the trace shows the scalar's address. */
+ncclResult_t fncclEngineRedOpCreatePreMulSum(struct fncclEngineComm* ec, void* scalar, ncclDataType_t datatype,
+                                             ncclScalarResidence_t residence, int* engineOp) {
+  static int made;
+  const int n = __atomic_add_fetch(&made, 1, __ATOMIC_RELAXED);
+  if (n == envInt("FAKE_ENGINE_PREMUL_FAIL", 0)) {
+    snprintf(threadError, sizeof(threadError), "the stand-in refused twin %d", n);
+    trace("premulsum-refused comm=%p type=%d", (void*)ec->comm, (int)datatype);
+    return ncclInvalidArgument;
+  }
+  int index = 0;
+  while (index < STANDIN_MAX_OPS && ec->opLive[index]) index++;
+  if (index == STANDIN_MAX_OPS) {
+    snprintf(threadError, sizeof(threadError), "the stand-in holds %d ops already", STANDIN_MAX_OPS);
+    return ncclSystemError;
+  }
+  ec->opLive[index] = 1;
+  *engineOp = (int)ncclNumOps + index;
+  trace("premulsum comm=%p op=%d type=%d residence=%d scalar=%p", (void*)ec->comm, *engineOp, (int)datatype,
+        (int)residence, scalar);
+  return ncclSuccess;
+}
+
+ncclResult_t fncclEngineRedOpDestroy(struct fncclEngineComm* ec, int engineOp) {
+  const int index = engineOp - (int)ncclNumOps;
+  if (index < 0 || index >= STANDIN_MAX_OPS || !ec->opLive[index]) {
+    snprintf(threadError, sizeof(threadError), "the stand-in has no op %d", engineOp);
+    return ncclInvalidArgument;
+  }
+  ec->opLive[index] = 0;
+  trace("premulsum-destroy comm=%p op=%d", (void*)ec->comm, engineOp);
+  return ncclSuccess;
 }
 
 int fncclEngineAttach(const struct fncclAttachRequest* r, struct fncclEngineComm** out, uint32_t* carried, char* why,
@@ -89,8 +130,11 @@ int fncclEngineAttach(const struct fncclAttachRequest* r, struct fncclEngineComm
     nanosleep(&pause, NULL);
   }
   const char* refuse = getenv("FAKE_ENGINE_REFUSE");
-  trace("attach comm=%p rank=%d nranks=%d blocking=%d wanted=%x why=%s", (void*)r->comm, r->rank, r->nranks,
-        r->blocking, r->wanted, r->localWhy ? r->localWhy : "");
+  char minCTAs[16] = "unset", maxCTAs[16] = "unset"; /* NCCL_CONFIG_UNDEF_INT: no bound */
+  if (r->minCTAs > 0) snprintf(minCTAs, sizeof(minCTAs), "%d", r->minCTAs);
+  if (r->maxCTAs > 0) snprintf(maxCTAs, sizeof(maxCTAs), "%d", r->maxCTAs);
+  trace("attach comm=%p rank=%d nranks=%d blocking=%d wanted=%x minctas=%s maxctas=%s why=%s", (void*)r->comm, r->rank,
+        r->nranks, r->blocking, r->wanted, minCTAs, maxCTAs, r->localWhy ? r->localWhy : "");
   if (r->wanted == 0) {
     snprintf(why, whySize, "rank %d: %s", r->rank, r->localWhy);
     return 0;
@@ -116,9 +160,21 @@ ncclResult_t fncclEngineLaunch(struct fncclEngineComm* ec, const struct fncclOp*
     snprintf(threadError, sizeof(threadError), "the stand-in refused launch %d", n);
     return ncclInvalidArgument;
   }
-  static const char* const names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "reduce"};
-  trace("%s comm=%p send=%p recv=%p count=%zu type=%d op=%d root=%d stream=%p", names[op->coll], (void*)ec->comm,
-        op->sendbuff, (void*)op->recvbuff, op->count, (int)op->datatype, (int)op->op, op->root, (void*)op->stream);
+  static const char* const names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                      "reduce",    "gather",    "scatter"};
+  _Static_assert(sizeof(names) / sizeof(names[0]) == FNCCL_NUM_COLLS, "a name for every collective");
+  const int reduces = (FNCCL_REDUCING_COLLS & (1u << op->coll)) != 0;
+  if (reduces && (int)op->op >= (int)ncclNumOps) {
+    const int index = op->engineOp - (int)ncclNumOps;
+    if (index < 0 || index >= STANDIN_MAX_OPS || !ec->opLive[index]) {
+      snprintf(threadError, sizeof(threadError), "the stand-in was handed op %d, which it does not hold", op->engineOp);
+      trace("launch-with-dead-op comm=%p op=%d", (void*)ec->comm, op->engineOp);
+      return ncclInvalidArgument;
+    }
+  }
+  trace("%s comm=%p send=%p recv=%p count=%zu type=%d op=%d engineop=%d root=%d stream=%p", names[op->coll],
+        (void*)ec->comm, op->sendbuff, (void*)op->recvbuff, op->count, (int)op->datatype, (int)op->op,
+        reduces ? op->engineOp : -1, op->root, (void*)op->stream);
   return ncclSuccess;
 }
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """A PyNccl-style client: libfccl-nccl loaded by path with ctypes (as vLLM's VLLM_NCCL_SO_PATH and SGLang's
-SGLANG_NCCL_SO_PATH load NCCL), binding the 18 functions those wrappers bind, with the argument types they give.
-Two ranks (processes; they share GPU 0 when there is one GPU, each its own NCCL_HOSTID). Tensors are PyTorch's, which
-also loads the real libnccl.so.2 that the library forwards to.
+SGLANG_NCCL_SO_PATH load NCCL), binding the 18 functions those wrappers bind, with the argument types they give, and
+ncclGather, ncclScatter, ncclRedOpCreatePreMulSum and ncclRedOpDestroy. Two ranks (processes; they share GPU 0 when
+there is one GPU, each its own NCCL_HOSTID). Tensors are PyTorch's, which also loads the real libnccl.so.2 that the
+library forwards to.
 
 Checked against a float64 host reference: ncclAllReduce (fp32, bf16; eager and captured in a CUDA graph, as vLLM
-captures it), ncclAllGather, ncclReduceScatter, ncclBroadcast, ncclReduce, ncclSend/ncclRecv in a group (NCCL's);
-ncclMemAlloc'd buffers registered as a symmetric window (ncclCommWindowRegister) and all-reduced in place; the
-version is the real NCCL's; the library's count shows fccl carried the five collectives.
+captures it), ncclAllGather, ncclReduceScatter, ncclBroadcast, ncclReduce, ncclGather, ncclScatter, pre-multiplied
+sums (a scalar per rank, on the host, and in device memory read when each call runs) with ncclAllReduce,
+ncclReduceScatter and ncclReduce, ncclSend/ncclRecv in a group (NCCL's); ncclMemAlloc'd buffers registered as a
+symmetric window (ncclCommWindowRegister) and all-reduced in place; the version is the real NCCL's; the library's
+count shows fccl carried the seven collectives and the pre-multiplied sums, NCCL none of the latter.
 
 usage: pynccl_client.py --library libfccl-nccl.so.2     (exit status 77 without torch or a CUDA GPU)
 """
@@ -63,15 +66,29 @@ FUNCTIONS = [
     ("ncclCommWindowDeregister", ncclResult_t, [ncclComm_t, ncclWindow_t]),
     ("ncclMemAlloc", ncclResult_t, [ctypes.POINTER(buffer_type), ctypes.c_size_t]),
     ("ncclMemFree", ncclResult_t, [buffer_type]),
+    # beyond vLLM's and SGLang's: the calls fccl carries besides theirs
+    ("ncclGather", ncclResult_t,
+     [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int, ncclComm_t, cudaStream_t]),
+    ("ncclScatter", ncclResult_t,
+     [buffer_type, buffer_type, ctypes.c_size_t, ncclDataType_t, ctypes.c_int, ncclComm_t, cudaStream_t]),
+    ("ncclRedOpCreatePreMulSum", ncclResult_t,
+     [ctypes.POINTER(ncclRedOp_t), ctypes.c_void_p, ncclDataType_t, ctypes.c_int, ncclComm_t]),
+    ("ncclRedOpDestroy", ncclResult_t, [ncclRedOp_t, ncclComm_t]),
 ]
 FLOAT32, BFLOAT16 = 7, 9
 SUM = 0
 NCCL_WIN_COLL_SYMMETRIC = 1
+SCALAR_DEVICE, SCALAR_HOST = 0, 1
+COLLS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter"]
 
 
 class Stats(ctypes.Structure):
+    """fcclNcclStats_t of fccl_nccl.h, second version."""
     _fields_ = [("size", ctypes.c_size_t), ("comms", ctypes.c_uint64), ("commsWithFccl", ctypes.c_uint64),
-                ("fcclCalls", ctypes.c_uint64 * 5), ("ncclCalls", ctypes.c_uint64 * 5)]
+                ("fcclCalls", ctypes.c_uint64 * 5), ("ncclCalls", ctypes.c_uint64 * 5),
+                ("fcclCallsAll", ctypes.c_uint64 * 7), ("ncclCallsAll", ctypes.c_uint64 * 7),
+                ("fcclPreMulSumCalls", ctypes.c_uint64), ("ncclPreMulSumCalls", ctypes.c_uint64),
+                ("preMulSumOps", ctypes.c_uint64), ("commsWithBudget", ctypes.c_uint64)]
 
 
 class Nccl:
@@ -168,6 +185,70 @@ def worker(args):
         reference, magnitude = reference_sum(k, torch.float32, 10)
         expect(near(reduced, reference, magnitude, torch.float32), "ncclReduce")
 
+    # gather to rank 1 and scatter from rank 0 (each rank's block, in rank order): moves, bit for bit
+    piece = data(rank, k + 3, torch.bfloat16, 14).to(device)
+    gathered = torch.zeros(n * (k + 3), dtype=torch.bfloat16, device=device)
+    nccl.check(nccl.ncclGather(piece.data_ptr(), gathered.data_ptr(), k + 3, BFLOAT16, 1, comm, handle), "ncclGather")
+    whole = data(rank, n * k, torch.float32, 15).to(device)
+    block = torch.zeros(k, device=device)
+    nccl.check(nccl.ncclScatter(whole.data_ptr(), block.data_ptr(), k, FLOAT32, 0, comm, handle), "ncclScatter")
+    stream.synchronize()
+    if rank == 1:
+        expect(torch.equal(gathered.cpu(), torch.cat([data(r, k + 3, torch.bfloat16, 14) for r in range(n)])),
+               "ncclGather")
+    expect(torch.equal(block.cpu(), data(0, n * k, torch.float32, 15)[rank * k:(rank + 1) * k]), "ncclScatter")
+
+    # pre-multiplied sums: every rank its own scalar (NCCL allows it), exact in bf16, on the host (read at creation)
+    def scale(r, variant):
+        return (0.5 + r) * (1.0 if variant == 0 else -0.25)
+
+    def premul_reference(count, dtype, salt, variant, block=None):
+        parts = [data(r, count, dtype, salt).double() * scale(r, variant) for r in range(n)]
+        if block is not None:
+            parts = [p[block * (count // n):(block + 1) * (count // n)] for p in parts]
+        return sum(parts), sum(p.abs() for p in parts)
+
+    for salt, (dtype, code) in enumerate([(torch.float32, FLOAT32), (torch.bfloat16, BFLOAT16)], start=40):
+        host_scalar = torch.tensor([scale(rank, 0)], dtype=dtype)
+        op = ncclRedOp_t()
+        nccl.check(nccl.ncclRedOpCreatePreMulSum(ctypes.byref(op), host_scalar.data_ptr(), code, SCALAR_HOST, comm),
+                   "ncclRedOpCreatePreMulSum (host scalar)")
+        host_scalar.fill_(1000.0)  # read at creation: this must not matter
+        x = data(rank, 5003, dtype, salt).to(device)
+        nccl.check(nccl.ncclAllReduce(x.data_ptr(), x.data_ptr(), 5003, code, op.value, comm, handle),
+                   "ncclAllReduce (pre-multiplied)")
+        big = data(rank, n * 2048, dtype, salt + 10).to(device)
+        part = torch.empty(2048, dtype=dtype, device=device)
+        nccl.check(nccl.ncclReduceScatter(big.data_ptr(), part.data_ptr(), 2048, code, op.value, comm, handle),
+                   "ncclReduceScatter (pre-multiplied)")
+        y = data(rank, 999, dtype, salt + 20).to(device)
+        rooted = torch.empty(999, dtype=dtype, device=device)
+        nccl.check(nccl.ncclReduce(y.data_ptr(), rooted.data_ptr(), 999, code, op.value, 1, comm, handle),
+                   "ncclReduce (pre-multiplied)")
+        stream.synchronize()
+        nccl.check(nccl.ncclRedOpDestroy(op.value, comm), "ncclRedOpDestroy")
+        expect(near(x, *premul_reference(5003, dtype, salt, 0), dtype), f"pre-multiplied ncclAllReduce {dtype}")
+        expect(near(part, *premul_reference(n * 2048, dtype, salt + 10, 0, block=rank), dtype),
+               f"pre-multiplied ncclReduceScatter {dtype}")
+        if rank == 1:
+            expect(near(rooted, *premul_reference(999, dtype, salt + 20, 0), dtype),
+                   f"pre-multiplied ncclReduce {dtype}")
+
+    # the scalar in device memory: read when each call runs, so a new value there changes the next call's result
+    device_scalar = torch.tensor([scale(rank, 0)], dtype=torch.float32, device=device)
+    op = ncclRedOp_t()
+    nccl.check(nccl.ncclRedOpCreatePreMulSum(ctypes.byref(op), device_scalar.data_ptr(), FLOAT32, SCALAR_DEVICE, comm),
+               "ncclRedOpCreatePreMulSum (device scalar)")
+    for variant in (0, 1):
+        device_scalar.fill_(scale(rank, variant))
+        x = data(rank, 70001, torch.float32, 50 + variant).to(device)
+        nccl.check(nccl.ncclAllReduce(x.data_ptr(), x.data_ptr(), 70001, FLOAT32, op.value, comm, handle),
+                   "ncclAllReduce (device scalar)")
+        stream.synchronize()
+        expect(near(x, *premul_reference(70001, torch.float32, 50 + variant, variant), torch.float32),
+               f"pre-multiplied ncclAllReduce, device scalar (value {variant})")
+    nccl.check(nccl.ncclRedOpDestroy(op.value, comm), "ncclRedOpDestroy (device scalar)")
+
     # send and receive in a group (NCCL's), each rank to the other
     token = data(rank, 257, torch.float32, 13).to(device)
     got = torch.empty_like(token)
@@ -223,11 +304,16 @@ def worker(args):
     stats = Stats()
     stats.size = ctypes.sizeof(Stats)
     nccl.lib.fcclNcclGetStats(ctypes.byref(stats))
-    carried = list(stats.fcclCalls)
-    print(f"rank {rank}: fccl carried {carried} (allreduce, allgather, reducescatter, broadcast, reduce); NCCL "
-          f"{list(stats.ncclCalls)}", flush=True)
-    for index, coll in enumerate(["allreduce", "allgather", "reducescatter", "broadcast", "reduce"]):
+    expect(stats.size == ctypes.sizeof(Stats), f"fcclNcclGetStats filled {stats.size} bytes of {ctypes.sizeof(Stats)}")
+    carried = list(stats.fcclCallsAll)
+    print(f"rank {rank}: fccl carried {carried} ({', '.join(COLLS)}); NCCL {list(stats.ncclCallsAll)}; "
+          f"pre-multiplied: fccl {stats.fcclPreMulSumCalls}, NCCL {stats.ncclPreMulSumCalls}, "
+          f"{stats.preMulSumOps} ops with fccl's twin", flush=True)
+    for index, coll in enumerate(COLLS):
         expect(carried[index] > 0, f"fccl carried no {coll}")
+    expect(stats.fcclPreMulSumCalls == 8, f"fccl carried {stats.fcclPreMulSumCalls} pre-multiplied sums, not 8")
+    expect(stats.ncclPreMulSumCalls == 0, f"NCCL carried {stats.ncclPreMulSumCalls} pre-multiplied sums")
+    expect(stats.preMulSumOps == 3, f"{stats.preMulSumOps} ops with fccl's twin, not 3")
     nccl.check(nccl.ncclCommDestroy(comm), "ncclCommDestroy")
     print(f"rank {rank}: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 and passed > 0 else 1

@@ -58,6 +58,8 @@ static struct {
   FN(ncclResult_t, Bcast, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Reduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Gather, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
+  FN(ncclResult_t, Scatter, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
+  FN(ncclResult_t, AlltoAll, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Send, (const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, Recv, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
   FN(ncclResult_t, GroupStart, (void))
@@ -129,6 +131,8 @@ static void loadLibrary(const char* mode) {
   BIND(Bcast, "ncclBcast");
   BIND(Reduce, "ncclReduce");
   BIND(Gather, "ncclGather");
+  BIND(Scatter, "ncclScatter");
+  BIND(AlltoAll, "ncclAlltoAll");
   BIND(Send, "ncclSend");
   BIND(Recv, "ncclRecv");
   BIND(GroupStart, "ncclGroupStart");
@@ -294,24 +298,57 @@ static void scenarioConfig(void) {
   EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
   EXPECT(memcmp(before, config, small) == 0); /* untouched */
   EXPECT_TRACE("nccl CommInitRankConfig comm=%p config=%p size=%zu blocking=1", (void*)comm, (void*)config, small);
-  EXPECT_TRACE("fccl attach comm=%p wanted=1f", (void*)comm);
+  EXPECT_TRACE("fccl attach comm=%p wanted=7f minctas=unset", (void*)comm); /* the older struct's minCTAs: unset */
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
   munmap(mapping, (size_t)page * 2);
 
-  /* 2. this header's struct with maxCTAs set: not passed on to fccl, NCCL carries the collectives */
+  /* 2. this header's struct with maxCTAs set: fccl's communicator keeps the budget and carries the collectives */
   config = guardedConfig(sizeof(ncclConfig_t), &mapping);
   ncclConfig_t initial = NCCL_CONFIG_INITIALIZER;
   memcpy(config, &initial, sizeof(initial));
   config->maxCTAs = 4;
   config->commName = "capped";
+  fcclNcclStats_t start = stats();
+  traceClear();
+  EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
+  EXPECT_TRACE("fccl attach comm=%p wanted=7f minctas=unset maxctas=4", (void*)comm);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 8, ncclFloat32, ncclSum, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.Gather(SEND, RECV, 8, ncclFloat32, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl allreduce comm=%p count=8", (void*)comm);
+  EXPECT_TRACE("fccl gather comm=%p count=8", (void*)comm);
+  EXPECT_NO_TRACE("nccl AllReduce");
+  fcclNcclStats_t end = stats();
+  EXPECT_EQ_INT(end.commsWithBudget - start.commsWithBudget, 1);
+  EXPECT_EQ_INT(end.commsWithFccl - start.commsWithFccl, 1);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+
+  /* 2b. NCCL_MAX_CTAS and NCCL_MIN_CTAS, NCCL's variables: a positive value overrides the config's, as in NCCL */
+  setenv("NCCL_MAX_CTAS", "6", 1);
+  setenv("NCCL_MIN_CTAS", "2", 1);
+  traceClear();
+  EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
+  EXPECT_TRACE("fccl attach comm=%p wanted=7f minctas=2 maxctas=6", (void*)comm);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+  setenv("NCCL_MAX_CTAS", "0", 1); /* not positive: NCCL ignores it, and so does the library */
+  setenv("NCCL_MIN_CTAS", "three", 1);
+  traceClear();
+  EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
+  EXPECT_TRACE("fccl attach comm=%p wanted=7f minctas=unset maxctas=4", (void*)comm);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+  setenv("NCCL_MAX_CTAS", "3", 1); /* with no config at all */
+  unsetenv("NCCL_MIN_CTAS");
+  comm = oneRank();
+  EXPECT_TRACE("fccl attach comm=%p wanted=7f minctas=unset maxctas=3", (void*)comm);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+  /* a minimum above the maximum (NCCL refuses it; here the stand-in NCCL does not): NCCL carries the collectives */
+  setenv("NCCL_MIN_CTAS", "8", 1);
   traceClear();
   EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, config), ncclSuccess);
   EXPECT_TRACE("fccl attach comm=%p wanted=0", (void*)comm);
-  EXPECT_STR_CONTAINS(traceRead(), "config.maxCTAs=4");
-  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 8, ncclFloat32, ncclSum, comm, STREAM), ncclSuccess);
-  EXPECT_TRACE("nccl AllReduce comm=%p", (void*)comm);
-  EXPECT_NO_TRACE("fccl allreduce");
+  EXPECT_STR_CONTAINS(traceRead(), "at least 8 CTAs and at most 3");
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+  unsetenv("NCCL_MAX_CTAS");
+  unsetenv("NCCL_MIN_CTAS");
   munmap(mapping, (size_t)page * 2);
 
   /* 3. the zero-CTA policy keeps fccl away too */
@@ -342,7 +379,7 @@ static void scenarioConfig(void) {
     if (state == ncclInProgress) usleep(100);
   }
   EXPECT_EQ_INT(state, ncclSuccess);
-  EXPECT_TRACE("fccl attach comm=%p blocking=0 wanted=1f", (void*)comm);
+  EXPECT_TRACE("fccl attach comm=%p blocking=0 wanted=7f", (void*)comm);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
   munmap(mapping, (size_t)page * 2);
 
@@ -376,6 +413,12 @@ static void scenarioRoute(void) {
   EXPECT_EQ_INT(api.Reduce(SEND, RECV, 6, ncclFloat32, ncclMin, 0, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("fccl reduce comm=%p send=%p recv=%p count=6 type=7 op=3 root=0", (void*)comm, SEND, RECV);
   EXPECT_NO_TRACE("nccl Reduce");
+  EXPECT_EQ_INT(api.Gather(SEND, RECV, 15, ncclInt8, 0, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl gather comm=%p send=%p recv=%p count=15 type=0 root=0", (void*)comm, SEND, RECV);
+  EXPECT_EQ_INT(api.Scatter(SEND, RECV, 16, ncclFloat8e4m3, 0, comm, STREAM), ncclSuccess); /* a move: fccl's */
+  EXPECT_TRACE("fccl scatter comm=%p send=%p recv=%p count=16 type=10 root=0", (void*)comm, SEND, RECV);
+  EXPECT_NO_TRACE("nccl Gather");
+  EXPECT_NO_TRACE("nccl Scatter");
   /* NCCL's: 8-bit float reductions, NCCL's own operators, point to point */
   EXPECT_EQ_INT(api.Reduce(SEND, RECV, 6, ncclFloat8e5m2, ncclSum, 0, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl Reduce comm=%p count=6 type=11 op=0 root=0", (void*)comm);
@@ -383,27 +426,99 @@ static void scenarioRoute(void) {
   EXPECT_TRACE("nccl AllReduce comm=%p count=9 type=10", (void*)comm);
   EXPECT_EQ_INT(api.AllGather(SEND, RECV, 9, ncclFloat8e5m2, comm, STREAM), ncclSuccess); /* a move: fccl's */
   EXPECT_TRACE("fccl allgather comm=%p count=9 type=11", (void*)comm);
-  ncclRedOp_t premul;
+  /* a pre-multiplied sum: NCCL's op first, then fccl's twin, which the reductions of its type then take */
+  ncclRedOp_t premul = ncclSum, fp8 = ncclSum;
   float scalar = 0.5f;
   EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT((int)premul, (int)ncclNumOps);
+  EXPECT_BEFORE(traceFind("nccl RedOpCreatePreMulSum comm=%p op=5 type=7 residence=1", (void*)comm),
+                traceFind("fccl premulsum comm=%p op=5 type=7 residence=1 scalar=%p", (void*)comm, (void*)&scalar));
   EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 12, ncclFloat32, premul, comm, STREAM), ncclSuccess);
-  EXPECT_TRACE("nccl AllReduce comm=%p count=12 op=%d", (void*)comm, (int)premul);
+  EXPECT_TRACE("fccl allreduce comm=%p count=12 type=7 op=5 engineop=5", (void*)comm);
+  EXPECT_EQ_INT(api.ReduceScatter(SEND, RECV, 17, ncclFloat32, premul, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl reducescatter comm=%p count=17 type=7 op=5 engineop=5", (void*)comm);
   EXPECT_EQ_INT(api.Reduce(SEND, RECV, 14, ncclFloat32, premul, 0, comm, STREAM), ncclSuccess);
-  EXPECT_TRACE("nccl Reduce comm=%p count=14 type=7 op=%d", (void*)comm, (int)premul);
+  EXPECT_TRACE("fccl reduce comm=%p count=14 type=7 op=5 engineop=5 root=0", (void*)comm);
+  /* the op with another type than its own: NCCL's call (and NCCL's error) */
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 18, ncclBfloat16, premul, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=18 type=9 op=5", (void*)comm);
+  /* 8-bit floats: NCCL makes the op, fccl no twin; their reductions stay NCCL's */
+  traceClear();
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&fp8, &scalar, ncclFloat8e5m2, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT((int)fp8, (int)ncclNumOps + 1);
+  EXPECT_NO_TRACE("fccl premulsum");
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 19, ncclFloat8e5m2, fp8, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=19 type=11 op=6", (void*)comm);
+  EXPECT_EQ_INT(api.RedOpDestroy(fp8, comm), ncclSuccess);
+  EXPECT_TRACE("nccl RedOpDestroy comm=%p op=6", (void*)comm);
+  traceClear();
   EXPECT_EQ_INT(api.RedOpDestroy(premul, comm), ncclSuccess);
+  EXPECT_BEFORE(traceFind("fccl premulsum-destroy comm=%p op=5", (void*)comm),
+                traceFind("nccl RedOpDestroy comm=%p op=5", (void*)comm));
+  /* destroyed: NCCL gives the value to the next op, and the twin follows the new op, not the old */
+  double scalar64 = 3.0;
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&premul, &scalar64, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT((int)premul, (int)ncclNumOps);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 20, ncclFloat32, premul, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=20 type=7 op=5", (void*)comm);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 21, ncclFloat64, premul, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl allreduce comm=%p count=21 type=8 op=5 engineop=5", (void*)comm);
+  /* an op that is not the communicator's: NCCL's call and error */
+  EXPECT_EQ_INT(api.RedOpDestroy((ncclRedOp_t)(ncclNumOps + 7), comm), ncclInvalidArgument);
+  /* the op is left for the communicator's destroy to take down (no leak: the sanitizer build checks) */
   EXPECT_EQ_INT(api.Send(SEND, 2, ncclFloat32, 0, comm, STREAM), ncclSuccess);
   EXPECT_EQ_INT(api.Recv(RECV, 2, ncclFloat32, 0, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl Send comm=%p", (void*)comm);
   EXPECT_TRACE("nccl Recv comm=%p", (void*)comm);
   fcclNcclStats_t end = stats();
-  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_ALLREDUCE] - start.fcclCalls[FCCL_NCCL_ALLREDUCE], 2);
+  EXPECT_EQ_INT(end.size, sizeof(end));
+  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_ALLREDUCE] - start.fcclCalls[FCCL_NCCL_ALLREDUCE], 4);
   EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_BROADCAST] - start.fcclCalls[FCCL_NCCL_BROADCAST], 2);
   EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_ALLGATHER] - start.fcclCalls[FCCL_NCCL_ALLGATHER], 2);
-  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_ALLREDUCE] - start.ncclCalls[FCCL_NCCL_ALLREDUCE], 2);
-  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_REDUCE] - start.fcclCalls[FCCL_NCCL_REDUCE], 1);
-  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_REDUCE] - start.ncclCalls[FCCL_NCCL_REDUCE], 2);
+  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_REDUCESCATTER] - start.fcclCalls[FCCL_NCCL_REDUCESCATTER], 2);
+  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_ALLREDUCE] - start.ncclCalls[FCCL_NCCL_ALLREDUCE], 4);
+  EXPECT_EQ_INT(end.fcclCalls[FCCL_NCCL_REDUCE] - start.fcclCalls[FCCL_NCCL_REDUCE], 2);
+  EXPECT_EQ_INT(end.ncclCalls[FCCL_NCCL_REDUCE] - start.ncclCalls[FCCL_NCCL_REDUCE], 1);
+  for (int c = 0; c < FCCL_NCCL_COLLS; c++) {
+    EXPECT_EQ_INT(end.fcclCallsAll[c], end.fcclCalls[c]);
+    EXPECT_EQ_INT(end.ncclCallsAll[c], end.ncclCalls[c]);
+  }
+  EXPECT_EQ_INT(end.fcclCallsAll[FCCL_NCCL_GATHER] - start.fcclCallsAll[FCCL_NCCL_GATHER], 1);
+  EXPECT_EQ_INT(end.fcclCallsAll[FCCL_NCCL_SCATTER] - start.fcclCallsAll[FCCL_NCCL_SCATTER], 1);
+  EXPECT_EQ_INT(end.ncclCallsAll[FCCL_NCCL_GATHER] - start.ncclCallsAll[FCCL_NCCL_GATHER], 0);
+  EXPECT_EQ_INT(end.fcclPreMulSumCalls - start.fcclPreMulSumCalls, 4);
+  EXPECT_EQ_INT(end.ncclPreMulSumCalls - start.ncclPreMulSumCalls, 3);
+  EXPECT_EQ_INT(end.preMulSumOps - start.preMulSumOps, 2);
   EXPECT(end.commsWithFccl >= 1 && end.comms >= end.commsWithFccl);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+
+  /* A caller of the first fccl_nccl.h passes its smaller struct: the five-collective counts, nothing past them. */
+  struct {
+    size_t size;
+    uint64_t comms, commsWithFccl, fcclCalls[5], ncclCalls[5];
+    uint64_t past;
+  } older;
+  memset(&older, 0xab, sizeof(older));
+  older.size = offsetof(fcclNcclStats_t, fcclCallsAll);
+  EXPECT_EQ_INT(older.size, 13 * 8);
+  EXPECT_EQ_INT(api.Stats((fcclNcclStats_t*)&older), 0);
+  EXPECT_EQ_INT(older.size, 13 * 8);
+  EXPECT_EQ_INT(older.fcclCalls[FCCL_NCCL_ALLREDUCE], end.fcclCalls[FCCL_NCCL_ALLREDUCE]);
+  EXPECT(older.past == 0xababababababababull);
+  /* a newer header's larger struct: this library's part filled, size says how much */
+  struct {
+    fcclNcclStats_t known;
+    uint64_t newer;
+  } larger;
+  memset(&larger, 0, sizeof(larger));
+  larger.known.size = sizeof(larger);
+  larger.newer = 7;
+  EXPECT_EQ_INT(api.Stats(&larger.known), 0);
+  EXPECT_EQ_INT(larger.known.size, sizeof(fcclNcclStats_t));
+  EXPECT_EQ_INT(larger.newer, 7);
+  EXPECT_EQ_INT(larger.known.preMulSumOps, end.preMulSumOps);
+  fcclNcclStats_t tiny = {.size = sizeof(size_t)};
+  EXPECT_EQ_INT(api.Stats(&tiny), ncclInvalidArgument);
 
   /* A communicator the library never saw (made through the stand-in directly) is NCCL's. */
   void* nccl = dlopen(getenv("FCCL_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
@@ -491,6 +606,116 @@ static void scenarioGroup(void) {
 
   /* 6. ncclGroupEnd without a group is NCCL's error */
   EXPECT(api.GroupEnd() != ncclSuccess);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+}
+
+static void scenarioPreMulSum(void) {
+  /* FAKE_ENGINE_PREMUL_FAIL=5: the fifth twin cannot be made */
+  ncclComm_t comm = oneRank();
+  ncclRedOp_t a = ncclSum, b = ncclSum;
+  float scalar = 2.0f;
+  float* device = (float*)(buf + 3072); /* the stand-ins read nothing: the address is what the trace shows */
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&b, device, ncclFloat16, ncclScalarDevice, comm), ncclSuccess);
+  EXPECT_TRACE("fccl premulsum comm=%p op=6 type=6 residence=0 scalar=%p", (void*)comm, (void*)device);
+
+  /* 1. destroyed inside a group while a recorded call uses it: both go after the group's end, after the launch */
+  traceClear();
+  EXPECT_EQ_INT(api.GroupStart(), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 101, ncclFloat32, a, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpDestroy(a, comm), ncclSuccess);
+  EXPECT_NO_TRACE("nccl RedOpDestroy");
+  EXPECT_NO_TRACE("fccl premulsum-destroy");
+  EXPECT_EQ_INT(api.GroupEnd(), ncclSuccess);
+  long launched = traceFind("fccl allreduce comm=%p count=101 type=7 op=5 engineop=5", (void*)comm);
+  EXPECT_BEFORE(traceFind("nccl GroupEnd"), launched);
+  EXPECT_BEFORE(launched, traceFind("fccl premulsum-destroy comm=%p op=5", (void*)comm));
+  EXPECT_BEFORE(traceFind("fccl premulsum-destroy comm=%p op=5", (void*)comm),
+                traceFind("nccl RedOpDestroy comm=%p op=5", (void*)comm));
+  EXPECT_NO_TRACE("launch-with-dead-op");
+
+  /* 2. the same, and then the group turns to NCCL: the recorded call goes to NCCL with the op still alive */
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT((int)a, (int)ncclNumOps);
+  traceClear();
+  EXPECT_EQ_INT(api.GroupStart(), ncclSuccess);
+  EXPECT_EQ_INT(api.ReduceScatter(SEND, RECV, 102, ncclFloat32, a, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpDestroy(a, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.Send(SEND, 103, ncclFloat32, 0, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.GroupEnd(), ncclSuccess);
+  EXPECT_BEFORE(traceFind("nccl ReduceScatter comm=%p count=102 type=7 op=5", (void*)comm), traceFind("nccl GroupEnd"));
+  EXPECT_BEFORE(traceFind("nccl GroupEnd"), traceFind("nccl RedOpDestroy comm=%p op=5", (void*)comm));
+  EXPECT_TRACE("fccl premulsum-destroy comm=%p op=5", (void*)comm);
+  EXPECT_NO_TRACE("fccl reducescatter");
+
+  /* 3. destroyed in a group that does not use it: at once; and a simulated group's deferred destroy is done too */
+  traceClear();
+  EXPECT_EQ_INT(api.GroupStart(), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 104, ncclFloat32, ncclSum, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpDestroy(b, comm), ncclSuccess);
+  EXPECT_TRACE("nccl RedOpDestroy comm=%p op=6", (void*)comm);
+  EXPECT_EQ_INT(api.GroupEnd(), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  traceClear();
+  EXPECT_EQ_INT(api.GroupStart(), ncclSuccess);
+  EXPECT_EQ_INT(api.Reduce(SEND, RECV, 105, ncclFloat32, a, 0, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpDestroy(a, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.GroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_BEFORE(traceFind("nccl GroupSimulateEnd"), traceFind("nccl RedOpDestroy comm=%p op=5", (void*)comm));
+  EXPECT_TRACE("fccl premulsum-destroy comm=%p op=5", (void*)comm);
+
+  /* 4. the fifth twin fails: ncclRedOpCreatePreMulSum fails on this rank, NCCL's op is destroyed again, the output
+   * is untouched, and the next op is made as usual */
+  ncclRedOp_t c = (ncclRedOp_t)1234;
+  traceClear();
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&c, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclInvalidArgument);
+  EXPECT_EQ_INT((int)c, 1234);
+  EXPECT_STR_CONTAINS(api.GetLastError(NULL), "refused twin 5");
+  EXPECT_BEFORE(traceFind("fccl premulsum-refused comm=%p", (void*)comm),
+                traceFind("nccl RedOpDestroy comm=%p op=5", (void*)comm));
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&c, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 106, ncclFloat32, c, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl allreduce comm=%p count=106 op=5 engineop=5", (void*)comm);
+
+  /* 5. revoked: fccl's state goes, twins included; the op is NCCL's from then on, and its destroy NCCL's alone */
+  traceClear();
+  EXPECT_EQ_INT(api.CommRevoke(comm, 0), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 107, ncclFloat32, c, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=107 op=5", (void*)comm);
+  EXPECT_EQ_INT(api.RedOpDestroy(c, comm), ncclSuccess);
+  EXPECT_TRACE("nccl RedOpDestroy comm=%p op=5", (void*)comm);
+  EXPECT_NO_TRACE("fccl premulsum-destroy");
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+
+  /* 6. a communicator NCCL carries: its ops have no twin, on every rank alike */
+  setenv("FAKE_ENGINE_REFUSE", "no peer access", 1);
+  comm = oneRank();
+  unsetenv("FAKE_ENGINE_REFUSE");
+  traceClear();
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 108, ncclFloat32, a, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=108 op=5", (void*)comm);
+  EXPECT_NO_TRACE("fccl premulsum");
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+
+  /* 7. a non-blocking communicator not ready yet: refused, as NCCL refuses calls before ncclSuccess */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  EXPECT_EQ_INT(api.CommInitRankConfig(&comm, 1, newId(), 0, &config), ncclInProgress);
+  traceClear();
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclInvalidArgument);
+  EXPECT_NO_TRACE("nccl RedOpCreatePreMulSum");
+  ncclResult_t state = ncclInProgress;
+  for (int i = 0; i < 200000 && state == ncclInProgress; i++) {
+    EXPECT_EQ_INT(api.CommGetAsyncError(comm, &state), ncclSuccess);
+    if (state == ncclInProgress) usleep(50);
+  }
+  EXPECT_EQ_INT(state, ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&a, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 109, ncclFloat32, a, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("fccl allreduce comm=%p count=109 op=5", (void*)comm);
+  /* 8. destroyed with live ops: the communicator takes twins and ops down (no leak: the sanitizer build checks) */
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
 }
 
@@ -669,10 +894,10 @@ static void scenarioPassthrough(void) {
   ncclComm_t comm = oneRank();
   fcclNcclStats_t start = stats();
   traceClear();
-  /* The stand-in's gather is made of ncclBroadcast calls through its PLT: they land in the library, which passes
-   * them through: NCCL's, uncounted, although fccl carries this communicator's broadcasts. */
-  EXPECT_EQ_INT(api.Gather(SEND, RECV, 5, ncclFloat32, 0, comm, STREAM), ncclSuccess);
-  EXPECT_TRACE("nccl Gather comm=%p", (void*)comm);
+  /* The stand-in's all-to-all is made of ncclBroadcast calls through its PLT: they land in the library, which
+   * passes them through: NCCL's, uncounted, although fccl carries this communicator's broadcasts. */
+  EXPECT_EQ_INT(api.AlltoAll(SEND, RECV, 5, ncclFloat32, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AlltoAll comm=%p", (void*)comm);
   EXPECT_TRACE("nccl Broadcast comm=%p count=5", (void*)comm);
   EXPECT_NO_TRACE("fccl broadcast");
   fcclNcclStats_t end = stats();
@@ -757,7 +982,7 @@ static void scenarioWindow(void) {
 static void scenarioDisable(void) {
   /* FCCL_NCCL_API_DISABLE=allgather, broadcast,reduce */
   ncclComm_t comm = oneRank();
-  EXPECT_TRACE("fccl attach comm=%p wanted=5", (void*)comm);
+  EXPECT_TRACE("fccl attach comm=%p wanted=65", (void*)comm);
   traceClear();
   EXPECT_EQ_INT(api.Reduce(SEND, RECV, 3, ncclFloat32, ncclSum, 0, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl Reduce comm=%p", (void*)comm);
@@ -767,6 +992,28 @@ static void scenarioDisable(void) {
   EXPECT_TRACE("nccl AllGather comm=%p", (void*)comm);
   EXPECT_TRACE("nccl Broadcast comm=%p", (void*)comm);
   EXPECT_TRACE("fccl allreduce comm=%p", (void*)comm);
+  EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
+}
+
+static void scenarioDisableGather(void) {
+  /* FCCL_NCCL_API_DISABLE=gather,scatter,allreduce,reducescatter,reduce: the moves but gather and scatter on fccl */
+  ncclComm_t comm = oneRank();
+  EXPECT_TRACE("fccl attach comm=%p wanted=a", (void*)comm);
+  traceClear();
+  EXPECT_EQ_INT(api.Gather(SEND, RECV, 3, ncclFloat32, 0, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.Scatter(SEND, RECV, 3, ncclFloat32, 0, comm, STREAM), ncclSuccess);
+  EXPECT_EQ_INT(api.AllGather(SEND, RECV, 3, ncclFloat32, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl Gather comm=%p", (void*)comm);
+  EXPECT_TRACE("nccl Scatter comm=%p", (void*)comm);
+  EXPECT_TRACE("fccl allgather comm=%p", (void*)comm);
+  /* no reduction is fccl's: a pre-multiplied sum needs no twin */
+  ncclRedOp_t op = ncclSum;
+  float scalar = 1.5f;
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(SEND, RECV, 4, ncclFloat32, op, comm, STREAM), ncclSuccess);
+  EXPECT_TRACE("nccl AllReduce comm=%p count=4 op=5", (void*)comm);
+  EXPECT_NO_TRACE("fccl premulsum");
+  EXPECT_EQ_INT(api.RedOpDestroy(op, comm), ncclSuccess);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
 }
 
@@ -842,6 +1089,18 @@ static void scenarioProduct(void) {
   EXPECT_EQ_INT(end.fcclCalls[0] + end.ncclCalls[0] - start.fcclCalls[0] - start.ncclCalls[0], 1);
   EXPECT_EQ_INT(end.comms, 1);
   if (end.commsWithFccl == 0) EXPECT_TRACE("nccl AllReduce comm=%p", (void*)comm);
+  /* a gather, and a reduction with a pre-multiplied sum: each carried by one engine, fccl's with the op's twin */
+  ncclRedOp_t premul = ncclSum;
+  float scalar = 0.25f;
+  EXPECT_EQ_INT(api.RedOpCreatePreMulSum(&premul, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), ncclSuccess);
+  EXPECT_EQ_INT(api.Gather(NULL, NULL, 0, ncclFloat32, 0, comm, NULL), ncclSuccess);
+  EXPECT_EQ_INT(api.AllReduce(NULL, NULL, 0, ncclFloat32, premul, comm, NULL), ncclSuccess);
+  EXPECT_EQ_INT(api.RedOpDestroy(premul, comm), ncclSuccess);
+  fcclNcclStats_t after = stats();
+  EXPECT_EQ_INT(after.fcclCallsAll[FCCL_NCCL_GATHER] + after.ncclCallsAll[FCCL_NCCL_GATHER], 1);
+  EXPECT_EQ_INT(after.fcclPreMulSumCalls + after.ncclPreMulSumCalls, 1);
+  EXPECT_EQ_INT(after.preMulSumOps, after.commsWithFccl);
+  EXPECT_EQ_INT(after.fcclPreMulSumCalls, after.commsWithFccl);
   EXPECT_EQ_INT(api.Send(SEND, 1, ncclFloat32, 0, comm, STREAM), ncclSuccess);
   EXPECT_TRACE("nccl Send comm=%p", (void*)comm);
   EXPECT_EQ_INT(api.CommDestroy(comm), ncclSuccess);
@@ -857,7 +1116,7 @@ static const struct {
     {"asyncerror", scenarioAsyncError}, {"passthrough", scenarioPassthrough}, {"split", scenarioSplit},
     {"window", scenarioWindow},         {"disable", scenarioDisable},         {"disableall", scenarioDisableAll},
     {"refused", scenarioRefused},       {"lifecycle", scenarioLifecycle},     {"missing", scenarioMissing},
-    {"product", scenarioProduct},
+    {"product", scenarioProduct},       {"premulsum", scenarioPreMulSum},     {"disablegather", scenarioDisableGather},
 };
 
 int main(int argc, char** argv) {

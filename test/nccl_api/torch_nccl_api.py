@@ -5,9 +5,12 @@ are fewer GPUs than ranks (each its own NCCL_HOSTID, loopback sockets).
 
   basic        all_reduce (sum, avg, max; fp32, bf16, fp16, int32), all_gather_into_tensor, reduce_scatter_tensor,
                broadcast, barrier, new_group (a split) and a subgroup, send/recv, an all_reduce captured in a CUDA
-               graph and replayed; results against a float64 host reference of every rank's input; ncclGetVersion
-               through the library equal to torch's NCCL version; the library's count shows fccl carried the four
-               collectives.
+               graph and replayed, all_reduce and reduce_scatter_tensor with ReduceOp.PREMUL_SUM
+               (dist._make_nccl_premul_sum: a float factor, read on the host, and a tensor factor in device memory),
+               a group whose NCCL config caps the CTAs (ProcessGroupNCCL.Options().config.max_ctas) all-reducing;
+               results against a float64 host reference of every rank's input; ncclGetVersion through the library
+               equal to torch's NCCL version; the library's count shows fccl carried the four collectives, the
+               pre-multiplied sums (NCCL none of them) and the capped group's all-reduce (with fccl's SM budget).
   nonblocking  the same first checks on non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1).
   kill         the last rank is killed (SIGKILL) in a loop of all-reduces: the survivors' error must reach PyTorch
                (an exception, or its watchdog ending the process with NCCL's error) long before PyTorch's timeout
@@ -31,11 +34,15 @@ SKIP = 77
 
 
 class Stats(ctypes.Structure):
+    """fcclNcclStats_t of fccl_nccl.h, second version."""
     _fields_ = [("size", ctypes.c_size_t), ("comms", ctypes.c_uint64), ("commsWithFccl", ctypes.c_uint64),
-                ("fcclCalls", ctypes.c_uint64 * 5), ("ncclCalls", ctypes.c_uint64 * 5)]
+                ("fcclCalls", ctypes.c_uint64 * 5), ("ncclCalls", ctypes.c_uint64 * 5),
+                ("fcclCallsAll", ctypes.c_uint64 * 7), ("ncclCallsAll", ctypes.c_uint64 * 7),
+                ("fcclPreMulSumCalls", ctypes.c_uint64), ("ncclPreMulSumCalls", ctypes.c_uint64),
+                ("preMulSumOps", ctypes.c_uint64), ("commsWithBudget", ctypes.c_uint64)]
 
 
-COLLS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce"]
+COLLS = ["allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter"]
 
 
 def stats(library):
@@ -195,10 +202,66 @@ def worker(args):
                     f"all_reduce replayed from a CUDA graph ({replay})")
         del graph
 
+        # ReduceOp.PREMUL_SUM: torch makes the op with ncclRedOpCreatePreMulSum around each call (a float factor on
+        # the host, a tensor factor in device memory) and destroys it after; fccl's twin carries the call
+        torch.cuda.synchronize()
+        premul_before = stats(library)
+        for salt, dtype in enumerate([torch.float32, torch.bfloat16], start=110):
+            for factor_kind in ("float", "tensor"):
+                factor = 2.5 if factor_kind == "float" else torch.tensor([0.75], dtype=dtype, device=device)
+                value = factor if factor_kind == "float" else 0.75
+                x = rank_input(torch, rank, 3001, dtype, salt).to(device)
+                dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+                inputs = [rank_input(torch, r, 3001, dtype, salt).double() * value for r in range(n)]
+                c.check(close(torch, x, sum(inputs), dtype, sum(i.abs() for i in inputs)),
+                        f"all_reduce PREMUL_SUM ({factor_kind} factor) {dtype}")
+                big = rank_input(torch, rank, n * 513, dtype, salt + 10).to(device)
+                part = torch.empty(513, dtype=dtype, device=device)
+                dist.reduce_scatter_tensor(part, big, op=dist._make_nccl_premul_sum(factor))
+                inputs = [rank_input(torch, r, n * 513, dtype, salt + 10).double()[rank * 513:(rank + 1) * 513] * value
+                          for r in range(n)]
+                c.check(close(torch, part, sum(inputs), dtype, sum(i.abs() for i in inputs)),
+                        f"reduce_scatter_tensor PREMUL_SUM ({factor_kind} factor) {dtype}")
+        torch.cuda.synchronize()
+        premul_after = stats(library)
+        carried_premul = premul_after.fcclPreMulSumCalls - premul_before.fcclPreMulSumCalls
+        nccl_premul = premul_after.ncclPreMulSumCalls - premul_before.ncclPreMulSumCalls
+        twins = premul_after.preMulSumOps - premul_before.preMulSumOps
+        print(f"rank {rank}: PREMUL_SUM calls: fccl {carried_premul}, NCCL {nccl_premul}; fccl twins made {twins}",
+              flush=True)
+        c.check(carried_premul == 8 and nccl_premul == 0, f"PREMUL_SUM: fccl {carried_premul} of 8, NCCL {nccl_premul}")
+        c.check(twins == 8, f"PREMUL_SUM: {twins} fccl twins made, not 8")
+
+        # a group whose NCCL config caps the CTAs: fccl's communicator keeps the budget and carries its all-reduce
+        options = dist.ProcessGroupNCCL.Options()
+        config = getattr(options, "config", None)
+        if config is None or not hasattr(config, "max_ctas"):
+            print(f"rank {rank}: this torch has no ProcessGroupNCCL.Options().config.max_ctas: the capped group is "
+                  "not run", flush=True)
+        else:
+            config.max_ctas = 4
+            capped_before = stats(library)
+            capped = dist.new_group(ranks=list(range(n)), pg_options=options)
+            x = rank_input(torch, rank, 70000, torch.float32, 120).to(device)
+            dist.all_reduce(x, group=capped)
+            torch.cuda.synchronize()
+            capped_after = stats(library)
+            inputs = [rank_input(torch, r, 70000, torch.float32, 120).double() for r in range(n)]
+            c.check(close(torch, x, sum(inputs), torch.float32, sum(i.abs() for i in inputs)),
+                    "all_reduce on a group of config.max_ctas = 4")
+            budgeted = capped_after.commsWithBudget - capped_before.commsWithBudget
+            by_fccl = capped_after.fcclCalls[0] - capped_before.fcclCalls[0]
+            by_nccl = capped_after.ncclCalls[0] - capped_before.ncclCalls[0]
+            print(f"rank {rank}: capped group: {budgeted} communicator(s) with fccl's SM budget; all_reduce: fccl "
+                  f"{by_fccl}, NCCL {by_nccl}", flush=True)
+            c.check(budgeted >= 1, "the capped group's communicator got no fccl SM budget")
+            c.check(by_fccl >= 1 and by_nccl == 0, f"capped group's all_reduce: fccl {by_fccl}, NCCL {by_nccl}")
+            dist.destroy_process_group(capped)
+
     torch.cuda.synchronize()
     after = stats(library)
-    carried = {COLLS[i]: after.fcclCalls[i] - before.fcclCalls[i] for i in range(5)}
-    by_nccl = {COLLS[i]: after.ncclCalls[i] - before.ncclCalls[i] for i in range(5)}
+    carried = {COLLS[i]: after.fcclCallsAll[i] - before.fcclCallsAll[i] for i in range(len(COLLS))}
+    by_nccl = {COLLS[i]: after.ncclCallsAll[i] - before.ncclCallsAll[i] for i in range(len(COLLS))}
     print(f"rank {rank}: fccl carried {carried}; NCCL {by_nccl}; communicators {after.comms}, "
           f"with fccl {after.commsWithFccl}", flush=True)
     for coll in ("allreduce", "allgather", "reducescatter", "broadcast"):

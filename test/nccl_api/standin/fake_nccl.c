@@ -6,7 +6,7 @@
  * library under test depends on it:
  *  - ncclX is a weak alias of pncclX, and it calls some of its own exported names through its PLT, as NCCL does
  *    (ncclBcast calls ncclBroadcast, a collective asks ncclCommGetAsyncError whether its communicator is ready,
- *    ncclCommDestroy deregisters the windows left); its ncclGather is made of ncclBroadcast calls, so that a
+ *    ncclCommDestroy deregisters the windows left); its ncclAlltoAll is made of ncclBroadcast calls, so that a
  *    collective NCCL makes of another is seen;
  *  - a non-blocking communicator (config.blocking = 0, or NCCL_COMM_BLOCKING=0) answers ncclInProgress for
  *    FAKE_NCCL_PENDING_POLLS queries of ncclCommGetAsyncError (default 3), and a collective on it before then
@@ -37,6 +37,7 @@ struct ncclComm {
   int inGroup; /* made inside a group: ready at its end */
   int windows;
   ncclWindow_t windowList[64];
+  int opLive[64]; /* ncclRedOpCreatePreMulSum's op ncclNumOps + i */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -350,19 +351,26 @@ EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win)
 }
 ALIAS(ncclCommWindowDeregister);
 
+/* Op values from ncclNumOps up, the lowest free first: a destroyed op's value is the next op's, as in NCCL. */
 EXPORT ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                               ncclScalarResidence_t residence, ncclComm_t comm) {
-  (void)scalar;
-  (void)residence;
-  if (!valid(comm) || !op) return ncclInvalidArgument;
-  *op = (ncclRedOp_t)ncclNumOps;
-  trace("RedOpCreatePreMulSum comm=%p type=%d", (void*)comm, (int)datatype);
+  if (!valid(comm) || !op || !scalar) return ncclInvalidArgument;
+  int index = 0;
+  while (index < 64 && comm->opLive[index]) index++;
+  if (index == 64) return ncclInvalidUsage;
+  comm->opLive[index] = 1;
+  *op = (ncclRedOp_t)(ncclNumOps + index);
+  trace("RedOpCreatePreMulSum comm=%p op=%d type=%d residence=%d", (void*)comm, (int)*op, (int)datatype,
+        (int)residence);
   return ncclSuccess;
 }
 ALIAS(ncclRedOpCreatePreMulSum);
 
 EXPORT ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   if (!valid(comm)) return ncclInvalidArgument;
+  const int index = (int)op - (int)ncclNumOps;
+  if (index < 0 || index >= 64 || !comm->opLive[index]) return ncclInvalidArgument;
+  comm->opLive[index] = 0;
   trace("RedOpDestroy comm=%p op=%d", (void*)comm, (int)op);
   return ncclSuccess;
 }
@@ -437,26 +445,26 @@ EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t cou
 }
 ALIAS(ncclReduce);
 
+/* Made of broadcasts through the exported name: a collective NCCL composes of another of its calls. */
 EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclComm_t comm, cudaStream_t stream) {
-  (void)sendbuff;
-  (void)recvbuff;
-  (void)stream;
   COLL_CHECK(comm);
   trace("AlltoAll comm=%p count=%zu type=%d", (void*)comm, count, (int)datatype);
-  return ncclSuccess;
-}
-ALIAS(ncclAlltoAll);
-
-/* Made of broadcasts through the exported name: a collective NCCL composes of another of its calls. */
-EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                                ncclComm_t comm, cudaStream_t stream) {
-  COLL_CHECK(comm);
-  trace("Gather comm=%p count=%zu type=%d root=%d", (void*)comm, count, (int)datatype, root);
   for (int r = 0; r < comm->nranks; r++) {
     ncclResult_t result = ncclBroadcast(sendbuff, recvbuff, count, datatype, r, comm, stream);
     if (result != ncclSuccess) return result;
   }
+  return ncclSuccess;
+}
+ALIAS(ncclAlltoAll);
+
+EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t comm, cudaStream_t stream) {
+  (void)sendbuff;
+  (void)recvbuff;
+  (void)stream;
+  COLL_CHECK(comm);
+  trace("Gather comm=%p count=%zu type=%d root=%d", (void*)comm, count, (int)datatype, root);
   return ncclSuccess;
 }
 ALIAS(ncclGather);
