@@ -332,8 +332,9 @@ FCCL_API fcclResult_t fcclCommShrink(fcclComm_t comm, const int* excludeRanks, i
  *         0 other than FCCL_SPLIT_NOCOLOR, a bad config); fcclInvalidUsage (comm's init not finished, comm
  *         finalized or failed, a split of comm still running, a communicator made before a fork()); fcclTimeout or
  *         fcclRemoteError (a rank of comm did not call it within the timeout, or died: named; comm's exchange is
- *         then broken, and comm reports the failure); what fcclCommInitRankConfig returns for the new communicator
- *         (a rank of the same color that failed makes every rank of its color fail).
+ *         then broken, and comm reports the failure; the same when ncclCommSplit of comm's NCCL communicator fails
+ *         or does not end within the timeout, which leaves that one unusable); what fcclCommInitRankConfig returns
+ *         for the new communicator (a rank of the same color that failed makes every rank of its color fail).
  * Thread safety: as fcclCommInitRank; not concurrently with other calls on comm. Blocks: when blocking, until the
  * new communicator is ready, bounded by comm's timeout for the exchange and the new one's for the rest.
  * Collective: yes, every rank of comm. Graph capture: no.

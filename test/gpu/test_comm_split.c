@@ -147,10 +147,14 @@ static void checkChild(struct rank* r, fcclComm_t comm, const int* whole, int n,
   for (int i = 0; i < COUNT; i++) host[i] = value(r->rank, i);
   int32_t mine[GATHER];
   for (int j = 0; j < GATHER; j++) mine[j] = r->rank * 1000 + j;
-  EXPECT_EQ_INT(cudaMemcpy(send, host, COUNT * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ_INT(cudaMemcpy(gsend, mine, sizeof(mine), cudaMemcpyHostToDevice), cudaSuccess);
-  EXPECT_EQ_INT(cudaMemset(recv, 0xff, COUNT * sizeof(float)), cudaSuccess); /* poisoned: NaN */
-  EXPECT_EQ_INT(cudaMemset(grecv, 0xff, MAX_RANKS * GATHER * sizeof(int32_t)), cudaSuccess);
+  /* Inputs and poison on the collectives' own stream, which orders them before the calls. r->stream is
+   * cudaStreamNonBlocking: it does not wait for the legacy default stream, where cudaMemset runs asynchronously to
+   * the host and a cudaMemcpy from pageable memory may return before its DMA is done. A one-rank child's calls are
+   * copies that start at once, which the poison then overwrote (or which read an input not yet there). */
+  EXPECT_EQ_INT(cudaMemcpyAsync(send, host, COUNT * sizeof(float), cudaMemcpyHostToDevice, r->stream), cudaSuccess);
+  EXPECT_EQ_INT(cudaMemcpyAsync(gsend, mine, sizeof(mine), cudaMemcpyHostToDevice, r->stream), cudaSuccess);
+  EXPECT_EQ_INT(cudaMemsetAsync(recv, 0xff, COUNT * sizeof(float), r->stream), cudaSuccess); /* poisoned: NaN */
+  EXPECT_EQ_INT(cudaMemsetAsync(grecv, 0xff, MAX_RANKS * GATHER * sizeof(int32_t), r->stream), cudaSuccess);
   fcclResult_t res = fcclAllReduce(send, recv, COUNT, fcclFloat32, fcclSum, comm, r->stream);
   EXPECT_MSG(res == fcclSuccess, "%s: rank %d: all-reduce: %s", what, r->rank, fcclGetLastError(NULL));
   res = fcclAllGather(gsend, grecv, GATHER, fcclInt32, comm, r->stream);

@@ -233,8 +233,9 @@ struct splitNcclRecord {
 /*
  * Where the parent has an NCCL communicator, every rank of the parent meets in an all-gather of the color it will
  * ask ncclCommSplit for (its child's when the child wants NCCL's communicator and every rank of its color asks for
- * it too, else FCCL_SPLIT_NOCOLOR), then calls it: every rank has arrived, so NCCL's blocking call does not wait
- * for a missing one. *out: this rank's new NCCL communicator (NULL without); *broken: the all-gather failed.
+ * it too, else FCCL_SPLIT_NOCOLOR), then calls it: every rank has arrived, so NCCL's split, which fcclNcclCommSplit
+ * waits for, does not wait for a missing one. *out: this rank's new NCCL communicator (NULL without); *broken: the
+ * all-gather failed.
  */
 static fcclResult_t splitNccl(struct fcclComm* parent, struct fcclComm* owner, const struct fcclSplitPlan* plan,
                               int want, int splitShare, struct fcclNcclComm** out, int* broken) {

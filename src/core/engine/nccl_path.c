@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The communicator's NCCL communicator (nccl_path.h): creation through fccl's bootstrap, the calls NCCL carries,
- * groups, registration, asynchronous errors and teardown. The NCCL communicators are non-blocking: NCCL answers
- * ncclInProgress and works on a thread of its own, and every wait for it is fccl's (waitNccl), bounded by the
- * communicator's timeout, abort flag and peer monitor. NCCL is reached through base's loader (ncclwrap.h); a
- * build without nccl.h keeps only what reports that NCCL is missing. docs/paths.md.
+ * groups, registration, asynchronous errors and teardown. The NCCL communicators are non-blocking: NCCL works on a
+ * thread of its own, the communicator reading ncclInProgress until it is done, and every wait for it is fccl's
+ * (waitNccl), bounded by the communicator's timeout, abort flag and peer monitor. A call's answer is not always that
+ * state: ncclCommSplit answers ncclSuccess while its parent still reads ncclInProgress (fcclNcclSplitCall). NCCL is
+ * reached through base's loader (ncclwrap.h); a build without nccl.h keeps only what reports that NCCL is missing.
+ * docs/paths.md.
  */
 #include "nccl_path.h"
 
@@ -52,6 +54,10 @@ struct fcclNcclComm {
   int broken;          /* a wait on NCCL failed or timed out: teardown aborts instead of finalizing */
   int waiters;         /* atomic: threads inside waitNccl, which an fcclCommAbort from another thread waits out */
   float* barrierWord;  /* device word of the barrier's all-reduce */
+  /* atomic: where ncclCommSplit of comm writes the new communicator (fcclNcclSplitCall). NCCL writes it from its
+   * own thread when the new one's init ends, which may come after a wait that gave up: it lives as long as comm,
+   * whose abort ends that init, and what is found here then is aborted too (releaseNccl). */
+  ncclComm_t splitLanding;
   struct fcclNcclReg* regs;
   unsigned long regCount; /* atomic: read by fcclCommGetMemStats from any thread */
 };
@@ -489,6 +495,10 @@ static void releaseNccl(struct fcclComm* owner, struct fcclNcclComm* nc) {
     /* Aborted, or the finalize did not complete: NCCL stops its kernels and threads and frees the rest. */
     if (!destroyed) (void)pfn_ncclCommAbort(nc->comm);
     nc->comm = NULL;
+    /* A split whose wait gave up: the abort above ended the new communicator's init, which wrote it here (a failed
+     * communicator, NCCL's to free through its abort). */
+    ncclComm_t late = __atomic_exchange_n(&nc->splitLanding, NULL, __ATOMIC_ACQ_REL);
+    if (late) (void)pfn_ncclCommAbort(late);
   }
   if (nc->barrierWord) CUDACHECKIGNORE(cudaFree(nc->barrierWord));
   free(nc);
@@ -655,20 +665,15 @@ fcclResult_t fcclNcclRailCreate(struct fcclComm* comm, int nranks, int rank, int
   return createGroup(comm, nranks, rank, leader, "NCCL communicator across hosts", out, &failed);
 }
 
-fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
-                               int rank, int splitShare, struct fcclNcclComm** out) {
-  *out = NULL;
-  struct fcclNcclComm* from = parent->nccl;
-  if (!from) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "ncclCommSplit of a communicator without NCCL's");
-  struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
-  if (!nc) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
+fcclResult_t fcclNcclSplitCall(struct fcclComm* owner, ncclComm_t parent, int parentRank, int color, int key,
+                               int splitShare, ncclComm_t* landing, ncclComm_t* made, int* parentBroken) {
+  *made = NULL;
+  *parentBroken = 0;
   /* Non-blocking, as every NCCL communicator of fccl's (startLocal): a blocking one would wait inside NCCL, with no
-   * bound, in its later calls and in releaseNccl's ncclCommFinalize. The parent is non-blocking too, so the split
-   * answers ncclInProgress: NCCL reports its progress on the parent's communicator, the new one's init on the new
-   * one, and both waits are fccl's (waitNccl). */
+   * bound, in its later calls and in releaseNccl's ncclCommFinalize. */
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  if (owner != parent && owner->name[0]) config.commName = owner->name;
+  if (color >= 0 && owner->name[0]) config.commName = owner->name; /* owner is the new communicator */
   if (splitShare != FCCL_CONFIG_UNDEF_INT) config.splitShare = splitShare;
   /* The new communicator's SM budget, as startLocal gives it to a communicator NCCL creates (owner is the child, or
    * the parent for a rank of no color, which gets no communicator). */
@@ -676,16 +681,52 @@ fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, 
   const int maxCtas = fcclDeviceCtaBound(owner->maxCtas, FCCL_PARAM_MAX_CTAS);
   if (minCtas > 0) config.minCTAs = minCtas;
   if (maxCtas > 0) config.maxCTAs = maxCtas;
+  __atomic_store_n(landing, NULL, __ATOMIC_RELEASE);
+  ncclResult_t result = pfn_ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, landing, &config);
+  fcclResult_t res = fcclSuccess;
+  if (result != ncclSuccess && result != ncclInProgress) {
+    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommSplit (color %d, key %d) failed: %s (%s)",
+                     parentRank, color, key, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(parent));
+  } else {
+    /* Even after ncclSuccess: that says the init was started, and the parent reads ncclInProgress until it ends. */
+    res = waitLoop(owner, parent, NULL, "ncclCommSplit");
+    *parentBroken = res != fcclSuccess;
+  }
+  /* Once the parent's state has left ncclInProgress the init has ended and NCCL has written *landing (a failed
+   * communicator after a failure): it is the caller's. Before that it is NCCL's, and stays in landing. */
+  ncclResult_t state = ncclInProgress;
+  if (pfn_ncclCommGetAsyncError(parent, &state) == ncclSuccess && state != ncclInProgress)
+    *made = __atomic_exchange_n(landing, NULL, __ATOMIC_ACQ_REL);
+  return res;
+}
+
+fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
+                               int rank, int splitShare, struct fcclNcclComm** out) {
+  *out = NULL;
+  struct fcclNcclComm* from = parent->nccl;
+  if (!from) return FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "ncclCommSplit of a communicator without NCCL's");
+  if (from->broken)
+    return FCCL_ERROR(fcclInvalidUsage, FCCL_SUBSYS_INIT,
+                      "rank %d: ncclCommSplit: the communicator's NCCL communicator failed earlier (a wait on it did "
+                      "not complete): destroy or abort the communicator",
+                      parent->rank);
+  struct fcclNcclComm* nc = calloc(1, sizeof(*nc));
+  if (!nc) return FCCL_ERROR(fcclSystemError, FCCL_SUBSYS_INIT, "out of host memory for the NCCL communicator");
   const int nocolor = color < 0;
   struct timespec start, end;
   clock_gettime(CLOCK_MONOTONIC, &start);
   ncclComm_t made = NULL;
-  ncclResult_t result = pfn_ncclCommSplit(from->comm, nocolor ? NCCL_SPLIT_NOCOLOR : color, key, &made, &config);
-  fcclResult_t res = fcclSuccess;
-  if (result != ncclSuccess && result != ncclInProgress)
-    res = FCCL_ERROR(fromNccl(result), FCCL_SUBSYS_INIT, "rank %d: ncclCommSplit (color %d, key %d) failed: %s (%s)",
-                     parent->rank, color, key, pfn_ncclGetErrorString(result), pfn_ncclGetLastError(from->comm));
-  if (res == fcclSuccess && result == ncclInProgress) res = waitNccl(owner, from->comm, from, "ncclCommSplit");
+  int parentBroken = 0;
+  __atomic_add_fetch(&from->waiters, 1, __ATOMIC_ACQ_REL);
+  fcclResult_t res = fcclNcclSplitCall(owner, from->comm, parent->rank, color, key, splitShare, &from->splitLanding,
+                                       &made, &parentBroken);
+  __atomic_sub_fetch(&from->waiters, 1, __ATOMIC_ACQ_REL);
+  if (parentBroken) {
+    /* NCCL's parent is failed (its split failed) or still busy with the split (the wait gave up): no later call of
+     * it can run, and only its abort ends it. The parent says so from now on. */
+    from->broken = 1;
+    fcclCommFail(parent, res, fcclThreadLastError(), 0);
+  }
   if (res == fcclSuccess && !nocolor && made == NULL)
     res = FCCL_ERROR(fcclInternalError, FCCL_SUBSYS_INIT, "rank %d: ncclCommSplit (color %d) made no communicator",
                      parent->rank, color);
@@ -707,7 +748,7 @@ fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, 
     }
   }
   if (res != fcclSuccess || !made) {
-    nc->broken = res != fcclSuccess;
+    nc->broken = res != fcclSuccess; /* a failed new communicator is aborted */
     releaseNccl(owner, nc);
     return res;
   }

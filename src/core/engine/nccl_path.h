@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The NCCL communicator a fccl communicator creates and owns (src/core/engine/nccl_path.c): made at init through fccl's
- * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), non-blocking (NCCL's init and every
- * call answer ncclInProgress, which is waited for within the communicator's timeout, abort flag and peer monitor, so
- * that no wait inside NCCL is unbounded), and aborted or destroyed with the communicator.
+ * own bootstrap (rank 0's ncclGetUniqueId travels in a bootstrap all-gather), non-blocking (NCCL's init and calls
+ * run on NCCL's thread, the communicator reading ncclInProgress meanwhile, which is waited for within the
+ * communicator's timeout, abort flag and peer monitor, so that no wait inside NCCL is unbounded), and aborted or
+ * destroyed with the communicator.
  * It carries every call on the NCCL path, and send, receive and all-to-all on every path. docs/paths.md.
  */
 #ifndef FCCL_NCCL_PATH_H_
@@ -84,13 +85,34 @@ fcclResult_t fcclNcclLaunchVariable(struct fcclComm* comm, struct fcclNcclComm* 
 /*
  * ncclCommSplit of parent->nccl (fcclCommSplit, core/comm/split.c): collective over every rank of parent, each passing
  * its color, or FCCL_SPLIT_NOCOLOR for none. *out receives the new NCCL communicator (NULL for FCCL_SPLIT_NOCOLOR),
- * checked to have nranks ranks with this rank as rank. Blocking, as fcclNcclCommCreate's: its ncclInProgress is
- * waited for within owner's timeout and abort flag (owner: the new fccl communicator, or parent for
- * FCCL_SPLIT_NOCOLOR), and every rank has met in parent's bootstrap just before. splitShare: NCCL's config field
- * (FCCL_CONFIG_UNDEF_INT: NCCL's default).
+ * checked to have nranks ranks with this rank as rank. Blocking, as fcclNcclCommCreate's: the split and the new
+ * communicator's init are waited for within owner's timeout and abort flag (owner: the new fccl communicator, or
+ * parent for FCCL_SPLIT_NOCOLOR; fcclNcclSplitCall), and every rank has met in parent's bootstrap just before. A wait
+ * on parent's NCCL communicator that fails (NCCL's split failed, or did not end) leaves it broken, aborted at
+ * parent's end, and fails parent (fcclCommFail). splitShare: NCCL's config field (FCCL_CONFIG_UNDEF_INT: NCCL's
+ * default).
  */
 fcclResult_t fcclNcclCommSplit(struct fcclComm* owner, struct fcclComm* parent, int color, int key, int nranks,
                                int rank, int splitShare, struct fcclNcclComm** out);
+
+struct ncclComm; /* NCCL's, opaque: ncclComm_t */
+
+/*
+ * The NCCL call of fcclNcclCommSplit, on NCCL's handles (builds with NCCL; its unit test runs it on a stand-in):
+ * ncclCommSplit of parent, a non-blocking NCCL communicator, with color (FCCL_SPLIT_NOCOLOR: none) and key, and a
+ * non-blocking config with owner's name and SM budget and splitShare. NCCL answers ncclSuccess once it has started
+ * the new communicator's init on a thread of its own (ncclInProgress is taken the same way); the parent then reads
+ * ncclInProgress until that init ends, and only then does NCCL write the new communicator to *landing (NULL for no
+ * color; a failed one, to abort, when the init failed). So the parent is always waited for (waitNccl's bounds:
+ * owner's timeout and abort flag), and once its state has left ncclInProgress *landing is moved to *made, whatever
+ * the result. *landing must live as long as parent: after a wait that gave up NCCL may still write it, until
+ * parent's abort ends the init; whoever aborts parent then aborts what it finds there. *parentBroken: the wait on
+ * parent failed (parent is failed or still busy: abort it, never finalize it). parentRank names this rank in
+ * messages. Returns fcclSuccess; NCCL's error (the split, or the new communicator's init, failed); fcclTimeout;
+ * the abort's error.
+ */
+fcclResult_t fcclNcclSplitCall(struct fcclComm* owner, struct ncclComm* parent, int parentRank, int color, int key,
+                               int splitShare, struct ncclComm** landing, struct ncclComm** made, int* parentBroken);
 
 /* Releases an NCCL communicator that not every rank of comm got (aborted: never finalized against peers that may not
  * have it). NULL is fine. */
