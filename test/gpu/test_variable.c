@@ -4,7 +4,8 @@
  * without a GPU; ranks share GPUs when there are fewer GPUs than ranks). Buffers and the bytes around them are
  * poisoned first; all-gather outputs are checked bit for bit and compared across ranks (hashes), reduce-scatter
  * outputs element by element against the float64 host reference with the all-reduce's tolerance rules
- * (test_allreduce_ref.c); with equal counts both are compared bit for bit with fcclAllGather and fcclReduceScatter.
+ * (test_allreduce_ref.c); with equal counts both are compared bit for bit with fcclAllGather and fcclReduceScatter
+ * (on one rank a forced reduce-scatter form with fcclReduceScatter forced to the same form).
  *
  *   sweep [n]     every type, every op (reduce-scatter), the automatic form and ll, direct, staged forced where they
  *                 can run, plain and registered buffers, host and device counts (with slack in the capacities), in
@@ -25,6 +26,7 @@
 #include "test_variable.h"
 
 #include "algo.h"
+#include "enqueue.h"
 #include "test_collectives_common.h"
 #include "variable.h"
 
@@ -325,21 +327,27 @@ static const fcclRedOp_t kOps[] = {fcclSum, fcclProd, fcclMax, fcclMin, fcclAvg}
 /* On the NCCL path the ops whose results do not depend on NCCL's order beyond the float tolerance. */
 static const fcclRedOp_t kNcclOps[] = {fcclSum, fcclMax, fcclMin};
 
-/* With equal host counts out of place: the fixed-count collective on the same input gives the same bits. */
+/* With equal host counts out of place: the fixed-count collective on the same input gives the same bits. On one
+ * rank a reduce-scatter whose form is forced is compared with fcclReduceScatter forced to the same form: unforced,
+ * one rank copies (fcclAlgoIsCopy), and a copy keeps a NaN's bits where a reducing kernel gives the NaN its
+ * arithmetic and conversions make (the same value: varCheck holds it to the reference). */
 static int compareWithFixed(struct varContext* ctx, const struct varCase* c, const struct varPlace* p,
                             const char* what) {
   const size_t size = fcclTypeSize(c->type), count = c->counts[0];
   const size_t outBytes = c->reduces ? count * size : varTotal(c, ctx->nranks) * size;
+  const int fixedAlgo = c->reduces && ctx->nranks == 1 && c->form != VAR_AUTO ? fcclReduceScatterAlgos.algos[c->form]
+                                                                              : -1;
   if (c->reduces)
-    COLL_CHECK_FCCL(what, fcclReduceScatter(p->sendbuf, ctx->scratch, count, c->type, c->op, ctx->comm, ctx->stream));
+    COLL_CHECK_FCCL(what, fcclReduceScatterAlgo(p->sendbuf, ctx->scratch, count, c->type, c->op, ctx->comm, ctx->stream,
+                                                fixedAlgo));
   else
     COLL_CHECK_FCCL(what, fcclAllGather(p->sendbuf, ctx->scratch, count, c->type, ctx->comm, ctx->stream));
   COLL_CHECK_CUDA(what, cudaStreamSynchronize(ctx->stream));
   COLL_CHECK_CUDA(what, cudaMemcpy(ctx->host, ctx->scratch, outBytes, cudaMemcpyDeviceToHost));
   COLL_CHECK_CUDA(what, cudaMemcpy(ctx->host2, p->recvbuf, outBytes, cudaMemcpyDeviceToHost));
   if (memcmp(ctx->host, ctx->host2, outBytes) != 0) {
-    testFail(__FILE__, __LINE__, "rank %d: %s: bits differ from %s's with the same count", ctx->rank, what,
-             c->reduces ? "fcclReduceScatter" : "fcclAllGather");
+    testFail(__FILE__, __LINE__, "rank %d: %s: bits differ from %s's with the same count%s", ctx->rank, what,
+             c->reduces ? "fcclReduceScatter" : "fcclAllGather", fixedAlgo >= 0 ? " and form" : "");
     return 1;
   }
   return 0;
